@@ -1,0 +1,41 @@
+package reconciler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// Plugin applies one component type. A plugin runs inside a job process
+// (`nuon job run`), never inside the agent: it may take as long as its
+// timeout and use as much memory as it needs without hurting the agent.
+type Plugin interface {
+	// Apply creates or updates the component the job names, so that it
+	// matches the job exactly, and returns its outputs.
+	Apply(ctx context.Context, job *schemas.Job, env Env) (*schemas.JobResult, error)
+	// Destroy removes everything the component created.
+	Destroy(ctx context.Context, job *schemas.Job, env Env) error
+}
+
+// Env is what the job process hands a plugin.
+type Env struct {
+	// StateDir is the component's persistent directory (job.StateDir),
+	// kept across jobs.
+	StateDir string
+	// Artifacts opens the job's artifacts.
+	Artifacts ArtifactSource
+	// Log receives the plugin's human-readable output (terraform's, helm's).
+	Log io.Writer
+	// Logger is for structured events.
+	Logger *slog.Logger
+}
+
+// ArtifactSource gives a plugin the content of an artifact, by digest.
+type ArtifactSource interface {
+	// Extract writes the content of artifact a (a directory tree: a
+	// Terraform module, a chart, a set of manifests) into dir, verifying
+	// the digest as it reads.
+	Extract(ctx context.Context, a schemas.Artifact, dir string) error
+}

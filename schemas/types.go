@@ -1,0 +1,189 @@
+package schemas
+
+// APIVersion is the version written into every rendered, job and status file.
+const APIVersion = "nuon.dev/v1"
+
+// Component types. Each names the plugin that applies it.
+const (
+	TypeTerraform = "terraform"
+	TypeHelm      = "helm"
+	TypeManifests = "manifests"
+	TypeImage     = "image"
+)
+
+// App is nuon.yaml on main: the application and its components.
+type App struct {
+	// Name names the application.
+	Name string `yaml:"name" json:"name"`
+	// Components in the order they are declared; the order has no meaning:
+	// dependsOn decides what runs first.
+	Components []Component `yaml:"components" json:"components"`
+}
+
+// Component is one deployable part of the app.
+type Component struct {
+	Name string `yaml:"name" json:"name"`
+	Type string `yaml:"type" json:"type"`
+	// Repository is the vendor OCI repository its artifacts come from, for
+	// example registry.vendor.example/app/api.
+	Repository string   `yaml:"repository" json:"repository"`
+	DependsOn  []string `yaml:"dependsOn,omitempty" json:"dependsOn,omitempty"`
+	// Inputs are the component's variables (terraform) or values (helm).
+	// Strings may hold references: ${install.inputs.NAME},
+	// ${install.id}, ${components.NAME.outputs.OUTPUT} (resolved in the
+	// install) and ${secrets.NAME} (resolved in the install, never rendered).
+	Inputs map[string]any `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	// Outputs names the outputs other components may reference.
+	Outputs []string `yaml:"outputs,omitempty" json:"outputs,omitempty"`
+
+	Terraform *TerraformSettings `yaml:"terraform,omitempty" json:"terraform,omitempty"`
+	Helm      *HelmSettings      `yaml:"helm,omitempty" json:"helm,omitempty"`
+	Manifests *ManifestSettings  `yaml:"manifests,omitempty" json:"manifests,omitempty"`
+}
+
+// TerraformSettings tune the terraform plugin.
+type TerraformSettings struct {
+	// Timeout bounds one job, as a Go duration; default 30m.
+	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// HelmSettings tune the helm plugin.
+type HelmSettings struct {
+	// Release is the Helm release name; default the component name.
+	Release   string `yaml:"release,omitempty" json:"release,omitempty"`
+	Namespace string `yaml:"namespace,omitempty" json:"namespace,omitempty"`
+	Timeout   string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// ManifestSettings tune the manifests plugin.
+type ManifestSettings struct {
+	Namespace string `yaml:"namespace,omitempty" json:"namespace,omitempty"`
+	// Wait for the applied objects to become healthy.
+	Wait bool `yaml:"wait,omitempty" json:"wait,omitempty"`
+	// Recreate allows deleting and recreating an object whose immutable
+	// fields changed.
+	Recreate bool   `yaml:"recreate,omitempty" json:"recreate,omitempty"`
+	Timeout  string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// Channel is channels/<name>.yaml: which version of each component the
+// installs on this channel run. Promotion is a pull request that edits a pin.
+type Channel struct {
+	// Components maps component name to version.
+	Components map[string]string `yaml:"components" json:"components"`
+}
+
+// Release is releases/<component>.yaml: every released version of one
+// component and its artifacts' digests. Vendor CI appends to it.
+type Release struct {
+	Component string           `yaml:"component" json:"component"`
+	Versions  []ReleaseVersion `yaml:"versions" json:"versions"`
+}
+
+// ReleaseVersion is one released version.
+type ReleaseVersion struct {
+	Version string `yaml:"version" json:"version"`
+	// Artifacts maps an artifact name (for example "chart" or "module")
+	// to its digest.
+	Artifacts map[string]ReleaseArtifact `yaml:"artifacts" json:"artifacts"`
+}
+
+// ReleaseArtifact is one OCI artifact of a release.
+type ReleaseArtifact struct {
+	// Repository defaults to the component's repository.
+	Repository string `yaml:"repository,omitempty" json:"repository,omitempty"`
+	Digest     string `yaml:"digest" json:"digest"`
+	MediaType  string `yaml:"mediaType,omitempty" json:"mediaType,omitempty"`
+}
+
+// Install is installs/<id>.yaml: one customer install. Its id is the file's
+// name.
+type Install struct {
+	// ID may be omitted; when present it must equal the file's name.
+	ID      string `yaml:"id,omitempty" json:"id,omitempty"`
+	Channel string `yaml:"channel" json:"channel"`
+	// Versions overrides the channel's pin for single components.
+	Versions map[string]string `yaml:"versions,omitempty" json:"versions,omitempty"`
+	// Inputs are the install's own values, referenced by components as
+	// ${install.inputs.NAME}.
+	Inputs  map[string]string `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	Cloud   Cloud             `yaml:"cloud" json:"cloud"`
+	Sandbox Sandbox           `yaml:"sandbox" json:"sandbox"`
+	// Registry is the install's own OCI registry and path prefix, where the
+	// agent copies artifacts before deploying them.
+	Registry string `yaml:"registry" json:"registry"`
+	// AgentKey is the OpenSSH public key the install's agent signs status
+	// commits with.
+	AgentKey string `yaml:"agentKey" json:"agentKey"`
+}
+
+// Cloud says where an install runs.
+type Cloud struct {
+	Provider  string `yaml:"provider" json:"provider"`
+	Region    string `yaml:"region,omitempty" json:"region,omitempty"`
+	AccountID string `yaml:"accountID,omitempty" json:"accountID,omitempty"`
+}
+
+// Sandbox names the install's base infrastructure.
+type Sandbox struct {
+	Name    string            `yaml:"name" json:"name"`
+	Version string            `yaml:"version,omitempty" json:"version,omitempty"`
+	Inputs  map[string]string `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+}
+
+// InstallState is installs/<id>/install.json in the rendered tree: the
+// install-wide part of its desired state.
+type InstallState struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Install    string `json:"install"`
+	// Generation increases by one every time the install's rendered state
+	// changes; an agent never applies a generation older than it applied.
+	Generation int64 `json:"generation"`
+	// Source is the main commit this generation was rendered from.
+	Source   string  `json:"source"`
+	App      string  `json:"app"`
+	Channel  string  `json:"channel"`
+	Cloud    Cloud   `json:"cloud"`
+	Sandbox  Sandbox `json:"sandbox"`
+	Registry string  `json:"registry"`
+	// Components lists the component names in dependency order.
+	Components []string `json:"components"`
+}
+
+// ComponentState is installs/<id>/components/<name>.json in the rendered
+// tree: everything an agent needs to apply one component.
+type ComponentState struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Name       string     `json:"name"`
+	Type       string     `json:"type"`
+	Version    string     `json:"version"`
+	DependsOn  []string   `json:"dependsOn,omitempty"`
+	Artifacts  []Artifact `json:"artifacts,omitempty"`
+	// Inputs with every ${install.…} reference resolved; references to other
+	// components' outputs and to secrets remain, resolved in the install.
+	Inputs    map[string]any     `json:"inputs,omitempty"`
+	Terraform *TerraformSettings `json:"terraform,omitempty"`
+	Helm      *HelmSettings      `json:"helm,omitempty"`
+	Manifests *ManifestSettings  `json:"manifests,omitempty"`
+}
+
+// Artifact is an OCI artifact pinned by digest.
+type Artifact struct {
+	Name string `json:"name"`
+	// Source is the vendor reference, repository@digest.
+	Source string `json:"source"`
+	// Local is the install-registry reference the agent deploys from.
+	Local     string `json:"local"`
+	Digest    string `json:"digest"`
+	MediaType string `json:"mediaType,omitempty"`
+}
+
+// Kinds of rendered, job and status files.
+const (
+	KindInstallState   = "InstallState"
+	KindComponentState = "ComponentState"
+	KindJob            = "Job"
+	KindStatus         = "InstallStatus"
+)
