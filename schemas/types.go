@@ -132,17 +132,15 @@ type Sandbox struct {
 }
 
 // InstallState is installs/<id>/install.json in the rendered tree: the
-// install-wide part of its desired state.
+// install-wide part of its desired state. The tree is a pure function of
+// main's content, so it holds no generation and no source commit: those are
+// trailers of the signed commit on refs/heads/nuon/installs/<id> (see
+// Trailer…), which change only when the tree does.
 type InstallState struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Install    string `json:"install"`
-	// Generation increases by one every time the install's rendered state
-	// changes; an agent never applies a generation older than it applied.
-	Generation int64 `json:"generation"`
-	// Source is the main commit this generation was rendered from.
-	Source   string  `json:"source"`
-	App      string  `json:"app"`
+	App        string `json:"app"`
 	Channel  string  `json:"channel"`
 	Cloud    Cloud   `json:"cloud"`
 	Sandbox  Sandbox `json:"sandbox"`
@@ -186,4 +184,15 @@ const (
 	KindComponentState = "ComponentState"
 	KindJob            = "Job"
 	KindStatus         = "InstallStatus"
+)
+
+// Trailers of the commits the renderer writes. A per-install commit carries
+// TrailerInstall, TrailerGeneration and TrailerSource; the rendered commit
+// carries TrailerSource, TrailerChanged and one TrailerInstall per changed
+// install (up to a limit).
+const (
+	TrailerInstall    = "Nuon-Install"
+	TrailerGeneration = "Nuon-Generation"
+	TrailerSource     = "Nuon-Source"
+	TrailerChanged    = "Nuon-Installs-Changed"
 )

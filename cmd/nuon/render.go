@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/schemas"
+)
+
+type renderOptions struct {
+	repo, key, source, output, cacheDir string
+	dryRun                              bool
+	retries                             int
+	now                                 func() time.Time
+}
+
+func newRenderCmd(g *globals) *cobra.Command {
+	o := &renderOptions{now: time.Now}
+	cmd := &cobra.Command{
+		Use:   "render --repo REPO --key KEYFILE",
+		Short: "Render every install's desired state from main into signed commits",
+		Long: `Render reads the source files on main (nuon.yaml, channels/, releases/,
+installs/), validates them, and renders each install's desired state.
+
+It writes one signed commit on refs/heads/nuon/rendered whose tree holds
+installs/<id>/ for every install, and, for each install whose state changed,
+a signed commit on refs/heads/nuon/installs/<id> with that same tree. All
+refs move together in one atomic push, or not at all. An unchanged install
+gets no commit; running render twice moves nothing the second time.
+
+On invalid input it prints every problem as FILE:LINE:COL: FIELD: MESSAGE,
+moves no ref and exits 1. With --dry-run it writes nothing and prints, per
+install, the diff of its rendered state: paste it into a pull request.`,
+		Example: `  # render main of a local repository
+  nuon render --repo ./tenant.git --key render.key
+
+  # what would a pull request change? (CI)
+  nuon render --repo https://git.example.com/vendor/tenant.git --key render.key \
+      --source refs/heads/promote-api --dry-run --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(o.output); err != nil {
+				return err
+			}
+			return runRender(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.repo, "repo", "", "tenant repository: a path, or a file://, https:// or ssh:// URL (required)")
+	f.StringVar(&o.key, "key", "", "OpenSSH ed25519 private key that signs the commits (required)")
+	f.StringVar(&o.source, "source", "refs/heads/main", "ref or commit to render from")
+	f.BoolVar(&o.dryRun, "dry-run", false, "write nothing; print what would change")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories (default: the user cache directory)")
+	f.IntVar(&o.retries, "retries", 3, "re-render this many times when another render moved a ref first")
+	_ = cmd.MarkFlagRequired("repo")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+// renderReport is the --output json document.
+type renderReport struct {
+	Source   string                   `json:"source"`
+	Rendered string                   `json:"rendered,omitempty"`
+	DryRun   bool                     `json:"dryRun"`
+	Changed  int                      `json:"changed"`
+	Installs []renderer.InstallResult `json:"installs"`
+	Problems schemas.Problems         `json:"problems,omitempty"`
+}
+
+func runRender(ctx context.Context, g *globals, o *renderOptions) error {
+	log := g.logger()
+	signer, err := signature.LoadSigner(o.key)
+	if err != nil {
+		return err
+	}
+	var opts []gitrepo.Option
+	if o.cacheDir != "" {
+		opts = append(opts, gitrepo.WithCacheDir(o.cacheDir))
+	}
+	repo, err := gitrepo.Open(o.repo, opts...)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := renderOnce(ctx, repo, signer, o)
+		var ps schemas.Problems
+		if errors.As(err, &ps) {
+			return reportProblems(g, o, ps)
+		}
+		if errors.Is(err, gitrepo.ErrStale) && attempt < o.retries {
+			log.Warn("another writer moved a ref; rendering again", "attempt", attempt+1, "error", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return printRender(g.stdout, o, res)
+	}
+}
+
+func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o *renderOptions) (*renderer.Result, error) {
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return nil, err
+	}
+	source, err := repo.Resolve(o.source)
+	if err != nil {
+		return nil, err
+	}
+	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
+	if prev.Rendered, err = repo.Ref(renderer.RenderedRef); err != nil {
+		return nil, err
+	}
+	refs, err := repo.Refs(renderer.InstallRefPrefix)
+	if err != nil {
+		return nil, err
+	}
+	for name, h := range refs {
+		prev.Installs[strings.TrimPrefix(name.String(), renderer.InstallRefPrefix)] = h
+	}
+	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
+		Signer: signer,
+		Now:    o.now,
+		Diff:   o.dryRun,
+	})
+	if err != nil || o.dryRun {
+		return res, err
+	}
+	if err := res.Objects.Flush(repo.Storer()); err != nil {
+		return nil, fmt.Errorf("write objects: %w", err)
+	}
+	updates := make([]gitrepo.Update, len(res.Updates))
+	for i, u := range res.Updates {
+		updates[i] = gitrepo.Update{Name: u.Name, Old: u.Old, New: u.New}
+	}
+	if err := repo.Apply(ctx, updates); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func reportProblems(g *globals, o *renderOptions, ps schemas.Problems) error {
+	ps.Sort()
+	if o.output == "json" {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(renderReport{DryRun: o.dryRun, Problems: ps, Installs: []renderer.InstallResult{}})
+	}
+	for _, p := range ps {
+		fmt.Fprintln(g.stderr, p.String())
+	}
+	fmt.Fprintf(g.stderr, "nuon: %d problem(s) in the source; no ref moved\n", len(ps))
+	return exitError{code: 1}
+}
+
+func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
+	if o.output == "json" {
+		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs}
+		if !res.Rendered.IsZero() {
+			rep.Rendered = res.Rendered.String()
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	verb := "rendered"
+	if o.dryRun {
+		verb = "would render"
+	}
+	fmt.Fprintf(w, "%s %d of %d installs from %s\n", verb, res.ChangedCount(), countPresent(res), res.Source)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, in := range res.Installs {
+		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
+		if in.Change == renderer.Added || in.Change == renderer.Changed {
+			line += fmt.Sprintf("\tgeneration %d", in.Generation)
+			if !o.dryRun {
+				line += "\tcommit " + in.Commit[:12]
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	if o.dryRun {
+		for _, in := range res.Installs {
+			if in.Diff != "" {
+				fmt.Fprintf(w, "\n### install %s (%s, generation %d)\n%s", in.ID, in.Change, in.Generation, in.Diff)
+			}
+		}
+		return nil
+	}
+	if res.Rendered.IsZero() {
+		fmt.Fprintln(w, "nothing changed; no ref moved")
+	} else {
+		fmt.Fprintf(w, "%s → %s\n", renderer.RenderedRef, res.Rendered)
+	}
+	return nil
+}
+
+func countPresent(res *renderer.Result) int {
+	n := 0
+	for _, in := range res.Installs {
+		if in.Change != renderer.Removed {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,239 @@
+package gitrepo
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+)
+
+// Repo is the tenant repository, or a local mirror of it.
+type Repo struct {
+	// Location is what the user named: a path or a URL.
+	Location string
+	// Remote is true when Location is reached over a transport and the
+	// objects live in a local mirror.
+	Remote bool
+
+	repo *git.Repository
+	auth transport.AuthMethod
+}
+
+// IsURL reports whether location names a remote repository rather than a
+// local path.
+func IsURL(location string) bool {
+	u, err := url.Parse(location)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "http", "https", "ssh", "git", "file":
+		return true
+	}
+	// scp-like syntax: user@host:path
+	if i := strings.IndexByte(location, ':'); i > 0 {
+		return strings.Contains(location[:i], "@") && !strings.Contains(location[:i], "/")
+	}
+	return false
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	cacheDir string
+	auth     transport.AuthMethod
+}
+
+// WithCacheDir sets where mirrors of remote repositories are kept; default
+// the user's cache directory under nuon/repos.
+func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
+
+// WithAuth sets transport credentials for a remote repository.
+func WithAuth(a transport.AuthMethod) Option { return func(o *options) { o.auth = a } }
+
+// Open opens a local repository (bare or not) or prepares the local mirror
+// of a remote one. Call Fetch before reading a mirror.
+func Open(location string, opts ...Option) (*Repo, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !IsURL(location) {
+		r, err := git.PlainOpenWithOptions(location, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+		if err != nil {
+			return nil, fmt.Errorf("open repository %s: %w", location, err)
+		}
+		return &Repo{Location: location, repo: r}, nil
+	}
+	if o.cacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("mirror of %s: %w", location, err)
+		}
+		o.cacheDir = filepath.Join(base, "nuon", "repos")
+	}
+	sum := sha256.Sum256([]byte(location))
+	dir := filepath.Join(o.cacheDir, hex.EncodeToString(sum[:8])+".git")
+	r, err := git.PlainOpen(dir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		r, err = git.PlainInit(dir, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mirror of %s at %s: %w", location, dir, err)
+	}
+	return &Repo{Location: location, Remote: true, repo: r, auth: o.auth}, nil
+}
+
+// Storer is where the repository's objects and refs are read and written.
+func (r *Repo) Storer() storer.Storer { return r.repo.Storer }
+
+// Git is the underlying go-git repository.
+func (r *Repo) Git() *git.Repository { return r.repo }
+
+// Fetch brings the refs under each prefix (for example "refs/heads/") of a
+// remote repository into the mirror under the same names, removing refs
+// the remote no longer has. On a local repository it does nothing.
+func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
+	if !r.Remote {
+		return nil
+	}
+	specs := make([]config.RefSpec, len(prefixes))
+	for i, p := range prefixes {
+		specs[i] = config.RefSpec("+" + p + "*:" + p + "*")
+	}
+	err := r.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteURL: r.Location,
+		RefSpecs:  specs,
+		Auth:      r.auth,
+		Tags:      git.NoTags,
+		Force:     true,
+		Prune:     true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
+			return nil
+		}
+		return fmt.Errorf("fetch %s: %w", r.Location, err)
+	}
+	return nil
+}
+
+// Resolve returns the commit a ref name, branch or hex id names.
+func (r *Repo) Resolve(rev string) (plumbing.Hash, error) {
+	if plumbing.IsHash(rev) {
+		return plumbing.NewHash(rev), nil
+	}
+	for _, name := range []string{rev, "refs/heads/" + rev, "refs/tags/" + rev} {
+		ref, err := storer.ResolveReference(r.repo.Storer, plumbing.ReferenceName(name))
+		if err == nil {
+			return ref.Hash(), nil
+		}
+	}
+	return plumbing.ZeroHash, fmt.Errorf("resolve %s in %s: no such ref", rev, r.Location)
+}
+
+// Refs returns every ref whose name starts with prefix, name to commit.
+func (r *Repo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
+	iter, err := r.repo.Storer.IterReferences()
+	if err != nil {
+		return nil, fmt.Errorf("list refs: %w", err)
+	}
+	out := map[plumbing.ReferenceName]plumbing.Hash{}
+	err = iter.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Type() == plumbing.HashReference && strings.HasPrefix(ref.Name().String(), prefix) {
+			out[ref.Name()] = ref.Hash()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Ref returns one ref's commit, or the zero hash when it does not exist.
+func (r *Repo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
+	ref, err := r.repo.Storer.Reference(name)
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return plumbing.ZeroHash, nil
+	}
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return ref.Hash(), nil
+}
+
+// Update is one ref update from Old (zero: the ref must not exist) to New.
+type Update struct {
+	Name     plumbing.ReferenceName
+	Old, New plumbing.Hash
+}
+
+// ErrStale means a ref moved since it was read: read again and retry.
+var ErrStale = errors.New("a ref moved since it was read")
+
+// Apply moves the refs. The objects must already be in Storer. On a remote
+// repository all updates go in one atomic push; on a local one each ref is
+// compare-and-swapped in order, so put the ref others read first last.
+func (r *Repo) Apply(ctx context.Context, updates []Update) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	for _, u := range updates {
+		var old *plumbing.Reference
+		if !u.Old.IsZero() {
+			old = plumbing.NewHashReference(u.Name, u.Old)
+		}
+		cur, err := r.Ref(u.Name)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", u.Name, err)
+		}
+		if cur != u.Old && !r.Remote {
+			return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+		}
+		if err := r.repo.Storer.CheckAndSetReference(plumbing.NewHashReference(u.Name, u.New), old); err != nil {
+			if r.Remote {
+				// The mirror is ours alone; overwrite it.
+				err = r.repo.Storer.SetReference(plumbing.NewHashReference(u.Name, u.New))
+			}
+			if err != nil {
+				return fmt.Errorf("update %s: %w: %v", u.Name, ErrStale, err)
+			}
+		}
+	}
+	if !r.Remote {
+		return nil
+	}
+	specs := make([]config.RefSpec, len(updates))
+	require := make([]config.RefSpec, 0, len(updates))
+	for i, u := range updates {
+		specs[i] = config.RefSpec(u.Name + ":" + u.Name)
+		if !u.Old.IsZero() {
+			require = append(require, config.RefSpec(u.Old.String()+":"+u.Name.String()))
+		}
+	}
+	err := r.repo.PushContext(ctx, &git.PushOptions{
+		RemoteURL:         r.Location,
+		RefSpecs:          specs,
+		RequireRemoteRefs: require,
+		Atomic:            true,
+		Auth:              r.auth,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		msg := err.Error()
+		if strings.Contains(msg, "non-fast-forward") || strings.Contains(msg, "required to be") || strings.Contains(msg, "failed to lock") || strings.Contains(msg, "stale info") {
+			return fmt.Errorf("push %s: %w: %v", r.Location, ErrStale, err)
+		}
+		return fmt.Errorf("push %s: %w", r.Location, err)
+	}
+	return nil
+}

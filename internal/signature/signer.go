@@ -1,0 +1,90 @@
+package signature
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/hiddeco/sshsig"
+	"golang.org/x/crypto/ssh"
+)
+
+// Namespace is the SSH signature namespace git uses for commits.
+const Namespace = "git"
+
+// Signer signs messages with one SSH key.
+type Signer struct {
+	key ssh.Signer
+}
+
+// LoadSigner reads an unencrypted OpenSSH private key (as `ssh-keygen -t
+// ed25519 -N ""` writes it, or `nuon keygen`).
+func LoadSigner(path string) (*Signer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	s, err := ParseSigner(b)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseSigner parses an unencrypted OpenSSH private key.
+func ParseSigner(pem []byte) (*Signer, error) {
+	k, err := ssh.ParsePrivateKey(pem)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{key: k}, nil
+}
+
+// PublicKey is the signer's public key.
+func (s *Signer) PublicKey() ssh.PublicKey { return s.key.PublicKey() }
+
+// AuthorizedKey is the public key in authorized_keys form, without a newline.
+func (s *Signer) AuthorizedKey() string {
+	return string(bytes.TrimSpace(ssh.MarshalAuthorizedKey(s.key.PublicKey())))
+}
+
+// Sign returns the armored SSH signature of message in the git namespace.
+// It has the signature of go-git's Signer interface.
+func (s *Signer) Sign(message io.Reader) ([]byte, error) {
+	sig, err := sshsig.Sign(message, s.key, sshsig.HashSHA512, Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	return sshsig.Armor(sig), nil
+}
+
+var _ interface {
+	Sign(io.Reader) ([]byte, error)
+} = (*Signer)(nil)
+
+// SignCommit signs c in place: it sets c.PGPSignature (git's gpgsig header)
+// to the signature of c encoded without a signature.
+func SignCommit(c *object.Commit, s *Signer) error {
+	c.PGPSignature = ""
+	var o plumbing.MemoryObject
+	if err := c.EncodeWithoutSignature(&o); err != nil {
+		return fmt.Errorf("encode commit: %w", err)
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return err
+	}
+	sig, err := s.Sign(r)
+	if err != nil {
+		return err
+	}
+	c.PGPSignature = string(sig)
+	return nil
+}
+
+// fingerprint is a short, stable name for a key in messages.
+func fingerprint(k ssh.PublicKey) string { return ssh.FingerprintSHA256(k) }
+

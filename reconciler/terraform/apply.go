@@ -1,0 +1,81 @@
+package terraform
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// Apply makes the component match the job: it plans against the state in
+// env.StateDir, applies exactly that plan and reports the outputs.
+func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	r, err := p.start(job, env)
+	if err != nil {
+		return nil, err
+	}
+	defer r.cleanup()
+	if err := r.do(ctx,
+		step{"inputs", r.resolveInputs},
+		step{"extract", r.extract},
+		step{"init", r.init},
+		step{"plan", r.planChanges},
+		step{"apply", r.applyPlan},
+		step{"output", r.outputs},
+	); err != nil {
+		return nil, err
+	}
+	return r.result, nil
+}
+
+// planChanges saves a plan and notes whether it changes anything.
+func (r *run) planChanges(ctx context.Context) error {
+	changed, err := r.tf.Plan(ctx, tfexec.Out(r.plan))
+	r.changed = changed
+	return err
+}
+
+// applyPlan applies the saved plan, nothing else. An empty plan is applied
+// too: it records the refreshed state.
+func (r *run) applyPlan(ctx context.Context) error {
+	return r.tf.Apply(ctx, tfexec.DirOrPlan(r.plan))
+}
+
+// outputs reads the module's outputs from the state into the result. The
+// values of sensitive outputs stay in the state; the result names them.
+func (r *run) outputs(ctx context.Context) error {
+	outs, err := r.tf.Output(ctx)
+	if err != nil {
+		return err
+	}
+	res := &schemas.JobResult{
+		APIVersion: schemas.APIVersion,
+		Job:        r.job.ID,
+		Changed:    r.changed,
+	}
+	for name, o := range outs {
+		if o.Sensitive {
+			res.Sensitive = append(res.Sensitive, name)
+			continue
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(o.Value))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("output %s: %w", name, err)
+		}
+		if res.Outputs == nil {
+			res.Outputs = map[string]any{}
+		}
+		res.Outputs[name] = v
+	}
+	slices.Sort(res.Sensitive)
+	r.result = res
+	return nil
+}

@@ -1,0 +1,207 @@
+package terraform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// Defaults of the Plugin fields.
+const (
+	// DefaultBinary is the terraform executable, looked up on PATH.
+	DefaultBinary = "terraform"
+	// DefaultGrace is how long terraform may take to stop once interrupted
+	// before it is killed. It is generous: an interrupted apply finishes the
+	// provider calls in flight and writes its state, while a killed one
+	// forgets resources it already created.
+	DefaultGrace = time.Minute
+)
+
+// Plugin applies terraform components with the terraform CLI. The zero
+// value is ready to use.
+type Plugin struct {
+	// Binary is the terraform executable: a path, or a name looked up on
+	// PATH. Default DefaultBinary.
+	Binary string
+	// CLIConfig is the terraform CLI configuration file, which says where
+	// providers are installed from. Default: TF_CLI_CONFIG_FILE from the
+	// job's environment.
+	CLIConfig string
+	// Grace is how long terraform may take to stop after the job's context
+	// ends. Default DefaultGrace.
+	Grace time.Duration
+	// LookupEnv reads the variables that hold secrets (see SecretEnv).
+	// Default os.LookupEnv.
+	LookupEnv func(key string) (string, bool)
+}
+
+var _ reconciler.Plugin = (*Plugin)(nil)
+
+// run is one Apply or Destroy of one job: what its steps share.
+type run struct {
+	job    *schemas.Job
+	env    reconciler.Env
+	logger *slog.Logger
+	lookup func(string) (string, bool)
+	// out receives terraform's stdout and stderr, with secrets redacted.
+	out *redactor
+	tf  *tfexec.Terraform
+
+	dir   string // the extracted module, terraform's working directory
+	state string // the state file, kept across jobs
+	plan  string // the saved plan
+
+	vars    map[string]any
+	changed bool
+	result  *schemas.JobResult
+}
+
+// step is one named stage of a run; its name prefixes its errors.
+type step struct {
+	name string
+	do   func(context.Context) error
+}
+
+// start checks the job and prepares a run in env.StateDir.
+func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
+	if job == nil {
+		return nil, errors.New("terraform: no job")
+	}
+	if job.Component == "" {
+		return nil, fmt.Errorf("terraform job %s: no component", job.ID)
+	}
+	r := &run{job: job, env: env, logger: env.Logger, lookup: p.LookupEnv}
+	if r.logger == nil {
+		r.logger = slog.New(slog.DiscardHandler)
+	}
+	r.logger = r.logger.With("plugin", schemas.TypeTerraform, "job", job.ID, "component", job.Component)
+	if r.lookup == nil {
+		r.lookup = os.LookupEnv
+	}
+	log := env.Log
+	if log == nil {
+		log = io.Discard
+	}
+	r.out = newRedactor(log)
+
+	stateDir, err := stateDir(job, env)
+	if err != nil {
+		return nil, err
+	}
+	r.dir = filepath.Join(stateDir, moduleDir)
+	r.state = filepath.Join(stateDir, stateFile)
+	r.plan = filepath.Join(r.dir, planFile)
+
+	bin := p.Binary
+	if bin == "" {
+		bin = DefaultBinary
+	}
+	if bin, err = exec.LookPath(bin); err != nil {
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	if r.tf, err = tfexec.NewTerraform(r.dir, bin); err != nil {
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	if err := r.tf.SetEnv(p.environ()); err != nil {
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	grace := p.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	if err := r.tf.SetWaitDelay(grace); err != nil {
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	r.tf.SetStdout(r.out)
+	r.tf.SetStderr(r.out)
+	r.tf.SetLogger(printfLogger{r.logger})
+	return r, nil
+}
+
+// stateDir is the component's absolute state directory: env.StateDir, or
+// else the job's.
+func stateDir(job *schemas.Job, env reconciler.Env) (string, error) {
+	dir := env.StateDir
+	if dir == "" {
+		dir = job.StateDir
+	}
+	if dir == "" {
+		return "", fmt.Errorf("terraform %s: no state directory", job.Component)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("terraform %s: %w", job.Component, err)
+	}
+	return abs, nil
+}
+
+// environ is terraform's environment: the job's own, less the secrets
+// (terraform gets them through the variables file only) and the variables
+// terraform-exec sets itself.
+func (p *Plugin) environ() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, SecretEnvPrefix) {
+			continue
+		}
+		env[k] = v
+	}
+	env["CHECKPOINT_DISABLE"] = "1"
+	if p.CLIConfig != "" {
+		env["TF_CLI_CONFIG_FILE"] = p.CLIConfig
+	}
+	return tfexec.CleanEnv(env)
+}
+
+// do runs the steps in order and stops at the first error, wrapped
+// "terraform STEP COMPONENT: ..." with secrets redacted.
+func (r *run) do(ctx context.Context, steps ...step) error {
+	for _, s := range steps {
+		began := time.Now()
+		err := s.do(ctx)
+		r.logger.Info("terraform step", "step", s.name, "duration", time.Since(began), "ok", err == nil)
+		if err != nil {
+			return fmt.Errorf("terraform %s %s: %w", s.name, r.job.Component, r.out.redactError(err))
+		}
+	}
+	return nil
+}
+
+// cleanup removes the files that hold resolved secrets; the state keeps
+// what terraform itself stores.
+func (r *run) cleanup() {
+	for _, f := range []string{r.plan, filepath.Join(r.dir, varFile)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.logger.Warn("terraform cleanup", "file", f, "error", err)
+		}
+	}
+}
+
+// init installs the module's providers and connects the state.
+func (r *run) init(ctx context.Context) error {
+	return r.tf.Init(ctx, tfexec.Upgrade(false))
+}
+
+// printfLogger hands terraform-exec's log lines (the commands it runs) to
+// slog at debug level.
+type printfLogger struct{ l *slog.Logger }
+
+func (p printfLogger) Printf(format string, v ...any) {
+	p.l.Debug(fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,4 @@
+# A module terraform cannot parse.
+resource "terraform_data" "broken" {
+  input = 
+}

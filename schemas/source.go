@@ -1,0 +1,356 @@
+package schemas
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Paths of the source files on main.
+const (
+	AppFile     = "nuon.yaml"
+	ChannelsDir = "channels"
+	ReleasesDir = "releases"
+	InstallsDir = "installs"
+)
+
+// Source is every source file on main, loaded and validated.
+type Source struct {
+	App      App
+	Channels map[string]Channel
+	Releases map[string]Release
+	Installs map[string]Install
+
+	docs map[string]*document
+}
+
+// Load reads the source files from fsys (the root of a main checkout or
+// commit), validates each against its JSON Schema and then checks that they
+// agree with one another. It returns every problem found, as Problems.
+func Load(fsys fs.FS) (*Source, error) {
+	s := &Source{
+		Channels: map[string]Channel{},
+		Releases: map[string]Release{},
+		Installs: map[string]Install{},
+		docs:     map[string]*document{},
+	}
+	var ps Problems
+	ps = append(ps, s.loadFile(fsys, AppFile, SchemaApp, &s.App)...)
+	for _, dir := range []string{ChannelsDir, ReleasesDir, InstallsDir} {
+		if _, err := fs.Stat(fsys, dir); err != nil {
+			continue // none yet
+		}
+		entries, err := fs.ReadDir(fsys, dir)
+		if err != nil {
+			ps = append(ps, Problem{File: dir, Message: err.Error()})
+			continue
+		}
+		for _, e := range entries {
+			file := path.Join(dir, e.Name())
+			name, ok := strings.CutSuffix(e.Name(), ".yaml")
+			switch {
+			case e.IsDir():
+				ps = append(ps, Problem{File: file, Message: "unexpected directory"})
+				continue
+			case strings.HasSuffix(e.Name(), ".yml"):
+				ps = append(ps, Problem{File: file, Message: "rename to .yaml: only .yaml files are read"})
+				continue
+			case !ok:
+				continue // READMEs and the like
+			case !labelRE.MatchString(name):
+				ps = append(ps, Problem{File: file, Message: fmt.Sprintf("file name %q must be a lower-case DNS label (a-z, 0-9, -)", name)})
+				continue
+			}
+			switch dir {
+			case ChannelsDir:
+				var c Channel
+				if p := s.loadFile(fsys, file, SchemaChannel, &c); len(p) > 0 {
+					ps = append(ps, p...)
+					continue
+				}
+				s.Channels[name] = c
+			case ReleasesDir:
+				var r Release
+				if p := s.loadFile(fsys, file, SchemaRelease, &r); len(p) > 0 {
+					ps = append(ps, p...)
+					continue
+				}
+				s.Releases[name] = r
+			case InstallsDir:
+				var in Install
+				if p := s.loadFile(fsys, file, SchemaInstall, &in); len(p) > 0 {
+					ps = append(ps, p...)
+					continue
+				}
+				s.Installs[name] = in
+			}
+		}
+	}
+	if _, ok := s.docs[AppFile]; ok {
+		ps = append(ps, s.check()...)
+	}
+	if err := ps.Err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
+	data, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return Problems{{File: file, Message: "cannot read: " + err.Error()}}
+	}
+	d, ps := parseYAML(file, data)
+	if len(ps) > 0 {
+		return ps
+	}
+	if ps := d.validate(schema, out); len(ps) > 0 {
+		return ps
+	}
+	s.docs[file] = d
+	return nil
+}
+
+// Component returns the app's component by name.
+func (s *Source) Component(name string) (Component, bool) {
+	for _, c := range s.App.Components {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Component{}, false
+}
+
+// ReleaseOf returns the release record of one component version.
+func (s *Source) ReleaseOf(component, version string) (ReleaseVersion, bool) {
+	for _, v := range s.Releases[component].Versions {
+		if v.Version == version {
+			return v, true
+		}
+	}
+	return ReleaseVersion{}, false
+}
+
+// InstallIDs returns the install ids, sorted.
+func (s *Source) InstallIDs() []string {
+	ids := make([]string, 0, len(s.Installs))
+	for id := range s.Installs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// check finds what the schemas cannot: files that disagree with one another.
+func (s *Source) check() Problems {
+	var ps Problems
+	app := s.docs[AppFile]
+	index := map[string]int{}
+	for i, c := range s.App.Components {
+		f := fmt.Sprintf("components[%d]", i)
+		if j, dup := index[c.Name]; dup {
+			ps = append(ps, app.at(f+".name", false, "component %q is already declared at components[%d]", c.Name, j))
+			continue
+		}
+		index[c.Name] = i
+	}
+	for i, c := range s.App.Components {
+		for j, dep := range c.DependsOn {
+			f := fmt.Sprintf("components[%d].dependsOn[%d]", i, j)
+			switch _, ok := index[dep]; {
+			case dep == c.Name:
+				ps = append(ps, app.at(f, false, "component %q depends on itself", c.Name))
+			case !ok:
+				ps = append(ps, app.at(f, false, "dependsOn names %q, which is not a component", dep))
+			}
+		}
+	}
+	if cycle := s.cycle(index); cycle != nil {
+		i := index[cycle[0]]
+		ps = append(ps, app.at(fmt.Sprintf("components[%d].dependsOn", i), false, "dependency cycle: %s", strings.Join(cycle, " → ")))
+	} else {
+		ps = append(ps, s.checkInputs(index)...)
+	}
+	for name, r := range s.Releases {
+		file := path.Join(ReleasesDir, name+".yaml")
+		d := s.docs[file]
+		if r.Component != name {
+			ps = append(ps, d.at("component", false, "release file %s names component %q; it must be %q", file, r.Component, name))
+		}
+		if _, ok := index[name]; !ok {
+			ps = append(ps, d.at("component", false, "component %q is not in %s", name, AppFile))
+		}
+		seen := map[string]bool{}
+		for i, v := range r.Versions {
+			if seen[v.Version] {
+				ps = append(ps, d.at(fmt.Sprintf("versions[%d].version", i), false, "version %q is released twice", v.Version))
+			}
+			seen[v.Version] = true
+		}
+	}
+	for name, ch := range s.Channels {
+		d := s.docs[path.Join(ChannelsDir, name+".yaml")]
+		for comp, version := range ch.Components {
+			ps = append(ps, s.checkPin(d, "components."+comp, comp, version, index)...)
+		}
+		for _, c := range s.App.Components {
+			if _, ok := ch.Components[c.Name]; !ok {
+				ps = append(ps, d.at("components", false, "component %q has no version pin", c.Name))
+			}
+		}
+	}
+	for _, id := range s.InstallIDs() {
+		in := s.Installs[id]
+		d := s.docs[path.Join(InstallsDir, id+".yaml")]
+		if in.ID != "" && in.ID != id {
+			ps = append(ps, d.at("id", false, "id %q does not match the file name: this file is install %q", in.ID, id))
+		}
+		if _, ok := s.Channels[in.Channel]; !ok {
+			ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
+		}
+		for comp, version := range in.Versions {
+			ps = append(ps, s.checkPin(d, "versions."+comp, comp, version, index)...)
+		}
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(in.AgentKey)); err != nil {
+			ps = append(ps, d.at("agentKey", false, "not an OpenSSH public key: %v", err))
+		}
+		for i, c := range s.App.Components {
+			ps = append(ps, s.checkInstallInputs(d, id, in, i, c)...)
+		}
+	}
+	return ps
+}
+
+func (s *Source) checkPin(d *document, field, comp, version string, index map[string]int) Problems {
+	if _, ok := index[comp]; !ok {
+		return Problems{d.at(field, true, "component %q is not in %s", comp, AppFile)}
+	}
+	if _, ok := s.ReleaseOf(comp, version); !ok {
+		return Problems{d.at(field, false, "%s %s has no release record in %s/%s.yaml", comp, version, ReleasesDir, comp)}
+	}
+	return nil
+}
+
+// cycle returns one dependency cycle, first node repeated last, or nil.
+func (s *Source) cycle(index map[string]int) []string {
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var visit func(n string) []string
+	visit = func(n string) []string {
+		state[n] = active
+		stack = append(stack, n)
+		i, ok := index[n]
+		if ok {
+			for _, d := range s.App.Components[i].DependsOn {
+				if _, ok := index[d]; !ok || d == n {
+					continue
+				}
+				switch state[d] {
+				case active:
+					at := slices.Index(stack, d)
+					return append(append([]string(nil), stack[at:]...), d)
+				case unseen:
+					if c := visit(d); c != nil {
+						return c
+					}
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[n] = done
+		return nil
+	}
+	for _, c := range s.App.Components {
+		if state[c.Name] == unseen {
+			if cyc := visit(c.Name); cyc != nil {
+				return cyc
+			}
+		}
+	}
+	return nil
+}
+
+// Dependencies returns every component name reachable through dependsOn
+// from name (not including name).
+func (s *Source) Dependencies(name string) map[string]bool {
+	out := map[string]bool{}
+	var walk func(n string)
+	walk = func(n string) {
+		c, ok := s.Component(n)
+		if !ok {
+			return
+		}
+		for _, d := range c.DependsOn {
+			if !out[d] {
+				out[d] = true
+				walk(d)
+			}
+		}
+	}
+	walk(name)
+	return out
+}
+
+func (s *Source) checkInputs(index map[string]int) Problems {
+	var ps Problems
+	app := s.docs[AppFile]
+	for i, c := range s.App.Components {
+		deps := s.Dependencies(c.Name)
+		_, err := WalkStrings(map[string]any(c.Inputs), fmt.Sprintf("components[%d].inputs", i), func(field, str string) (any, error) {
+			refs, err := ParseRefs(str)
+			if err != nil {
+				ps = append(ps, app.at(field, false, "%v", err))
+				return str, nil
+			}
+			for _, r := range refs {
+				if r.Kind != RefOutput {
+					continue
+				}
+				j, ok := index[r.Name]
+				switch {
+				case !ok:
+					ps = append(ps, app.at(field, false, "${%s}: %q is not a component", r, r.Name))
+				case !deps[r.Name]:
+					ps = append(ps, app.at(field, false, "${%s}: component %q must depend on %q (add it to dependsOn) to use its outputs", r, c.Name, r.Name))
+				case !slices.Contains(s.App.Components[j].Outputs, r.Output):
+					ps = append(ps, app.at(field, false, "${%s}: component %q declares no output %q (its outputs: %s)", r, r.Name, r.Output, strings.Join(s.App.Components[j].Outputs, ", ")))
+				}
+			}
+			return str, nil
+		})
+		if err != nil {
+			ps = append(ps, app.at(fmt.Sprintf("components[%d].inputs", i), false, "%v", err))
+		}
+	}
+	return ps
+}
+
+// checkInstallInputs reports install inputs a component needs but the
+// install does not provide.
+func (s *Source) checkInstallInputs(d *document, id string, in Install, i int, c Component) Problems {
+	var ps Problems
+	_, _ = WalkStrings(map[string]any(c.Inputs), "", func(field, str string) (any, error) {
+		refs, _ := ParseRefs(str)
+		for _, r := range refs {
+			if r.Kind != RefInstallInput {
+				continue
+			}
+			if _, ok := in.Inputs[r.Name]; !ok {
+				line := s.docs[AppFile].at(fmt.Sprintf("components[%d].inputs.%s", i, field), false, "")
+				ps = append(ps, d.at("inputs", false, "install %q has no input %q, which component %q uses (%s:%d)", id, r.Name, c.Name, AppFile, line.Line))
+			}
+		}
+		return str, nil
+	})
+	return ps
+}
