@@ -475,7 +475,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 
 // Generation reads the generation trailer of a per-install commit.
 func Generation(c *object.Commit) (int64, error) {
-	v, ok := Trailer(c.Message, schemas.TrailerGeneration)
+	v, ok := schemas.Trailer(c.Message, schemas.TrailerGeneration)
 	if !ok {
 		return 0, fmt.Errorf("commit has no %s trailer", schemas.TrailerGeneration)
 	}
@@ -484,24 +484,6 @@ func Generation(c *object.Commit) (int64, error) {
 		return 0, fmt.Errorf("bad %s trailer %q", schemas.TrailerGeneration, v)
 	}
 	return g, nil
-}
-
-// Trailer returns the value of the last "Key: value" trailer in the final
-// paragraph of a commit message.
-func Trailer(msg, key string) (string, bool) {
-	msg = strings.TrimRight(msg, "\n")
-	para := msg
-	if i := strings.LastIndex(msg, "\n\n"); i >= 0 {
-		para = msg[i+2:]
-	}
-	var val string
-	found := false
-	for _, line := range strings.Split(para, "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok && k == key {
-			val, found = strings.TrimSpace(v), true
-		}
-	}
-	return val, found
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

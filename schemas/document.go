@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 	"gopkg.in/yaml.v3"
 )
 
@@ -38,102 +37,280 @@ const (
 
 const schemaBase = "https://nuon.dev/schemas/"
 
-var compiled = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
+// schemaSet is every embedded schema, as parsed JSON (to look up the
+// properties an object allows) and compiled.
+type schemaSet struct {
+	raw      map[string]any
+	compiled map[string]*jsonschema.Schema
+}
+
+var loadSchemas = sync.OnceValues(func() (*schemaSet, error) {
+	set := &schemaSet{raw: map[string]any{}, compiled: map[string]*jsonschema.Schema{}}
 	c := jsonschema.NewCompiler()
 	entries, err := Files.ReadDir(".")
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range entries {
-		b, _ := Files.ReadFile(e.Name())
+		b, err := Files.ReadFile(e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
+		}
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 		if err != nil {
 			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
 		}
+		set.raw[e.Name()] = doc
 		if err := c.AddResource(schemaBase+e.Name(), doc); err != nil {
 			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
 		}
 	}
-	out := map[string]*jsonschema.Schema{}
 	for _, e := range entries {
 		s, err := c.Compile(schemaBase + e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
 		}
-		out[e.Name()] = s
+		set.compiled[e.Name()] = s
 	}
-	return out, nil
+	return set, nil
 })
 
-var printer = message.NewPrinter(language.English)
+// schema returns the compiled schema of that name.
+func (set *schemaSet) schema(name string) (*jsonschema.Schema, error) {
+	s, ok := set.compiled[name]
+	if !ok {
+		return nil, fmt.Errorf("no schema %q", name)
+	}
+	return s, nil
+}
+
+// properties returns the sorted property names of the schema object at
+// url (a schema location such as
+// https://nuon.dev/schemas/app.schema.json#/$defs/component).
+func (set *schemaSet) properties(url string) []string {
+	rest, ok := strings.CutPrefix(url, schemaBase)
+	if !ok {
+		return nil
+	}
+	file, ptr, _ := strings.Cut(rest, "#")
+	v := set.raw[file]
+	for _, tok := range strings.Split(ptr, "/") {
+		if tok == "" {
+			continue
+		}
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[tok]
+	}
+	m, _ := v.(map[string]any)
+	props, _ := m["properties"].(map[string]any)
+	names := make([]string, 0, len(props))
+	for n := range props {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// aliasFactor bounds how far aliases may multiply a file: a file of n bytes
+// may expand to at most aliasFactor*n+aliasSlack values.
+const (
+	aliasFactor = 10
+	aliasSlack  = 1000
+)
 
 // document is one parsed YAML file that remembers where each value sits.
 type document struct {
 	file string
 	root *yaml.Node
-	// pos maps a field path (see fieldPath) to the node holding its value
-	// and, for mapping entries, to the key node.
+	// value is the file as the plain JSON-like values the schema validator
+	// takes.
+	value any
+	// pos maps a field path (components[2].dependsOn[0], see joinField and
+	// indexField) to the node holding its value; keys maps the path of a
+	// mapping entry to its key node.
 	pos  map[string]*yaml.Node
 	keys map[string]*yaml.Node
+
+	budget int                 // values left to convert
+	active map[*yaml.Node]bool // mappings and lists being converted
 }
 
-// parseYAML reads one YAML document. A syntax error is a single problem.
+var _ locator = (*document)(nil)
+
+// parseYAML reads one YAML document and converts it for validation. A
+// syntax error is reported on its own, without looking further.
 func parseYAML(file string, data []byte) (*document, Problems) {
-	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, Problems{{File: file, Line: 1, Message: "file is empty"}}
 		}
-		return nil, Problems{yamlProblem(file, err)}
+		return nil, syntaxProblems(file, data, err)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, Problems{{File: file, Line: extra.Line, Message: "more than one YAML document; a file holds exactly one"}}
-	}
-	d := &document{file: file, root: &root, pos: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{}}
 	body := &root
 	if body.Kind == yaml.DocumentNode && len(body.Content) == 1 {
 		body = body.Content[0]
 	}
-	d.root = body
-	d.index(body, nil)
+	if isEmpty(body) {
+		return nil, Problems{{File: file, Line: 1, Message: "file is empty"}}
+	}
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, syntaxProblems(file, data, err)
+		}
+		if !isEmpty(&extra) {
+			return nil, Problems{{File: file, Line: extra.Line, Column: extra.Column,
+				Message: "a second YAML document starts here; a file holds exactly one"}}
+		}
+	}
+	d := &document{
+		file:   file,
+		root:   body,
+		pos:    map[string]*yaml.Node{},
+		keys:   map[string]*yaml.Node{},
+		budget: aliasFactor*len(data) + aliasSlack,
+		active: map[*yaml.Node]bool{},
+	}
+	var ps Problems
+	d.value = d.convert(body, "", &ps)
+	if d.budget < 0 {
+		return nil, Problems{{File: file, Line: 1, Message: fmt.Sprintf(
+			"aliases expand the file to more than %d values", aliasFactor*len(data)+aliasSlack)}}
+	}
+	if len(ps) > 0 {
+		return nil, ps
+	}
 	return d, nil
 }
 
-func (d *document) index(n *yaml.Node, path []string) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	d.pos[fieldPath(path)] = n
+// isEmpty reports whether n is a document or value with nothing in it.
+func isEmpty(n *yaml.Node) bool {
 	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			p := append(append([]string(nil), path...), n.Content[i].Value)
-			d.keys[fieldPath(p)] = n.Content[i]
-			d.index(n.Content[i+1], p)
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			d.index(c, append(append([]string(nil), path...), strconv.Itoa(i)))
-		}
+	case 0:
+		return true
+	case yaml.DocumentNode:
+		return len(n.Content) == 0 || len(n.Content) == 1 && isEmpty(n.Content[0])
+	case yaml.ScalarNode:
+		return n.ShortTag() == "!!null" && n.Value == ""
 	}
+	return false
 }
 
-// fieldPath renders a location as components[2].dependsOn[0].
-func fieldPath(path []string) string {
-	var b strings.Builder
-	for _, p := range path {
-		if _, err := strconv.Atoi(p); err == nil {
-			b.WriteString("[" + p + "]")
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(p)
+// convert turns the YAML tree under n, found at field, into plain values
+// and records where each one sits.
+func (d *document) convert(n *yaml.Node, field string, ps *Problems) any {
+	if d.budget--; d.budget < 0 {
+		return nil
 	}
-	return b.String()
+	d.pos[field] = n
+	if n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			return nil
+		}
+		if d.active[n.Alias] {
+			*ps = append(*ps, d.problemAt(n, field, fmt.Sprintf("alias *%s refers to a value that contains it", n.Value)))
+			return nil
+		}
+		n = n.Alias
+	}
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		d.active[n] = true
+		defer delete(d.active, n)
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		seen := map[string]*yaml.Node{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			switch {
+			case k.Kind != yaml.ScalarNode:
+				*ps = append(*ps, d.problemAt(k, field, "a key must be a plain string"))
+				continue
+			case k.ShortTag() == "!!merge":
+				*ps = append(*ps, d.problemAt(k, field, "merge keys (<<) are not supported; write the fields out"))
+				continue
+			}
+			f := joinField(field, k.Value)
+			if first, dup := seen[k.Value]; dup {
+				*ps = append(*ps, d.problemAt(k, f, fmt.Sprintf("key %q appears twice (first at line %d)", k.Value, first.Line)))
+				continue
+			}
+			seen[k.Value] = k
+			d.keys[f] = k
+			m[k.Value] = d.convert(v, f, ps)
+		}
+		return m
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			s[i] = d.convert(c, indexField(field, i), ps)
+		}
+		return s
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			for _, p := range yamlProblems(d.file, err) {
+				*ps = append(*ps, d.problemAt(n, field, p.Message))
+			}
+			return nil
+		}
+		switch x := v.(type) {
+		case int, int64, uint64, float64, string, bool, nil:
+			return x
+		default:
+			// Timestamps and binary values read as the text written.
+			return n.Value
+		}
+	}
+	return nil
+}
+
+func (d *document) problemAt(n *yaml.Node, field, msg string) Problem {
+	return Problem{File: d.file, Line: n.Line, Column: n.Column, Field: field, Message: msg}
+}
+
+// validate checks the document against the named schema and decodes it
+// into out when it is valid.
+func (d *document) validate(schema string, out any) Problems {
+	set, err := loadSchemas()
+	if err != nil {
+		return Problems{{File: d.file, Message: err.Error()}}
+	}
+	s, err := set.schema(schema)
+	if err != nil {
+		return Problems{{File: d.file, Message: err.Error()}}
+	}
+	if err := s.Validate(d.value); err != nil {
+		return schemaProblems(d, set, d.value, false, err)
+	}
+	if err := d.root.Decode(out); err != nil {
+		return yamlProblems(d.file, err)
+	}
+	return nil
+}
+
+// joinField is the path of the entry key in the mapping at parent.
+func joinField(parent, key string) string {
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+// indexField is the path of item i in the list at parent.
+func indexField(parent string, i int) string {
+	return parent + "[" + strconv.Itoa(i) + "]"
 }
 
 // at returns a problem located at field (the value's line), or at the key
@@ -165,129 +342,74 @@ func parentField(f string) string {
 	return f[:i]
 }
 
-// value converts the YAML tree into the plain JSON-like value the schema
-// validator takes.
-func (d *document) value() (any, Problems) {
-	var ps Problems
-	var conv func(n *yaml.Node, path []string) any
-	conv = func(n *yaml.Node, path []string) any {
-		if n.Kind == yaml.AliasNode && n.Alias != nil {
-			n = n.Alias
+// yamlProblems turns an error of the YAML parser or decoder into problems,
+// taking the line out of its "line N: message" text.
+func yamlProblems(file string, err error) Problems {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		ps := make(Problems, 0, len(te.Errors))
+		for _, e := range te.Errors {
+			ps = append(ps, lineProblem(file, e, ""))
 		}
-		switch n.Kind {
-		case yaml.MappingNode:
-			m := make(map[string]any, len(n.Content)/2)
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k := n.Content[i]
-				p := append(append([]string(nil), path...), k.Value)
-				if k.Kind != yaml.ScalarNode {
-					ps = append(ps, Problem{File: d.file, Line: k.Line, Column: k.Column, Field: fieldPath(path), Message: "a key must be a plain string"})
-					continue
-				}
-				if _, dup := m[k.Value]; dup {
-					ps = append(ps, Problem{File: d.file, Line: k.Line, Column: k.Column, Field: fieldPath(p), Message: "duplicate key"})
-				}
-				m[k.Value] = conv(n.Content[i+1], p)
-			}
-			return m
-		case yaml.SequenceNode:
-			s := make([]any, len(n.Content))
-			for i, c := range n.Content {
-				s[i] = conv(c, append(append([]string(nil), path...), strconv.Itoa(i)))
-			}
-			return s
-		case yaml.ScalarNode:
-			var v any
-			if err := n.Decode(&v); err != nil {
-				ps = append(ps, Problem{File: d.file, Line: n.Line, Column: n.Column, Field: fieldPath(path), Message: err.Error()})
-				return nil
-			}
-			switch x := v.(type) {
-			case int, int64, uint64, float64, string, bool, nil:
-				return x
-			default:
-				// Timestamps and binary values read as strings.
-				return n.Value
-			}
-		}
-		return nil
-	}
-	v := conv(d.root, nil)
-	return v, ps
-}
-
-// validate checks the document against the named schema and decodes it
-// into out when it is valid.
-func (d *document) validate(schema string, out any) Problems {
-	v, ps := d.value()
-	if len(ps) > 0 {
 		return ps
 	}
-	all, err := compiled()
-	if err != nil {
-		return Problems{{File: d.file, Message: err.Error()}}
-	}
-	if err := all[schema].Validate(v); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return Problems{{File: d.file, Message: err.Error()}}
-		}
-		return d.schemaProblems(ve)
-	}
-	if err := d.root.Decode(out); err != nil {
-		return Problems{yamlProblem(d.file, err)}
-	}
-	return nil
+	return Problems{lineProblem(file, strings.TrimPrefix(err.Error(), "yaml: "), syntaxPrefix)}
 }
 
-// schemaProblems flattens a validation error into one problem for each
-// leaf cause, each at the line of the value it is about.
-func (d *document) schemaProblems(ve *jsonschema.ValidationError) Problems {
-	var ps Problems
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
+// syntaxProblems is yamlProblems for an error of the parser, with the
+// line corrected: yaml.v3 counts the lines of parser errors from 0, leaves
+// out line 1, places a tab error at the start of the scalar before it and
+// gives no line for an unknown anchor.
+func syntaxProblems(file string, data []byte, err error) Problems {
+	ps := yamlProblems(file, err)
+	if len(ps) != 1 || !strings.HasPrefix(ps[0].Message, syntaxPrefix) {
+		return ps
+	}
+	p := &ps[0]
+	msg := strings.TrimPrefix(p.Message, syntaxPrefix)
+	lines := strings.Split(string(data), "\n")
+	switch {
+	case strings.HasPrefix(msg, "did not find expected") || strings.HasPrefix(msg, "found duplicate") ||
+		strings.HasPrefix(msg, "found incompatible") || strings.HasPrefix(msg, "found undefined"):
+		p.Line++
+	case strings.HasPrefix(msg, "unknown anchor '"):
+		name := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
+		for i, l := range lines {
+			if j := strings.Index(l, "*"+name); j >= 0 {
+				p.Line, p.Column = i+1, utf8.RuneCountInString(l[:j])+1
+				break
 			}
-			return
 		}
-		field := fieldPath(e.InstanceLocation)
-		switch k := e.ErrorKind.(type) {
-		case *kind.AdditionalProperties:
-			for _, name := range k.Properties {
-				f := fieldPath(append(append([]string(nil), e.InstanceLocation...), name))
-				ps = append(ps, d.at(f, true, "unknown field %q", name))
+	case strings.Contains(msg, "tab character"):
+		for i := max(p.Line, 1) - 1; i < len(lines); i++ {
+			indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " \t"))]
+			if strings.Contains(indent, "\t") {
+				p.Line = i + 1
+				break
 			}
-		case *kind.Required:
-			for _, name := range k.Missing {
-				ps = append(ps, d.at(field, false, "missing required field %q", name))
-			}
-		default:
-			ps = append(ps, d.at(field, false, "%s", e.ErrorKind.LocalizedString(printer)))
 		}
 	}
-	walk(ve)
+	if p.Line == 0 {
+		p.Line = 1
+	}
 	return ps
 }
 
-func yamlProblem(file string, err error) Problem {
-	// yaml.v3 reports "yaml: line N: message".
-	msg := err.Error()
-	p := Problem{File: file, Message: msg}
-	rest, ok := strings.CutPrefix(msg, "yaml: line ")
+const syntaxPrefix = "invalid YAML: "
+
+func lineProblem(file, msg, prefix string) Problem {
+	p := Problem{File: file, Message: prefix + msg}
+	rest, ok := strings.CutPrefix(msg, "line ")
 	if !ok {
-		if te := (*yaml.TypeError)(nil); errors.As(err, &te) && len(te.Errors) > 0 {
-			rest, ok = strings.CutPrefix(te.Errors[0], "line ")
-		}
+		return p
 	}
-	if ok {
-		if i := strings.Index(rest, ":"); i > 0 {
-			if n, err := strconv.Atoi(rest[:i]); err == nil {
-				p.Line = n
-				p.Message = strings.TrimSpace(rest[i+1:])
-			}
-		}
+	i := strings.Index(rest, ": ")
+	if i <= 0 {
+		return p
+	}
+	if n, err := strconv.Atoi(rest[:i]); err == nil && n > 0 {
+		p.Line = n
+		p.Message = prefix + rest[i+2:]
 	}
 	return p
 }

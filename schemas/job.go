@@ -41,6 +41,9 @@ type Job struct {
 	ResultFile string `json:"resultFile"`
 }
 
+// KindJobResult is the kind of a JobResult.
+const KindJobResult = "JobResult"
+
 // JobResult is what a finished job reports back to the agent.
 type JobResult struct {
 	APIVersion string `json:"apiVersion"`

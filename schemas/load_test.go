@@ -1,16 +1,457 @@
 package schemas
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"io/fs"
 	"os"
+	"strings"
 	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh"
+)
+
+// Tenants to load: the shared sample tenant, and testTenant, a copy of it
+// frozen for the tests here so that the lines they expect do not move when
+// the shared one changes.
+const (
+	fixtures   = "../fixtures/tenant"
+	testTenant = "testdata/tenant"
 )
 
 func TestLoadFixtures(t *testing.T) {
-	s, err := Load(os.DirFS("../fixtures/tenant"))
-	if err != nil {
-		t.Fatalf("load fixtures:\n%v", err)
+	for _, dir := range []string{fixtures, testTenant} {
+		s, err := Load(os.DirFS(dir))
+		if err != nil {
+			t.Fatalf("load %s:\n%v", dir, err)
+		}
+		if len(s.Installs) < 3 || len(s.Channels) < 2 || len(s.App.Components) < 4 {
+			t.Fatalf("%s too small: %d installs, %d channels, %d components", dir, len(s.Installs), len(s.Channels), len(s.App.Components))
+		}
 	}
-	if len(s.Installs) < 3 || len(s.Channels) < 2 || len(s.App.Components) < 4 {
-		t.Fatalf("fixtures too small: %d installs, %d channels, %d components", len(s.Installs), len(s.Channels), len(s.App.Components))
+}
+
+// tenant returns the test tenant as an in-memory file system.
+func tenant(t testing.TB) fstest.MapFS {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	err := fs.WalkDir(os.DirFS(testTenant), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(testTenant + "/" + p)
+		fsys[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read %s: %v", testTenant, err)
+	}
+	return fsys
+}
+
+// An edit changes one file of the tenant.
+type edit func(t testing.TB, fsys fstest.MapFS)
+
+// write replaces file's content, creating it if needed.
+func write(file, content string) edit {
+	return func(_ testing.TB, fsys fstest.MapFS) {
+		fsys[file] = &fstest.MapFile{Data: []byte(content)}
+	}
+}
+
+// remove deletes file.
+func remove(file string) edit {
+	return func(t testing.TB, fsys fstest.MapFS) {
+		t.Helper()
+		if _, ok := fsys[file]; !ok {
+			t.Fatalf("remove %s: no such file", file)
+		}
+		delete(fsys, file)
+	}
+}
+
+// replace replaces the one occurrence of old in file by new.
+func replace(file, old, new string) edit {
+	return func(t testing.TB, fsys fstest.MapFS) {
+		t.Helper()
+		f, ok := fsys[file]
+		if !ok {
+			t.Fatalf("edit %s: no such file", file)
+		}
+		if n := strings.Count(string(f.Data), old); n != 1 {
+			t.Fatalf("edit %s: %q occurs %d times, want once", file, old, n)
+		}
+		fsys[file] = &fstest.MapFile{Data: []byte(strings.Replace(string(f.Data), old, new, 1))}
+	}
+}
+
+// appendTo adds text at the end of file.
+func appendTo(file, text string) edit {
+	return func(t testing.TB, fsys fstest.MapFS) {
+		t.Helper()
+		f, ok := fsys[file]
+		if !ok {
+			t.Fatalf("edit %s: no such file", file)
+		}
+		fsys[file] = &fstest.MapFile{Data: append([]byte(string(f.Data)), text...)}
+	}
+}
+
+const goodKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv nuon-fixture-acme"
+
+// ecdsaKey is an ECDSA public key written after an ssh-ed25519 label.
+var ecdsaKey = func() string {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	pk, err := ssh.NewPublicKey(&k.PublicKey)
+	if err != nil {
+		panic(err)
+	}
+	_, data, _ := strings.Cut(string(ssh.MarshalAuthorizedKey(pk)), " ")
+	return "ssh-ed25519 " + strings.TrimSpace(data) + " ecdsa"
+}()
+
+// loadCases are one edit (or a few) of the fixtures each, with every
+// problem Load must report, as Problem.String gives them.
+var loadCases = []struct {
+	name  string
+	edits []edit
+	want  []string
+}{
+	{
+		name:  "yaml syntax error",
+		edits: []edit{replace("nuon.yaml", "outputs: [vpc_id]", "outputs: [vpc_id")},
+		want:  []string{"nuon.yaml:13: invalid YAML: did not find expected ',' or ']'"},
+	},
+	{
+		name:  "yaml tab indentation",
+		edits: []edit{replace("installs/acme.yaml", "  region: us-east-1", "\tregion: us-east-1")},
+		want:  []string{"installs/acme.yaml:8: invalid YAML: found a tab character that violates indentation"},
+	},
+	{
+		name:  "unknown field",
+		edits: []edit{replace("nuon.yaml", "    outputs: [endpoint]\n", "    outputs: [endpoint]\n    dependson: [network]\n")},
+		want:  []string{`nuon.yaml:25:5: components[1].dependson: unknown field "dependson"; did you mean "dependsOn"?`},
+	},
+	{
+		name:  "unknown top-level field",
+		edits: []edit{appendTo("installs/acme.yaml", "owner: ops\n")},
+		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, id, inputs, registry, sandbox, versions`},
+	},
+	{
+		name:  "missing required field",
+		edits: []edit{replace("nuon.yaml", "    type: image\n    repository: registry.vendor.example/shop/api\n", "    type: image\n")},
+		want:  []string{`nuon.yaml:26:5: components[2]: missing required field "repository"`},
+	},
+	{
+		name:  "missing required top-level field",
+		edits: []edit{replace("installs/globex.yaml", "channel: beta\n", "")},
+		want:  []string{`installs/globex.yaml:1:1: missing required field "channel"`},
+	},
+	{
+		name:  "wrong type",
+		edits: []edit{replace("nuon.yaml", "      wait: true", `      wait: "true"`)},
+		want:  []string{`nuon.yaml:52:13: components[4].manifests.wait: must be true or false, not a string`},
+	},
+	{
+		name:  "unquoted version",
+		edits: []edit{replace("channels/stable.yaml", "network: 1.0.0", "network: 1.0")},
+		want:  []string{`channels/stable.yaml:3:12: components.network: must be a string, not a number; quote it`},
+	},
+	{
+		name:  "empty list",
+		edits: []edit{replace("nuon.yaml", "    outputs: [endpoint]\n", "    outputs:\n")},
+		want:  []string{`nuon.yaml:24:13: components[1].outputs: has no value; want a list`},
+	},
+	{
+		name:  "bad enum",
+		edits: []edit{replace("nuon.yaml", "    type: image", "    type: docker")},
+		want:  []string{`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests or image, not "docker"`},
+	},
+	{
+		name:  "bad name pattern",
+		edits: []edit{replace("nuon.yaml", "  - name: api-image", "  - name: API_Image")},
+		want:  []string{`nuon.yaml:26:11: components[2].name: "API_Image" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
+	},
+	{
+		name:  "bad key pattern",
+		edits: []edit{replace("channels/beta.yaml", "  api: 2.4.0", "  API: 2.4.0")},
+		want:  []string{`channels/beta.yaml:5:3: components.API: key "API" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
+	},
+	{
+		name:  "bad digest",
+		edits: []edit{replace("releases/network.yaml", "digest: sha256:fb4c", "digest: sha256:FB4C")},
+		want:  []string{`releases/network.yaml:6:17: versions[0].artifacts.module.digest: "sha256:FB4C1f5ba4e0dfa6111b9f9dadebc15404640ea0cfc9da1dba7eeacad73142d1" is not a digest (sha256: and 64 lower-case hex digits)`},
+	},
+	{
+		name:  "duplicate key",
+		edits: []edit{replace("installs/acme.yaml", "channel: stable\n", "channel: stable\nchannel: beta\n")},
+		want:  []string{`installs/acme.yaml:2:1: channel: key "channel" appears twice (first at line 1)`},
+	},
+	{
+		name:  "duplicate dependsOn entry",
+		edits: []edit{replace("nuon.yaml", "dependsOn: [database, api-image]", "dependsOn: [database, database]")},
+		want:  []string{`nuon.yaml:33:27: components[3].dependsOn[1]: "database" is listed twice (first at components[3].dependsOn[0])`},
+	},
+	{
+		name:  "duplicate component",
+		edits: []edit{appendTo("nuon.yaml", "\n  - name: api-image\n    type: image\n    repository: registry.vendor.example/shop/api\n")},
+		want:  []string{`nuon.yaml:54:11: components[5].name: component "api-image" is declared twice (first at line 26)`},
+	},
+	{
+		name:  "dependsOn names no component",
+		edits: []edit{replace("nuon.yaml", "dependsOn: [api]", "dependsOn: [api, cache]")},
+		want:  []string{`nuon.yaml:47:22: components[4].dependsOn[1]: "cache" is not a component (components: api, api-image, dashboards, database, network)`},
+	},
+	{
+		name:  "self dependency",
+		edits: []edit{replace("nuon.yaml", "dependsOn: [api]", "dependsOn: [dashboards]")},
+		want:  []string{`nuon.yaml:47:17: components[4].dependsOn[0]: component "dashboards" depends on itself`},
+	},
+	{
+		name:  "dependency cycle",
+		edits: []edit{replace("nuon.yaml", "shop/network\n", "shop/network\n    dependsOn: [dashboards]\n")},
+		want:  []string{`nuon.yaml:10:16: components[0].dependsOn: dependency cycle: network → dashboards → api → database → network`},
+	},
+	{
+		name:  "undeclared output",
+		edits: []edit{replace("nuon.yaml", "${components.network.outputs.vpc_id}", "${components.network.outputs.vpc}")},
+		want:  []string{`nuon.yaml:22:15: components[1].inputs.vpc_id: ${components.network.outputs.vpc}: component "network" declares no output "vpc" (its outputs: vpc_id)`},
+	},
+	{
+		name:  "output of a component not in dependsOn",
+		edits: []edit{replace("nuon.yaml", "cidr: ${install.inputs.cidr}", "cidr: ${components.database.outputs.endpoint}")},
+		want:  []string{`nuon.yaml:12:13: components[0].inputs.cidr: ${components.database.outputs.endpoint}: component "network" must depend on "database" (add it to dependsOn) to use its outputs`},
+	},
+	{
+		name:  "output of no component",
+		edits: []edit{replace("nuon.yaml", "${components.database.outputs.endpoint}", "${components.db.outputs.endpoint}")},
+		want:  []string{`nuon.yaml:37:19: components[3].inputs.database.endpoint: ${components.db.outputs.endpoint}: "db" is not a component (components: api, api-image, dashboards, database, network)`},
+	},
+	{
+		name:  "unknown reference",
+		edits: []edit{replace("nuon.yaml", "      domain: ${install.inputs.domain}\n    manifests:", "      domain: ${install.domain}\n    manifests:")},
+		want:  []string{`nuon.yaml:49:15: components[4].inputs.domain: unknown reference ${install.domain}: want ${install.id}, ${install.inputs.NAME}, ${components.NAME.outputs.OUTPUT} or ${secrets.NAME}`},
+	},
+	{
+		name:  "unterminated reference",
+		edits: []edit{replace("nuon.yaml", "${install.inputs.db_size}", "${install.inputs.db_size")},
+		want:  []string{`nuon.yaml:23:13: components[1].inputs.size: unterminated reference "${install.inputs.db_size": no closing }`},
+	},
+	{
+		name:  "channel pin with no release",
+		edits: []edit{replace("channels/beta.yaml", "dashboards: 1.2.0", "dashboards: 1.3.0")},
+		want:  []string{`channels/beta.yaml:6:15: components.dashboards: dashboards 1.3.0 is not released: releases/dashboards.yaml has no version "1.3.0"`},
+	},
+	{
+		name:  "channel missing a pin",
+		edits: []edit{replace("channels/stable.yaml", "  dashboards: 1.1.0\n", "")},
+		want:  []string{`channels/stable.yaml:2:1: components: no version pin for component "dashboards"`},
+	},
+	{
+		name:  "channel pins an unknown component",
+		edits: []edit{appendTo("channels/stable.yaml", "  worker: 1.0.0\n")},
+		want:  []string{`channels/stable.yaml:8:3: components.worker: component "worker" is not in nuon.yaml`},
+	},
+	{
+		name:  "install override of an unknown component",
+		edits: []edit{replace("installs/initech.yaml", "  api-image: 2.4.0", "  worker: 2.4.0")},
+		want:  []string{`installs/initech.yaml:18:3: versions.worker: component "worker" is not in nuon.yaml`},
+	},
+	{
+		name:  "install override with no release",
+		edits: []edit{replace("installs/initech.yaml", "  api: 2.4.0", "  api: 2.5.0")},
+		want:  []string{`installs/initech.yaml:17:8: versions.api: api 2.5.0 is not released: releases/api.yaml has no version "2.5.0"`},
+	},
+	{
+		name:  "install id differs from its file name",
+		edits: []edit{replace("installs/acme.yaml", "channel: stable\n", "id: acme-corp\nchannel: stable\n")},
+		want:  []string{`installs/acme.yaml:1:5: id: is "acme-corp", but the file name makes this install "acme"`},
+	},
+	{
+		name:  "install names a missing channel",
+		edits: []edit{replace("installs/globex.yaml", "channel: beta", "channel: canary")},
+		want:  []string{`installs/globex.yaml:1:10: channel: channel "canary" does not exist (no channels/canary.yaml)`},
+	},
+	{
+		name:  "install misses an input",
+		edits: []edit{replace("installs/acme.yaml", "  db_size: small\n", "")},
+		want:  []string{`installs/acme.yaml:2:1: inputs: no input "db_size", which component "database" uses (nuon.yaml:23)`},
+	},
+	{
+		name:  "install misses an input two components use",
+		edits: []edit{replace("installs/acme.yaml", "  domain: acme.shop.example\n", "")},
+		want: []string{
+			`installs/acme.yaml:2:1: inputs: no input "domain", which component "api" uses (nuon.yaml:39)`,
+			`installs/acme.yaml:2:1: inputs: no input "domain", which component "dashboards" uses (nuon.yaml:49)`,
+		},
+	},
+	{
+		name:  "agent key that does not decode",
+		edits: []edit{replace("installs/acme.yaml", goodKey, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 nuon-fixture-acme")},
+		want:  []string{`installs/acme.yaml:14:11: agentKey: the key data is not an SSH public key`},
+	},
+	{
+		name:  "agent key that is not base64",
+		edits: []edit{replace("installs/acme.yaml", goodKey, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5A nuon-fixture-acme")},
+		want:  []string{`installs/acme.yaml:14:11: agentKey: the key data after ssh-ed25519 is not valid base64`},
+	},
+	{
+		name:  "agent key of the wrong type",
+		edits: []edit{replace("installs/acme.yaml", goodKey, "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ nuon-fixture-acme")},
+		want:  []string{`installs/acme.yaml:14:11: agentKey: "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ nuon-fixture-acme" is not an OpenSSH ed25519 public key (ssh-ed25519 AAAA… comment)`},
+	},
+	{
+		name:  "agent key with ECDSA data",
+		edits: []edit{replace("installs/acme.yaml", goodKey, ecdsaKey)},
+		want:  []string{`installs/acme.yaml:14:11: agentKey: the key data is of type ecdsa-sha2-nistp256, not ssh-ed25519`},
+	},
+	{
+		name:  "release file names another component",
+		edits: []edit{replace("releases/api.yaml", "component: api\n", "component: api-image\n")},
+		want:  []string{`releases/api.yaml:1:12: component: is "api-image", but this file holds the releases of "api" (its name)`},
+	},
+	{
+		name:  "release of no component",
+		edits: []edit{write("releases/worker.yaml", "component: worker\nversions: []\n")},
+		want:  []string{`releases/worker.yaml:1:12: component: component "worker" is not in nuon.yaml`},
+	},
+	{
+		name:  "version released twice",
+		edits: []edit{appendTo("releases/network.yaml", "  - version: 1.0.0\n    artifacts:\n      module:\n        digest: sha256:"+strings.Repeat("0", 64)+"\n")},
+		want:  []string{`releases/network.yaml:7:14: versions[1].version: version "1.0.0" is released twice (first at line 3)`},
+	},
+	{
+		name:  "yml file",
+		edits: []edit{write("channels/edge.yml", "components: {}\n")},
+		want:  []string{`channels/edge.yml: only .yaml files are read; rename it to edge.yaml`},
+	},
+	{
+		name:  "yml install names its channel",
+		edits: []edit{remove("channels/beta.yaml"), write("channels/beta.yml", "components: {}\n")},
+		want:  []string{`channels/beta.yml: only .yaml files are read; rename it to beta.yaml`},
+	},
+	{
+		name:  "file name that is not a label",
+		edits: []edit{write("installs/Acme_2.yaml", "channel: stable\n")},
+		want:  []string{`installs/Acme_2.yaml: file name "Acme_2" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
+	},
+	{
+		name:  "empty file",
+		edits: []edit{write("channels/edge.yaml", "")},
+		want:  []string{`channels/edge.yaml:1: file is empty`},
+	},
+	{
+		name:  "file with only comments",
+		edits: []edit{write("channels/edge.yaml", "# soon\n")},
+		want:  []string{`channels/edge.yaml:1: file is empty`},
+	},
+	{
+		name:  "file with only a document marker",
+		edits: []edit{write("channels/edge.yaml", "---\n")},
+		want:  []string{`channels/edge.yaml:1: file is empty`},
+	},
+	{
+		name:  "two documents",
+		edits: []edit{appendTo("installs/acme.yaml", "---\nchannel: beta\n")},
+		want:  []string{`installs/acme.yaml:15:1: a second YAML document starts here; a file holds exactly one`},
+	},
+	{
+		name:  "syntax error in a second document",
+		edits: []edit{appendTo("installs/acme.yaml", "---\nchannel: [beta\n")},
+		want:  []string{`installs/acme.yaml:16: invalid YAML: did not find expected ',' or ']'`},
+	},
+	{
+		name:  "not a mapping",
+		edits: []edit{write("channels/beta.yaml", "- network\n")},
+		want:  []string{`channels/beta.yaml:1:1: must be a mapping, not a list`},
+	},
+	{
+		name:  "missing app file",
+		edits: []edit{remove("nuon.yaml")},
+		want:  []string{`nuon.yaml: missing: the app and its components are declared in nuon.yaml at the root`},
+	},
+	{
+		name:  "app file named nuon.yml",
+		edits: []edit{remove("nuon.yaml"), write("nuon.yml", "name: shop\n")},
+		want:  []string{`nuon.yaml: missing; rename nuon.yml to nuon.yaml`},
+	},
+	{
+		name:  "recursive alias",
+		edits: []edit{replace("nuon.yaml", "outputs: [vpc_id]", "outputs: &o [*o]")},
+		want:  []string{`nuon.yaml:13:18: components[0].outputs[0]: alias *o refers to a value that contains it`},
+	},
+	{
+		name:  "merge key",
+		edits: []edit{replace("nuon.yaml", "  - name: api-image\n", "  - <<: {x: 1}\n    name: api-image\n")},
+		want:  []string{`nuon.yaml:26:5: components[2]: merge keys (<<) are not supported; write the fields out`},
+	},
+	{
+		name:  "alias is expanded",
+		edits: []edit{replace("nuon.yaml", "      namespace: shop\n      timeout: 5m", "      namespace: &ns shop\n      timeout: 5m"), replace("nuon.yaml", "      namespace: shop\n      wait: true", "      namespace: *ns\n      wait: true")},
+	},
+	{
+		name:  "alias to a bad value",
+		edits: []edit{replace("nuon.yaml", "      namespace: shop\n      timeout: 5m", "      namespace: &ns Shop\n      timeout: 5m"), replace("nuon.yaml", "      namespace: shop\n      wait: true", "      namespace: *ns\n      wait: true")},
+		want: []string{
+			`nuon.yaml:41:18: components[3].helm.namespace: "Shop" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`,
+			`nuon.yaml:51:18: components[4].manifests.namespace: "Shop" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`,
+		},
+	},
+	{
+		name:  "alias used before its anchor",
+		edits: []edit{replace("nuon.yaml", "      namespace: shop\n      timeout: 5m", "      namespace: *ns\n      timeout: 5m")},
+		want:  []string{`nuon.yaml:41:18: invalid YAML: unknown anchor 'ns' referenced`},
+	},
+	{
+		name:  "a broken release file is not reported again by the pins",
+		edits: []edit{replace("releases/api.yaml", "component: api\n", "component: api\nowner: ci\n")},
+		want:  []string{`releases/api.yaml:2:1: owner: unknown field "owner"; known fields: component, versions`},
+	},
+	{
+		name: "problems in several files",
+		edits: []edit{
+			replace("installs/globex.yaml", "channel: beta", "channel: canary"),
+			replace("channels/stable.yaml", "  dashboards: 1.1.0\n", ""),
+			replace("installs/acme.yaml", "  provider: aws", "  provider: gcp"),
+			replace("releases/api.yaml", "component: api\n", "component: api-image\n"),
+			write("channels/edge.yml", "components: {}\n"),
+		},
+		want: []string{
+			`channels/edge.yml: only .yaml files are read; rename it to edge.yaml`,
+			`channels/stable.yaml:2:1: components: no version pin for component "dashboards"`,
+			`installs/acme.yaml:7:13: cloud.provider: must be one of aws or local, not "gcp"`,
+			`installs/globex.yaml:1:10: channel: channel "canary" does not exist (no channels/canary.yaml)`,
+			`releases/api.yaml:1:12: component: is "api-image", but this file holds the releases of "api" (its name)`,
+		},
+	},
+}
+
+func TestLoadProblems(t *testing.T) {
+	for _, tc := range loadCases {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := tenant(t)
+			for _, e := range tc.edits {
+				e(t, fsys)
+			}
+			_, err := Load(fsys)
+			var ps Problems
+			if err != nil && !errors.As(err, &ps) {
+				t.Fatalf("Load: %v, want Problems", err)
+			}
+			var got []string
+			for _, p := range ps {
+				got = append(got, p.String())
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

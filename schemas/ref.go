@@ -60,7 +60,11 @@ func ParseRefs(s string) ([]Ref, error) {
 		}
 		k := strings.IndexByte(s[j:], '}')
 		if k < 0 {
-			return nil, fmt.Errorf("unterminated reference at offset %d", j)
+			ref := s[j:]
+			if len(ref) > 40 {
+				ref = ref[:40] + "…"
+			}
+			return nil, fmt.Errorf("unterminated reference %q: no closing }", ref)
 		}
 		k += j
 		r, err := parseRef(strings.TrimSpace(s[j+2 : k]))

@@ -1,6 +1,8 @@
 package schemas
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -27,6 +29,9 @@ type Source struct {
 	Installs map[string]Install
 
 	docs map[string]*document
+	// broken holds the files that exist but did not load, so that the
+	// cross-file checks do not report them a second time as missing.
+	broken map[string]bool
 }
 
 // Load reads the source files from fsys (the root of a main checkout or
@@ -38,6 +43,7 @@ func Load(fsys fs.FS) (*Source, error) {
 		Releases: map[string]Release{},
 		Installs: map[string]Install{},
 		docs:     map[string]*document{},
+		broken:   map[string]bool{},
 	}
 	var ps Problems
 	ps = append(ps, s.loadFile(fsys, AppFile, SchemaApp, &s.App)...)
@@ -58,12 +64,13 @@ func Load(fsys fs.FS) (*Source, error) {
 				ps = append(ps, Problem{File: file, Message: "unexpected directory"})
 				continue
 			case strings.HasSuffix(e.Name(), ".yml"):
-				ps = append(ps, Problem{File: file, Message: "rename to .yaml: only .yaml files are read"})
+				ps = append(ps, Problem{File: file, Message: "only .yaml files are read; rename it to " + strings.TrimSuffix(e.Name(), ".yml") + ".yaml"})
+				s.broken[strings.TrimSuffix(file, ".yml")+".yaml"] = true
 				continue
 			case !ok:
 				continue // READMEs and the like
 			case !labelRE.MatchString(name):
-				ps = append(ps, Problem{File: file, Message: fmt.Sprintf("file name %q must be a lower-case DNS label (a-z, 0-9, -)", name)})
+				ps = append(ps, Problem{File: file, Message: fmt.Sprintf("file name %q is not %s", name, describePattern(labelRE.String()))})
 				continue
 			}
 			switch dir {
@@ -102,14 +109,22 @@ func Load(fsys fs.FS) (*Source, error) {
 
 func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
 	data, err := fs.ReadFile(fsys, file)
+	if errors.Is(err, fs.ErrNotExist) && file == AppFile {
+		msg := "missing: the app and its components are declared in " + AppFile + " at the root"
+		if _, err := fs.Stat(fsys, "nuon.yml"); err == nil {
+			msg = "missing; rename nuon.yml to " + AppFile
+		}
+		return Problems{{File: file, Message: msg}}
+	}
 	if err != nil {
 		return Problems{{File: file, Message: "cannot read: " + err.Error()}}
 	}
 	d, ps := parseYAML(file, data)
-	if len(ps) > 0 {
-		return ps
+	if len(ps) == 0 {
+		ps = d.validate(schema, out)
 	}
-	if ps := d.validate(schema, out); len(ps) > 0 {
+	if len(ps) > 0 {
+		s.broken[file] = true
 		return ps
 	}
 	s.docs[file] = d
@@ -154,7 +169,8 @@ func (s *Source) check() Problems {
 	for i, c := range s.App.Components {
 		f := fmt.Sprintf("components[%d]", i)
 		if j, dup := index[c.Name]; dup {
-			ps = append(ps, app.at(f+".name", false, "component %q is already declared at components[%d]", c.Name, j))
+			first := app.at(fmt.Sprintf("components[%d].name", j), false, "")
+			ps = append(ps, app.at(f+".name", false, "component %q is declared twice (first at line %d)", c.Name, first.Line))
 			continue
 		}
 		index[c.Name] = i
@@ -166,7 +182,7 @@ func (s *Source) check() Problems {
 			case dep == c.Name:
 				ps = append(ps, app.at(f, false, "component %q depends on itself", c.Name))
 			case !ok:
-				ps = append(ps, app.at(f, false, "dependsOn names %q, which is not a component", dep))
+				ps = append(ps, app.at(f, false, "%q is not a component%s", dep, knownNames(s.App.Components)))
 			}
 		}
 	}
@@ -180,17 +196,19 @@ func (s *Source) check() Problems {
 		file := path.Join(ReleasesDir, name+".yaml")
 		d := s.docs[file]
 		if r.Component != name {
-			ps = append(ps, d.at("component", false, "release file %s names component %q; it must be %q", file, r.Component, name))
-		}
-		if _, ok := index[name]; !ok {
+			ps = append(ps, d.at("component", false, "is %q, but this file holds the releases of %q (its name)", r.Component, name))
+		} else if _, ok := index[name]; !ok {
 			ps = append(ps, d.at("component", false, "component %q is not in %s", name, AppFile))
 		}
-		seen := map[string]bool{}
+		seen := map[string]int{}
 		for i, v := range r.Versions {
-			if seen[v.Version] {
-				ps = append(ps, d.at(fmt.Sprintf("versions[%d].version", i), false, "version %q is released twice", v.Version))
+			f := fmt.Sprintf("versions[%d].version", i)
+			if j, dup := seen[v.Version]; dup {
+				first := d.at(fmt.Sprintf("versions[%d].version", j), false, "")
+				ps = append(ps, d.at(f, false, "version %q is released twice (first at line %d)", v.Version, first.Line))
+				continue
 			}
-			seen[v.Version] = true
+			seen[v.Version] = i
 		}
 	}
 	for name, ch := range s.Channels {
@@ -200,7 +218,7 @@ func (s *Source) check() Problems {
 		}
 		for _, c := range s.App.Components {
 			if _, ok := ch.Components[c.Name]; !ok {
-				ps = append(ps, d.at("components", false, "component %q has no version pin", c.Name))
+				ps = append(ps, d.at("components", true, "no version pin for component %q", c.Name))
 			}
 		}
 	}
@@ -208,19 +226,19 @@ func (s *Source) check() Problems {
 		in := s.Installs[id]
 		d := s.docs[path.Join(InstallsDir, id+".yaml")]
 		if in.ID != "" && in.ID != id {
-			ps = append(ps, d.at("id", false, "id %q does not match the file name: this file is install %q", in.ID, id))
+			ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
 		}
-		if _, ok := s.Channels[in.Channel]; !ok {
+		if _, ok := s.Channels[in.Channel]; !ok && !s.broken[path.Join(ChannelsDir, in.Channel+".yaml")] {
 			ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
 		}
 		for comp, version := range in.Versions {
 			ps = append(ps, s.checkPin(d, "versions."+comp, comp, version, index)...)
 		}
-		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(in.AgentKey)); err != nil {
-			ps = append(ps, d.at("agentKey", false, "not an OpenSSH public key: %v", err))
+		if msg := checkAgentKey(in.AgentKey); msg != "" {
+			ps = append(ps, d.at("agentKey", false, "%s", msg))
 		}
 		for i, c := range s.App.Components {
-			ps = append(ps, s.checkInstallInputs(d, id, in, i, c)...)
+			ps = append(ps, s.checkInstallInputs(d, in, i, c)...)
 		}
 	}
 	return ps
@@ -230,10 +248,46 @@ func (s *Source) checkPin(d *document, field, comp, version string, index map[st
 	if _, ok := index[comp]; !ok {
 		return Problems{d.at(field, true, "component %q is not in %s", comp, AppFile)}
 	}
+	file := path.Join(ReleasesDir, comp+".yaml")
+	if s.broken[file] {
+		return nil
+	}
 	if _, ok := s.ReleaseOf(comp, version); !ok {
-		return Problems{d.at(field, false, "%s %s has no release record in %s/%s.yaml", comp, version, ReleasesDir, comp)}
+		return Problems{d.at(field, false, "%s %s is not released: %s has no version %q", comp, version, file, version)}
 	}
 	return nil
+}
+
+// checkAgentKey says what is wrong with an install's agent key, or "". The
+// schema has checked its form already: ssh-ed25519, base64 data, a comment.
+func checkAgentKey(key string) string {
+	fields := strings.Fields(key)
+	if len(fields) < 2 {
+		return "not an OpenSSH public key"
+	}
+	blob, err := base64.StdEncoding.DecodeString(fields[1])
+	if err != nil {
+		return "the key data after " + fields[0] + " is not valid base64"
+	}
+	pk, err := ssh.ParsePublicKey(blob)
+	if err != nil {
+		return "the key data is not an SSH public key"
+	}
+	if pk.Type() != ssh.KeyAlgoED25519 || fields[0] != ssh.KeyAlgoED25519 {
+		return fmt.Sprintf("the key data is of type %s, not %s", pk.Type(), ssh.KeyAlgoED25519)
+	}
+	return ""
+}
+
+// knownNames lists the component names for a message about a name that
+// is not one of them.
+func knownNames(cs []Component) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	slices.Sort(names)
+	return " (components: " + strings.Join(names, ", ") + ")"
 }
 
 // cycle returns one dependency cycle, first node repeated last, or nil.
@@ -319,11 +373,11 @@ func (s *Source) checkInputs(index map[string]int) Problems {
 				j, ok := index[r.Name]
 				switch {
 				case !ok:
-					ps = append(ps, app.at(field, false, "${%s}: %q is not a component", r, r.Name))
+					ps = append(ps, app.at(field, false, "${%s}: %q is not a component%s", r, r.Name, knownNames(s.App.Components)))
 				case !deps[r.Name]:
 					ps = append(ps, app.at(field, false, "${%s}: component %q must depend on %q (add it to dependsOn) to use its outputs", r, c.Name, r.Name))
 				case !slices.Contains(s.App.Components[j].Outputs, r.Output):
-					ps = append(ps, app.at(field, false, "${%s}: component %q declares no output %q (its outputs: %s)", r, r.Name, r.Output, strings.Join(s.App.Components[j].Outputs, ", ")))
+					ps = append(ps, app.at(field, false, "${%s}: component %q declares no output %q%s", r, r.Name, r.Output, outputList(s.App.Components[j].Outputs)))
 				}
 			}
 			return str, nil
@@ -337,7 +391,7 @@ func (s *Source) checkInputs(index map[string]int) Problems {
 
 // checkInstallInputs reports install inputs a component needs but the
 // install does not provide.
-func (s *Source) checkInstallInputs(d *document, id string, in Install, i int, c Component) Problems {
+func (s *Source) checkInstallInputs(d *document, in Install, i int, c Component) Problems {
 	var ps Problems
 	_, _ = WalkStrings(map[string]any(c.Inputs), "", func(field, str string) (any, error) {
 		refs, _ := ParseRefs(str)
@@ -346,11 +400,18 @@ func (s *Source) checkInstallInputs(d *document, id string, in Install, i int, c
 				continue
 			}
 			if _, ok := in.Inputs[r.Name]; !ok {
-				line := s.docs[AppFile].at(fmt.Sprintf("components[%d].inputs.%s", i, field), false, "")
-				ps = append(ps, d.at("inputs", false, "install %q has no input %q, which component %q uses (%s:%d)", id, r.Name, c.Name, AppFile, line.Line))
+				use := s.docs[AppFile].at(joinField(fmt.Sprintf("components[%d].inputs", i), field), false, "")
+				ps = append(ps, d.at("inputs", true, "no input %q, which component %q uses (%s:%d)", r.Name, c.Name, AppFile, use.Line))
 			}
 		}
 		return str, nil
 	})
 	return ps
+}
+
+func outputList(outputs []string) string {
+	if len(outputs) == 0 {
+		return " (it declares none)"
+	}
+	return " (its outputs: " + strings.Join(outputs, ", ") + ")"
 }

@@ -75,6 +75,10 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(
 		newRenderCmd(g),
+		newVerifyCmd(g),
+		newAgentCmd(g),
+		newJobCmd(g),
+		newStatusCmd(g),
 		newKeygenCmd(g),
 	)
 	return root

@@ -86,11 +86,7 @@ func runRender(ctx context.Context, g *globals, o *renderOptions) error {
 	if err != nil {
 		return err
 	}
-	var opts []gitrepo.Option
-	if o.cacheDir != "" {
-		opts = append(opts, gitrepo.WithCacheDir(o.cacheDir))
-	}
-	repo, err := gitrepo.Open(o.repo, opts...)
+	repo, err := openRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 )
 
 // ErrProtocol is wrapped by every error that says the server broke the
@@ -21,7 +20,7 @@ var ErrProtocol = errors.New("git protocol violation")
 // HTTP, and SHA-1 object names. It wraps ErrProtocol, so callers that only
 // check ErrProtocol treat it as permanent too; callers that can fall back to
 // protocol version 0 check it first.
-var ErrUnsupported = fmt.Errorf("%w: server does not support git protocol version 2 over smart HTTP", ErrProtocol)
+var ErrUnsupported = fmt.Errorf("%w: server lacks protocol version 2 over smart HTTP", ErrProtocol)
 
 // HTTPError is an answer other than 200 OK.
 type HTTPError struct {
@@ -87,7 +86,7 @@ func Temporary(err error) bool {
 	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
 		return false
 	}
-	if _, ok := errors.AsType[*url.Error](err); ok {
+	if _, ok := errors.AsType[*transportError](err); ok {
 		return true
 	}
 	if _, ok := errors.AsType[net.Error](err); ok {
@@ -96,6 +95,21 @@ func Temporary(err error) bool {
 	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
+// transportError is a request that got no response: the connection was
+// refused or broke, DNS failed, the server timed out.
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
 func protocolErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
+}
+
+// truncate keeps error messages about garbage short.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
@@ -24,7 +22,8 @@ import (
 // request, which is cheap when the haves are the commits the caller last
 // fetched. The pack is written through go-git: as a pack file with its
 // index when st is a storer.PackfileWriter (filesystem storage), object by
-// object otherwise (memory storage).
+// object otherwise (memory storage). A pack that breaks off or fails its
+// checksum leaves a storer.PackfileWriter untouched.
 func (c *Client) Fetch(ctx context.Context, st storer.Storer, wants, haves []plumbing.Hash) (int64, error) {
 	wants = missing(st, wants)
 	if len(wants) == 0 {
@@ -38,18 +37,7 @@ func (c *Client) Fetch(ctx context.Context, st storer.Storer, wants, haves []plu
 	var n int64
 	err = c.command(ctx, body, func(p *pktReader) error {
 		return readFetch(p, shallowStorer(st), func(sb *sidebandReader) error {
-			err := packfile.UpdateObjectStorage(st, sb)
-			n = sb.data
-			if ferr := sb.failed(); ferr != nil {
-				// The parser's error hides why the stream ended.
-				return ferr
-			}
-			if err != nil {
-				return fmt.Errorf("store pack: %w", err)
-			}
-			// The parser may stop at the pack's checksum: read up to the
-			// flush packet, and fail on a band 3 message after it.
-			_, err = io.Copy(io.Discard, sb)
+			err := storePack(st, sb)
 			n = sb.data
 			return err
 		})

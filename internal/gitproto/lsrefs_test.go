@@ -1,7 +1,9 @@
 package gitproto
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -148,4 +150,30 @@ func allInstalls(n int, even, odd plumbing.Hash) map[plumbing.ReferenceName]plum
 		}
 	}
 	return m
+}
+
+func FuzzLsRefsResponse(f *testing.F) {
+	oid := "4329ca2df7af90b855363f986aea5db6f0c01a9c"
+	for _, seed := range []struct{ in, prefix string }{
+		{pkt(oid+" refs/heads/main\n") + "0000", "refs/heads/"},
+		{pkt(oid+" HEAD symref-target:refs/heads/main\n") + pkt(oid+" refs/tags/v1 peeled:"+oid+"\n") + "0000", ""},
+		{pkt("unborn HEAD symref-target:refs/heads/main\n") + "0000", "HEAD"},
+		{pkt(oid+" refs/heads/nuon/installs/a\n") + pkt(oid+" refs/heads/other\n") + "0000", "refs/heads/nuon/installs/"},
+		{pkt("ERR no\n"), ""},
+		{"0001", ""},
+		{pkt(oid + "\n"), ""},
+	} {
+		f.Add([]byte(seed.in), seed.prefix)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, prefix string) {
+		refs, err := readLsRefs(newPktReader(bytes.NewReader(in)), []string{prefix})
+		if err != nil {
+			return
+		}
+		for name, h := range refs {
+			if !strings.HasPrefix(string(name), prefix) || h.IsZero() || name == "" {
+				t.Fatalf("ref %q = %s for prefix %q", name, h, prefix)
+			}
+		}
+	})
 }

@@ -104,8 +104,8 @@ func (p *pktReader) line() (pktKind, string, error) {
 }
 
 func eofIsUnexpected(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("response ends early: %w", io.ErrUnexpectedEOF)
 	}
 	return err
 }

@@ -50,7 +50,11 @@ func (r *run) applyPlan(ctx context.Context) error {
 // outputs reads the module's outputs from the state into the result. The
 // values of sensitive outputs stay in the state; the result names them.
 func (r *run) outputs(ctx context.Context) error {
+	// terraform-exec copies the stdout of every command to the log, and
+	// `output -json` prints sensitive values.
+	r.tf.SetStdout(nil)
 	outs, err := r.tf.Output(ctx)
+	r.tf.SetStdout(r.out)
 	if err != nil {
 		return err
 	}

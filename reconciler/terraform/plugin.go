@@ -96,12 +96,12 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	}
 	r.out = newRedactor(log)
 
-	stateDir, err := stateDir(job, env)
+	dir, err := stateDir(job, env)
 	if err != nil {
 		return nil, err
 	}
-	r.dir = filepath.Join(stateDir, moduleDir)
-	r.state = filepath.Join(stateDir, stateFile)
+	r.dir = filepath.Join(dir, moduleDir)
+	r.state = filepath.Join(dir, stateFile)
 	r.plan = filepath.Join(r.dir, planFile)
 
 	bin := p.Binary

@@ -135,8 +135,8 @@ type stepRecorder struct {
 }
 
 func (s *stepRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (s *stepRecorder) WithAttrs([]slog.Attr) slog.Handler      { return s }
-func (s *stepRecorder) WithGroup(string) slog.Handler           { return s }
+func (s *stepRecorder) WithAttrs([]slog.Attr) slog.Handler       { return s }
+func (s *stepRecorder) WithGroup(string) slog.Handler            { return s }
 
 func (s *stepRecorder) Handle(_ context.Context, rec slog.Record) error {
 	if rec.Message != "terraform step" {
@@ -256,6 +256,48 @@ func TestStartErrors(t *testing.T) {
 			_, err := tt.plugin.Apply(t.Context(), tt.job, tt.env)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
 				t.Fatalf("Apply error = %v, want prefix %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestEnviron(t *testing.T) {
+	t.Setenv("NUON_SECRET_TOKEN", "s3cr3t")
+	t.Setenv("TF_LOG", "trace")
+	t.Setenv("TF_VAR_name", "from-the-environment")
+	t.Setenv("CHECKPOINT_DISABLE", "")
+	t.Setenv("TF_CLI_CONFIG_FILE", "/from/the/environment")
+	t.Setenv("NUON_TEST_KEPT", "kept")
+
+	tests := []struct {
+		name   string
+		plugin Plugin
+		want   map[string]string // "" means absent
+	}{
+		{
+			name: "defaults",
+			want: map[string]string{
+				"NUON_SECRET_TOKEN":  "",
+				"TF_LOG":             "",
+				"TF_VAR_name":        "",
+				"CHECKPOINT_DISABLE": "1",
+				"TF_CLI_CONFIG_FILE": "/from/the/environment",
+				"NUON_TEST_KEPT":     "kept",
+			},
+		},
+		{
+			name:   "cli config",
+			plugin: Plugin{CLIConfig: "/etc/terraformrc"},
+			want:   map[string]string{"TF_CLI_CONFIG_FILE": "/etc/terraformrc"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := tt.plugin.environ()
+			for k, want := range tt.want {
+				if got := env[k]; got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
 			}
 		})
 	}

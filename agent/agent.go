@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage"
+
+	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// Config configures an agent. Install, Remote, Trust, Key, Workdir and
+// Runner are required.
+type Config struct {
+	// Install is the id of the install this agent serves.
+	Install string
+	// Remote is the tenant repository.
+	Remote Remote
+	// Trust holds the keys allowed to sign desired state.
+	Trust *signature.AllowedSigners
+	// Key signs status commits.
+	Key *signature.Signer
+	// Workdir keeps the agent's local repository, journal, job
+	// directories and component state across restarts.
+	Workdir string
+	// Runner runs plugin jobs.
+	Runner jobs.Runner
+	// Plugins are the component types the job runner can apply; others
+	// are reported as unsupported.
+	Plugins []string
+	// Concurrency bounds the jobs running at once; default 4.
+	Concurrency int
+	// Interval between polls; default 30s. Each wait is jittered by ±10%.
+	Interval time.Duration
+	// MaxBackoff caps the wait after failures; default 5m.
+	MaxBackoff time.Duration
+	// JobTimeout is the default timeout of a job whose component sets
+	// none; default 30m.
+	JobTimeout time.Duration
+	// Environ is scanned for NUON_SECRET_* values to redact; default
+	// os.Environ().
+	Environ []string
+	Logger  *slog.Logger
+	// Now reads the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Agent is one install's agent.
+type Agent struct {
+	cfg     Config
+	repo    *git.Repository
+	store   storage.Storer
+	log     *slog.Logger
+	secrets [][]byte
+
+	recovered bool
+	// retryAt is when failed components are tried again without a new
+	// desired commit.
+	retryAt time.Time
+}
+
+// New opens (or creates) the agent's workdir.
+func New(cfg Config) (*Agent, error) {
+	switch {
+	case cfg.Install == "":
+		return nil, errors.New("agent: no install id")
+	case cfg.Remote == nil:
+		return nil, errors.New("agent: no remote")
+	case cfg.Trust == nil:
+		return nil, errors.New("agent: no trust file")
+	case cfg.Key == nil:
+		return nil, errors.New("agent: no signing key")
+	case cfg.Workdir == "":
+		return nil, errors.New("agent: no workdir")
+	case cfg.Runner == nil:
+		return nil, errors.New("agent: no job runner")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 30 * time.Minute
+	}
+	if cfg.Environ == nil {
+		cfg.Environ = os.Environ()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for _, d := range []string{"pending", "jobs", "components"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Workdir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("agent workdir: %w", err)
+		}
+	}
+	repoDir := filepath.Join(cfg.Workdir, "repo.git")
+	repo, err := git.PlainOpen(repoDir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainInit(repoDir, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent workdir repository: %w", err)
+	}
+	return &Agent{
+		cfg:     cfg,
+		repo:    repo,
+		store:   repo.Storer,
+		log:     cfg.Logger.With("install", cfg.Install),
+		secrets: secretValues(cfg.Environ),
+	}, nil
+}
+
+// Run polls and reconciles until ctx ends. Failures back off
+// exponentially; the install keeps running its last applied state
+// meanwhile. Run returns nil when ctx is cancelled.
+func (a *Agent) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		_, err := a.Reconcile(ctx)
+		wait := a.cfg.Interval
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			failures++
+			wait = a.backoff(failures)
+			a.log.Warn("reconcile failed; keeping the last applied state", "error", err, "retry_in", wait.Round(time.Millisecond), "failures", failures)
+		default:
+			failures = 0
+		}
+		t := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the wait after n consecutive failures: the interval doubled
+// n times, capped.
+func (a *Agent) backoff(n int) time.Duration {
+	d := a.cfg.Interval
+	for i := 0; i < n && d < a.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, a.cfg.MaxBackoff)
+}
+
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
+}
+
+// Report is the outcome of one reconcile.
+type Report struct {
+	// Polled only: the desired ref did not move and nothing was due.
+	Idle bool
+	// Status is the status after the reconcile.
+	Status schemas.Status
+	// StatusCommit is the local status commit; Pushed says whether the
+	// remote has it.
+	StatusCommit plumbing.Hash
+	Pushed       bool
+	// Jobs run in this reconcile.
+	Jobs []*schemas.Job
+}
+
+// Reconcile runs one pass of the loop: poll, fetch, verify, plan, run the
+// jobs, write and push the status. A refused desired commit is recorded in
+// the status and is not an error.
+func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
+	r := &reconcile{agent: a, log: a.log}
+	for _, step := range []func(context.Context) error{
+		r.poll,
+		r.loadStatus,
+		r.recover,
+		r.fetch,
+		r.verify,
+		r.apply,
+		r.writeStatus,
+		r.push,
+	} {
+		if err := step(ctx); err != nil {
+			return r.report(), err
+		}
+		if r.done {
+			break
+		}
+	}
+	return r.report(), nil
+}

@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// ErrRefused marks a desired commit the agent will not apply. It is final
+// for that commit: fetching it again will not help. A *Refusal carries the
+// reason.
+var ErrRefused = errors.New("refused")
+
+// Refusal is why a desired commit was refused.
+type Refusal struct {
+	Commit plumbing.Hash
+	Reason string
+	Err    error
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("refuse %s: %s", short(r.Commit), r.Reason)
+}
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (r *Refusal) Is(target error) bool { return target == ErrRefused }
+
+func (r *Refusal) Unwrap() error { return r.Err }
+
+func refuse(commit plumbing.Hash, err error, format string, args ...any) *Refusal {
+	return &Refusal{Commit: commit, Reason: fmt.Sprintf(format, args...), Err: err}
+}
+
+// Desired is an install's verified desired state.
+type Desired struct {
+	Commit     plumbing.Hash
+	Generation int64
+	// Source is the main commit it was rendered from.
+	Source string
+	// Signer is who signed it.
+	Signer  signature.Verified
+	Install schemas.InstallState
+	// Components by name; Install.Components gives their order.
+	Components map[string]*schemas.ComponentState
+}
+
+// Applied is what the agent applied last, for the rollback check.
+type Applied struct {
+	Commit     plumbing.Hash
+	Generation int64
+}
+
+// Verify reads the desired commit from st and checks, before anything is
+// applied, that it is signed by a trusted key, that it is this install's
+// state, and that it is not older than what was applied. Every failure is a
+// *Refusal.
+func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string, trust *signature.AllowedSigners, applied Applied) (*Desired, error) {
+	c, err := readCommit(st, commit)
+	if err != nil {
+		return nil, refuse(commit, err, "unreadable commit: %v", err)
+	}
+	signer, err := trust.VerifyCommit(c)
+	if err != nil {
+		return nil, refuse(commit, err, "signature: %v", err)
+	}
+	d := &Desired{Commit: commit, Signer: signer, Components: map[string]*schemas.ComponentState{}}
+	id, _ := schemas.Trailer(c.Message, schemas.TrailerInstall)
+	if id != install {
+		return nil, refuse(commit, nil, "the commit is for install %q, not %q", id, install)
+	}
+	gen, ok := schemas.Trailer(c.Message, schemas.TrailerGeneration)
+	if d.Generation, err = strconv.ParseInt(gen, 10, 64); !ok || err != nil || d.Generation < 1 {
+		return nil, refuse(commit, err, "missing or bad %s trailer %q", schemas.TrailerGeneration, gen)
+	}
+	d.Source, _ = schemas.Trailer(c.Message, schemas.TrailerSource)
+	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() {
+		return nil, refuse(commit, nil, "generation %d is not newer than the applied generation %d (%s): rollback or replay",
+			d.Generation, applied.Generation, short(applied.Commit))
+	}
+	files, err := readTree(st, c.TreeHash)
+	if err != nil {
+		return nil, refuse(commit, err, "unreadable tree: %v", err)
+	}
+	if err := decodeStrict(files["install.json"], &d.Install); err != nil {
+		return nil, refuse(commit, err, "install.json: %v", err)
+	}
+	if d.Install.Install != install {
+		return nil, refuse(commit, nil, "install.json names install %q, not %q", d.Install.Install, install)
+	}
+	for _, name := range d.Install.Components {
+		var cs schemas.ComponentState
+		if err := decodeStrict(files[path.Join("components", name+".json")], &cs); err != nil {
+			return nil, refuse(commit, err, "component %s: %v", name, err)
+		}
+		if cs.Name != name {
+			return nil, refuse(commit, nil, "components/%s.json names component %q", name, cs.Name)
+		}
+		d.Components[name] = &cs
+	}
+	for _, cs := range d.Components {
+		for _, dep := range cs.DependsOn {
+			if _, ok := d.Components[dep]; !ok {
+				return nil, refuse(commit, nil, "component %s depends on %q, which is not in the state", cs.Name, dep)
+			}
+		}
+	}
+	return d, nil
+}
+
+func decodeStrict(data []byte, v any) error {
+	if data == nil {
+		return errors.New("missing")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readObject reads an object and checks that its content hashes to its id:
+// a store whose files were edited is caught here, not trusted.
+func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o, err := st.EncodedObject(t, h)
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if got := plumbing.ComputeHash(t, content); got != h {
+		return nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+	}
+	return o, nil
+}
+
+func readCommit(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Commit, error) {
+	o, err := readObject(st, plumbing.CommitObject, h)
+	if err != nil {
+		return nil, err
+	}
+	return object.DecodeCommit(st, o)
+}
+
+// readTree reads every file of a tree, checking each object's hash.
+func readTree(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	var walk func(prefix string, h plumbing.Hash) error
+	walk = func(prefix string, h plumbing.Hash) error {
+		o, err := readObject(st, plumbing.TreeObject, h)
+		if err != nil {
+			return err
+		}
+		t, err := object.DecodeTree(st, o)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			p := path.Join(prefix, e.Name)
+			if !e.Mode.IsFile() {
+				if err := walk(p, e.Hash); err != nil {
+					return err
+				}
+				continue
+			}
+			b, err := readObject(st, plumbing.BlobObject, e.Hash)
+			if err != nil {
+				return err
+			}
+			r, err := b.Reader()
+			if err != nil {
+				return err
+			}
+			data, err := io.ReadAll(r)
+			r.Close()
+			if err != nil {
+				return err
+			}
+			files[p] = data
+		}
+		return nil
+	}
+	return files, walk("", h)
+}
+
+func short(h plumbing.Hash) string {
+	if h.IsZero() {
+		return "none"
+	}
+	return h.String()[:12]
+}

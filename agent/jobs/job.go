@@ -1,0 +1,120 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// Main executes the manifest at path in this process: it validates the
+// manifest, runs the plugin for job.Plugin (Apply for create/update,
+// Destroy for delete) under the job's timeout, and writes the JobResult
+// atomically to job.ResultFile, with Error set on failure. It returns the
+// plugin's error.
+//
+// A manifest that does not validate gets no result file: its error wraps
+// ErrInvalidManifest and there is no trustworthy place to write one. An
+// unknown plugin gets a result whose error wraps ErrUnknownPlugin. The
+// caller passes a ctx that ends on SIGTERM, which is how the runner stops
+// a job.
+func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) error {
+	data, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return fmt.Errorf("read manifest: %w", err)
+	}
+	job, err := validateManifest(data)
+	if err != nil {
+		return fmt.Errorf("manifest %s: %w", manifestPath, err)
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	res, runErr := execute(ctx, job, plugins, artifacts, out)
+	if err := writeResult(job, res, runErr); err != nil {
+		return fmt.Errorf("job %s: %w", job.ID, errors.Join(runErr, fmt.Errorf("write result: %w", err)))
+	}
+	if runErr != nil {
+		return fmt.Errorf("job %s: %w", job.ID, runErr)
+	}
+	return nil
+}
+
+// execute runs the job's plugin and returns what it reported. Its errors
+// do not name the job: they become the result's Error.
+func execute(ctx context.Context, job *schemas.Job, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) (*schemas.JobResult, error) {
+	plugin, ok := plugins[job.Plugin]
+	if !ok {
+		known := slices.Sorted(maps.Keys(plugins))
+		return nil, fmt.Errorf("%w %q (this job process has: %s)", ErrUnknownPlugin, job.Plugin, strings.Join(known, ", "))
+	}
+	if err := os.MkdirAll(job.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	timeout, _ := time.ParseDuration(job.Timeout)
+	jobCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(out, nil)).With(
+		"install", job.Install, "component", job.Component, "job", job.ID, "plugin", job.Plugin)
+	env := reconciler.Env{StateDir: job.StateDir, Artifacts: artifacts, Log: out, Logger: logger}
+
+	logger.Info("job started", "operation", job.Operation, "version", job.Version, "generation", job.Generation)
+	start := time.Now()
+	res, err := callPlugin(jobCtx, plugin, job, env)
+	switch {
+	case err == nil:
+		logger.Info("job succeeded", "duration", time.Since(start).Round(time.Millisecond), "changed", res != nil && res.Changed)
+		return res, nil
+	case ctx.Err() != nil:
+		err = fmt.Errorf("stopped: %w", err)
+	case errors.Is(jobCtx.Err(), context.DeadlineExceeded):
+		err = fmt.Errorf("timed out after %s: %w", timeout, err)
+	}
+	logger.Error("job failed", "duration", time.Since(start).Round(time.Millisecond), "error", err)
+	return res, err
+}
+
+// callPlugin runs the plugin method the job's operation calls for. A
+// plugin that panics fails the job with a result rather than leave none.
+func callPlugin(ctx context.Context, plugin reconciler.Plugin, job *schemas.Job, env reconciler.Env) (res *schemas.JobResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			fmt.Fprintf(env.Log, "panic: %v\n%s", v, debug.Stack())
+			res, err = nil, fmt.Errorf("plugin %s panicked: %v", job.Plugin, v)
+		}
+	}()
+	if job.Operation == schemas.OpDelete {
+		if err := plugin.Destroy(ctx, job, env); err != nil {
+			return nil, err
+		}
+		return &schemas.JobResult{Changed: true}, nil
+	}
+	return plugin.Apply(ctx, job, env)
+}
+
+// writeResult writes the job's result file: what the plugin reported,
+// stamped with the job, and its error if it failed.
+func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) error {
+	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: kindJobResult, Job: job.ID}
+	if res != nil {
+		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
+	}
+	if runErr != nil {
+		out.Error = runErr.Error()
+	}
+	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
+		return err
+	}
+	return writeJSON(job.ResultFile, &out)
+}

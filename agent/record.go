@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// StatusRefPrefix is where agents write status: refs/heads/nuon/status/<id>.
+const StatusRefPrefix = "refs/heads/nuon/status/"
+
+// StatusRef is the one ref an install's agent writes.
+func StatusRef(install string) plumbing.ReferenceName {
+	return plumbing.ReferenceName(StatusRefPrefix + install)
+}
+
+// DesiredRef is the one ref an install's agent reads.
+func DesiredRef(install string) plumbing.ReferenceName {
+	return plumbing.ReferenceName("refs/heads/nuon/installs/" + install)
+}
+
+// Files of a status commit's tree.
+const (
+	statusFile = "status.json"
+	appliedDir = "applied"
+	jobsDir    = "jobs"
+)
+
+// record is everything a status commit holds.
+type record struct {
+	Status schemas.Status
+	// Applied holds the resolved spec of every component applied, by name.
+	Applied map[string]*schemas.ComponentState
+	// Jobs are the manifests of the jobs of the reconcile that wrote it.
+	Jobs []*schemas.Job
+}
+
+func newRecord(install string) *record {
+	return &record{
+		Status: schemas.Status{
+			APIVersion: schemas.APIVersion,
+			Kind:       schemas.KindStatus,
+			Install:    install,
+			Components: map[string]schemas.ComponentStatus{},
+		},
+		Applied: map[string]*schemas.ComponentState{},
+	}
+}
+
+// loadRecord reads the status commit at h from the agent's store.
+func (a *Agent) loadRecord(h plumbing.Hash) (*record, error) {
+	c, err := readCommit(a.store, h)
+	if err != nil {
+		return nil, fmt.Errorf("read status %s: %w", short(h), err)
+	}
+	files, err := readTree(a.store, c.TreeHash)
+	if err != nil {
+		return nil, fmt.Errorf("read status %s: %w", short(h), err)
+	}
+	rec := newRecord(a.cfg.Install)
+	if err := json.Unmarshal(files[statusFile], &rec.Status); err != nil {
+		return nil, fmt.Errorf("read status %s: %s: %w", short(h), statusFile, err)
+	}
+	if rec.Status.Components == nil {
+		rec.Status.Components = map[string]schemas.ComponentStatus{}
+	}
+	for p, data := range files {
+		name, ok := strings.CutPrefix(p, appliedDir+"/")
+		if !ok {
+			continue
+		}
+		var cs schemas.ComponentState
+		if err := json.Unmarshal(data, &cs); err != nil {
+			return nil, fmt.Errorf("read status %s: %s: %w", short(h), p, err)
+		}
+		rec.Applied[strings.TrimSuffix(name, ".json")] = &cs
+	}
+	return rec, nil
+}
+
+// commitRecord writes rec as a signed status commit on top of parent and
+// moves the local status ref to it. It returns the new commit.
+func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) (plumbing.Hash, error) {
+	b := gitobj.NewBatch()
+	blob := func(v any) (plumbing.Hash, error) {
+		data, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return b.Add(plumbing.BlobObject, a.redact(append(data, '\n'))), nil
+	}
+	var root []gitobj.Entry
+	h, err := blob(rec.Status)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	root = append(root, gitobj.Entry{Name: statusFile, Mode: filemode.Regular, Hash: h})
+	if len(rec.Applied) > 0 {
+		var entries []gitobj.Entry
+		for name, cs := range rec.Applied {
+			h, err := blob(cs)
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
+			entries = append(entries, gitobj.Entry{Name: name + ".json", Mode: filemode.Regular, Hash: h})
+		}
+		root = append(root, gitobj.Entry{Name: appliedDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+	}
+	if len(rec.Jobs) > 0 {
+		var entries []gitobj.Entry
+		for _, j := range rec.Jobs {
+			h, err := blob(j)
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
+			entries = append(entries, gitobj.Entry{Name: j.ID + ".json", Mode: filemode.Regular, Hash: h})
+		}
+		root = append(root, gitobj.Entry{Name: jobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+	}
+	tree := b.Tree(root)
+	if !parent.IsZero() {
+		if pc, err := readCommit(a.store, parent); err == nil && pc.TreeHash == tree {
+			return parent, nil // nothing new to say
+		}
+	}
+	st := rec.Status
+	msg := fmt.Sprintf("nuon: status %s generation %d: %s\n\n%s\n\n%s: %s\n%s: %d\n%s: %s\n%s: %s\n",
+		st.Install, st.Generation, st.Phase, summary,
+		schemas.TrailerInstall, st.Install,
+		schemas.TrailerGeneration, st.Generation,
+		"Nuon-Desired", orNone(st.Desired),
+		"Nuon-Phase", st.Phase)
+	who := object.Signature{Name: "nuon agent " + st.Install, Email: st.Install + "@agent.nuon.invalid", When: a.cfg.Now().UTC().Truncate(time.Second)}
+	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree}
+	if !parent.IsZero() {
+		c.ParentHashes = []plumbing.Hash{parent}
+	}
+	if err := signature.SignCommit(c, a.cfg.Key); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("sign status: %w", err)
+	}
+	var enc plumbing.MemoryObject
+	if err := c.Encode(&enc); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	commit, err := b.AddEncoded(&enc)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := b.Flush(a.store); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("write status: %w", err)
+	}
+	var old *plumbing.Reference
+	if !parent.IsZero() {
+		old = plumbing.NewHashReference(StatusRef(a.cfg.Install), parent)
+	}
+	if err := a.store.CheckAndSetReference(plumbing.NewHashReference(StatusRef(a.cfg.Install), commit), old); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("move local status ref: %w", err)
+	}
+	return commit, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// redact replaces every secret value the install holds with [redacted]:
+// git history is permanent.
+func (a *Agent) redact(data []byte) []byte {
+	for _, s := range a.secrets {
+		data = bytes.ReplaceAll(data, s, []byte("[redacted]"))
+	}
+	return data
+}
+
+// secretValues lists the JSON-escaped values of the install's secrets
+// (environment variables NUON_SECRET_*), longest first.
+func secretValues(environ []string) [][]byte {
+	var out [][]byte
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NUON_SECRET_") && len(v) >= 4 {
+			q, _ := json.Marshal(v)
+			out = append(out, q[1:len(q)-1])
+		}
+	}
+	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
+	return out
+}
+
+// writeFileAtomic writes data to name through a temporary file, synced and
+// renamed, so a crash leaves the old file or the new one.
+func writeFileAtomic(name string, data []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	if d, err := os.Open(path.Dir(name)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/signature"
+)
+
+type agentOptions struct {
+	repo, install, trust, key, workdir, artifacts, output string
+	once                                                  bool
+	interval, maxBackoff                                  time.Duration
+	concurrency                                           int
+}
+
+func newAgentCmd(g *globals) *cobra.Command {
+	o := &agentOptions{}
+	cmd := &cobra.Command{
+		Use:   "agent --repo REPO --install ID --trust FILE --key KEYFILE --workdir DIR",
+		Short: "Run an install's agent: pull its desired state, apply it, report status",
+		Long: `The agent serves one install. Every --interval it polls the install's desired
+ref (refs/heads/nuon/installs/<ID>) with one small request; when it moved, it
+fetches that ref only, verifies the commit against the allowed_signers in
+--trust (signature, install id, no rollback), plans the difference with what it
+applied, runs each component's job as its own process ('nuon job run'),
+dependencies first and independent components in parallel, and writes a signed
+status commit (--key) to refs/heads/nuon/status/<ID>.
+
+A refused commit is recorded in the status and nothing is applied. While the
+repository is unreachable the agent backs off and the install keeps running
+what it last applied. Every job is journalled in --workdir before it starts: a
+restarted agent waits for a job that outlived it, records its outcome and does
+not run a finished job again. SIGTERM stops the running jobs cleanly, writes
+the status and exits.`,
+		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # one pass, for scripts and tests
+  nuon agent --repo ./tenant.git --install acme --trust allowed_signers \
+      --key acme.key --workdir ./work --once --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(o.output); err != nil {
+				return err
+			}
+			return runAgent(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
+	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
+	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
+	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
+	f.StringVar(&o.artifacts, "artifacts", "", "directory of component artifacts by repository name (default WORKDIR/artifacts)")
+	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
+	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
+	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
+	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
+	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
+	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}
+
+func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
+	log := g.logger()
+	trust, err := signature.LoadAllowedSigners(o.trust)
+	if err != nil {
+		return err
+	}
+	key, err := signature.LoadSigner(o.key)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	workdir, err := filepath.Abs(o.workdir)
+	if err != nil {
+		return err
+	}
+	artifacts := o.artifacts
+	if artifacts == "" {
+		artifacts = filepath.Join(workdir, "artifacts")
+	}
+	if artifacts, err = filepath.Abs(artifacts); err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Config{
+		Install: o.install,
+		Remote:  agent.NewRemote(o.repo, nil),
+		Trust:   trust,
+		Key:     key,
+		Workdir: workdir,
+		Runner: &jobs.Local{
+			Command: []string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.logFormat},
+			Logger:  log,
+		},
+		Plugins:     jobPlugins(),
+		Concurrency: o.concurrency,
+		Interval:    o.interval,
+		MaxBackoff:  o.maxBackoff,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	if !o.once {
+		log.Info("agent started", "install", o.install, "repo", o.repo, "interval", o.interval)
+		return a.Run(ctx)
+	}
+	rep, err := a.Reconcile(ctx)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	st := rep.Status
+	fmt.Fprintf(g.stdout, "%s: %s, generation %d, desired %s, %d job(s)\n", o.install, st.Phase, st.Generation, shortID(st.Desired), len(rep.Jobs))
+	return nil
+}

@@ -1,0 +1,60 @@
+// Package terraform is the plugin that applies terraform components: it runs
+// the terraform CLI, through terraform-exec, inside a job process.
+//
+// # State directory
+//
+// Every component has its own state directory (reconciler.Env.StateDir),
+// kept from one job to the next:
+//
+//	STATEDIR/terraform.tfstate   the state, written by the local backend
+//	STATEDIR/module/             the module, extracted afresh for each job
+//
+// The state lives beside the module, not in it, so replacing the module
+// never touches it. A generated override file, module/nuon_override.tf.json,
+// points the local backend at it and replaces any backend the module
+// declares.
+//
+// # Apply
+//
+// Apply runs these steps in order and stops at the first that fails; the
+// error names the step and the component ("terraform plan network: ..."):
+//
+//  1. inputs: resolve each ${secrets.NAME} in the job's inputs from the
+//     environment variable NUON_SECRET_NAME (see SecretEnv). Every other
+//     reference was resolved by the agent before the job started. A missing
+//     secret fails the job with ErrSecretMissing before terraform runs.
+//  2. extract: empty module/, extract the job's "module" artifact (or its
+//     only one) into it, write the backend override and the inputs as
+//     module/nuon.auto.tfvars.json, which terraform loads by itself.
+//  3. init: install providers, as the CLI config says (TF_CLI_CONFIG_FILE
+//     or Plugin.CLIConfig), without upgrading them.
+//  4. plan: save a plan; whether it changes anything becomes
+//     JobResult.Changed.
+//  5. apply: apply exactly the saved plan.
+//  6. output: read the outputs. Non-sensitive ones go into
+//     JobResult.Outputs; sensitive ones are only named, in
+//     JobResult.Sensitive: their values stay in the state.
+//
+// # Destroy
+//
+// Destroy runs inputs, extract and init as Apply does, then terraform
+// destroy, with the same state and variables. Without a state file nothing
+// was ever applied, and Destroy returns at once.
+//
+// # Secrets
+//
+// Secrets reach terraform through the variables file only: the NUON_SECRET_
+// variables are removed from terraform's environment, and the variables
+// file and the saved plan are deleted when the job ends. Terraform prints
+// the value of any variable a module does not mark sensitive, so its output
+// passes through a redactor before it reaches reconciler.Env.Log, and so do
+// the errors the plugin returns, which carry terraform's stderr. The state
+// holds whatever terraform stores in it, secrets included.
+//
+// # Cancellation
+//
+// terraform runs in its own process group. When the job's context ends,
+// terraform is interrupted, stops what it runs, and writes its state; if it
+// has not exited after Plugin.Grace it is killed. The error then satisfies
+// errors.Is with context.Canceled or context.DeadlineExceeded.
+package terraform
