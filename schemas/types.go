@@ -137,14 +137,14 @@ type Sandbox struct {
 // trailers of the signed commit on refs/heads/nuon/installs/<id> (see
 // Trailer…), which change only when the tree does.
 type InstallState struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Install    string `json:"install"`
-	App        string `json:"app"`
-	Channel  string  `json:"channel"`
-	Cloud    Cloud   `json:"cloud"`
-	Sandbox  Sandbox `json:"sandbox"`
-	Registry string  `json:"registry"`
+	APIVersion string  `json:"apiVersion"`
+	Kind       string  `json:"kind"`
+	Install    string  `json:"install"`
+	App        string  `json:"app"`
+	Channel    string  `json:"channel"`
+	Cloud      Cloud   `json:"cloud"`
+	Sandbox    Sandbox `json:"sandbox"`
+	Registry   string  `json:"registry"`
 	// Components lists the component names in dependency order.
 	Components []string `json:"components"`
 }

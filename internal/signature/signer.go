@@ -87,4 +87,3 @@ func SignCommit(c *object.Commit, s *Signer) error {
 
 // fingerprint is a short, stable name for a key in messages.
 func fingerprint(k ssh.PublicKey) string { return ssh.FingerprintSHA256(k) }
-
