@@ -198,7 +198,6 @@ func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
 		r.verify,
 		r.apply,
 		r.writeStatus,
-		r.push,
 	} {
 		if err := step(ctx); err != nil {
 			return r.report(), err
@@ -207,5 +206,8 @@ func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
 			break
 		}
 	}
-	return r.report(), nil
+	// Push even when nothing else was due: a status written while the
+	// remote was down is delivered once it is back.
+	err := r.push(ctx)
+	return r.report(), err
 }

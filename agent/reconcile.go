@@ -393,6 +393,11 @@ func (r *reconcile) record(job *schemas.Job, spec *schemas.ComponentState, actio
 		cs.Phase, cs.Error = schemas.PhaseFailed, err.Error()
 		cs.Version = job.Version
 		r.rec.Status.Components[name] = cs
+		if action == reconciler.Apply {
+			// What a failed job may have created is destroyed with the
+			// spec it ran with.
+			r.rec.Applied[name] = spec
+		}
 		r.summary = append(r.summary, fmt.Sprintf("%s %s %s failed: %v", job.Operation, name, job.Version, err))
 		r.agent.retryAt = time.Now().Add(r.agent.cfg.Interval * 4)
 		return
@@ -472,9 +477,7 @@ func (r *reconcile) writeStatus(context.Context) error {
 	return nil
 }
 
-// push sends the local status to the remote when the remote lacks it. It
-// runs even when nothing else was due, so a status written while the
-// remote was down is delivered when it returns.
+// push sends the local status to the remote when the remote lacks it.
 func (r *reconcile) push(ctx context.Context) error {
 	a := r.agent
 	if r.localHead.IsZero() || r.localHead == r.remoteHead {
@@ -517,6 +520,7 @@ func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *sch
 		Timeout:    a.timeout(spec).String(),
 		StateDir:   filepath.Join(a.cfg.Workdir, "components", spec.Name),
 	}
+	job.ResultFile = filepath.Join(a.jobDir(job.ID), "result.json")
 	for _, art := range spec.Artifacts {
 		art.Source = "" // jobs deploy from the install registry only
 		job.Artifacts = append(job.Artifacts, art)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,6 +123,10 @@ const (
 	aliasSlack  = 1000
 )
 
+// maxDepth bounds how deeply values may nest; source files need a few
+// levels, and the bound keeps field paths short.
+const maxDepth = 64
+
 // document is one parsed YAML file that remembers where each value sits.
 type document struct {
 	file string
@@ -135,8 +140,9 @@ type document struct {
 	pos  map[string]*yaml.Node
 	keys map[string]*yaml.Node
 
-	budget int                 // values left to convert
-	active map[*yaml.Node]bool // mappings and lists being converted
+	budget  int                 // values left to convert
+	tooDeep bool                // reported that values nest too deeply
+	active  map[*yaml.Node]bool // mappings and lists being converted
 }
 
 var _ locator = (*document)(nil)
@@ -182,7 +188,7 @@ func parseYAML(file string, data []byte) (*document, Problems) {
 		active: map[*yaml.Node]bool{},
 	}
 	var ps Problems
-	d.value = d.convert(body, "", &ps)
+	d.value = d.convert(body, "", 0, &ps)
 	if d.budget < 0 {
 		return nil, Problems{{File: file, Line: 1, Message: fmt.Sprintf(
 			"aliases expand the file to more than %d values", aliasFactor*len(data)+aliasSlack)}}
@@ -208,8 +214,13 @@ func isEmpty(n *yaml.Node) bool {
 
 // convert turns the YAML tree under n, found at field, into plain values
 // and records where each one sits.
-func (d *document) convert(n *yaml.Node, field string, ps *Problems) any {
-	if d.budget--; d.budget < 0 {
+func (d *document) convert(n *yaml.Node, field string, depth int, ps *Problems) any {
+	if d.budget--; d.budget < 0 || d.tooDeep {
+		return nil
+	}
+	if depth > maxDepth {
+		*ps = append(*ps, d.problemAt(n, field, fmt.Sprintf("values nest more than %d levels deep", maxDepth)))
+		d.tooDeep = true
 		return nil
 	}
 	d.pos[field] = n
@@ -248,13 +259,13 @@ func (d *document) convert(n *yaml.Node, field string, ps *Problems) any {
 			}
 			seen[k.Value] = k
 			d.keys[f] = k
-			m[k.Value] = d.convert(v, f, ps)
+			m[k.Value] = d.convert(v, f, depth+1, ps)
 		}
 		return m
 	case yaml.SequenceNode:
 		s := make([]any, len(n.Content))
 		for i, c := range n.Content {
-			s[i] = d.convert(c, indexField(field, i), ps)
+			s[i] = d.convert(c, indexField(field, i), depth+1, ps)
 		}
 		return s
 	case yaml.ScalarNode:
@@ -266,7 +277,13 @@ func (d *document) convert(n *yaml.Node, field string, ps *Problems) any {
 			return nil
 		}
 		switch x := v.(type) {
-		case int, int64, uint64, float64, string, bool, nil:
+		case float64:
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				*ps = append(*ps, d.problemAt(n, field, fmt.Sprintf("%s is not a finite number, which JSON cannot hold; quote it for the text", n.Value)))
+				return nil
+			}
+			return x
+		case int, int64, uint64, string, bool, nil:
 			return x
 		default:
 			// Timestamps and binary values read as the text written.

@@ -5,6 +5,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -117,6 +118,16 @@ var ecdsaKey = func() string {
 	return "ssh-ed25519 " + strings.TrimSpace(data) + " ecdsa"
 }()
 
+// laughs is a YAML file whose aliases expand it a billionfold.
+var laughs = func() string {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 9; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	return b.String()
+}()
+
 // loadCases are one edit (or a few) of the fixtures each, with every
 // problem Load must report, as Problem.String gives them.
 var loadCases = []struct {
@@ -163,6 +174,11 @@ var loadCases = []struct {
 		name:  "unquoted version",
 		edits: []edit{replace("channels/stable.yaml", "network: 1.0.0", "network: 1.0")},
 		want:  []string{`channels/stable.yaml:3:12: components.network: must be a string, not a number; quote it`},
+	},
+	{
+		name:  "number JSON cannot hold",
+		edits: []edit{replace("nuon.yaml", "      replicas: 2", "      replicas: .inf")},
+		want:  []string{`nuon.yaml:35:17: components[3].inputs.replicas: .inf is not a finite number, which JSON cannot hold; quote it for the text`},
 	},
 	{
 		name:  "empty list",
@@ -381,6 +397,16 @@ var loadCases = []struct {
 		name:  "app file named nuon.yml",
 		edits: []edit{remove("nuon.yaml"), write("nuon.yml", "name: shop\n")},
 		want:  []string{`nuon.yaml: missing; rename nuon.yml to nuon.yaml`},
+	},
+	{
+		name:  "values nested too deeply",
+		edits: []edit{replace("nuon.yaml", "      replicas: 2", "      replicas: "+strings.Repeat("[", 70)+strings.Repeat("]", 70))},
+		want:  []string{`nuon.yaml:35:78: components[3].inputs.replicas` + strings.Repeat("[0]", 61) + `: values nest more than 64 levels deep`},
+	},
+	{
+		name:  "aliases that expand too far",
+		edits: []edit{write("channels/edge.yaml", laughs)},
+		want:  []string{`channels/edge.yaml:1: aliases expand the file to more than 6110 values`},
 	},
 	{
 		name:  "recursive alias",

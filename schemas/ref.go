@@ -61,8 +61,8 @@ func ParseRefs(s string) ([]Ref, error) {
 		k := strings.IndexByte(s[j:], '}')
 		if k < 0 {
 			ref := s[j:]
-			if len(ref) > 40 {
-				ref = ref[:40] + "…"
+			if r := []rune(ref); len(r) > 40 {
+				ref = string(r[:40]) + "…"
 			}
 			return nil, fmt.Errorf("unterminated reference %q: no closing }", ref)
 		}

@@ -171,7 +171,7 @@ type ComponentState struct {
 type Artifact struct {
 	Name string `json:"name"`
 	// Source is the vendor reference, repository@digest.
-	Source string `json:"source"`
+	Source string `json:"source,omitempty"`
 	// Local is the install-registry reference the agent deploys from.
 	Local     string `json:"local"`
 	Digest    string `json:"digest"`

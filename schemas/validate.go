@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,11 +18,25 @@ import (
 	"golang.org/x/text/message"
 )
 
+// goTypes makes a value of the Go type of each schema's files.
+var goTypes = map[string]func() any{
+	SchemaApp:            func() any { return new(App) },
+	SchemaChannel:        func() any { return new(Channel) },
+	SchemaRelease:        func() any { return new(Release) },
+	SchemaInstall:        func() any { return new(Install) },
+	SchemaInstallState:   func() any { return new(InstallState) },
+	SchemaComponentState: func() any { return new(ComponentState) },
+	SchemaJob:            func() any { return new(Job) },
+	SchemaJobResult:      func() any { return new(JobResult) },
+	SchemaStatus:         func() any { return new(Status) },
+}
+
 // ValidateJSON checks a JSON document against one of the embedded schemas
-// (SchemaJob, SchemaStatus, …). It returns nil or Problems, each with the
-// field path of the offending value and its line and column. The problems
-// name the file by the schema's title; a caller that knows the file's path
-// can set File.
+// (SchemaJob, SchemaStatus, …), and that it decodes into the schema's Go
+// type: a number the schema allows may still not fit the Go field (7.0 for
+// an int64). It returns nil or Problems, each with the field path of the
+// offending value and its line and column. The problems name the file by
+// the schema's title; a caller that knows the file's path can set File.
 func ValidateJSON(schema string, data []byte) error {
 	set, err := loadSchemas()
 	if err != nil {
@@ -43,10 +59,34 @@ func ValidateJSON(schema string, data []byte) error {
 	if err := s.Validate(v); err != nil {
 		return schemaProblems(newJSONDoc(file, data), set, v, true, err).Err()
 	}
+	if newValue, ok := goTypes[schema]; ok {
+		if err := json.Unmarshal(data, newValue()); err != nil {
+			return Problems{jsonDecodeProblem(file, data, err)}
+		}
+	}
 	return nil
 }
 
+func jsonDecodeProblem(file string, data []byte, err error) Problem {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return Problem{File: file, Message: err.Error()}
+	}
+	field := te.Field
+	if d := newJSONDoc(file, data); field != "" {
+		if _, ok := d.pos[field]; ok {
+			return d.at(field, false, "%s does not fit a Go %s", te.Value, te.Type)
+		}
+	}
+	p := Problem{File: file, Field: field, Message: fmt.Sprintf("%s does not fit a Go %s", te.Value, te.Type)}
+	p.Line, p.Column = lineColumn(data, int(te.Offset)-1)
+	return p
+}
+
 func jsonSyntaxProblem(file string, data []byte, err error) Problem {
+	if errors.Is(err, io.EOF) && len(bytes.TrimSpace(data)) == 0 {
+		return Problem{File: file, Line: 1, Message: "file is empty"}
+	}
 	p := Problem{File: file, Message: "invalid JSON: " + err.Error()}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
@@ -245,7 +285,7 @@ func (b *problemBuilder) walk(e *jsonschema.ValidationError) {
 	case *kind.MaxLength:
 		add(field, false, "must be at most %s long", count(k.Want, "character", "characters"))
 	case *kind.Minimum:
-		add(field, false, "must be at least %v, not %v", k.Want, k.Got)
+		add(field, false, "must be at least %s, not %s", ratString(k.Want), ratString(k.Got))
 	case *kind.UniqueItems:
 		i, j := k.Duplicates[0], k.Duplicates[1]
 		var item any
@@ -392,6 +432,13 @@ func count(n int, one, many string) string {
 		return "one " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+func ratString(r *big.Rat) string {
+	if r == nil {
+		return "nothing"
+	}
+	return r.RatString()
 }
 
 // display writes a value as it would appear in a file: strings quoted.

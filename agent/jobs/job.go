@@ -34,9 +34,9 @@ func Main(ctx context.Context, manifestPath string, plugins map[string]reconcile
 	if err != nil {
 		return fmt.Errorf("read manifest: %w", err)
 	}
-	job, err := validateManifest(data)
+	job, err := validateManifest(manifestPath, data)
 	if err != nil {
-		return fmt.Errorf("manifest %s: %w", manifestPath, err)
+		return err
 	}
 	if out == nil {
 		out = io.Discard

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,7 +82,12 @@ func (l *Local) newRun(job *schemas.Job, dir string) (*run, error) {
 	}
 	r := &run{l: l, job: *job, dir: dir, exited: make(chan struct{})}
 	r.job.ResultFile = filepath.Join(dir, ResultFile)
-	if err := validate(&r.job); err != nil {
+	b, err := json.Marshal(&r.job)
+	if err != nil {
+		return nil, err
+	}
+	// The job process would refuse a manifest that does not validate.
+	if _, err := validateManifest(filepath.Join(dir, ManifestFile), b); err != nil {
 		return nil, err
 	}
 	r.timeout, _ = time.ParseDuration(r.job.Timeout)

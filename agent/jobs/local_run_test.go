@@ -34,14 +34,14 @@ func TestLocalRunSucceeds(t *testing.T) {
 				Sensitive: []string{"token"},
 				Changed:   true,
 			},
-			wantLog: []string{"echo: create api", "msg=echoing", "job=j-echo", "msg=\"job succeeded\""},
+			wantLog: []string{"echo: create", "msg=echoing", "job=j-echo", "msg=\"job succeeded\""},
 		},
 		{
 			name:      "delete",
 			plugin:    "echo",
 			operation: schemas.OpDelete,
 			want:      &schemas.JobResult{Changed: true},
-			wantLog:   []string{"echo: destroyed api"},
+			wantLog:   []string{"echo: destroyed"},
 		},
 		{
 			name:    "stdout and stderr",
@@ -145,20 +145,21 @@ func TestLocalRunFails(t *testing.T) {
 			name:    "panic",
 			plugin:  "panic",
 			wantIs:  ErrJobFailed,
-			wantMsg: []string{"plugin panic panicked: plugin bug"},
+			wantMsg: []string{"plugin terraform panicked: plugin bug"},
 			wantResult: &schemas.JobResult{
 				APIVersion: schemas.APIVersion, Kind: "JobResult", Job: "j-panic",
-				Error: "plugin panic panicked: plugin bug",
+				Error: "plugin terraform panicked: plugin bug",
 			},
 		},
 		{
 			name:    "unknown plugin",
-			plugin:  "nope",
+			plugin:  "echo",
+			edit:    func(j *schemas.Job) { j.Plugin = schemas.TypeHelm },
 			wantIs:  ErrJobFailed,
-			wantMsg: []string{`unknown plugin "nope" (this job process has: crash, echo, fail,`},
+			wantMsg: []string{`job j-echo: job failed: unknown plugin "helm" (this job process has: terraform)`},
 			wantResult: &schemas.JobResult{
-				APIVersion: schemas.APIVersion, Kind: "JobResult", Job: "j-nope",
-				Error: `unknown plugin "nope" (this job process has: crash, echo, fail, noisy, orphan, panic, sleep, stubborn, wait)`,
+				APIVersion: schemas.APIVersion, Kind: "JobResult", Job: "j-echo",
+				Error: `unknown plugin "helm" (this job process has: terraform)`,
 			},
 		},
 		{
@@ -166,7 +167,7 @@ func TestLocalRunFails(t *testing.T) {
 			plugin:  "echo",
 			edit:    func(j *schemas.Job) { j.Operation = "upsert" },
 			wantIs:  ErrInvalidManifest,
-			wantMsg: []string{`operation must be create, update or delete, not "upsert"`},
+			wantMsg: []string{`manifest.json:1:`, `operation: must be one of create, update or delete, not "upsert"`},
 			noDir:   true,
 		},
 		{

@@ -65,7 +65,7 @@ func agentProcess(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	l := &Local{Command: childCommand(), Env: []string{envChild + "=1"}}
+	l := &Local{Command: childCommand(), Env: childEnv()}
 	if _, err := l.Run(context.Background(), &job, dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -75,8 +75,17 @@ func agentProcess(dir string) int {
 
 func childCommand() []string { return []string{os.Args[0], "-test.run=^$"} }
 
-// testPlugins are the plugins of the test job process, by name.
-var testPlugins = map[string]reconciler.Plugin{
+// childEnv makes the test binary a job process. A race-enabled binary
+// otherwise sleeps a second before a successful exit.
+func childEnv() []string { return []string{envChild + "=1", "GORACE=atexit_sleep_ms=0"} }
+
+// testPlugins are the plugins of the test job process. A manifest names a
+// real component type, so the test plugin is the "terraform" one and it
+// behaves as its job's component is named.
+var testPlugins = map[string]reconciler.Plugin{schemas.TypeTerraform: behaviours}
+
+// behaviours are the test plugins by component name.
+var behaviours = byComponent{
 	"echo":     echoPlugin{},
 	"noisy":    funcPlugin(noisy),
 	"fail":     funcPlugin(fail),
@@ -88,12 +97,40 @@ var testPlugins = map[string]reconciler.Plugin{
 	"wait":     funcPlugin(waitForRelease),
 }
 
+// byComponent is a plugin that hands a job to the plugin named by the
+// job's component.
+type byComponent map[string]reconciler.Plugin
+
+func (b byComponent) plugin(job *schemas.Job) (reconciler.Plugin, error) {
+	p, ok := b[job.Component]
+	if !ok {
+		return nil, fmt.Errorf("no test plugin %q", job.Component)
+	}
+	return p, nil
+}
+
+func (b byComponent) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	p, err := b.plugin(job)
+	if err != nil {
+		return nil, err
+	}
+	return p.Apply(ctx, job, env)
+}
+
+func (b byComponent) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
+	p, err := b.plugin(job)
+	if err != nil {
+		return err
+	}
+	return p.Destroy(ctx, job, env)
+}
+
 // echoPlugin returns its inputs as outputs, marks "token" sensitive and
 // extracts the job's artifacts into the state directory.
 type echoPlugin struct{}
 
 func (echoPlugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	fmt.Fprintf(env.Log, "echo: %s %s\n", job.Operation, job.Component)
+	fmt.Fprintf(env.Log, "echo: %s\n", job.Operation)
 	env.Logger.Info("echoing", "inputs", len(job.Inputs))
 	for _, a := range job.Artifacts {
 		if err := env.Artifacts.Extract(ctx, a, filepath.Join(env.StateDir, a.Name)); err != nil {
@@ -108,7 +145,7 @@ func (echoPlugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.En
 }
 
 func (echoPlugin) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
-	fmt.Fprintf(env.Log, "echo: destroyed %s\n", job.Component)
+	fmt.Fprintln(env.Log, "echo: destroyed")
 	return os.WriteFile(filepath.Join(env.StateDir, "destroyed"), nil, 0o600)
 }
 
@@ -193,23 +230,24 @@ func waitForRelease(ctx context.Context, _ *schemas.Job, env reconciler.Env) (*s
 func testRunner(t *testing.T) *Local {
 	return &Local{
 		Command:       childCommand(),
-		Env:           []string{envChild + "=1"},
+		Env:           childEnv(),
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 		KillGrace:     500 * time.Millisecond,
 		TimeoutMargin: 500 * time.Millisecond,
 	}
 }
 
-// testJob returns a valid job for plugin with its own state directory.
-func testJob(t *testing.T, plugin string) *schemas.Job {
+// testJob returns a valid job for the test plugin behaviour, with its own
+// state directory.
+func testJob(t *testing.T, behaviour string) *schemas.Job {
 	return &schemas.Job{
 		APIVersion: schemas.APIVersion,
 		Kind:       schemas.KindJob,
-		ID:         "j-" + plugin,
+		ID:         "j-" + behaviour,
 		Install:    "inst-1",
-		Component:  "api",
+		Component:  behaviour,
 		Operation:  schemas.OpCreate,
-		Plugin:     plugin,
+		Plugin:     schemas.TypeTerraform,
 		Version:    "1.0.0",
 		Generation: 1,
 		Commit:     strings.Repeat("a", 40),

@@ -20,26 +20,37 @@ const kindJobResult = "JobResult"
 // jobID is what a job id may look like: it names files and directories.
 var jobID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// validateManifest decodes a job manifest strictly and checks it. Every
-// error wraps ErrInvalidManifest.
-func validateManifest(data []byte) (*schemas.Job, error) {
+// validateManifest checks the job manifest data, read from the file name,
+// against its JSON Schema, decodes it strictly and checks what this
+// package relies on. Every error wraps ErrInvalidManifest and names the
+// file.
+func validateManifest(name string, data []byte) (*schemas.Job, error) {
+	if err := schemas.ValidateJSON(schemas.SchemaJob, data); err != nil {
+		var ps schemas.Problems
+		if errors.As(err, &ps) {
+			for i := range ps {
+				ps[i].File = name
+			}
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidManifest, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var job schemas.Job
 	if err := dec.Decode(&job); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidManifest, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidManifest, name, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: data after the manifest", ErrInvalidManifest)
+		return nil, fmt.Errorf("%w: %s: data after the manifest", ErrInvalidManifest, name)
 	}
 	if err := validate(&job); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidManifest, name, err)
 	}
 	return &job, nil
 }
 
-// validate checks what the runner and the job process rely on. Every
-// error wraps ErrInvalidManifest.
+// validate checks what the runner and the job process rely on, whatever
+// the schema says.
 func validate(job *schemas.Job) error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -63,10 +74,7 @@ func validate(job *schemas.Job) error {
 	}
 	check(job.StateDir != "", "stateDir is empty")
 	check(job.ResultFile != "", "resultFile is empty")
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidManifest, errors.Join(errs...))
+	return errors.Join(errs...)
 }
 
 // writeJSON writes v to path atomically: a reader sees the old file or the
@@ -142,5 +150,5 @@ func readManifest(path string) (*schemas.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return validateManifest(b)
+	return validateManifest(path, b)
 }

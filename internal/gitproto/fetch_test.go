@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -355,4 +357,47 @@ func FuzzFetchResponse(f *testing.F) {
 			return storePack(st, sb)
 		})
 	})
+}
+
+func TestFetchCanceled(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, d := range destinations {
+		t.Run(d.name, func(t *testing.T) {
+			st, dir := d.new(t)
+			_, err := (&Client{URL: f.url}).Fetch(ctx, st, []plumbing.Hash{f.commits[1]}, nil)
+			if !errors.Is(err, context.Canceled) || Temporary(err) {
+				t.Fatalf("Fetch with a canceled context = %v, want context.Canceled, not temporary", err)
+			}
+			checkNoPacks(t, dir)
+		})
+	}
+}
+
+// TestFetchDeadlineMidPack checks that a fetch cut off by its context while
+// the pack streams in reports the deadline and leaves no pack behind.
+func TestFetchDeadlineMidPack(t *testing.T) {
+	pack := tinyPack(t)
+	url := fakeServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", typeResult)
+		io.WriteString(w, pkt("packfile\n")+pkt("\x01"+string(pack[:20])))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	for _, d := range destinations {
+		t.Run(d.name, func(t *testing.T) {
+			st, dir := d.new(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			n, err := (&Client{URL: url}).Fetch(ctx, st, []plumbing.Hash{plumbing.NewHash(strings.Repeat("ab", 20))}, nil)
+			if !errors.Is(err, context.DeadlineExceeded) || Temporary(err) {
+				t.Fatalf("Fetch = %d, %v; want context.DeadlineExceeded", n, err)
+			}
+			if n != 20 {
+				t.Errorf("Fetch counted %d pack bytes, want the 20 sent", n)
+			}
+			checkNoPacks(t, dir)
+		})
+	}
 }

@@ -3,6 +3,7 @@ package gitproto
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -176,4 +177,26 @@ func FuzzLsRefsResponse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLsRefsConcurrent polls from several goroutines with one Client, the
+// first of them racing to discover the capabilities.
+func TestLsRefsConcurrent(t *testing.T) {
+	f := newFixture(t, 20)
+	c := &Client{URL: f.url, Discover: true}
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			refs, err := c.LsRefs(context.Background(), string(installRef(i)))
+			if err == nil && refs[installRef(i)] != f.commits[i%2] {
+				err = fmt.Errorf("%s = %s, want %s", installRef(i), refs[installRef(i)], f.commits[i%2])
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }

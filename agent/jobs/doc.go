@@ -1,0 +1,84 @@
+// Package jobs runs plugin jobs: the agent side starts each job as a
+// process of its own and waits for its result, and the job side (Main,
+// behind `nuon job run MANIFEST`) runs one plugin in that process.
+//
+// # Process model
+//
+// The agent never runs a plugin itself. For every job it writes a
+// manifest (schemas.Job) into the job's own directory and starts a job
+// process that reads it, runs the plugin under the job's timeout and
+// writes a schemas.JobResult. A plugin can then take as long and as much
+// memory as it needs, crash, or be killed without taking the agent with
+// it, and the agent can die and restart without killing the job.
+//
+// Runner is how the agent does this. Local starts `nuon job run` as a
+// child process in a process group of its own; a Kubernetes Job runner
+// will do the same in a pod. The job's output goes straight into a file,
+// not through a pipe to the agent, so a job that outlives the agent keeps
+// its output and is not killed by SIGPIPE.
+//
+// # Job directory
+//
+// Each job has a directory of its own, named by the caller (one per job
+// id):
+//
+//	manifest.json  the job, as the job process reads it; written atomically
+//	result.json    the JobResult, written atomically by the job process
+//	               when it ends, with Error set if it failed
+//	log            the job's stdout and stderr, appended run after run,
+//	               each run starting with a "==>" line
+//	lock           the lock file described below; never remove it
+//
+// A job directory may be removed only while its lock is held.
+//
+// # Lock protocol
+//
+// Two processes of the same job must never run at once, even if the agent
+// is killed at any instant and restarted. The guarantee comes from an
+// flock(2) lock on dir/lock, which the kernel ties to the open file
+// rather than to a process and drops when the last descriptor of that
+// open file is closed, including when its holders die:
+//
+//  1. Run opens dir/lock and takes an exclusive lock without waiting. If
+//     it cannot, a process of the job is still alive and Run fails with
+//     ErrRunning.
+//  2. Holding the lock, Run removes an earlier result.json and writes
+//     manifest.json.
+//  3. Run starts the job process with the lock's descriptor as its fd 3.
+//     The child now holds the same open file, and so the lock, for as
+//     long as it lives; so does every process it starts that inherits
+//     fd 3, as a terraform or helm process does.
+//  4. When the job process exits, Run drops its own descriptor. If the
+//     lock is still held, processes the job started outlived it: Run
+//     stops what is left of the job's process group, so that once Run
+//     returns no process of the job is running.
+//
+// If the agent dies before step 3, the kernel drops its lock and no job
+// process exists. If it dies after, the job process keeps the lock until
+// it and its descendants are gone. Either way, a restarted agent calls
+// Recover, which waits until it can take the lock itself: at that point
+// no process of the job can be running, and none can start but through
+// the agent. result.json then tells whether the job finished: a result
+// is written atomically at the very end, so its presence means the job
+// ran to completion, and its absence means it must run again
+// (ErrNotFinished). A result left from an earlier run cannot be mistaken
+// for the new one: step 2 removes it before the new process starts.
+//
+// # Cancellation and timeouts
+//
+// The job process enforces job.Timeout on the plugin's context and
+// reports a timeout in its result. The runner gives it that long plus
+// Local.TimeoutMargin before it steps in. When the runner's context ends
+// or the margin is used up, it sends SIGTERM to the job's whole process
+// group, which cancels the plugin's context (the job process turns
+// SIGTERM into cancellation), and SIGKILL after Local.KillGrace. Run's
+// error then satisfies errors.Is with context.Canceled, or with
+// context.DeadlineExceeded and ErrJobFailed for a timeout.
+//
+// # Errors
+//
+// ErrJobFailed means the job ran and failed: rerunning it as is fails
+// again. ErrInvalidManifest and ErrUnknownPlugin mean the job cannot run
+// on this agent at all. ErrNotFinished and ErrRunning are not outcomes:
+// the job must be run again, or waited for.
+package jobs

@@ -1,0 +1,95 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// TestMain doubles as the job process: the agent under test spawns this
+// binary with NUON_AGENT_TEST_JOB=1 to run a job, as it spawns `nuon job
+// run` in production.
+func TestMain(m *testing.M) {
+	if os.Getenv("NUON_AGENT_TEST_JOB") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		manifest := os.Args[len(os.Args)-1]
+		plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: recorder{}}
+		if err := jobs.Main(ctx, manifest, plugins, nil, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// recorder is the test plugin: it appends one line per call to the file
+// NUON_TEST_RECORD names, outputs id = "<component>-id" plus its string
+// inputs, fails when input fail is "true" and sleeps for input sleep.
+type recorder struct{}
+
+func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if err := record(job, job.Operation); err != nil {
+		return nil, err
+	}
+	if d, ok := job.Inputs["sleep"].(string); ok {
+		dur, _ := time.ParseDuration(d)
+		select {
+		case <-time.After(dur):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if job.Inputs["fail"] == "true" {
+		return nil, errors.New("the component says no")
+	}
+	outs := map[string]any{"id": job.Component + "-id"}
+	for k, v := range job.Inputs {
+		if s, ok := v.(string); ok && k != "sleep" {
+			outs["in_"+k] = s
+		}
+	}
+	if err := record(job, "done"); err != nil {
+		return nil, err
+	}
+	return &schemas.JobResult{Outputs: outs, Sensitive: []string{"token"}, Changed: true}, nil
+}
+
+func (recorder) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
+	return record(job, "delete")
+}
+
+func record(job *schemas.Job, what string) error {
+	f, err := os.OpenFile(os.Getenv("NUON_TEST_RECORD"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "%s %s %s %s\n", job.Install, job.Component, job.Version, what)
+	return err
+}
+
+// runs reads the record file: one entry per plugin call, "install
+// component version what".
+func runs(t *testing.T, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(data)), " ", "_"))
+}
