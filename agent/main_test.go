@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv("NUON_AGENT_TEST_AGENT") == "1" {
+		os.Exit(agentProcess())
+	}
 	os.Exit(m.Run())
 }
 

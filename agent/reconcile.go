@@ -175,7 +175,7 @@ func (r *reconcile) fetch(ctx context.Context) error {
 	case st.Refusal != nil && st.Refusal.Commit == r.desiredHead.String():
 		r.done = true // already refused and recorded
 		return nil
-	case st.Desired == r.desiredHead.String() && !r.due():
+	case st.Desired == r.desiredHead.String() && st.Refusal == nil && !r.due():
 		r.done = true
 		return nil
 	}
@@ -214,7 +214,11 @@ func (r *reconcile) verify(context.Context) error {
 		r.log.Info("new desired state", "commit", short(d.Commit), "generation", d.Generation, "signer", d.Signer.Principal)
 		r.changed = true
 	}
-	st.Refusal = nil
+	if st.Refusal != nil {
+		r.log.Info("desired state accepted again", "commit", short(d.Commit))
+		r.changed = true
+		st.Refusal = nil
+	}
 	st.Desired = d.Commit.String()
 	st.Generation = d.Generation
 	return nil

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,13 +86,13 @@ func (set *schemaSet) schema(name string) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// properties returns the sorted property names of the schema object at
-// url (a schema location such as
-// https://nuon.dev/schemas/app.schema.json#/$defs/component).
-func (set *schemaSet) properties(url string) []string {
+// properties returns the sorted property names and the patterns of the
+// pattern properties of the schema object at url (a schema location such
+// as https://nuon.dev/schemas/app.schema.json#/$defs/component).
+func (set *schemaSet) properties(url string) (names, patterns []string) {
 	rest, ok := strings.CutPrefix(url, schemaBase)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	file, ptr, _ := strings.Cut(rest, "#")
 	v := set.raw[file]
@@ -102,18 +103,14 @@ func (set *schemaSet) properties(url string) []string {
 		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
 		m, ok := v.(map[string]any)
 		if !ok {
-			return nil
+			return nil, nil
 		}
 		v = m[tok]
 	}
 	m, _ := v.(map[string]any)
 	props, _ := m["properties"].(map[string]any)
-	names := make([]string, 0, len(props))
-	for n := range props {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	pats, _ := m["patternProperties"].(map[string]any)
+	return slices.Sorted(maps.Keys(props)), slices.Sorted(maps.Keys(pats))
 }
 
 // aliasFactor bounds how far aliases may multiply a file: a file of n bytes

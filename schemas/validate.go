@@ -216,7 +216,7 @@ type problemBuilder struct {
 }
 
 func (b *problemBuilder) walk(e *jsonschema.ValidationError) {
-	if _, ok := e.ErrorKind.(*kind.PropertyNames); !ok && len(e.Causes) > 0 {
+	if len(e.Causes) > 0 {
 		for _, c := range e.Causes {
 			b.walk(c)
 		}
@@ -228,8 +228,12 @@ func (b *problemBuilder) walk(e *jsonschema.ValidationError) {
 	}
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
-		known := b.set.properties(e.SchemaURL)
+		known, patterns := b.set.properties(e.SchemaURL)
 		for _, name := range slices.Sorted(slices.Values(k.Properties)) {
+			if len(known) == 0 && len(patterns) == 1 {
+				add(joinField(field, name), true, "key %q is not %s", name, describePattern(patterns[0]))
+				continue
+			}
 			msg := fmt.Sprintf("unknown field %q", name)
 			if s := suggest(name, known); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
@@ -242,12 +246,6 @@ func (b *problemBuilder) walk(e *jsonschema.ValidationError) {
 		for _, name := range k.Missing {
 			add(field, false, "missing required field %q", name)
 		}
-	case *kind.PropertyNames:
-		want := "allowed"
-		if p := findPattern(e); p != nil {
-			want = describePattern(p.Want)
-		}
-		add(joinField(field, k.Property), true, "key %q is not %s", k.Property, want)
 	case *kind.Type:
 		want := make([]string, len(k.Want))
 		for i, t := range k.Want {
@@ -345,18 +343,6 @@ func (b *problemBuilder) typeName(t string) string {
 		return "empty"
 	}
 	return t
-}
-
-func findPattern(e *jsonschema.ValidationError) *kind.Pattern {
-	if p, ok := e.ErrorKind.(*kind.Pattern); ok {
-		return p
-	}
-	for _, c := range e.Causes {
-		if p := findPattern(c); p != nil {
-			return p
-		}
-	}
-	return nil
 }
 
 // patternHelp says in words what each pattern of the schemas accepts.

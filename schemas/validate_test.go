@@ -85,6 +85,25 @@ func TestPatternsDescribed(t *testing.T) {
 	}
 }
 
+// TestNoPropertyNames keeps propertyNames out of the schemas: the validator
+// reports its errors at a location that later checks overwrite. Key
+// patterns are patternProperties with additionalProperties false instead.
+func TestNoPropertyNames(t *testing.T) {
+	entries, err := fs.ReadDir(Files, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(Files, e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `"propertyNames"`) {
+			t.Errorf("%s uses propertyNames", e.Name())
+		}
+	}
+}
+
 // samples are fully populated values of every written file kind.
 func samples() map[string]any {
 	cloud := Cloud{Provider: "aws", Region: "us-east-1", AccountID: "111111111111"}
@@ -530,8 +549,15 @@ func compareValue(t *testing.T, set *schemaSet, path string, typ reflect.Type, f
 			compareValue(t, set, path+"[]", typ.Elem(), file, m["items"])
 		}
 	case reflect.Map:
-		if typ.Elem().Kind() == reflect.Struct {
-			compareValue(t, set, path+"[]", typ.Elem(), file, m["additionalProperties"])
+		if typ.Elem().Kind() != reflect.Struct {
+			break
 		}
+		values := m["additionalProperties"]
+		if pats, ok := m["patternProperties"].(map[string]any); ok && len(pats) == 1 {
+			for _, v := range pats {
+				values = v
+			}
+		}
+		compareValue(t, set, path+"[]", typ.Elem(), file, values)
 	}
 }

@@ -124,6 +124,7 @@ func TestLocalRunFails(t *testing.T) {
 		wantMsg    []string
 		wantResult *schemas.JobResult
 		noDir      bool
+		command    []string
 	}{
 		{
 			name:    "plugin error",
@@ -173,6 +174,7 @@ func TestLocalRunFails(t *testing.T) {
 		{
 			name:    "command not found",
 			plugin:  "echo",
+			command: []string{"/nonexistent/no-such-nuon", "job", "run"},
 			wantIs:  os.ErrNotExist,
 			wantMsg: []string{"no-such-nuon"},
 		},
@@ -186,8 +188,8 @@ func TestLocalRunFails(t *testing.T) {
 			}
 			dir := filepath.Join(t.TempDir(), "job")
 			l := testRunner(t)
-			if tt.name == "command not found" {
-				l.Command = []string{filepath.Join(t.TempDir(), "no-such-nuon")}
+			if tt.command != nil {
+				l.Command = tt.command
 			}
 			got, err := l.Run(context.Background(), job, dir)
 			if !errors.Is(err, tt.wantIs) {
@@ -213,9 +215,9 @@ func TestLocalRunCancelStopsGroup(t *testing.T) {
 	job := testJob(t, "sleep")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pid := make(chan int, 1)
 	go func() {
-		pid <- pidIn(t, filepath.Join(job.StateDir, "sleeper.pid"))
+		// Cancel once the grandchild runs, or when waiting for it fails.
+		awaitFile(filepath.Join(job.StateDir, "sleeper.pid"))
 		cancel()
 	}()
 	dir := t.TempDir()
@@ -230,7 +232,7 @@ func TestLocalRunCancelStopsGroup(t *testing.T) {
 	if res == nil || !strings.Contains(res.Error, "stopped: context canceled") {
 		t.Errorf("result %+v, want one that says the job was stopped", res)
 	}
-	sleeper := <-pid
+	sleeper := pidIn(t, filepath.Join(job.StateDir, "sleeper.pid"))
 	killAtEnd(t, sleeper)
 	if !gone(sleeper) {
 		t.Errorf("grandchild %d still runs after Run returned", sleeper)

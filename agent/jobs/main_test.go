@@ -256,18 +256,16 @@ func testJob(t *testing.T, behaviour string) *schemas.Job {
 	}
 }
 
-// waitFile waits for path to exist and returns its content.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
+// awaitFile waits for path to exist and returns its content.
+func awaitFile(path string) (string, error) {
 	end := time.Now().Add(10 * time.Second)
-	for time.Now().Before(end) {
-		if b, err := os.ReadFile(path); err == nil {
-			return string(b)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil || time.Now().After(end) {
+			return string(b), err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%s did not appear", path)
-	return ""
 }
 
 // gone reports whether process pid has exited (a zombie counts).
@@ -288,7 +286,11 @@ func gone(pid int) bool {
 // pidIn reads a pid written by a test plugin.
 func pidIn(t *testing.T, path string) int {
 	t.Helper()
-	pid, err := strconv.Atoi(waitFile(t, path))
+	s, err := awaitFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(s)
 	if err != nil {
 		t.Fatal(err)
 	}

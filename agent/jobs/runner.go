@@ -52,7 +52,8 @@ type Local struct {
 	Command []string
 	// Env is extra environment for the job, appended to os.Environ().
 	Env []string
-	// Log, if set, receives a copy of the job's output besides dir/log.
+	// Log, if set, receives a copy of the job's output besides dir/log. It
+	// must be safe for concurrent use if jobs run in parallel.
 	Log io.Writer
 	// Logger receives the runner's events (keys install, component, job,
 	// plugin). Default: discard.

@@ -1,0 +1,222 @@
+package gitobj_test
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gittest"
+)
+
+// sample fills a batch with a small history: blobs, nested trees (a file
+// "a.b" beside a folder "a", which git sorts as "a/") and a commit, and
+// returns the commit.
+func sample(t *testing.T, b *gitobj.Batch) plumbing.Hash {
+	t.Helper()
+	readme := b.Add(plumbing.BlobObject, []byte("hello\n"))
+	empty := b.Add(plumbing.BlobObject, nil)
+	big := b.Add(plumbing.BlobObject, bytes.Repeat([]byte("0123456789abcdef"), 4096))
+	sub := b.Tree([]gitobj.Entry{
+		{Name: "x.json", Mode: filemode.Regular, Hash: readme},
+		{Name: "run.sh", Mode: filemode.Executable, Hash: empty},
+	})
+	root := b.Tree([]gitobj.Entry{
+		{Name: "a.b", Mode: filemode.Regular, Hash: readme},
+		{Name: "a", Mode: filemode.Dir, Hash: sub},
+		{Name: "a-b", Mode: filemode.Regular, Hash: big},
+		{Name: "a0", Mode: filemode.Regular, Hash: empty},
+	})
+	when := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	who := object.Signature{Name: "nuon test", Email: "test@nuon.invalid", When: when}
+	c := &object.Commit{Author: who, Committer: who, Message: "sample\n", TreeHash: root}
+	var o plumbing.MemoryObject
+	if err := c.Encode(&o); err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.AddEncoded(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestFlushIntoBareRepository(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gitobj.NewBatch()
+	commit := sample(t, b)
+	if err := b.Flush(repo.Storer); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	gittest.Git(t, dir, "update-ref", "refs/heads/main", commit.String())
+
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck --strict: %s", out)
+	}
+	if got := gittest.Git(t, dir, "count-objects", "-v"); !strings.Contains(got, fmt.Sprintf("in-pack: %d", b.Len())) {
+		t.Errorf("git count-objects: want %d objects in one pack:\n%s", b.Len(), got)
+	}
+	// Every object reads back through git as the batch holds it.
+	for _, h := range hashes(t, dir) {
+		typ, content, ok := b.Get(h)
+		if !ok {
+			t.Errorf("git holds %s, which is not in the batch", h)
+			continue
+		}
+		if got := gittest.Git(t, dir, "cat-file", "-t", h.String()); got != typ.String() {
+			t.Errorf("git cat-file -t %s = %s, want %s", h, got, typ)
+		}
+		raw, err := gittest.Run(dir, nil, "cat-file", typ.String(), h.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == plumbing.BlobObject && raw != strings.TrimSpace(string(content)) {
+			t.Errorf("git cat-file blob %s = %q, want %q", h, raw, content)
+		}
+	}
+	if got := gittest.Git(t, dir, "ls-tree", "--name-only", "main"); got != "a-b\na.b\na\na0" {
+		t.Errorf("git ls-tree main:\n%s", got)
+	}
+	// The repository that flushed reads its new objects at once.
+	if _, err := repo.CommitObject(commit); err != nil {
+		t.Errorf("read the flushed commit back through go-git: %v", err)
+	}
+	// A second flush of the same batch adds nothing git objects to.
+	if err := b.Flush(repo.Storer); err != nil {
+		t.Fatalf("second flush: %v", err)
+	}
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck --strict after a second flush: %s", out)
+	}
+}
+
+// hashes lists every object git finds in the repository.
+func hashes(t *testing.T, dir string) []plumbing.Hash {
+	t.Helper()
+	var out []plumbing.Hash
+	for _, line := range strings.Split(gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"), "\n") {
+		out = append(out, plumbing.NewHash(line))
+	}
+	return out
+}
+
+func TestFlushWithoutPacks(t *testing.T) {
+	st := memory.NewStorage()
+	b := gitobj.NewBatch()
+	commit := sample(t, b)
+	if err := b.Flush(st); err != nil {
+		t.Fatal(err)
+	}
+	c, err := object.GetCommit(st, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	if err := files.ForEach(func(f *object.File) error { names = append(names, f.Name); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(names, " "), "a-b a.b a/run.sh a/x.json a0"; got != want {
+		t.Errorf("files = %s, want %s", got, want)
+	}
+}
+
+func TestWritePackIsStable(t *testing.T) {
+	var packs [2]bytes.Buffer
+	for i := range packs {
+		b := gitobj.NewBatch()
+		sample(t, b)
+		if err := b.WritePack(&packs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(packs[0].Bytes(), packs[1].Bytes()) {
+		t.Fatal("the same batch gave two different packs")
+	}
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	cmd := exec.Command("git", "index-pack", "--stdin", "--strict")
+	cmd.Dir = dir
+	cmd.Stdin = &packs[0]
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git index-pack: %v: %s", err, out)
+	}
+}
+
+// TestEncodeTreeSortsLikeGit builds trees with git mktree, which sorts its
+// input itself, and checks that EncodeTree gives the same ids.
+func TestEncodeTreeSortsLikeGit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	blob := plumbing.NewHash(gittest.Git(t, dir, "hash-object", "-w", "--stdin"))
+	emptyTree := plumbing.NewHash(gittest.Git(t, dir, "mktree"))
+	file := func(name string) gitobj.Entry { return gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: blob} }
+	folder := func(name string) gitobj.Entry { return gitobj.Entry{Name: name, Mode: filemode.Dir, Hash: emptyTree} }
+	for _, tc := range []struct {
+		name    string
+		entries []gitobj.Entry
+	}{
+		{"file a.b before folder a", []gitobj.Entry{folder("a"), file("a.b")}},
+		{"folder a before file a0", []gitobj.Entry{file("a0"), folder("a")}},
+		{"folder a after file a-b", []gitobj.Entry{folder("a"), file("a-b")}},
+		{"files only", []gitobj.Entry{file("b"), file("a"), file("A"), file("_")}},
+		{"folders and files", []gitobj.Entry{folder("components"), file("install.json"), file("components.json"), folder("component")}},
+		{"executable and symlink", []gitobj.Entry{{Name: "run", Mode: filemode.Executable, Hash: blob}, {Name: "link", Mode: filemode.Symlink, Hash: blob}}},
+		{"empty", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in strings.Builder
+			for _, e := range tc.entries {
+				typ := "blob"
+				if e.Mode == filemode.Dir {
+					typ = "tree"
+				}
+				fmt.Fprintf(&in, "%o %s %s\t%s\n", uint32(e.Mode), typ, e.Hash, e.Name)
+			}
+			want, err := gittest.Run(dir, []byte(in.String()), "mktree")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := gitobj.NewBatch()
+			if got := b.Tree(tc.entries); got.String() != want {
+				t.Errorf("tree = %s, git mktree = %s\n%s", got, want, in.String())
+			}
+			if got := plumbing.ComputeHash(plumbing.TreeObject, gitobj.EncodeTree(tc.entries)); got.String() != want {
+				t.Errorf("EncodeTree hashes to %s, git mktree = %s", got, want)
+			}
+		})
+	}
+}
+
+func TestAddKeepsOneCopy(t *testing.T) {
+	b := gitobj.NewBatch()
+	h1 := b.Add(plumbing.BlobObject, []byte("x"))
+	h2 := b.Add(plumbing.BlobObject, []byte("x"))
+	if h1 != h2 || b.Len() != 1 {
+		t.Fatalf("same blob twice: %s, %s, %d objects", h1, h2, b.Len())
+	}
+	if want := plumbing.ComputeHash(plumbing.BlobObject, []byte("x")); h1 != want {
+		t.Fatalf("blob id %s, want %s", h1, want)
+	}
+	if h3 := b.Add(plumbing.TreeObject, []byte("x")); h3 == h1 || b.Len() != 2 {
+		t.Fatalf("a tree with the blob's bytes got id %s, %d objects", h3, b.Len())
+	}
+}

@@ -1,0 +1,125 @@
+// Package schemas defines nuon's file formats: the YAML source files that
+// people and vendor CI write on a tenant's main branch, the JSON files that
+// nuon writes, their Go types and JSON Schemas, and the loading and
+// validation that report what is wrong by file, line and field.
+//
+// # Source files
+//
+// Main holds four kinds of file. [Load] reads them all from an [io/fs.FS]
+// rooted at a checkout or commit of main. A file holds exactly one YAML
+// document, its name ends in .yaml, and every name in it (app, component,
+// channel, install, artifact) is a lower-case DNS label.
+//
+// nuon.yaml is the application and its components ([App]). A component's
+// type names the plugin that applies it (terraform, helm, manifests or
+// image), its repository is the vendor OCI repository its artifacts come
+// from, dependsOn orders it after other components, and outputs names the
+// values other components may read:
+//
+//	name: shop
+//	components:
+//	  - name: network
+//	    type: terraform
+//	    repository: registry.vendor.example/shop/network
+//	    inputs:
+//	      cidr: ${install.inputs.cidr}
+//	    outputs: [vpc_id]
+//	  - name: database
+//	    type: terraform
+//	    repository: registry.vendor.example/shop/database
+//	    dependsOn: [network]
+//	    inputs:
+//	      vpc_id: ${components.network.outputs.vpc_id}
+//
+// channels/<channel>.yaml pins the version of every component that the
+// installs on the channel run ([Channel]); promotion is a pull request
+// that edits a pin:
+//
+//	components:
+//	  network: 1.0.0
+//	  database: 1.1.0
+//
+// releases/<component>.yaml lists every released version of one component
+// and the digests of its artifacts ([Release]); vendor CI appends to it:
+//
+//	component: database
+//	versions:
+//	  - version: 1.1.0
+//	    artifacts:
+//	      module:
+//	        digest: sha256:302d3f57946a8a108ab58d03b00845f680b80f5ec0d9ca259371f281fbf3709c
+//
+// installs/<id>.yaml is one customer install ([Install]), whose id is the
+// file's name: the channel it follows, its own input values, where it
+// runs, its registry, the public key its agent signs status with, and
+// optional per-component version overrides:
+//
+//	channel: stable
+//	inputs:
+//	  cidr: 10.10.0.0/16
+//	cloud: {provider: aws, region: us-east-1, accountID: "111111111111"}
+//	sandbox: {name: aws-eks, version: 0.4.0}
+//	registry: 111111111111.dkr.ecr.us-east-1.amazonaws.com/nuon-acme
+//	agentKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA… nuon-acme
+//	versions:
+//	  database: 1.1.0
+//
+// # References
+//
+// A string anywhere in a component's inputs may hold references:
+//
+//	${install.id}                       the install's id
+//	${install.inputs.NAME}              one of the install's inputs
+//	${components.NAME.outputs.OUTPUT}   an output of another component
+//	${secrets.NAME}                     a secret of the install
+//
+// The renderer resolves the install references; the other two stay in the
+// rendered state and are resolved inside the install, so secrets never
+// leave it. A component may read the outputs only of components it
+// depends on, directly or not, and only outputs they declare. "$${" is a
+// literal "${". A string that is exactly one reference takes the
+// referenced value's own type. [ParseRefs], [Substitute] and [WalkStrings]
+// implement this.
+//
+// # Checks across files
+//
+// After each file passes its schema, Load checks that the files agree:
+// component names are unique; dependsOn names other components and has no
+// cycle; references name declared outputs of dependencies; every channel
+// pins every component, and every pin and install override names a
+// released version of a component in nuon.yaml; a release file's component
+// is its file name, with no version twice; an install's id, if written, is
+// its file name, its channel exists, it provides every input the
+// components reference, and its agent key is an ed25519 key.
+//
+// # Written files
+//
+// Nuon writes JSON files, each with apiVersion nuon.dev/v1 and a kind:
+//
+//	installs/<id>/install.json              InstallState    the renderer, on nuon/installs/<id>
+//	installs/<id>/components/<name>.json    ComponentState  the renderer
+//	job manifest                            Job             the agent, for nuon job run
+//	job result                              JobResult       the job, for the agent
+//	status.json                             InstallStatus   the agent, on nuon/status/<id>
+//
+// Every file kind has a JSON Schema in [Files], named by the Schema…
+// constants, which editors can use as they are. [ValidateJSON] checks a
+// written file against its schema and its Go type before anyone relies on
+// it.
+//
+// # Problems
+//
+// Load and ValidateJSON report every problem they find as [Problems], one
+// a line, sorted by file, line and column:
+//
+//	nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests or image, not "docker"
+//	installs/acme.yaml:2:1: inputs: no input "db_size", which component "database" uses (nuon.yaml:23)
+//
+// Each [Problem] has the file's path, the 1-based line and column of the
+// value it is about (of the key, for an unknown or misnamed key; the
+// column is left out when the YAML parser gives only a line), the path of
+// the field, and a message meant for the person who will fix it. A file
+// that does not parse or does not match its schema is reported on its own
+// and left out of the checks across files, which then do not report it a
+// second time as missing.
+package schemas
