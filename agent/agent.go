@@ -39,6 +39,10 @@ type Config struct {
 	// Plugins are the component types the job runner can apply; others
 	// are reported as unsupported.
 	Plugins []string
+	// Sync copies a component's artifacts into the install's registry
+	// before its job runs. Without it the artifacts are taken to be there
+	// already and image components are unsupported.
+	Sync Syncer
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
@@ -54,6 +58,14 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
+}
+
+// Syncer copies artifacts, by digest, from the vendor registry into the
+// install's registry, verifying each one's signature first. It returns
+// only when every artifact is present in the install's registry; an error
+// leaves the component without a job.
+type Syncer interface {
+	Sync(ctx context.Context, artifacts []schemas.Artifact) error
 }
 
 // Agent is one install's agent.

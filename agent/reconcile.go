@@ -328,7 +328,16 @@ func (r *reconcile) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex,
 		typ = s.Applied.Spec.Type
 		spec = s.Applied.Spec
 	}
-	if !slices.Contains(a.cfg.Plugins, typ) {
+	if s.Action == reconciler.Delete && spec == nil {
+		// Never run: nothing to destroy, only the record to drop.
+		mu.Lock()
+		delete(r.rec.Status.Components, s.Component)
+		r.changed = true
+		mu.Unlock()
+		return
+	}
+	supported := slices.Contains(a.cfg.Plugins, typ) || (typ == schemas.TypeImage && a.cfg.Sync != nil)
+	if !supported {
 		mu.Lock()
 		r.setPhase(s.Component, schemas.PhaseNotReady, fmt.Sprintf("this agent has no %s plugin yet", typ))
 		mu.Unlock()
@@ -351,6 +360,29 @@ func (r *reconcile) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex,
 			log.Debug("unchanged; no job")
 			return
 		}
+		if a.cfg.Sync != nil {
+			if err := a.cfg.Sync.Sync(ctx, spec.Artifacts); err != nil {
+				mu.Lock()
+				r.setPhase(s.Component, schemas.PhaseFailed, "sync artifacts: "+err.Error())
+				mu.Unlock()
+				log.Error("artifact sync failed; no job started", "error", err)
+				return
+			}
+		}
+		if typ == schemas.TypeImage {
+			// An image component is its artifacts: synced is applied.
+			mu.Lock()
+			r.record(a.newJob(r.desired, spec, op), spec, s.Action, &schemas.JobResult{}, nil)
+			mu.Unlock()
+			return
+		}
+	} else if typ == schemas.TypeImage {
+		// Deleting an image component leaves the copies in the install
+		// registry, which the registry's own lifecycle policy collects.
+		mu.Lock()
+		r.record(a.newJob(r.desired, spec, op), spec, s.Action, &schemas.JobResult{}, nil)
+		mu.Unlock()
+		return
 	}
 	job := a.newJob(r.desired, spec, op)
 	log = log.With("job", job.ID, "plugin", typ)

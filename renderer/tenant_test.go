@@ -62,8 +62,12 @@ type tenant struct {
 }
 
 // newTenant makes a bare repository whose main holds the fixture tenant.
+// Its commits are dated, so the same files give the same main commit in
+// every run.
 func newTenant(tb testing.TB) *tenant {
 	tb.Helper()
+	tb.Setenv("GIT_AUTHOR_DATE", "2026-03-01T11:00:00Z")
+	tb.Setenv("GIT_COMMITTER_DATE", "2026-03-01T11:00:00Z")
 	t := &tenant{tb: tb, dir: filepath.Join(tb.TempDir(), "tenant.git"), src: filepath.Join(tb.TempDir(), "src")}
 	gittest.InitBare(tb, t.dir)
 	if err := os.CopyFS(t.src, os.DirFS(fixtureTenant)); err != nil {

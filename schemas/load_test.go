@@ -441,6 +441,26 @@ var loadCases = []struct {
 		want:  []string{`releases/api.yaml:2:1: owner: unknown field "owner"; known fields: component, versions`},
 	},
 	{
+		name: "a broken app file still lets the other files be checked",
+		edits: []edit{
+			replace("nuon.yaml", "    type: image", "    type: docker"),
+			replace("installs/globex.yaml", "channel: beta", "channel: canary"),
+			replace("channels/beta.yaml", "dashboards: 1.2.0", "dashboards: 1.3.0"),
+		},
+		want: []string{
+			`installs/globex.yaml:1:10: channel: channel "canary" does not exist (no channels/canary.yaml)`,
+			`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests or image, not "docker"`,
+		},
+	},
+	{
+		name:  "pin of a component with no release file",
+		edits: []edit{remove("releases/dashboards.yaml")},
+		want: []string{
+			`channels/beta.yaml:6:15: components.dashboards: dashboards 1.2.0 is not released: there is no releases/dashboards.yaml`,
+			`channels/stable.yaml:7:15: components.dashboards: dashboards 1.1.0 is not released: there is no releases/dashboards.yaml`,
+		},
+	},
+	{
 		name: "problems in several files",
 		edits: []edit{
 			replace("installs/globex.yaml", "channel: beta", "channel: canary"),

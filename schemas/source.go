@@ -98,9 +98,7 @@ func Load(fsys fs.FS) (*Source, error) {
 			}
 		}
 	}
-	if _, ok := s.docs[AppFile]; ok {
-		ps = append(ps, s.check()...)
-	}
+	ps = append(ps, s.check()...)
 	if err := ps.Err(); err != nil {
 		return nil, err
 	}
@@ -161,98 +159,152 @@ func (s *Source) InstallIDs() []string {
 	return ids
 }
 
-// check finds what the schemas cannot: files that disagree with one another.
+// check finds what the schemas cannot: files that disagree with one
+// another. When nuon.yaml did not load, only the checks that do not need
+// it run.
 func (s *Source) check() Problems {
+	c := &checker{Source: s}
+	if _, c.appOK = s.docs[AppFile]; c.appOK {
+		c.index = map[string]int{}
+	}
+	for _, step := range []func() Problems{c.components, c.releases, c.channels, c.installs} {
+		c.ps = append(c.ps, step()...)
+	}
+	return c.ps
+}
+
+// checker holds what the steps of check share.
+type checker struct {
+	*Source
+	appOK bool
+	// index maps component name to its place in nuon.yaml; nil when
+	// nuon.yaml did not load.
+	index map[string]int
+	ps    Problems
+}
+
+// components checks nuon.yaml on its own: unique names, dependencies and
+// the references in inputs.
+func (c *checker) components() Problems {
+	if !c.appOK {
+		return nil
+	}
 	var ps Problems
-	app := s.docs[AppFile]
-	index := map[string]int{}
-	for i, c := range s.App.Components {
-		f := fmt.Sprintf("components[%d]", i)
-		if j, dup := index[c.Name]; dup {
+	app := c.docs[AppFile]
+	for i, comp := range c.App.Components {
+		if j, dup := c.index[comp.Name]; dup {
 			first := app.at(fmt.Sprintf("components[%d].name", j), false, "")
-			ps = append(ps, app.at(f+".name", false, "component %q is declared twice (first at line %d)", c.Name, first.Line))
+			ps = append(ps, app.at(fmt.Sprintf("components[%d].name", i), false, "component %q is declared twice (first at line %d)", comp.Name, first.Line))
 			continue
 		}
-		index[c.Name] = i
+		c.index[comp.Name] = i
 	}
-	for i, c := range s.App.Components {
-		for j, dep := range c.DependsOn {
+	for i, comp := range c.App.Components {
+		for j, dep := range comp.DependsOn {
 			f := fmt.Sprintf("components[%d].dependsOn[%d]", i, j)
-			switch _, ok := index[dep]; {
-			case dep == c.Name:
-				ps = append(ps, app.at(f, false, "component %q depends on itself", c.Name))
+			switch _, ok := c.index[dep]; {
+			case dep == comp.Name:
+				ps = append(ps, app.at(f, false, "component %q depends on itself", comp.Name))
 			case !ok:
-				ps = append(ps, app.at(f, false, "%q is not a component%s", dep, knownNames(s.App.Components)))
+				ps = append(ps, app.at(f, false, "%q is not a component%s", dep, knownNames(c.App.Components)))
 			}
 		}
 	}
-	if cycle := s.cycle(index); cycle != nil {
-		i := index[cycle[0]]
-		ps = append(ps, app.at(fmt.Sprintf("components[%d].dependsOn", i), false, "dependency cycle: %s", strings.Join(cycle, " → ")))
-	} else {
-		ps = append(ps, s.checkInputs(index)...)
+	if cycle := c.cycle(c.index); cycle != nil {
+		i := c.index[cycle[0]]
+		return append(ps, app.at(fmt.Sprintf("components[%d].dependsOn", i), false, "dependency cycle: %s", strings.Join(cycle, " → ")))
 	}
-	for name, r := range s.Releases {
-		file := path.Join(ReleasesDir, name+".yaml")
-		d := s.docs[file]
+	return append(ps, c.checkInputs(c.index)...)
+}
+
+// releases checks that each release file is its component's and lists a
+// version once.
+func (c *checker) releases() Problems {
+	var ps Problems
+	for name, r := range c.Releases {
+		d := c.docs[path.Join(ReleasesDir, name+".yaml")]
 		if r.Component != name {
 			ps = append(ps, d.at("component", false, "is %q, but this file holds the releases of %q (its name)", r.Component, name))
-		} else if _, ok := index[name]; !ok {
+		} else if _, ok := c.index[name]; c.appOK && !ok {
 			ps = append(ps, d.at("component", false, "component %q is not in %s", name, AppFile))
 		}
 		seen := map[string]int{}
 		for i, v := range r.Versions {
-			f := fmt.Sprintf("versions[%d].version", i)
 			if j, dup := seen[v.Version]; dup {
 				first := d.at(fmt.Sprintf("versions[%d].version", j), false, "")
-				ps = append(ps, d.at(f, false, "version %q is released twice (first at line %d)", v.Version, first.Line))
+				ps = append(ps, d.at(fmt.Sprintf("versions[%d].version", i), false, "version %q is released twice (first at line %d)", v.Version, first.Line))
 				continue
 			}
 			seen[v.Version] = i
 		}
 	}
-	for name, ch := range s.Channels {
-		d := s.docs[path.Join(ChannelsDir, name+".yaml")]
-		for comp, version := range ch.Components {
-			ps = append(ps, s.checkPin(d, "components."+comp, comp, version, index)...)
-		}
-		for _, c := range s.App.Components {
-			if _, ok := ch.Components[c.Name]; !ok {
-				ps = append(ps, d.at("components", true, "no version pin for component %q", c.Name))
-			}
-		}
+	return ps
+}
+
+// channels checks that every channel pins every component to a released
+// version.
+func (c *checker) channels() Problems {
+	if !c.appOK {
+		return nil
 	}
-	for _, id := range s.InstallIDs() {
-		in := s.Installs[id]
-		d := s.docs[path.Join(InstallsDir, id+".yaml")]
-		if in.ID != "" && in.ID != id {
-			ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
+	var ps Problems
+	for name, ch := range c.Channels {
+		d := c.docs[path.Join(ChannelsDir, name+".yaml")]
+		for comp, version := range ch.Components {
+			ps = append(ps, c.checkPin(d, "components."+comp, comp, version)...)
 		}
-		if _, ok := s.Channels[in.Channel]; !ok && !s.broken[path.Join(ChannelsDir, in.Channel+".yaml")] {
-			ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
-		}
-		for comp, version := range in.Versions {
-			ps = append(ps, s.checkPin(d, "versions."+comp, comp, version, index)...)
-		}
-		if msg := checkAgentKey(in.AgentKey); msg != "" {
-			ps = append(ps, d.at("agentKey", false, "%s", msg))
-		}
-		for i, c := range s.App.Components {
-			ps = append(ps, s.checkInstallInputs(d, in, i, c)...)
+		for _, comp := range c.App.Components {
+			if _, ok := ch.Components[comp.Name]; !ok {
+				ps = append(ps, d.at("components", true, "no version pin for component %q", comp.Name))
+			}
 		}
 	}
 	return ps
 }
 
-func (s *Source) checkPin(d *document, field, comp, version string, index map[string]int) Problems {
-	if _, ok := index[comp]; !ok {
+// installs checks each install's id, channel, version overrides, agent key
+// and inputs.
+func (c *checker) installs() Problems {
+	var ps Problems
+	for _, id := range c.InstallIDs() {
+		in := c.Installs[id]
+		d := c.docs[path.Join(InstallsDir, id+".yaml")]
+		if in.ID != "" && in.ID != id {
+			ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
+		}
+		if _, ok := c.Channels[in.Channel]; !ok && !c.broken[path.Join(ChannelsDir, in.Channel+".yaml")] {
+			ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
+		}
+		if msg := checkAgentKey(in.AgentKey); msg != "" {
+			ps = append(ps, d.at("agentKey", false, "%s", msg))
+		}
+		if !c.appOK {
+			continue
+		}
+		for comp, version := range in.Versions {
+			ps = append(ps, c.checkPin(d, "versions."+comp, comp, version)...)
+		}
+		for i, comp := range c.App.Components {
+			ps = append(ps, c.checkInstallInputs(d, in, i, comp)...)
+		}
+	}
+	return ps
+}
+
+// checkPin checks that a channel pin or install override names a released
+// version of a component.
+func (c *checker) checkPin(d *document, field, comp, version string) Problems {
+	if _, ok := c.index[comp]; !ok {
 		return Problems{d.at(field, true, "component %q is not in %s", comp, AppFile)}
 	}
 	file := path.Join(ReleasesDir, comp+".yaml")
-	if s.broken[file] {
+	switch _, ok := c.Releases[comp]; {
+	case c.broken[file]:
 		return nil
+	case !ok:
+		return Problems{d.at(field, false, "%s %s is not released: there is no %s", comp, version, file)}
 	}
-	if _, ok := s.ReleaseOf(comp, version); !ok {
+	if _, ok := c.ReleaseOf(comp, version); !ok {
 		return Problems{d.at(field, false, "%s %s is not released: %s has no version %q", comp, version, file, version)}
 	}
 	return nil

@@ -61,8 +61,9 @@
 // the agent. result.json then tells whether the job finished: a result
 // is written atomically at the very end, so its presence means the job
 // ran to completion, and its absence means it must run again
-// (ErrNotFinished). A result left from an earlier run cannot be mistaken
-// for the new one: step 2 removes it before the new process starts.
+// (ErrNotFinished). A result from an earlier run of the job is removed in
+// step 2, before a new process can start; if the agent died before that,
+// Recover reports the earlier run's result, a genuine outcome of the job.
 //
 // # Cancellation and timeouts
 //

@@ -85,8 +85,8 @@ func TestFlushIntoBareRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if typ == plumbing.BlobObject && raw != strings.TrimSpace(string(content)) {
-			t.Errorf("git cat-file blob %s = %q, want %q", h, raw, content)
+		if typ != plumbing.TreeObject && raw != strings.TrimSpace(string(content)) {
+			t.Errorf("git cat-file %s %s = %q, want %q", typ, h, raw, content)
 		}
 	}
 	if got := gittest.Git(t, dir, "ls-tree", "--name-only", "main"); got != "a-b\na.b\na\na0" {
@@ -96,7 +96,12 @@ func TestFlushIntoBareRepository(t *testing.T) {
 	if _, err := repo.CommitObject(commit); err != nil {
 		t.Errorf("read the flushed commit back through go-git: %v", err)
 	}
-	// A second flush of the same batch adds nothing git objects to.
+	idx, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+	if err != nil || len(idx) != 1 {
+		t.Fatalf("pack indexes: %v %v", idx, err)
+	}
+	gittest.Git(t, dir, "verify-pack", idx[0])
+	// Flushing the same batch again writes the same pack over itself.
 	if err := b.Flush(repo.Storer); err != nil {
 		t.Fatalf("second flush: %v", err)
 	}
