@@ -183,18 +183,19 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
-// Report is the outcome of one reconcile.
+// Report is the outcome of one reconcile; `nuon agent --once -o json`
+// prints it.
 type Report struct {
-	// Polled only: the desired ref did not move and nothing was due.
-	Idle bool
+	// Idle is true when the desired ref did not move and nothing was due.
+	Idle bool `json:"idle"`
 	// Status is the status after the reconcile.
-	Status schemas.Status
+	Status schemas.Status `json:"status"`
 	// StatusCommit is the local status commit; Pushed says whether the
 	// remote has it.
-	StatusCommit plumbing.Hash
-	Pushed       bool
+	StatusCommit plumbing.Hash `json:"statusCommit"`
+	Pushed       bool          `json:"pushed"`
 	// Jobs run in this reconcile.
-	Jobs []*schemas.Job
+	Jobs []*schemas.Job `json:"jobs"`
 }
 
 // Reconcile runs one pass of the loop: poll, fetch, verify, plan, run the

@@ -41,7 +41,7 @@ func agentProcess() int {
 	crash := env("NUON_TEST_CRASH_AFTER")
 	var runner jobs.Runner = &jobs.Local{
 		Command: []string{os.Args[0], "-test.run=^$"},
-		Env:     []string{"NUON_AGENT_TEST_AGENT=", "NUON_AGENT_TEST_JOB=1"},
+		Env:     []string{"NUON_AGENT_TEST_AGENT=", "NUON_AGENT_TEST_JOB=1", "GORACE=atexit_sleep_ms=0"},
 	}
 	remote := agent.NewRemote(env("NUON_TEST_REPO"), nil)
 	if c, ok := strings.CutPrefix(crash, "job:"); ok {
@@ -107,6 +107,7 @@ func (tn *tenant) startAgent(t *testing.T, id, dir, crash string) *exec.Cmd {
 		"NUON_TEST_WORKDIR="+filepath.Join(dir, "work"),
 		"NUON_TEST_RECORD="+filepath.Join(dir, "records"),
 		"NUON_TEST_CRASH_AFTER="+crash,
+		"GORACE=atexit_sleep_ms=0",
 	)
 	log, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

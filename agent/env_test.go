@@ -184,7 +184,7 @@ func (tn *tenant) agentIn(id, dir string, opts ...func(*agent.Config)) *installA
 		Workdir: filepath.Join(dir, "work"),
 		Runner: &jobs.Local{
 			Command:   []string{os.Args[0], "-test.run=^$"},
-			Env:       []string{"NUON_AGENT_TEST_JOB=1", "NUON_TEST_RECORD=" + records},
+			Env:       []string{"NUON_AGENT_TEST_JOB=1", "NUON_TEST_RECORD=" + records, "GORACE=atexit_sleep_ms=0"},
 			KillGrace: 2 * time.Second,
 		},
 		Plugins:  []string{schemas.TypeTerraform},

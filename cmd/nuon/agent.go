@@ -107,6 +107,10 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 		Runner: &jobs.Local{
 			Command: []string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.logFormat},
 			Logger:  log,
+			// Longer than a plugin's own grace after its deadline
+			// (terraform's is a minute), so a stopping job can finish
+			// writing its state.
+			KillGrace: 90 * time.Second,
 		},
 		Plugins:     jobPlugins(),
 		Concurrency: o.concurrency,

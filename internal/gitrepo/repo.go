@@ -96,6 +96,14 @@ func Open(location string, opts ...Option) (*Repo, error) {
 	return &Repo{Location: location, Remote: true, repo: r, auth: o.auth}, nil
 }
 
+// remoteName names the tenant repository inside a mirror.
+const remoteName = "tenant"
+
+// remote is the tenant repository as a go-git remote of the mirror.
+func (r *Repo) remote() *git.Remote {
+	return git.NewRemote(r.repo.Storer, &config.RemoteConfig{Name: remoteName, URLs: []string{r.Location}})
+}
+
 // Storer is where the repository's objects and refs are read and written.
 func (r *Repo) Storer() storer.Storer { return r.repo.Storer }
 
@@ -113,13 +121,13 @@ func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
 	for i, p := range prefixes {
 		specs[i] = config.RefSpec("+" + p + "*:" + p + "*")
 	}
-	err := r.repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteURL: r.Location,
-		RefSpecs:  specs,
-		Auth:      r.auth,
-		Tags:      git.NoTags,
-		Force:     true,
-		Prune:     true,
+	err := r.remote().FetchContext(ctx, &git.FetchOptions{
+		RemoteName: remoteName,
+		RefSpecs:   specs,
+		Auth:       r.auth,
+		Tags:       git.NoTags,
+		Force:      true,
+		Prune:      true,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
@@ -221,8 +229,8 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 			require = append(require, config.RefSpec(u.Old.String()+":"+u.Name.String()))
 		}
 	}
-	err := r.repo.PushContext(ctx, &git.PushOptions{
-		RemoteURL:         r.Location,
+	err := r.remote().PushContext(ctx, &git.PushOptions{
+		RemoteName:        remoteName,
 		RefSpecs:          specs,
 		RequireRemoteRefs: require,
 		Atomic:            true,
