@@ -218,3 +218,42 @@ func TestCrashPoints(t *testing.T) {
 		})
 	}
 }
+
+// TestSIGTERMStopsCleanly stops the agent with SIGTERM during a job: the job
+// is cancelled, the agent records it as interrupted, pushes that status and
+// exits 0; the next agent runs the job again and converges.
+func TestSIGTERMStopsCleanly(t *testing.T) {
+	tn := newTenant(t)
+	tn.setInstall("acme", tn.keys["acme"], "false", "30s")
+	tn.commit("b takes a long while")
+	tn.renderMain()
+	dir := t.TempDir()
+	records := filepath.Join(dir, "records")
+
+	first := tn.startAgent(t, "acme", dir, "")
+	waitFor(t, "b's job to start", func() bool { return slices.Contains(runs(t, records), "acme_b_1.0.0_create") })
+	start := time.Now()
+	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := first.Process.Wait()
+	if state.ExitCode() != 0 || time.Since(start) > 10*time.Second {
+		t.Fatalf("agent exited %d after %v", state.ExitCode(), time.Since(start))
+	}
+	status := tn.serverStatus()
+	if !strings.Contains(status, "interrupted") {
+		t.Fatalf("the pushed status does not say b was interrupted:\n%s", status)
+	}
+	if slices.Contains(runs(t, records), "acme_b_1.0.0_done") {
+		t.Fatal("b finished although it was cancelled")
+	}
+
+	tn.setInstall("acme", tn.keys["acme"], "false", "0s")
+	tn.commit("b is quick again")
+	tn.renderMain()
+	tn.startAgent(t, "acme", dir, "")
+	waitFor(t, "the install to converge", func() bool {
+		s := tn.serverStatus()
+		return strings.Contains(s, `"phase": "Ready"`) && strings.Contains(s, `"generation": 3`)
+	})
+}
