@@ -36,8 +36,7 @@ func addInstallRefs(tb testing.TB, bare string, n int) {
 func BenchmarkIdlePoll(b *testing.B) {
 	for _, n := range []int{1, 1000, 10000} {
 		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) {
-			tn := newTenant(&testing.T{})
-			tn.t = &testing.T{}
+			tn := newTenant(b)
 			addInstallRefs(b, tn.bare, n-2)
 			a := tn.agentIn("acme", b.TempDir())
 			if _, err := a.Reconcile(context.Background()); err != nil {
@@ -62,8 +61,7 @@ func BenchmarkIdlePoll(b *testing.B) {
 func BenchmarkFetchAfterFleetRender(b *testing.B) {
 	for _, n := range []int{10, 1000} {
 		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) {
-			t := &testing.T{}
-			tn := newTenant(t)
+			tn := newTenant(b)
 			for i := range n - 2 {
 				id := fmt.Sprintf("fleet-%04d", i)
 				tn.keys[id] = tn.keys["globex"]

@@ -28,7 +28,7 @@ import (
 //	a ← b ← c   (c uses b's output, b uses a's)
 //	d           (independent)
 type tenant struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *gittest.Server
 	bare   string
 	src    string
@@ -39,7 +39,7 @@ type tenant struct {
 
 const fixtureKeys = "../fixtures/keys"
 
-func newTenant(t *testing.T) *tenant {
+func newTenant(t testing.TB) *tenant {
 	t.Helper()
 	tn := &tenant{t: t, srv: gittest.NewServer(t), src: t.TempDir(), keys: map[string]*signature.Signer{}}
 	tn.bare = tn.srv.InitBare(t, "tenant.git")
@@ -201,7 +201,7 @@ func (tn *tenant) agentIn(id, dir string, opts ...func(*agent.Config)) *installA
 	return &installAgent{Agent: a, workdir: dir, records: records}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

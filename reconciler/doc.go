@@ -1,0 +1,25 @@
+// Package reconciler turns an install's desired state and what its agent
+// applied into work, and defines the plugins that do the work.
+//
+// # Plan
+//
+// NewPlan makes one Step per component: every desired component is an
+// Apply step after the components it depends on; every applied component no
+// longer desired is a Delete step, after all the applies and after the
+// deletes of the components that depended on it.
+//
+// Whether an Apply step runs a job is decided late, when its dependencies
+// have finished: Resolve replaces ${components.NAME.outputs.OUTPUT} in its
+// inputs with the outputs just produced, and Decide compares the hash of
+// that resolved spec (SpecHash) with the one applied last. Equal hashes mean
+// no job and no process. So a component reruns exactly when its own
+// rendered spec changed or an output it consumes changed.
+//
+// # Plugins
+//
+// A Plugin applies one component type inside a job process (`nuon job
+// run`), never inside the agent. It receives the job manifest and an Env:
+// a persistent state directory and an ArtifactSource that yields the
+// component's artifact content by digest. reconciler/terraform is the
+// Terraform plugin.
+package reconciler
