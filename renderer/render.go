@@ -2,16 +2,16 @@ package renderer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"testing/fstest"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -130,6 +130,9 @@ type Result struct {
 	Updates []Update
 	// Objects holds every new object; write it before moving a ref.
 	Objects *gitobj.Batch
+	// Incremental is true when only the installs whose source changed
+	// were rendered, the others keeping their previous state.
+	Incremental bool
 }
 
 // ChangedCount is the number of installs added or changed.
@@ -143,20 +146,45 @@ func (r *Result) ChangedCount() int {
 	return n
 }
 
+// Trailers the rendered commit carries beside those of schemas, so that
+// the next render can trust it.
+const (
+	// TrailerInstallRefs is a digest of every install ref (id and commit)
+	// as the render left them. The next render compares it with the refs
+	// it finds: when they agree, each install ref holds the tree of its
+	// folder in the rendered commit and need not be read; when they do not
+	// (a render stopped between ref updates, or someone moved a ref), it
+	// reads every install ref.
+	TrailerInstallRefs = "Nuon-Install-Refs"
+	// TrailerFormat is the Format the render was made with.
+	TrailerFormat = "Nuon-Render-Format"
+)
+
+// Format is the version of what the renderer writes for a given source.
+// Bump it with any change that renders other files from the same source
+// (including a change to the schemas types it encodes): a render re-renders
+// only the installs whose source changed when the previous render has the
+// same Format, and every install otherwise.
+const Format = 1
+
 // Render renders every install of the source commit on top of the previous
 // state. It reads objects from st and writes none: the new objects are in
 // the result. The same source and previous state give the same trees.
+//
+// When the previous render's install refs are as it left them and only
+// install files changed on main since, it renders only those installs: the
+// others' state is their folder in the previous rendered tree.
 func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.Hash, prev Previous, opts Options) (*Result, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}
-	src, err := LoadSource(st, source)
-	if err != nil {
-		return nil, err
+	r := &renderRun{
+		st: st, source: source, prev: prev, opts: opts, batch: gitobj.NewBatch(),
+		now: opts.Now().UTC().Truncate(time.Second),
 	}
-	r := &renderRun{st: st, src: src, source: source, prev: prev, opts: opts, batch: gitobj.NewBatch()}
 	for _, step := range []func(context.Context) error{
 		r.readPrevious,
+		r.loadSource,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -167,91 +195,38 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 	return r.result, nil
 }
 
-// LoadSource reads and validates the source files of a main commit.
-func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash) (*schemas.Source, error) {
-	fsys, err := SourceFS(st, commit)
-	if err != nil {
-		return nil, err
-	}
-	return schemas.Load(fsys)
-}
-
-// SourceFS returns the source files of a commit as a file system.
-func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error) {
-	c, err := object.GetCommit(st, commit)
-	if err != nil {
-		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return nil, fmt.Errorf("read source tree %s: %w", commit, err)
-	}
-	fsys := fstest.MapFS{}
-	for _, e := range tree.Entries {
-		switch {
-		case e.Name == schemas.AppFile && e.Mode.IsFile():
-			if err := addBlob(fsys, st, e.Name, e.Hash); err != nil {
-				return nil, err
-			}
-		case e.Mode == filemode.Dir && (e.Name == schemas.ChannelsDir || e.Name == schemas.ReleasesDir || e.Name == schemas.InstallsDir):
-			sub, err := object.GetTree(st, e.Hash)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", e.Name, err)
-			}
-			fsys[e.Name] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-			for _, f := range sub.Entries {
-				name := e.Name + "/" + f.Name
-				if f.Mode == filemode.Dir {
-					fsys[name] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-					continue
-				}
-				if err := addBlob(fsys, st, name, f.Hash); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return fsys, nil
-}
-
-func addBlob(fsys fstest.MapFS, st storer.EncodedObjectStorer, name string, h plumbing.Hash) error {
-	data, err := readBlob(st, h)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
-	}
-	fsys[name] = &fstest.MapFile{Data: data, Mode: 0o644}
-	return nil
-}
-
-func readBlob(st storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {
-	b, err := object.GetBlob(st, h)
-	if err != nil {
-		return nil, err
-	}
-	rd, err := b.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	return io.ReadAll(rd)
-}
-
 type renderRun struct {
 	st     storer.EncodedObjectStorer
-	src    *schemas.Source
 	source plumbing.Hash
 	prev   Previous
 	opts   Options
 	batch  *gitobj.Batch
+	// now stamps every commit of the render.
+	now time.Time
 
+	// prevCommit is the previous rendered commit, nil when there is none.
+	prevCommit *object.Commit
 	// prevTrees maps install id to its folder in the previous rendered tree.
 	prevTrees map[string]plumbing.Hash
-	trees     map[string]plumbing.Hash
-	result    *Result
+	// trusted is true when the install refs are as the previous render
+	// left them, so that each holds its folder of prevTrees.
+	trusted bool
+	// refIDs are the ids of prev.Installs, sorted.
+	refIDs []string
+
+	src *schemas.Source
+	// ids are every install of the source; changed, when not nil, the
+	// ones to render, the others keeping their previous state.
+	ids     []string
+	changed map[string]bool
+
+	trees  map[string]plumbing.Hash
+	result *Result
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
 	r.prevTrees = map[string]plumbing.Hash{}
+	r.refIDs = refIDs(r.prev.Installs)
 	if r.prev.Rendered.IsZero() {
 		return nil
 	}
@@ -259,32 +234,61 @@ func (r *renderRun) readPrevious(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read %s %s: %w", RenderedRef, r.prev.Rendered, err)
 	}
+	r.prevCommit = c
+	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
+	r.trusted = digest == refsDigest(r.refIDs, func(id string) plumbing.Hash { return r.prev.Installs[id] })
 	root, err := object.GetTree(r.st, c.TreeHash)
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	e, err := root.FindEntry(InstallsDir)
-	if err != nil {
-		return nil // an empty render
-	}
-	installs, err := object.GetTree(r.st, e.Hash)
+	installs, err := subtreeEntries(r.st, root, InstallsDir)
 	if err != nil {
 		return fmt.Errorf("read rendered installs: %w", err)
 	}
-	for _, e := range installs.Entries {
-		r.prevTrees[e.Name] = e.Hash
+	for id, e := range installs {
+		r.prevTrees[id] = e.hash
 	}
 	return nil
 }
 
+func (r *renderRun) loadSource(context.Context) error {
+	ids, changed, installs, ok := r.sourceDelta()
+	if !ok {
+		src, err := LoadSource(r.st, r.source)
+		if err != nil {
+			return err
+		}
+		r.src, r.ids = src, src.InstallIDs()
+		return nil
+	}
+	fsys, err := sourceFS(r.st, r.source, changed, installs)
+	if err != nil {
+		return err
+	}
+	if r.src, err = schemas.Load(fsys); err != nil {
+		return err
+	}
+	slices.Sort(ids)
+	r.ids, r.changed = ids, changed
+	return nil
+}
+
 func (r *renderRun) renderInstalls(ctx context.Context) error {
-	ids := r.src.InstallIDs()
+	ids := r.ids
+	if r.changed != nil {
+		ids = make([]string, 0, len(r.changed))
+		for _, id := range r.ids {
+			if r.changed[id] {
+				ids = append(ids, id)
+			}
+		}
+	}
 	results := make([]InstallResult, len(ids))
 	trees := make([]plumbing.Hash, len(ids))
 	errs := make([]error, len(ids))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range r.opts.Workers {
+	for range min(r.opts.Workers, len(ids)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -309,9 +313,15 @@ feed:
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	r.trees = make(map[string]plumbing.Hash, len(ids))
+	r.trees = make(map[string]plumbing.Hash, len(r.ids))
 	for i, id := range ids {
 		r.trees[id] = trees[i]
+	}
+	for _, id := range r.ids {
+		if _, ok := r.trees[id]; !ok {
+			r.trees[id] = r.prevTrees[id]
+			results = append(results, InstallResult{ID: id, Change: Unchanged, Tree: r.prevTrees[id].String()})
+		}
 	}
 	for id := range r.prevTrees {
 		if _, ok := r.trees[id]; !ok {
@@ -319,7 +329,7 @@ feed:
 		}
 	}
 	slices.SortFunc(results, func(a, b InstallResult) int { return strings.Compare(a.ID, b.ID) })
-	r.result = &Result{Source: r.source, Installs: results, Objects: r.batch}
+	r.result = &Result{Source: r.source, Installs: results, Objects: r.batch, Incremental: r.changed != nil}
 	for _, in := range results {
 		if in.Change == Added || in.Change == Changed {
 			r.result.Updates = append(r.result.Updates, Update{
@@ -333,20 +343,24 @@ feed:
 }
 
 // renderInstall renders one install into trees and, when its tree differs
-// from what its ref holds, a signed commit.
+// from what its ref holds, a signed commit. Only then do its objects join
+// the render's: an unchanged install's are in the repository already.
 func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, error) {
 	files, err := Install(r.src, id)
 	if err != nil {
 		return InstallResult{}, plumbing.ZeroHash, err
 	}
-	tree := r.writeFiles(files)
+	objs := gitobj.NewBatch()
+	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
 	prevCommit := r.prev.Installs[id]
-	if r.prevTrees[id] == tree && !prevCommit.IsZero() {
+	if r.trusted && r.prevTrees[id] == tree && !prevCommit.IsZero() {
 		res.Change = Unchanged
 		return res, tree, nil
 	}
 	var gen int64
+	// from is the tree the install's agent has: the diff starts there.
+	var from plumbing.Hash
 	if !prevCommit.IsZero() {
 		pc, err := object.GetCommit(r.st, prevCommit)
 		if err != nil {
@@ -363,14 +377,16 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, erro
 		if gen, err = Generation(pc); err != nil {
 			return res, tree, fmt.Errorf("render %s: %s: %w", id, prevCommit, err)
 		}
+		from = pc.TreeHash
 	}
+	r.batch.Merge(objs)
 	res.Change = Changed
 	if prevCommit.IsZero() {
 		res.Change = Added
 	}
 	res.Generation = gen + 1
 	if r.opts.Diff {
-		if res.Diff, err = r.diff(id, r.prevTrees[id], files); err != nil {
+		if res.Diff, err = r.diff(id, from, files); err != nil {
 			return res, tree, err
 		}
 	}
@@ -389,12 +405,12 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, erro
 	return res, tree, nil
 }
 
-// writeFiles adds an install's blobs and trees to the batch and returns
-// the install's tree.
-func (r *renderRun) writeFiles(files Files) plumbing.Hash {
+// writeFiles adds an install's blobs and trees to b and returns the
+// install's tree.
+func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 	var top, comps []gitobj.Entry
 	for name, data := range files {
-		h := r.batch.Add(plumbing.BlobObject, data)
+		h := b.Add(plumbing.BlobObject, data)
 		if rest, ok := strings.CutPrefix(name, ComponentsDir+"/"); ok {
 			comps = append(comps, gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
 			continue
@@ -402,13 +418,13 @@ func (r *renderRun) writeFiles(files Files) plumbing.Hash {
 		top = append(top, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
 	}
 	if len(comps) > 0 {
-		top = append(top, gitobj.Entry{Name: ComponentsDir, Mode: filemode.Dir, Hash: r.batch.Tree(comps)})
+		top = append(top, gitobj.Entry{Name: ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
 	}
-	return r.batch.Tree(top)
+	return b.Tree(top)
 }
 
 func (r *renderRun) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
-	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.opts.Now().UTC().Truncate(time.Second)}
+	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.now}
 	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree, ParentHashes: parents}
 	var unsigned plumbing.MemoryObject
 	if err := c.EncodeWithoutSignature(&unsigned); err != nil {
@@ -435,17 +451,36 @@ func (r *renderRun) writeRendered(context.Context) error {
 	for id, h := range r.trees {
 		entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
 	}
+	// The trees join the render's objects only with a new commit: when
+	// nothing changed, the repository holds them already.
+	trees := gitobj.NewBatch()
 	var root []gitobj.Entry
 	if len(entries) > 0 {
-		root = append(root, gitobj.Entry{Name: InstallsDir, Mode: filemode.Dir, Hash: r.batch.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
 	}
-	tree := r.batch.Tree(root)
-	if !r.prev.Rendered.IsZero() {
-		pc, err := object.GetCommit(r.st, r.prev.Rendered)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", RenderedRef, err)
+	tree := trees.Tree(root)
+	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
+	ids := r.refIDs
+	for _, u := range r.result.Updates {
+		id := strings.TrimPrefix(u.Name.String(), InstallRefPrefix)
+		moved[id] = u.New
+		if r.prev.Installs[id].IsZero() {
+			ids = append(slices.Clip(ids), id)
 		}
-		if pc.TreeHash == tree && len(r.result.Updates) == 0 {
+	}
+	if len(ids) != len(r.refIDs) {
+		slices.Sort(ids)
+	}
+	digest := refsDigest(ids, func(id string) plumbing.Hash {
+		if h, ok := moved[id]; ok {
+			return h
+		}
+		return r.prev.Installs[id]
+	})
+	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
+		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
+		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
+		if d == digest && f == strconv.Itoa(Format) {
 			return nil
 		}
 	}
@@ -460,6 +495,8 @@ func (r *renderRun) writeRendered(context.Context) error {
 			listed++
 		}
 	}
+	fmt.Fprintf(&b, "%s: %s\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format)
+	r.batch.Merge(trees)
 	var parents []plumbing.Hash
 	if !r.prev.Rendered.IsZero() {
 		parents = []plumbing.Hash{r.prev.Rendered}
@@ -471,6 +508,33 @@ func (r *renderRun) writeRendered(context.Context) error {
 	r.result.Rendered = commit
 	r.result.Updates = append(r.result.Updates, Update{Name: RenderedRef, Old: r.prev.Rendered, New: commit})
 	return nil
+}
+
+// refIDs returns the ids of the install refs that exist, sorted.
+func refIDs(installs map[string]plumbing.Hash) []string {
+	ids := make([]string, 0, len(installs))
+	for id, h := range installs {
+		if !h.IsZero() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// refsDigest is the value of TrailerInstallRefs for the install refs ids,
+// sorted, each at commit(id): the SHA-256 of one "id commit" line each.
+func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
+	buf := make([]byte, 0, len(ids)*64)
+	for _, id := range ids {
+		h := commit(id)
+		buf = append(buf, id...)
+		buf = append(buf, ' ')
+		buf = hex.AppendEncode(buf, h[:])
+		buf = append(buf, '\n')
+	}
+	sum := sha256.Sum256(buf)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Generation reads the generation trailer of a per-install commit.

@@ -1,10 +1,13 @@
 package renderer_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -13,8 +16,6 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
@@ -54,22 +55,41 @@ func options(tb testing.TB) renderer.Options {
 
 // tenant is a tenant repository for one test: a bare repository on disk
 // whose main is committed, by the git CLI, from a working copy of the
-// source files.
+// source files. The renderer reaches it by path, or by URL when it is
+// served.
 type tenant struct {
-	tb  testing.TB
-	dir string // the bare repository
-	src string // the source files committed to main
+	tb       testing.TB
+	dir      string // the bare repository
+	src      string // the source files committed to main
+	location string // what the renderer opens: dir or a URL
+	cache    string // where gitrepo keeps the mirror of a URL
 }
 
 // newTenant makes a bare repository whose main holds the fixture tenant.
-// Its commits are dated, so the same files give the same main commit in
-// every run.
 func newTenant(tb testing.TB) *tenant {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "tenant.git")
+	gittest.InitBare(tb, dir)
+	return newTenantIn(tb, dir, dir)
+}
+
+// newServedTenant makes the tenant repository on a smart-HTTP git server
+// and has the renderer reach it by URL.
+func newServedTenant(tb testing.TB) (*tenant, *gittest.Server) {
+	tb.Helper()
+	s := gittest.NewServer(tb)
+	dir := s.InitBare(tb, "tenant.git")
+	return newTenantIn(tb, dir, s.URL("tenant.git")), s
+}
+
+// newTenantIn commits the fixture tenant as main of the bare repository
+// dir. Its commits are dated, so the same files give the same main commit
+// in every run.
+func newTenantIn(tb testing.TB, dir, location string) *tenant {
 	tb.Helper()
 	tb.Setenv("GIT_AUTHOR_DATE", "2026-03-01T11:00:00Z")
 	tb.Setenv("GIT_COMMITTER_DATE", "2026-03-01T11:00:00Z")
-	t := &tenant{tb: tb, dir: filepath.Join(tb.TempDir(), "tenant.git"), src: filepath.Join(tb.TempDir(), "src")}
-	gittest.InitBare(tb, t.dir)
+	t := &tenant{tb: tb, dir: dir, src: filepath.Join(tb.TempDir(), "src"), location: location, cache: tb.TempDir()}
 	if err := os.CopyFS(t.src, os.DirFS(fixtureTenant)); err != nil {
 		tb.Fatal(err)
 	}
@@ -119,7 +139,7 @@ func (t *tenant) remove(name string) {
 // open opens the repository afresh, as each run of nuon render does.
 func (t *tenant) open() *gitrepo.Repo {
 	t.tb.Helper()
-	r, err := gitrepo.Open(t.dir)
+	r, err := gitrepo.Open(t.location, gitrepo.WithCacheDir(t.cache))
 	if err != nil {
 		t.tb.Fatal(err)
 	}
@@ -208,7 +228,7 @@ func readTree(tb testing.TB, dir, treeish string) map[string]string {
 			tb.Fatalf("ls-tree %s: %q", treeish, line)
 		}
 		f := strings.Fields(meta)
-		out[name] = gittest.Git(tb, dir, "cat-file", "blob", f[2]) + "\n"
+		out[name] = string(gitRaw(tb, dir, "cat-file", "blob", f[2]))
 	}
 	return out
 }
@@ -222,60 +242,44 @@ func installsByID(res *renderer.Result) map[string]renderer.InstallResult {
 	return m
 }
 
-// commitFiles writes files (path to content) as the whole tree of a new
-// commit on top of parent (zero: none) into the repository at dir, moves
-// branch to it and returns it. It writes one pack, as fast as the
-// renderer: for sources too large to commit with the CLI in a benchmark.
+// commitFiles commits files (path to content) on branch of the
+// repository, on top of parent (zero: none), with git fast-import, and
+// returns the commit: for sources too large to commit from a working copy
+// in a benchmark. On top of a parent it writes only the files whose
+// content the repository lacks, as a push of one change would; files are
+// never removed.
 func commitFiles(tb testing.TB, r *gitrepo.Repo, branch plumbing.ReferenceName, parent plumbing.Hash, files map[string][]byte) plumbing.Hash {
 	tb.Helper()
-	b := gitobj.NewBatch()
-	var build func(dir string) plumbing.Hash
-	children := map[string]map[string]bool{}
+	names := make([]string, 0, len(files))
 	for name := range files {
-		for p := name; p != "."; p = path.Dir(p) {
-			d := path.Dir(p)
-			if children[d] == nil {
-				children[d] = map[string]bool{}
-			}
-			children[d][p] = true
-		}
+		names = append(names, name)
 	}
-	build = func(dir string) plumbing.Hash {
-		names := make([]string, 0, len(children[dir]))
-		for p := range children[dir] {
-			names = append(names, p)
-		}
-		sort.Strings(names)
-		var entries []gitobj.Entry
-		for _, p := range names {
-			if data, ok := files[p]; ok {
-				entries = append(entries, gitobj.Entry{Name: path.Base(p), Mode: filemode.Regular, Hash: b.Add(plumbing.BlobObject, data)})
-				continue
-			}
-			entries = append(entries, gitobj.Entry{Name: path.Base(p), Mode: filemode.Dir, Hash: build(p)})
-		}
-		return b.Tree(entries)
-	}
-	who := object.Signature{Name: "nuon test", Email: "test@nuon.invalid", When: renderTime.Add(-time.Hour)}
-	c := &object.Commit{Author: who, Committer: who, Message: "source\n", TreeHash: build(".")}
+	sort.Strings(names)
+	var s bytes.Buffer
+	fmt.Fprintf(&s, "commit %s\ncommitter nuon test <test@nuon.invalid> %d +0000\ndata 7\nsource\n", branch, renderTime.Add(-time.Hour).Unix())
 	if !parent.IsZero() {
-		c.ParentHashes = []plumbing.Hash{parent}
+		fmt.Fprintf(&s, "from %s\n", parent)
 	}
-	var o plumbing.MemoryObject
-	if err := c.Encode(&o); err != nil {
-		tb.Fatal(err)
+	for _, name := range names {
+		data := files[name]
+		if !parent.IsZero() && r.Storer().HasEncodedObject(gitobj.Hash(plumbing.BlobObject, data)) == nil {
+			continue
+		}
+		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n", name, len(data))
+		s.Write(data)
+		s.WriteByte('\n')
 	}
-	h, err := b.AddEncoded(&o)
-	if err != nil {
-		tb.Fatal(err)
+	s.WriteString("\ndone\n")
+	cmd := exec.Command("git", "fast-import", "--quiet", "--done", "--force")
+	cmd.Dir = r.Location
+	cmd.Stdin = &s
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("git fast-import: %v: %s", err, out)
 	}
-	if err := b.Flush(r.Storer()); err != nil {
-		tb.Fatal(err)
+	if st, ok := r.Storer().(interface{ Reindex() }); ok {
+		st.Reindex()
 	}
-	if err := r.Storer().SetReference(plumbing.NewHashReference(branch, h)); err != nil {
-		tb.Fatal(err)
-	}
-	return h
+	return plumbing.NewHash(gittest.Git(tb, r.Location, "rev-parse", branch.String()))
 }
 
 // fixtureFiles reads the fixture tenant, path to content.
@@ -293,4 +297,48 @@ func fixtureFiles(tb testing.TB) map[string][]byte {
 		tb.Fatal(err)
 	}
 	return files
+}
+
+// gitRaw runs the git CLI in dir and returns its standard output as is.
+func gitRaw(tb testing.TB, dir string, args ...string) []byte {
+	tb.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+os.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// trailer reads one trailer of a commit with the git CLI.
+func trailer(tb testing.TB, dir, rev, key string) string {
+	tb.Helper()
+	return gittest.Git(tb, dir, "log", "-1", "--format=%(trailers:key="+key+",valueonly,separator=%x2C)", rev)
+}
+
+// checkConsistent checks what an agent relies on after a render: every
+// install in the rendered tree has its own ref, whose tree is the very
+// tree object of its folder in the rendered commit.
+func checkConsistent(tb testing.TB, dir string) {
+	tb.Helper()
+	listing := gittest.Git(tb, dir, "ls-tree", renderer.RenderedRef.String(), renderer.InstallsDir+"/")
+	if listing == "" {
+		return
+	}
+	trees := map[string]string{}
+	for _, line := range strings.Split(gittest.Git(tb, dir, "for-each-ref", "--format=%(refname) %(tree)", renderer.InstallRefPrefix), "\n") {
+		name, tree, _ := strings.Cut(line, " ")
+		trees[strings.TrimPrefix(name, renderer.InstallRefPrefix)] = tree
+	}
+	for _, line := range strings.Split(listing, "\n") {
+		meta, name, _ := strings.Cut(line, "\t")
+		id := path.Base(name)
+		if f := strings.Fields(meta); trees[id] != f[2] {
+			tb.Errorf("%s is at tree %q, but %s holds %s for it", renderer.InstallRef(id), trees[id], name, f[2])
+		}
+	}
 }

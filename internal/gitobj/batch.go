@@ -10,8 +10,10 @@ import (
 	"io"
 	"io/fs"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -79,6 +81,22 @@ func (b *Batch) AddEncoded(o plumbing.EncodedObject) (plumbing.Hash, error) {
 	return b.Add(o.Type(), content), nil
 }
 
+// Merge adds every object of o.
+func (b *Batch) Merge(o *Batch) {
+	if o == b {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for h, obj := range o.objs {
+		if _, ok := b.objs[h]; !ok {
+			b.objs[h] = obj
+		}
+	}
+}
+
 // Get returns an object of the batch.
 func (b *Batch) Get(h plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
 	b.mu.Lock()
@@ -109,18 +127,27 @@ func (b *Batch) Tree(entries []Entry) plumbing.Hash {
 
 // EncodeTree returns the canonical encoding of a tree with these entries.
 func EncodeTree(entries []Entry) []byte {
-	sorted := make([]Entry, len(entries))
-	copy(sorted, entries)
-	key := func(e Entry) string {
-		if e.Mode == filemode.Dir {
-			return e.Name + "/"
-		}
-		return e.Name
+	// git compares a folder's name as if it ended in "/".
+	type keyed struct {
+		key string
+		e   *Entry
 	}
-	sort.Slice(sorted, func(i, j int) bool { return key(sorted[i]) < key(sorted[j]) })
+	sorted := make([]keyed, len(entries))
+	size := 0
+	for i := range entries {
+		e := &entries[i]
+		k := e.Name
+		if e.Mode == filemode.Dir {
+			k += "/"
+		}
+		sorted[i] = keyed{k, e}
+		size += len(e.Name) + 28
+	}
+	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	var buf bytes.Buffer
-	buf.Grow(len(sorted) * 40)
-	for _, e := range sorted {
+	buf.Grow(size)
+	for _, k := range sorted {
+		e := k.e
 		buf.WriteString(strconv.FormatUint(uint64(e.Mode), 8))
 		buf.WriteByte(' ')
 		buf.WriteString(e.Name)
@@ -144,6 +171,13 @@ type packIndex struct {
 	crcs     []uint32
 	checksum plumbing.Hash
 }
+
+// storeTreesFrom is the size from which a tree is stored without
+// compression. A tree of thousands of entries (the rendered installs/, the
+// source's installs/) is mostly object ids, which do not compress, and the
+// next render reads it back whole: stored, that is a copy rather than an
+// inflate.
+const storeTreesFrom = 64 << 10
 
 // writePack writes the pack and returns its index. Objects are compressed
 // in parallel, at zlib's fastest level: many small objects, written once
@@ -175,6 +209,7 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 		go func() {
 			defer wg.Done()
 			zw, _ := zlib.NewWriterLevel(nil, zlib.BestSpeed)
+			stored, _ := zlib.NewWriterLevel(nil, zlib.NoCompression)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(hashes) {
@@ -184,12 +219,16 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 				var body bytes.Buffer
 				body.Grow(len(o.content)/2 + 16)
 				writeObjectHeader(&body, o.typ, len(o.content))
-				zw.Reset(&body)
-				if _, err := zw.Write(o.content); err != nil {
+				w := zw
+				if o.typ == plumbing.TreeObject && len(o.content) >= storeTreesFrom {
+					w = stored
+				}
+				w.Reset(&body)
+				if _, err := w.Write(o.content); err != nil {
 					errs[worker] = err
 					return
 				}
-				if err := zw.Close(); err != nil {
+				if err := w.Close(); err != nil {
 					errs[worker] = err
 					return
 				}

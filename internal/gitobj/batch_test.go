@@ -225,3 +225,39 @@ func TestAddKeepsOneCopy(t *testing.T) {
 		t.Fatalf("a tree with the blob's bytes got id %s, %d objects", h3, b.Len())
 	}
 }
+
+// TestFlushLargeTree writes a tree of thousands of entries, which the
+// pack stores without compression, and reads it back with git.
+func TestFlushLargeTree(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gitobj.NewBatch()
+	var entries []gitobj.Entry
+	for i := range 4000 {
+		entries = append(entries, gitobj.Entry{Name: fmt.Sprintf("install-%05d", i), Mode: filemode.Regular, Hash: b.Add(plumbing.BlobObject, fmt.Appendf(nil, "%d\n", i))})
+	}
+	tree := b.Tree(entries)
+	if _, content, _ := b.Get(tree); len(content) < 64<<10 {
+		t.Fatalf("the tree is only %d bytes", len(content))
+	}
+	if err := b.Flush(repo.Storer); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(strings.Split(gittest.Git(t, dir, "ls-tree", tree.String()), "\n")); got != 4000 {
+		t.Errorf("git ls-tree lists %d entries, want 4000", got)
+	}
+	if got := gittest.Git(t, dir, "cat-file", "blob", tree.String()+":install-01234"); got != "1234" {
+		t.Errorf("install-01234 holds %q", got)
+	}
+	if out := gittest.Git(t, dir, "fsck", "--strict"); strings.Contains(out, "error") {
+		t.Errorf("git fsck: %s", out)
+	}
+	read, err := repo.TreeObject(tree)
+	if err != nil || len(read.Entries) != 4000 {
+		t.Errorf("go-git reads the tree back: %v", err)
+	}
+}

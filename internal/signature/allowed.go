@@ -83,6 +83,9 @@ func parseAllowedLine(line string) (AllowedSigner, error) {
 			s.Principals = append(s.Principals, p)
 		}
 	}
+	if len(s.Principals) == 0 {
+		return s, errors.New("missing principals")
+	}
 	// Options come before the key type; a key type never contains '='.
 	if opts, after := cutField(rest); opts != "" && !isKeyType(opts) {
 		for _, opt := range splitOptions(opts) {

@@ -1,0 +1,296 @@
+package gitrepo
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/go-git/go-billy/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// Files of a repository on disk that hold refs, as git names them.
+const (
+	packedRefsFile = "packed-refs"
+	packedRefsLock = "packed-refs.lock"
+)
+
+// applyLocal moves the refs of a repository on disk.
+//
+// Writing thousands of refs one file each, and reading them back on the
+// next render, costs far more than the render itself; git's own packed-refs
+// holds them in one file. So the updates of refs that have no file of their
+// own (they are in packed-refs or do not exist) are written together: a new
+// packed-refs is written under git's lock, packed-refs.lock, and renamed
+// into place, one atomic step for all of them. A ref with a file of its
+// own, which git or go-git wrote, is compare-and-swapped alone, before
+// that step, or after it when it is the last update.
+func (r *Repo) applyLocal(updates []Update) (err error) {
+	sf, ok := r.repo.Storer.(interface{ Filesystem() billy.Filesystem })
+	if !ok {
+		return r.applyEach(updates)
+	}
+	fsys := sf.Filesystem()
+	if _, err := fsys.Lstat("commondir"); err == nil {
+		// A linked worktree: its refs live elsewhere.
+		return r.applyEach(updates)
+	}
+	lock, err := fsys.OpenFile(packedRefsLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("update refs: %w: %s exists: another writer holds it", ErrStale, packedRefsLock)
+	}
+	if err != nil {
+		return fmt.Errorf("update refs: %w", err)
+	}
+	locked := true
+	defer func() {
+		if locked {
+			lock.Close()
+			_ = fsys.Remove(packedRefsLock)
+		}
+	}()
+
+	packed, err := readPackedRefs(fsys)
+	if err != nil {
+		return fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+	}
+	var loose, inPack []Update
+	dirs := newDirCheck(fsys, packed)
+	for _, u := range updates {
+		fi, err := fsys.Lstat(u.Name.String())
+		switch {
+		case err == nil && fi.IsDir():
+			return fmt.Errorf("update %s: a folder of refs has that name", u.Name)
+		case err == nil:
+			cur, err := r.Ref(u.Name)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", u.Name, err)
+			}
+			if cur != u.Old {
+				return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+			}
+			loose = append(loose, u)
+		default:
+			if cur := packed.hash(u.Name); cur != u.Old {
+				return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+			}
+			if u.Old.IsZero() {
+				if err := dirs.check(u.Name); err != nil {
+					return err
+				}
+			}
+			inPack = append(inPack, u)
+		}
+	}
+
+	last := updates[len(updates)-1]
+	for _, u := range loose {
+		if u != last {
+			if err := r.casLoose(u); err != nil {
+				return err
+			}
+		}
+	}
+	if len(inPack) > 0 {
+		for _, u := range inPack {
+			packed.set(u.Name, u.New)
+		}
+		if err := packed.write(lock); err != nil {
+			return fmt.Errorf("update refs: write %s: %w", packedRefsLock, err)
+		}
+		if err := lock.Close(); err != nil {
+			return fmt.Errorf("update refs: write %s: %w", packedRefsLock, err)
+		}
+		if err := fsys.Rename(packedRefsLock, packedRefsFile); err != nil {
+			return fmt.Errorf("update refs: %w", err)
+		}
+		locked = false
+	}
+	if len(loose) > 0 && loose[len(loose)-1] == last {
+		return r.casLoose(last)
+	}
+	return nil
+}
+
+// casLoose compares and swaps one ref that has a file of its own.
+func (r *Repo) casLoose(u Update) error {
+	var old *plumbing.Reference
+	if !u.Old.IsZero() {
+		old = plumbing.NewHashReference(u.Name, u.Old)
+	}
+	if err := r.repo.Storer.CheckAndSetReference(plumbing.NewHashReference(u.Name, u.New), old); err != nil {
+		return fmt.Errorf("update %s: %w: %v", u.Name, ErrStale, err)
+	}
+	return nil
+}
+
+// applyEach compare-and-swaps each ref in order, where the repository's
+// refs are not files this package knows how to write together.
+func (r *Repo) applyEach(updates []Update) error {
+	for _, u := range updates {
+		cur, err := r.Ref(u.Name)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", u.Name, err)
+		}
+		if cur != u.Old {
+			return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+		}
+		if err := r.casLoose(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// packedRefs is a parsed packed-refs file.
+type packedRefs struct {
+	// traits of the header line; nil when the file had none.
+	traits []string
+	refs   map[string]packedRef
+}
+
+type packedRef struct {
+	hash string
+	// peeled is the object an annotated tag points to ("^" line), or "".
+	peeled string
+}
+
+func readPackedRefs(fsys billy.Filesystem) (*packedRefs, error) {
+	p := &packedRefs{refs: map[string]packedRef{}}
+	f, err := fsys.Open(packedRefsFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		p.traits = []string{"peeled", "fully-peeled", "sorted"}
+		return p, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	var prev string
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case n == 1 && strings.HasPrefix(line, "# pack-refs with:"):
+			p.traits = strings.Fields(strings.TrimPrefix(line, "# pack-refs with:"))
+		case strings.HasPrefix(line, "^"):
+			if prev == "" {
+				return nil, fmt.Errorf("line %d: peeled value without a ref", n)
+			}
+			r := p.refs[prev]
+			r.peeled = line[1:]
+			p.refs[prev] = r
+		case line == "" || strings.HasPrefix(line, "#"):
+		default:
+			h, name, ok := strings.Cut(line, " ")
+			if !ok || !plumbing.IsHash(h) {
+				return nil, fmt.Errorf("line %d: %q is not a ref", n, line)
+			}
+			p.refs[name] = packedRef{hash: h}
+			prev = name
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(p.traits, "sorted") {
+		p.traits = append(p.traits, "sorted")
+	}
+	return p, nil
+}
+
+func (p *packedRefs) hash(name plumbing.ReferenceName) plumbing.Hash {
+	r, ok := p.refs[name.String()]
+	if !ok {
+		return plumbing.ZeroHash
+	}
+	return plumbing.NewHash(r.hash)
+}
+
+func (p *packedRefs) set(name plumbing.ReferenceName, h plumbing.Hash) {
+	p.refs[name.String()] = packedRef{hash: h.String()}
+}
+
+// write writes the file as git does: the header, then the refs sorted by
+// name, each followed by its peeled value if it has one.
+func (p *packedRefs) write(w io.Writer) error {
+	names := make([]string, 0, len(p.refs))
+	for name := range p.refs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	fmt.Fprintf(bw, "# pack-refs with: %s \n", strings.Join(p.traits, " "))
+	for _, name := range names {
+		r := p.refs[name]
+		bw.WriteString(r.hash)
+		bw.WriteByte(' ')
+		bw.WriteString(name)
+		bw.WriteByte('\n')
+		if r.peeled != "" {
+			bw.WriteByte('^')
+			bw.WriteString(r.peeled)
+			bw.WriteByte('\n')
+		}
+	}
+	return bw.Flush()
+}
+
+// dirCheck finds the conflicts git forbids between a new ref and the
+// existing ones: a ref named like a folder of another (refs/heads/a beside
+// refs/heads/a/b).
+type dirCheck struct {
+	fsys   billy.Filesystem
+	packed *packedRefs
+	// folders holds every folder of a packed ref's name.
+	folders map[string]bool
+	// files caches whether a path is a loose ref file.
+	files map[string]bool
+}
+
+func newDirCheck(fsys billy.Filesystem, packed *packedRefs) *dirCheck {
+	d := &dirCheck{fsys: fsys, packed: packed, folders: map[string]bool{}, files: map[string]bool{}}
+	for name := range packed.refs {
+		for dir := path.Dir(name); dir != "." && !d.folders[dir]; dir = path.Dir(dir) {
+			d.folders[dir] = true
+		}
+	}
+	return d
+}
+
+func (d *dirCheck) check(name plumbing.ReferenceName) error {
+	s := name.String()
+	if d.folders[s] {
+		return fmt.Errorf("update %s: refs exist under that name as a folder", name)
+	}
+	for dir := path.Dir(s); dir != "." && dir != "refs"; dir = path.Dir(dir) {
+		if _, ok := d.packed.refs[dir]; ok {
+			return fmt.Errorf("update %s: ref %s exists", name, dir)
+		}
+		isFile, ok := d.files[dir]
+		if !ok {
+			fi, err := d.fsys.Lstat(dir)
+			isFile = err == nil && !fi.IsDir()
+			d.files[dir] = isFile
+		}
+		if isFile {
+			return fmt.Errorf("update %s: ref %s exists", name, dir)
+		}
+	}
+	for dir := path.Dir(s); dir != "." && !d.folders[dir]; dir = path.Dir(dir) {
+		d.folders[dir] = true
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package gitrepo_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/google/go-cmp/cmp"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/gittest"
+)
+
+// bare makes a bare repository with three commits on main and returns its
+// path and the commits.
+func bare(t *testing.T) (string, []plumbing.Hash) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	src := t.TempDir()
+	var commits []plumbing.Hash
+	for _, content := range []string{"one", "two", "three"} {
+		if err := os.WriteFile(filepath.Join(src, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		commits = append(commits, plumbing.NewHash(gittest.CommitDir(t, dir, "main", src, content)))
+	}
+	return dir, commits
+}
+
+func open(t *testing.T, dir string) *gitrepo.Repo {
+	t.Helper()
+	r, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// refs lists the refs git sees.
+func refs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, line := range strings.Split(gittest.Git(t, dir, "for-each-ref", "--format=%(refname) %(objectname)"), "\n") {
+		if name, h, ok := strings.Cut(line, " "); ok {
+			out[name] = h
+		}
+	}
+	return out
+}
+
+func TestApplyLocalPacksNewRefs(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	var updates []gitrepo.Update
+	want := refs(t, dir)
+	for _, id := range []string{"b", "a", "c"} {
+		name := plumbing.ReferenceName("refs/heads/nuon/installs/" + id)
+		updates = append(updates, gitrepo.Update{Name: name, New: c[0]})
+		want[name.String()] = c[0].String()
+	}
+	updates = append(updates, gitrepo.Update{Name: "refs/heads/nuon/rendered", New: c[1]})
+	want["refs/heads/nuon/rendered"] = c[1].String()
+	if err := open(t, dir).Apply(ctx, updates); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refs (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "refs", "heads", "nuon")); err == nil {
+		t.Error("new refs were written as files of their own")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "packed-refs.lock")); err == nil {
+		t.Error("packed-refs.lock is left behind")
+	}
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck: %s", out)
+	}
+
+	// Updates of packed refs are compare-and-swapped as a whole.
+	stale := []gitrepo.Update{
+		{Name: "refs/heads/nuon/installs/a", Old: c[0], New: c[2]},
+		{Name: "refs/heads/nuon/rendered", Old: c[0], New: c[2]},
+	}
+	if err := open(t, dir).Apply(ctx, stale); !errors.Is(err, gitrepo.ErrStale) {
+		t.Fatalf("apply with a stale old value: %v, want ErrStale", err)
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("a stale apply moved refs (-want +got):\n%s", diff)
+	}
+	stale[1].Old = c[1]
+	if err := open(t, dir).Apply(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	want["refs/heads/nuon/installs/a"], want["refs/heads/nuon/rendered"] = c[2].String(), c[2].String()
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refs (-want +got):\n%s", diff)
+	}
+	// A ref that exists must not be created again.
+	if err := open(t, dir).Apply(ctx, []gitrepo.Update{{Name: "refs/heads/nuon/installs/b", New: c[2]}}); !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("creating an existing ref: %v, want ErrStale", err)
+	}
+}
+
+// TestApplyLocalWithGit mixes refs git wrote as files, an annotated tag in
+// packed-refs and refs this package packs: each is read and updated as
+// git expects.
+func TestApplyLocalWithGit(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	gittest.Git(t, dir, "tag", "-a", "-m", "v1", "v1", c[0].String())
+	gittest.Git(t, dir, "pack-refs", "--all")
+	peeled := gittest.Git(t, dir, "show-ref", "-d", "v1")
+	gittest.Git(t, dir, "update-ref", "refs/heads/nuon/installs/loose", c[0].String())
+
+	updates := []gitrepo.Update{
+		{Name: "refs/heads/nuon/installs/loose", Old: c[0], New: c[1]},
+		{Name: "refs/heads/main", Old: c[2], New: c[1]},
+		{Name: "refs/heads/nuon/installs/new", New: c[2]},
+	}
+	if err := open(t, dir).Apply(ctx, updates); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range updates {
+		if got := gittest.Git(t, dir, "rev-parse", u.Name.String()); got != u.New.String() {
+			t.Errorf("%s = %s, want %s", u.Name, got, u.New)
+		}
+	}
+	if got := gittest.Git(t, dir, "show-ref", "-d", "v1"); got != peeled {
+		t.Errorf("tag v1 after the update:\n%s\nwant\n%s", got, peeled)
+	}
+	// git moves a packed ref as a file of its own; Apply then swaps that.
+	gittest.Git(t, dir, "update-ref", "refs/heads/nuon/installs/new", c[0].String(), c[2].String())
+	if err := open(t, dir).Apply(ctx, []gitrepo.Update{{Name: "refs/heads/nuon/installs/new", Old: c[2], New: c[1]}}); !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("apply after git moved the ref: %v, want ErrStale", err)
+	}
+	if err := open(t, dir).Apply(ctx, []gitrepo.Update{{Name: "refs/heads/nuon/installs/new", Old: c[0], New: c[1]}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gittest.Git(t, dir, "rev-parse", "refs/heads/nuon/installs/new"); got != c[1].String() {
+		t.Errorf("refs/heads/nuon/installs/new = %s, want %s", got, c[1])
+	}
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck: %s", out)
+	}
+	gittest.Git(t, dir, "pack-refs", "--all")
+	if got := gittest.Git(t, dir, "rev-parse", "refs/heads/nuon/installs/loose"); got != c[1].String() {
+		t.Errorf("after git pack-refs: %s", got)
+	}
+}
+
+func TestApplyLocalRefusals(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		updates []gitrepo.Update
+		want    string
+	}{
+		{"a ref named like an existing ref's folder", []gitrepo.Update{{Name: "refs/heads/main/x", New: c[0]}}, "refs/heads/main exists"},
+		{"a bad name", []gitrepo.Update{{Name: "refs/heads/a b", New: c[0]}}, "not a valid ref name"},
+		{"a deletion", []gitrepo.Update{{Name: "refs/heads/main", Old: c[2]}}, "not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refs(t, dir)
+			err := open(t, dir).Apply(ctx, tc.updates)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("apply: %v, want %q", err, tc.want)
+			}
+			if diff := cmp.Diff(before, refs(t, dir)); diff != "" {
+				t.Errorf("refs moved (-before +after):\n%s", diff)
+			}
+		})
+	}
+
+	// Another writer holding packed-refs.lock makes the update stale.
+	if err := os.WriteFile(filepath.Join(dir, "packed-refs.lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := open(t, dir).Apply(ctx, []gitrepo.Update{{Name: "refs/heads/x", New: c[0]}})
+	if !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("apply while packed-refs is locked: %v, want ErrStale", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "packed-refs.lock")); err != nil {
+		t.Errorf("the other writer's lock was removed: %v", err)
+	}
+}
