@@ -164,7 +164,7 @@ func reportProblems(g *globals, o *renderOptions, ps schemas.Problems) error {
 func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if o.output == "json" {
 		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs}
-		if !res.Rendered.IsZero() {
+		if !res.Rendered.IsZero() && !o.dryRun {
 			rep.Rendered = res.Rendered.String()
 		}
 		enc := json.NewEncoder(w)
