@@ -24,11 +24,11 @@ build: ## build bin/nuon
 	$(GO) build -o $(BIN)/nuon ./cmd/nuon
 
 .PHONY: demo
-demo: build tf-providers ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
+demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers ## run every test (real git, terraform and registries on loopback)
+test: tf-providers kube-binaries registry ## run every test (real git, terraform and registries on loopback)
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: vet
@@ -47,3 +47,44 @@ fuzz: ## run every fuzz target for FUZZTIME each
 .PHONY: bench
 bench: tf-providers ## run the benchmarks (figures in BENCHMARKS.md)
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
+
+# ---- Kubernetes -------------------------------------------------------------
+# A real kube-apiserver and etcd, built from the Go module proxy in their own
+# module (tools/kube) and cached outside the clone by version. Tests find them
+# through NUON_KUBE_ASSETS (internal/kubetest); the demo starts one with
+# kube-up.
+KUBE_VERSION := v1.37.1
+KUBE_ASSETS  := $(CACHE)/kube/$(KUBE_VERSION)
+KUBE_DIR     ?= $(DEMO_DIR)/kube
+export NUON_KUBE_ASSETS := $(KUBE_ASSETS)
+
+.PHONY: kube-binaries
+kube-binaries: ## build kube-apiserver and etcd for tests (cached in $(CACHE); ~11 min cold)
+	hack/kube-binaries.sh $(KUBE_ASSETS)
+
+.PHONY: kube-up
+kube-up: kube-binaries ## start a local kube-apiserver in KUBE_DIR; prints its kubeconfig
+	@hack/kube-up.sh $(KUBE_ASSETS) $(KUBE_DIR)
+
+.PHONY: kube-down
+kube-down: ## stop the kube-apiserver kube-up started
+	hack/kube-down.sh $(KUBE_DIR)
+
+# The manifests benchmark compares with kubectl on a real API server.
+bench: kube-binaries
+
+# ---- Artifacts: OCI registries ----------------------------------------------
+# Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
+# tests: internal/oci/ocitest starts it on loopback, with TLS and basic auth as
+# ECR has them (openssl, htpasswd). Without it those tests skip, unless CI is
+# set, when they fail.
+.PHONY: registry
+registry: ## install docker-registry, htpasswd and openssl for the registry tests (apt-get)
+	hack/registry.sh install
+
+.PHONY: bench-sync
+bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts
+	NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
+
+# The sync benchmarks run against real registries.
+bench: registry

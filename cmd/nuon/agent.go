@@ -20,6 +20,8 @@ type agentOptions struct {
 	once                                                  bool
 	interval, maxBackoff                                  time.Duration
 	concurrency                                           int
+	kube                                                  kubeJobOptions
+	sync                                                  syncOptions
 }
 
 func newAgentCmd(g *globals) *cobra.Command {
@@ -40,13 +42,27 @@ repository is unreachable the agent backs off and the install keeps running
 what it last applied. Every job is journalled in --workdir before it starts: a
 restarted agent waits for a job that outlived it, records its outcome and does
 not run a finished job again. SIGTERM stops the running jobs cleanly, writes
-the status and exits.`,
+the status and exits.
+
+With --vendor-key (the vendor's cosign.pub), before a component's job the agent
+copies its artifacts by digest from the vendor registry into the install's
+registry, each with its signature, after verifying that the vendor key signed
+it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
+read their artifacts from the install registry only (or from --artifacts, a
+local fallback). Amazon ECR registries get their credentials from
+GetAuthorizationToken and their repositories created as needed; other
+registries use --registry-username or the docker config file.`,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
   # one pass, for scripts and tests
   nuon agent --repo ./tenant.git --install acme --trust allowed_signers \
-      --key acme.key --workdir ./work --once --output json`,
+      --key acme.key --workdir ./work --once --output json
+
+  # verify and copy artifacts into the install's ECR before each job
+  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon \
+      --vendor-key /etc/nuon/cosign.pub`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output); err != nil {
@@ -61,12 +77,14 @@ the status and exits.`,
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
-	f.StringVar(&o.artifacts, "artifacts", "", "directory of component artifacts by repository name (default WORKDIR/artifacts)")
+	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
 	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
+	o.kube.flags(f)
+	o.sync.flags(f)
 	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
@@ -92,10 +110,13 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 		return err
 	}
 	artifacts := o.artifacts
-	if artifacts == "" {
-		artifacts = filepath.Join(workdir, "artifacts")
+	if artifacts != "" {
+		if artifacts, err = filepath.Abs(artifacts); err != nil {
+			return err
+		}
 	}
-	if artifacts, err = filepath.Abs(artifacts); err != nil {
+	syncer, err := o.sync.syncer(log)
+	if err != nil {
 		return err
 	}
 	a, err := agent.New(agent.Config{
@@ -104,15 +125,16 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
-		Runner: &jobs.Local{
-			Command: []string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.logFormat},
+		Runner: o.kube.runner(&jobs.Local{
+			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.logFormat})),
 			Logger:  log,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
-		},
+		}, workdir, log),
 		Plugins:     jobPlugins(),
+		Sync:        syncer,
 		Concurrency: o.concurrency,
 		Interval:    o.interval,
 		MaxBackoff:  o.maxBackoff,
@@ -120,6 +142,9 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 	})
 	if err != nil {
 		return err
+	}
+	if o.kube.err != nil {
+		return o.kube.err
 	}
 	if !o.once {
 		log.Info("agent started", "install", o.install, "repo", o.repo, "interval", o.interval)

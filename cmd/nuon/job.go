@@ -5,20 +5,26 @@ import (
 
 	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/helm"
+	"nuon.dev/nuon/reconciler/manifests"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/schemas"
 )
 
-// plugins are the component types this binary's jobs can apply.
-func plugins() map[string]reconciler.Plugin {
+// plugins are the component types this binary's jobs can apply; the
+// Kubernetes ones connect with kubeconfig (empty: KUBECONFIG, ~/.kube/config
+// or the pod's service account).
+func plugins(kubeconfig string) map[string]reconciler.Plugin {
 	return map[string]reconciler.Plugin{
 		schemas.TypeTerraform: &terraform.Plugin{},
+		schemas.TypeHelm:      &helm.Plugin{Kubeconfig: kubeconfig},
+		schemas.TypeManifests: &manifests.Plugin{Kubeconfig: kubeconfig},
 	}
 }
 
 func jobPlugins() []string {
 	var out []string
-	for name := range plugins() {
+	for name := range plugins("") {
 		out = append(out, name)
 	}
 	return out
@@ -29,7 +35,9 @@ func newJobCmd(g *globals) *cobra.Command {
 		Use:   "job",
 		Short: "Run plugin jobs (the agent spawns these; you rarely need to)",
 	}
-	var artifacts string
+	var artifacts, kubeconfig string
+	var pod bool
+	var reg registryOptions
 	run := &cobra.Command{
 		Use:   "run MANIFEST",
 		Short: "Run one job manifest in this process",
@@ -42,10 +50,20 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return jobs.Main(cmd.Context(), args[0], plugins(), jobs.DirArtifacts{Root: artifacts}, g.stdout)
+			src, err := reg.artifactSource(artifacts)
+			if err != nil {
+				return err
+			}
+			if pod {
+				return jobs.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.stdout)
+			}
+			return jobs.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.stdout)
 		},
 	}
-	run.Flags().StringVar(&artifacts, "artifacts", "artifacts", "directory of component artifacts by repository name")
+	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")
+	reg.flags(run.Flags())
+	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
+	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")
 	cmd.AddCommand(run)
 	return cmd
 }

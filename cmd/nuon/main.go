@@ -80,6 +80,8 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 		newJobCmd(g),
 		newStatusCmd(g),
 		newKeygenCmd(g),
+		newBuildCmd(g),
+		newReleaseCmd(g),
 	)
 	return root
 }

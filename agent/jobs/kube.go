@@ -1,0 +1,223 @@
+package jobs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Labels and annotations on the objects of a Kubernetes job.
+const (
+	LabelJob          = "nuon.dev/job"
+	LabelInstall      = "nuon.dev/install"
+	LabelComponent    = "nuon.dev/component"
+	AnnotationJobID   = "nuon.dev/job-id"
+	labelManagedBy    = "app.kubernetes.io/managed-by"
+	labelJobName      = "batch.kubernetes.io/job-name"
+	labelJobNameOlder = "job-name"
+)
+
+// Paths inside a job's pod.
+const (
+	PodManifestDir  = "/nuon/manifest"
+	PodResultDir    = "/nuon/result"
+	PodResultFile   = PodResultDir + "/" + ResultFile
+	podManifestFile = PodManifestDir + "/" + ManifestFile
+	// ResultLinePrefix starts the line of a job's output that holds its
+	// result.
+	ResultLinePrefix = "nuon-result: "
+	// TerminationMessagePath is where a container's termination message
+	// goes by default.
+	TerminationMessagePath = "/dev/termination-log"
+	// maxTerminationMessage is Kubernetes' limit for one container.
+	maxTerminationMessage = 4096
+	// jobContainer is the name of the Job's one container.
+	jobContainer = "job"
+)
+
+// Defaults of the Kube fields.
+const (
+	// DefaultJobServiceAccount runs the Jobs (manifests/ creates it).
+	DefaultJobServiceAccount = "nuon-job"
+	// DefaultKubePoll is how often the runner looks at a running Job.
+	DefaultKubePoll = 2 * time.Second
+	// DefaultJobTTL is how long a finished Job and its pod stay for
+	// inspection before Kubernetes deletes them.
+	DefaultJobTTL = time.Hour
+	// maxLogBytes bounds the log read from a job's pod.
+	maxLogBytes = 8 << 20
+)
+
+// Kube runs each job as a Kubernetes Job in the install's cluster.
+// Client, Namespace and Image are required.
+//
+// # Objects
+//
+// For a job Kube.Run creates, in Kube.Namespace, two objects with the same
+// name (KubeName: "nuon-" and the job id made a DNS label, with a hash of
+// the id):
+//
+//   - a ConfigMap holding the manifest as manifest.json, its resultFile
+//     rewritten to PodResultFile;
+//   - a batch/v1 Job, backoffLimit 0 (the agent decides about retries),
+//     activeDeadlineSeconds the job's timeout plus Kube.TimeoutMargin,
+//     whose one container runs Kube.Command (`nuon job run --pod`) on
+//     /nuon/manifest/manifest.json, mounted from the ConfigMap, as
+//     Kube.ServiceAccount. The keys of Kube.SecretName become the
+//     NUON_SECRET_<KEY> variables the plugins resolve ${secrets.KEY}
+//     from.
+//
+// Both carry the labels LabelJob (a hash of the job id: label values are
+// too short for ids), LabelInstall and LabelComponent, and the annotation
+// AnnotationJobID with the id itself. Recover finds the Job by LabelJob.
+// The ConfigMap is owned by the Job, so the garbage collector removes it
+// with the Job, which Kubernetes deletes Kube.TTL after it finished.
+//
+// # Result
+//
+// The job process (PodMain) writes its result as usual, then prints it as
+// the last line of its output, prefixed "nuon-result: ", and writes the
+// same JSON to the container's termination message (/dev/termination-log)
+// when it fits in Kubernetes' 4 KiB limit. When the Job has finished, the
+// runner reads the result from the termination message of the Job's pod,
+// or else from the last such line of its log, copies the pod's log into
+// dir/log and writes dir/result.json, so that the job directory looks as
+// it does for a Local job.
+//
+// # State
+//
+// The pod sees job.StateDir at the same path. Without a volume of
+// Kube.Volumes mounted there (Kube.VolumeMounts), it is an emptyDir: fine
+// for helm, whose state is the release history in the cluster, but
+// terraform state and the manifests inventory must live on a shared
+// volume, such as the agent's own workdir volume mounted at the same
+// path.
+type Kube struct {
+	// Client talks to the cluster the Jobs run in.
+	Client kubernetes.Interface
+	// Namespace the Jobs and their ConfigMaps are created in.
+	Namespace string
+	// Image runs the job: an image with nuon as its entrypoint or on PATH.
+	Image string
+	// Command is the container's argv before the manifest path. Default
+	// []string{"nuon", "job", "run", "--pod"}.
+	Command []string
+	// ServiceAccount the Jobs run as. Default DefaultJobServiceAccount.
+	ServiceAccount string
+	// SecretName is a Secret whose keys become NUON_SECRET_<KEY>
+	// variables; optional.
+	SecretName string
+	// Env is extra environment for the job's container.
+	Env []corev1.EnvVar
+	// Volumes and VolumeMounts are added to the Job's pod, for example
+	// the volume that holds the components' state directories.
+	Volumes      []corev1.Volume
+	VolumeMounts []corev1.VolumeMount
+	// Resources of the job's container.
+	Resources corev1.ResourceRequirements
+	// TTL keeps a finished Job this long. Default DefaultJobTTL.
+	TTL time.Duration
+	// PollInterval is how often a running Job is looked at. Default
+	// DefaultKubePoll.
+	PollInterval time.Duration
+	// TimeoutMargin is added to the job's own timeout before the Job is
+	// stopped. Default DefaultTimeoutMargin.
+	TimeoutMargin time.Duration
+	// Log, if set, receives a copy of each job's output.
+	Log io.Writer
+	// Logger receives the runner's events. Default: discard.
+	Logger *slog.Logger
+}
+
+var _ Runner = (*Kube)(nil)
+
+func (k *Kube) logger() *slog.Logger {
+	if k.Logger != nil {
+		return k.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (k *Kube) command() []string {
+	if len(k.Command) > 0 {
+		return k.Command
+	}
+	return []string{"nuon", "job", "run", "--pod"}
+}
+
+func (k *Kube) serviceAccount() string {
+	if k.ServiceAccount != "" {
+		return k.ServiceAccount
+	}
+	return DefaultJobServiceAccount
+}
+
+func (k *Kube) ttl() time.Duration {
+	if k.TTL > 0 {
+		return k.TTL
+	}
+	return DefaultJobTTL
+}
+
+func (k *Kube) poll() time.Duration {
+	if k.PollInterval > 0 {
+		return k.PollInterval
+	}
+	return DefaultKubePoll
+}
+
+func (k *Kube) timeoutMargin() time.Duration {
+	if k.TimeoutMargin > 0 {
+		return k.TimeoutMargin
+	}
+	return DefaultTimeoutMargin
+}
+
+// notDNS matches what a DNS label may not hold.
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// KubeName is the name of the Job and ConfigMap of the job with id: a DNS
+// label of at most 63 characters, unique per id.
+func KubeName(id string) string {
+	s := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(id), "-"), "-")
+	if len(s) > 44 {
+		s = strings.TrimRight(s[:44], "-")
+	}
+	return "nuon-" + s + "-" + idHash(id)[:12]
+}
+
+// idHash is the label value that identifies a job id.
+func idHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+// labelValue makes s a valid label value (at most 63 characters of
+// [A-Za-z0-9._-], alphanumeric at both ends).
+func labelValue(s string) string {
+	s = regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(s, "-")
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.Trim(s, "-._")
+}
+
+// covered reports whether dir lies under one of the mounts.
+func covered(dir string, mounts []corev1.VolumeMount) bool {
+	dir = path.Clean(dir)
+	for _, m := range mounts {
+		mp := path.Clean(m.MountPath)
+		if dir == mp || strings.HasPrefix(dir, mp+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,69 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// Recover reports how the job whose directory is dir ended, after an agent
+// restart: the result the runner collected into dir, if any; otherwise it
+// finds the job's Kubernetes Job by its LabelJob label, waits for it to
+// finish and collects its result as Run does. It returns ErrNotFinished
+// when there is no such Job (never created, or deleted before it
+// finished). It gives up with ctx's error if ctx ends first; the Job is
+// then left running.
+func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, error) {
+	job, err := readManifest(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("job in %s: %w: never started", dir, ErrNotFinished)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job in %s: %w", dir, err)
+	}
+	res, err := readResult(filepath.Join(dir, ResultFile))
+	switch {
+	case err == nil && res.Job != job.ID:
+		return nil, fmt.Errorf("job %s: result is for job %q", job.ID, res.Job)
+	case err == nil && res.Error != "":
+		return res, fmt.Errorf("job %s: %w: %s", job.ID, ErrJobFailed, res.Error)
+	case err == nil:
+		return res, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	r, err := k.newKubeRun(job, dir)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	list, err := k.Client.BatchV1().Jobs(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelJob + "=" + idHash(job.ID)})
+	if err != nil {
+		return nil, fmt.Errorf("job %s: find its kubernetes job: %w", job.ID, err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Annotations[AnnotationJobID] == job.ID && list.Items[i].DeletionTimestamp == nil {
+			r.obj = &list.Items[i]
+			r.name = r.obj.Name
+		}
+	}
+	if r.obj == nil {
+		r.logger.Info("recovered job has no kubernetes job")
+		return nil, fmt.Errorf("job %s: %w: no kubernetes job", job.ID, ErrNotFinished)
+	}
+	r.logger.Info("recovering job")
+	// The agent stopping again is no reason to stop the job.
+	r.keepOnCancel = true
+	if _, done := finished(r.obj); !done {
+		r.wait(ctx)
+	}
+	if r.cause != nil && !r.timedOut {
+		return nil, fmt.Errorf("job %s: %w", job.ID, r.cause)
+	}
+	return r.outcome(ctx)
+}

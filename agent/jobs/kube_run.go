@@ -1,0 +1,511 @@
+package jobs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// Run executes job as a Kubernetes Job and waits for it; see Kube for the
+// objects it creates. dir keeps manifest.json, result.json and log as for
+// a Local job. It returns ErrRunning without starting anything while a
+// Job of an earlier run of the job is still active: call Recover for
+// that.
+//
+// A job that failed returns its result, if it wrote one, and an error
+// wrapping ErrJobFailed; one that hit its deadline also wraps
+// context.DeadlineExceeded. When ctx ends first, the Job is deleted, which
+// stops its pod, and the error wraps ctx.Err().
+func (k *Kube) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas.JobResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	r, err := k.newKubeRun(job, dir)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	for _, step := range []func(context.Context) error{r.prepareDir, r.clearFinished, r.create} {
+		if err := step(ctx); err != nil {
+			return nil, fmt.Errorf("job %s: %w", job.ID, err)
+		}
+	}
+	r.wait(ctx)
+	return r.outcome(ctx)
+}
+
+// kubeRun is one Run or Recover of one job: what its steps share.
+type kubeRun struct {
+	k      *Kube
+	job    schemas.Job // as the agent keeps it: resultFile in dir
+	dir    string
+	name   string
+	logger *slog.Logger
+
+	timeout time.Duration
+	// obj is the Job as last read.
+	obj *batchv1.Job
+	// cause is why the runner stopped waiting early: ctx's error, or
+	// context.DeadlineExceeded with timedOut set.
+	cause    error
+	timedOut bool
+	// waitErr is a failure to read the Job.
+	waitErr error
+	// keepOnCancel leaves the Job running when ctx ends.
+	keepOnCancel bool
+}
+
+func (k *Kube) newKubeRun(job *schemas.Job, dir string) (*kubeRun, error) {
+	if k.Client == nil || k.Namespace == "" || k.Image == "" {
+		return nil, errors.New("kubernetes runner: Client, Namespace and Image are required")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &kubeRun{k: k, job: *job, dir: dir, name: KubeName(job.ID)}
+	r.job.ResultFile = filepath.Join(dir, ResultFile)
+	b, err := json.Marshal(&r.job)
+	if err != nil {
+		return nil, err
+	}
+	// The job process would refuse a manifest that does not validate.
+	if _, err := validateManifest(filepath.Join(dir, ManifestFile), b); err != nil {
+		return nil, err
+	}
+	r.timeout, _ = time.ParseDuration(r.job.Timeout)
+	r.logger = k.logger().With("install", job.Install, "component", job.Component, "job", job.ID, "plugin", job.Plugin, "kube_job", r.name)
+	return r, nil
+}
+
+// prepareDir writes the manifest into dir and removes the result of an
+// earlier run.
+func (r *kubeRun) prepareDir(context.Context) error {
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Remove(r.job.ResultFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return writeJSON(filepath.Join(r.dir, ManifestFile), &r.job)
+}
+
+// clearFinished deletes a finished Job of an earlier run of the job, and
+// refuses to go on while one is still active.
+func (r *kubeRun) clearFinished(ctx context.Context) error {
+	jobs := r.k.Client.BatchV1().Jobs(r.k.Namespace)
+	old, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, done := finished(old); !done {
+		return fmt.Errorf("%w: Kubernetes Job %s/%s is still active", ErrRunning, r.k.Namespace, r.name)
+	}
+	r.logger.Info("deleting the finished Job of an earlier run")
+	if err := r.delete(ctx); err != nil {
+		return err
+	}
+	// The name is taken until the Job is gone.
+	for {
+		_, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.k.poll() / 4):
+		}
+	}
+}
+
+// create creates the manifest's ConfigMap, then the Job, then makes the
+// Job the ConfigMap's owner.
+func (r *kubeRun) create(ctx context.Context) error {
+	cm, job, err := r.k.objects(&r.job, r.name)
+	if err != nil {
+		return err
+	}
+	cms := r.k.Client.CoreV1().ConfigMaps(r.k.Namespace)
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: "nuon"}); apierrors.IsAlreadyExists(err) {
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: "nuon"}); err != nil {
+			return fmt.Errorf("configmap %s: %w", r.name, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("configmap %s: %w", r.name, err)
+	}
+	created, err := r.k.Client.BatchV1().Jobs(r.k.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "nuon"})
+	if err != nil {
+		return fmt.Errorf("kubernetes job %s: %w", r.name, err)
+	}
+	r.obj = created
+	r.logger.Info("job started", "namespace", r.k.Namespace, "operation", r.job.Operation)
+	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
+	if _, err := cms.Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nuon"}); err != nil {
+		r.logger.Warn("configmap owner", "error", err)
+	}
+	return nil
+}
+
+// objects returns the ConfigMap and the Job that run job.
+func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batchv1.Job, error) {
+	pod := *job
+	pod.ResultFile = PodResultFile
+	manifest, err := json.MarshalIndent(&pod, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	labels := map[string]string{
+		LabelJob:       idHash(job.ID),
+		LabelInstall:   labelValue(job.Install),
+		LabelComponent: labelValue(job.Component),
+		labelManagedBy: "nuon",
+	}
+	meta := metav1.ObjectMeta{
+		Name:        name,
+		Namespace:   k.Namespace,
+		Labels:      labels,
+		Annotations: map[string]string{AnnotationJobID: job.ID},
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{ManifestFile: string(manifest) + "\n"}}
+
+	timeout, _ := time.ParseDuration(job.Timeout)
+	deadline := int64(math.Ceil((timeout + k.timeoutMargin()).Seconds()))
+	mounts := []corev1.VolumeMount{
+		{Name: "manifest", MountPath: PodManifestDir, ReadOnly: true},
+		{Name: "result", MountPath: PodResultDir},
+	}
+	volumes := []corev1.Volume{
+		{Name: "manifest", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name},
+		}}},
+		{Name: "result", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+	if !covered(job.StateDir, k.VolumeMounts) {
+		volumes = append(volumes, corev1.Volume{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "state", MountPath: job.StateDir})
+	}
+	volumes = append(volumes, k.Volumes...)
+	mounts = append(mounts, k.VolumeMounts...)
+	var envFrom []corev1.EnvFromSource
+	if k.SecretName != "" {
+		envFrom = append(envFrom, corev1.EnvFromSource{
+			Prefix:    "NUON_SECRET_",
+			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: k.SecretName}, Optional: ptr.To(true)},
+		})
+	}
+	podMeta := metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationJobID: job.ID}}
+	kj := &batchv1.Job{
+		ObjectMeta: meta,
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To(deadline),
+			TTLSecondsAfterFinished: ptr.To(int32(k.ttl().Seconds())),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: podMeta,
+				Spec: corev1.PodSpec{
+					RestartPolicy:      corev1.RestartPolicyNever,
+					ServiceAccountName: k.serviceAccount(),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:                     jobContainer,
+						Image:                    k.Image,
+						Command:                  append(append([]string{}, k.command()...), podManifestFile),
+						Env:                      k.Env,
+						EnvFrom:                  envFrom,
+						VolumeMounts:             mounts,
+						Resources:                k.Resources,
+						TerminationMessagePath:   TerminationMessagePath,
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: volumes,
+				},
+			},
+		},
+	}
+	return cm, kj, nil
+}
+
+// finished reports whether the Job ended, and whether it succeeded.
+func finished(j *batchv1.Job) (succeeded, done bool) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, true
+		case batchv1.JobFailed:
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// failure is the reason and message of a failed Job.
+func failure(j *batchv1.Job) (reason, message string) {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return c.Reason, c.Message
+		}
+	}
+	return "", ""
+}
+
+// wait polls the Job until it finished, ctx ended, or it overran its
+// deadline by a margin Kubernetes should have enforced itself; in the last
+// two cases it deletes the Job.
+func (r *kubeRun) wait(ctx context.Context) {
+	start := time.Now()
+	if r.obj != nil && !r.obj.CreationTimestamp.IsZero() {
+		start = r.obj.CreationTimestamp.Time
+	}
+	deadline := time.NewTimer(time.Until(start.Add(r.timeout + 2*r.k.timeoutMargin())))
+	defer deadline.Stop()
+	tick := time.NewTicker(r.k.poll())
+	defer tick.Stop()
+	jobs := r.k.Client.BatchV1().Jobs(r.k.Namespace)
+	var failures int
+	for {
+		j, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			r.obj, failures = j, 0
+			if _, done := finished(j); done {
+				return
+			}
+		case apierrors.IsNotFound(err):
+			r.waitErr = fmt.Errorf("kubernetes job %s/%s disappeared before it finished", r.k.Namespace, r.name)
+			return
+		case ctx.Err() == nil:
+			failures++
+			r.logger.Warn("read the job", "error", err)
+			if failures >= 10 {
+				r.waitErr = err
+				return
+			}
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-ctx.Done():
+			r.cause = ctx.Err()
+		case <-deadline.C:
+			r.cause, r.timedOut = context.DeadlineExceeded, true
+		}
+		if r.keepOnCancel && !r.timedOut {
+			return
+		}
+		r.logger.Info("stopping job", "reason", r.cause)
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if err := r.delete(stopCtx); err != nil {
+			r.logger.Warn("delete the job", "error", err)
+		}
+		cancel()
+		return
+	}
+}
+
+// delete deletes the Job, its pods and its ConfigMap.
+func (r *kubeRun) delete(ctx context.Context) error {
+	bg := metav1.DeletePropagationBackground
+	err := r.k.Client.BatchV1().Jobs(r.k.Namespace).Delete(ctx, r.name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = r.k.Client.CoreV1().ConfigMaps(r.k.Namespace).Delete(ctx, r.name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// outcome collects the pod's log and result into dir and turns how the
+// Job ended into Run's result and error.
+func (r *kubeRun) outcome(ctx context.Context) (*schemas.JobResult, error) {
+	id := r.job.ID
+	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	res, log, err := r.collect(collectCtx)
+	if err == nil && res != nil {
+		if res.Job != id {
+			res, err = nil, fmt.Errorf("result is for job %q", res.Job)
+		} else if werr := writeJSON(r.job.ResultFile, res); werr != nil {
+			err = fmt.Errorf("write result: %w", werr)
+		}
+	}
+	tail := ""
+	if log != "" {
+		tail = "; last lines of the log:\n" + lastLines(log, tailLines)
+	}
+	var reason, message string
+	if r.obj != nil {
+		reason, message = failure(r.obj)
+	}
+	switch {
+	case r.timedOut || reason == batchv1.JobReasonDeadlineExceeded:
+		return res, fmt.Errorf("job %s: %w: timed out after %s: %w", id, ErrJobFailed, r.timeout, context.DeadlineExceeded)
+	case r.cause != nil:
+		return res, fmt.Errorf("job %s: stopped: %w", id, r.cause)
+	case r.waitErr != nil:
+		return res, fmt.Errorf("job %s: %w", id, r.waitErr)
+	case err != nil:
+		return nil, fmt.Errorf("job %s: %w: %w", id, ErrJobFailed, err)
+	case res != nil && res.Error != "":
+		return res, fmt.Errorf("job %s: %w: %s", id, ErrJobFailed, res.Error)
+	case reason != "":
+		return res, fmt.Errorf("job %s: %w: kubernetes job failed (%s: %s)%s", id, ErrJobFailed, reason, message, tail)
+	case res == nil:
+		return nil, fmt.Errorf("job %s: %w: exited without a result%s", id, ErrJobFailed, tail)
+	}
+	r.logger.Info("job succeeded", "changed", res.Changed)
+	return res, nil
+}
+
+// collect reads the newest pod of the Job: its log, appended to dir/log
+// (and Kube.Log), and its result, from the termination message or the
+// last result line of the log.
+func (r *kubeRun) collect(ctx context.Context) (*schemas.JobResult, string, error) {
+	pods, err := r.k.Client.CoreV1().Pods(r.k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelJobName + "=" + r.name})
+	if err == nil && len(pods.Items) == 0 {
+		pods, err = r.k.Client.CoreV1().Pods(r.k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelJobNameOlder + "=" + r.name})
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("list the job's pods: %w", err)
+	}
+	var pod *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if pod == nil || p.CreationTimestamp.After(pod.CreationTimestamp.Time) {
+			pod = p
+		}
+	}
+	var log, note string
+	if pod == nil {
+		note = "no pod"
+	} else {
+		b, err := r.k.Client.CoreV1().Pods(r.k.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+			Container: jobContainer, LimitBytes: ptr.To[int64](maxLogBytes),
+		}).DoRaw(ctx)
+		if err != nil {
+			note = "log unavailable: " + err.Error()
+		} else {
+			log = string(b)
+		}
+	}
+	r.appendLog(pod, log, note)
+
+	var res *schemas.JobResult
+	if pod != nil {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == jobContainer && cs.State.Terminated != nil {
+				res = parseResult(cs.State.Terminated.Message)
+			}
+		}
+	}
+	if res == nil {
+		res = lastResultLine(log)
+	}
+	return res, log, nil
+}
+
+// appendLog appends the pod's log to dir/log, after a header line as
+// Local writes, and copies it to Kube.Log.
+func (r *kubeRun) appendLog(pod *corev1.Pod, log, note string) {
+	f, err := os.OpenFile(filepath.Join(r.dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		r.logger.Warn("job log", "error", err)
+		return
+	}
+	defer f.Close()
+	where := "kubernetes job " + r.k.Namespace + "/" + r.name
+	if pod != nil {
+		where += ", pod " + pod.Name
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "==> %s job %s: %s %s (%s) in %s\n",
+		time.Now().UTC().Format(time.RFC3339), r.job.ID, r.job.Operation, r.job.Component, r.job.Plugin, where)
+	if note != "" {
+		fmt.Fprintf(&b, "(%s)\n", note)
+	}
+	b.WriteString(log)
+	if log != "" && !strings.HasSuffix(log, "\n") {
+		b.WriteByte('\n')
+	}
+	if _, err := f.Write(b.Bytes()); err != nil {
+		r.logger.Warn("job log", "error", err)
+	}
+	if r.k.Log != nil {
+		r.k.Log.Write(b.Bytes())
+	}
+}
+
+// parseResult reads a JobResult from JSON, or returns nil.
+func parseResult(s string) *schemas.JobResult {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "{") {
+		return nil
+	}
+	var res schemas.JobResult
+	if err := json.Unmarshal([]byte(s), &res); err != nil || res.Kind != kindJobResult {
+		return nil
+	}
+	return &res
+}
+
+// lastResultLine finds the last result line in a job's log.
+func lastResultLine(log string) *schemas.JobResult {
+	var res *schemas.JobResult
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 64<<10), maxLogBytes)
+	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), ResultLinePrefix); ok {
+			if r := parseResult(line); r != nil {
+				res = r
+			}
+		}
+	}
+	return res
+}
+
+// writeResultLine writes res as a result line to w.
+func writeResultLine(w io.Writer, res []byte) error {
+	_, err := fmt.Fprintf(w, "%s%s\n", ResultLinePrefix, res)
+	return err
+}

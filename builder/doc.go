@@ -1,0 +1,80 @@
+// Package builder is the vendor's build agent: it packages each component
+// of the app as an OCI artifact, pushes it to the vendor registry by
+// digest, signs it with the vendor's cosign key, and records released
+// versions in releases/<component>.yaml on main. `nuon build` and `nuon
+// release` are its commands; vendor CI runs them.
+//
+// # Artifacts
+//
+// Every component type has one artifact, named in the release file:
+//
+//	type       artifact    manifest config media type                     content layer media type
+//	terraform  module      application/vnd.nuon.terraform.config.v1+json   application/vnd.nuon.terraform.module.v1.tar+gzip
+//	manifests  manifests   application/vnd.nuon.manifests.config.v1+json   application/vnd.nuon.manifests.content.v1.tar+gzip
+//	helm       chart       application/vnd.cncf.helm.config.v1+json        application/vnd.cncf.helm.chart.content.v1.tar+gzip
+//	image      image       the image's own (copied unchanged, by digest)
+//
+// The first three are OCI image manifests
+// (application/vnd.oci.image.manifest.v1+json) with one config blob and
+// one gzipped tar layer. A module's or manifests' config is
+// {"type":"terraform"} or {"type":"manifests"} and its layer holds the
+// source directory as it is; a chart is stored as `helm push` stores it,
+// the chart's metadata as config and the chart archive (one directory
+// named after the chart) as layer, so `helm pull oci://…` works on it.
+// Registries that predate OCI 1.1's artifactType, like Distribution 2.8,
+// store these as they are.
+//
+// # Reproducible builds
+//
+// The digest of a directory artifact depends only on its files' names,
+// contents and executable bits: entries are sorted, every time is the
+// Unix epoch, owners are 0:0 without names, modes are 0755 or 0644, and
+// the gzip header carries no name, time or OS (see internal/oci.Archive).
+// Version control metadata (.git), Terraform's working directory
+// (.terraform) and local Terraform state are never packaged; a chart is
+// what Helm's loader reads, honouring .helmignore. Building the same
+// source twice, on any machine with the same Go release, gives the same
+// digest, so the release file on main can be checked against the source.
+//
+// # Sources
+//
+// `nuon build` reads nuon.yaml for the components and their
+// repositories, and finds each component's source by convention under a
+// root directory (--src), by component type (Layout):
+//
+//	modules/<component>     terraform
+//	charts/<component>      helm
+//	manifests/<component>   manifests
+//	images/<component>      image: an OCI image layout directory
+//
+// --dir COMPONENT=PATH overrides the convention; for an image component
+// PATH may also be an image reference (registry/repository@sha256:…),
+// which is copied by digest. The repository fixtures/ follows this
+// layout: fixtures/{modules,charts,manifests,images} hold the newest
+// version of each component of the sample app and fixtures/previous/ the
+// versions before; fixtures/tenant/releases records what they build to.
+//
+// # Signatures
+//
+// Each artifact is signed with the vendor's cosign key (cosign.key, as
+// `cosign generate-key-pair` writes it; the password from
+// COSIGN_PASSWORD), offline: no transparency log, no Fulcio certificate.
+// The signature is stored as cosign stores it in a registry without the
+// referrers API: an image manifest tagged sha256-<hex>.sig in the
+// artifact's repository whose layers are simple-signing payloads naming
+// the artifact's digest, each with its signature in the
+// dev.cosignproject.cosign/signature annotation. Stock `cosign verify
+// --key cosign.pub --insecure-ignore-tlog` accepts it, and the install
+// agent checks it with internal/oci before it copies the artifact. A
+// rebuild keeps an existing signature by the same key.
+//
+// # Releases
+//
+// Release appends a version and its artifacts' digests to
+// releases/<component>.yaml in one commit on main (optionally signed with
+// an SSH key, as render commits are) and moves main, retrying when main
+// moved meanwhile. Releasing a version again with the same digests
+// changes nothing; with other digests it fails with ErrConflict: a
+// released version never changes. A release moves no install; a pull
+// request that changes a channel's pin does.
+package builder

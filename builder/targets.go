@@ -1,0 +1,93 @@
+package builder
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing/fstest"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// Layout is where a component's source lives under a source root, by
+// component type: the layout of fixtures/.
+//
+//	terraform   modules/<component>     a Terraform module
+//	helm        charts/<component>      a Helm chart
+//	manifests   manifests/<component>   Kubernetes manifests
+//	image       images/<component>      an OCI image layout
+var Layout = map[string]string{
+	schemas.TypeTerraform: "modules",
+	schemas.TypeHelm:      "charts",
+	schemas.TypeManifests: "manifests",
+	schemas.TypeImage:     "images",
+}
+
+// SourceDir is where Layout puts component c under root.
+func SourceDir(root string, c schemas.Component) string {
+	return filepath.Join(root, Layout[c.Type], c.Name)
+}
+
+// LoadApp reads and validates an app file (nuon.yaml).
+func LoadApp(file string) (schemas.App, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return schemas.App{}, err
+	}
+	src, err := schemas.Load(fstest.MapFS{schemas.AppFile: {Data: data}})
+	if err != nil {
+		return schemas.App{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return src.App, nil
+}
+
+// Targets picks the components named (all of them when names is empty,
+// in the order nuon.yaml declares them) and their sources: sources[name]
+// when given, else SourceDir(root, …). A component without a source is
+// an error.
+func Targets(app schemas.App, root string, sources map[string]string, names []string) ([]Target, error) {
+	byName := map[string]schemas.Component{}
+	for _, c := range app.Components {
+		byName[c.Name] = c
+	}
+	for n := range sources {
+		if _, ok := byName[n]; !ok {
+			return nil, fmt.Errorf("no component %q in %s", n, app.Name)
+		}
+	}
+	if len(names) == 0 {
+		for _, c := range app.Components {
+			names = append(names, c.Name)
+		}
+	}
+	var out []Target
+	var missing []string
+	for _, n := range names {
+		c, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("no component %q in %s", n, app.Name)
+		}
+		if slices.ContainsFunc(out, func(t Target) bool { return t.Component.Name == n }) {
+			continue
+		}
+		src, ok := sources[n]
+		if !ok && root != "" {
+			src = SourceDir(root, c)
+			if _, err := os.Stat(src); err != nil {
+				missing = append(missing, fmt.Sprintf("%s (%s)", n, src))
+				continue
+			}
+		}
+		if src == "" {
+			missing = append(missing, n)
+			continue
+		}
+		out = append(out, Target{Component: c, Source: src})
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no source for %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"nuon.dev/nuon/agent/jobs"
+)
+
+// kubeJobOptions are the agent's flags for the install's cluster: the
+// kubeconfig its jobs use, and the Kubernetes Job runner.
+type kubeJobOptions struct {
+	kubeconfig     string
+	mode           string
+	image          string
+	namespace      string
+	serviceAccount string
+	secret         string
+	stateClaim     string
+	err            error
+}
+
+func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig of the install's cluster, for the helm and manifests jobs and the kube runner (default: KUBECONFIG, ~/.kube/config, in-cluster)")
+	f.StringVar(&k.mode, "job-runner", "local", "run jobs as child processes (local) or as Kubernetes Jobs (kube)")
+	f.StringVar(&k.image, "job-image", "", "with --job-runner kube: the image that runs nuon jobs (required)")
+	f.StringVar(&k.namespace, "job-namespace", "nuon-system", "with --job-runner kube: namespace of the Jobs")
+	f.StringVar(&k.serviceAccount, "job-service-account", jobs.DefaultJobServiceAccount, "with --job-runner kube: service account of the Jobs")
+	f.StringVar(&k.secret, "job-secret", "", "with --job-runner kube: Secret whose keys become the jobs' NUON_SECRET_<KEY> variables")
+	f.StringVar(&k.stateClaim, "job-state-claim", "", "with --job-runner kube: PersistentVolumeClaim mounted at --workdir in the Jobs, for component state")
+}
+
+// jobArgs adds --kubeconfig to a local job's command line.
+func (k *kubeJobOptions) jobArgs(argv []string) []string {
+	if k.kubeconfig != "" {
+		argv = append(argv, "--kubeconfig", k.kubeconfig)
+	}
+	return argv
+}
+
+// runner returns local, or the Kubernetes Job runner with --job-runner
+// kube, whose pods run `nuon job run --pod` with local's flags but
+// --kubeconfig (a pod uses its service account). A configuration error is
+// left in k.err.
+func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Logger) jobs.Runner {
+	switch k.mode {
+	case "local", "":
+		return local
+	case "kube":
+	default:
+		k.err = fmt.Errorf("--job-runner must be local or kube, not %q", k.mode)
+		return local
+	}
+	if k.image == "" {
+		k.err = errors.New("--job-runner kube needs --job-image")
+		return local
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		k.err = fmt.Errorf("kubeconfig: %w", err)
+		return local
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		k.err = err
+		return local
+	}
+	r := &jobs.Kube{
+		Client:         cs,
+		Namespace:      k.namespace,
+		Image:          k.image,
+		Command:        podCommand(local.Command),
+		ServiceAccount: k.serviceAccount,
+		SecretName:     k.secret,
+		Logger:         log,
+	}
+	if k.stateClaim != "" {
+		r.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: k.stateClaim},
+		}}}
+		r.VolumeMounts = []corev1.VolumeMount{{Name: "nuon-state", MountPath: workdir}}
+	}
+	return r
+}
+
+// podCommand is the argv of a job's pod: nuon, then local's arguments
+// without --kubeconfig, then --pod.
+func podCommand(local []string) []string {
+	argv := []string{"nuon"}
+	for i := 1; i < len(local); i++ {
+		if local[i] == "--kubeconfig" {
+			i++
+			continue
+		}
+		argv = append(argv, local[i])
+	}
+	return append(argv, "--pod")
+}

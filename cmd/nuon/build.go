@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/builder"
+)
+
+type buildOptions struct {
+	app, src, key, tag, output string
+	dirs                       map[string]string
+	registry                   registryOptions
+}
+
+func newBuildCmd(g *globals) *cobra.Command {
+	o := &buildOptions{}
+	cmd := &cobra.Command{
+		Use:   "build [COMPONENT...] --key cosign.key",
+		Short: "Package components as OCI artifacts, push them to the vendor registry and sign them",
+		Long: `Build packages each component of nuon.yaml (those named, or all) as an OCI
+artifact, pushes it by digest to the component's repository, signs it with the
+vendor's cosign key and prints the digests, for 'nuon release'.
+
+A terraform module and a set of manifests become OCI artifacts of nuon's own
+media types, a helm chart becomes a Helm OCI chart (stock 'helm pull' reads it;
+it is also tagged with its version), and an image component's image is copied
+unchanged, by digest. Builds are reproducible: the same directory gives the
+same digest on any machine.
+
+Each component's source is found under --src by type: modules/<component>,
+charts/<component>, manifests/<component>, images/<component> (an OCI image
+layout); --dir COMPONENT=PATH overrides that, and for an image component PATH
+may be an image reference instead.
+
+The signature is stored as 'cosign sign --key' stores it (the
+sha256-<digest>.sig tag), offline: no transparency log, no certificate. 'cosign
+verify --key cosign.pub --insecure-ignore-tlog' accepts it, and so does every
+install's agent. The key's password is read from COSIGN_PASSWORD. A rebuild of
+unchanged sources pushes nothing and keeps the signature.
+
+Registry credentials come from the docker config file, as for docker and
+crane, from --registry-username (password in NUON_REGISTRY_PASSWORD), or for
+Amazon ECR from the AWS configuration.`,
+		Example: `  # vendor CI: build everything, then record the release
+  nuon build --app nuon.yaml --src . --key cosign.key -o json > build.json
+  nuon release --repo git@github.com:acme/tenant.git --version 2.5.0 --from build.json api
+
+  # one component from a directory of its own, tagged
+  nuon build api --app nuon.yaml --dir api=./deploy/chart --key cosign.key --tag 2.5.0
+
+  # an image component: copy an image built elsewhere, by digest
+  nuon build api-image --app nuon.yaml --key cosign.key \
+      --dir api-image=ghcr.io/acme/api@sha256:0123…`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(o.output); err != nil {
+				return err
+			}
+			return runBuild(cmd.Context(), g, o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.app, "app", "nuon.yaml", "the app file (nuon.yaml on main) naming the components and their repositories")
+	f.StringVar(&o.src, "src", "", "root of the component sources, laid out by type (modules/, charts/, manifests/, images/)")
+	f.StringToStringVar(&o.dirs, "dir", nil, "COMPONENT=PATH: a component's source, instead of the layout under --src")
+	f.StringVar(&o.key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
+	f.StringVar(&o.tag, "tag", "", "also tag every artifact with TAG")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	o.registry.flags(f)
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+// buildReport is the --output json document; nuon release --from reads it.
+type buildReport struct {
+	Artifacts []builder.Artifact `json:"artifacts"`
+}
+
+func runBuild(ctx context.Context, g *globals, o *buildOptions, names []string) error {
+	app, err := builder.LoadApp(o.app)
+	if err != nil {
+		return err
+	}
+	targets, err := builder.Targets(app, o.src, o.dirs, names)
+	if err != nil {
+		return err
+	}
+	key, err := builder.LoadKey(o.key, []byte(os.Getenv("COSIGN_PASSWORD")))
+	if err != nil {
+		return err
+	}
+	client, _, err := o.registry.client()
+	if err != nil {
+		return err
+	}
+	arts, err := builder.Build(ctx, targets, builder.Options{Client: client, Signer: key, Tag: o.tag, Logger: g.logger()})
+	if err != nil {
+		return err
+	}
+	return printBuild(g.stdout, o.output, arts)
+}
+
+func printBuild(w io.Writer, output string, arts []builder.Artifact) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(buildReport{Artifacts: arts})
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, a := range arts {
+		sig := "signed"
+		if !a.Signed {
+			sig = "signature kept"
+		}
+		tags := ""
+		if len(a.Tags) > 0 {
+			tags = " (" + strings.Join(a.Tags, ", ") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\n", a.Component, a.Name, a.Ref(), tags, sig)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ecr"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/spf13/pflag"
+
+	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/agent/sync"
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/reconciler"
+)
+
+// registryPasswordEnv holds the password of --registry-username; a
+// password on the command line would show in the process list.
+const registryPasswordEnv = "NUON_REGISTRY_PASSWORD"
+
+// registryOptions are the flags that reach OCI registries. Credentials
+// come from the docker config file (~/.docker/config.json) as for docker
+// and crane, from --registry-username for --registry, and from ECR's
+// GetAuthorizationToken for ECR registries (ACCOUNT.dkr.ecr.REGION.
+// amazonaws.com, or --registry with --ecr) with the usual AWS
+// configuration (AWS_REGION, AWS_ENDPOINT_URL_ECR, instance roles, …).
+type registryOptions struct {
+	caFile, host, username string
+	ecr                    bool
+}
+
+func (r *registryOptions) flags(f *pflag.FlagSet) {
+	f.StringVar(&r.caFile, "registry-ca", "", "PEM certificates to trust for registries besides the system's")
+	f.StringVar(&r.host, "registry", "", "registry host (host[:port]) that --registry-username and --ecr apply to")
+	f.StringVar(&r.username, "registry-username", "", "user name for --registry; the password is read from "+registryPasswordEnv)
+	f.BoolVar(&r.ecr, "ecr", false, "--registry is Amazon ECR although its name does not say so (region from AWS_REGION)")
+}
+
+// args are the flags again, for a job process.
+func (r *registryOptions) args() []string {
+	var out []string
+	if r.caFile != "" {
+		out = append(out, "--registry-ca", r.caFile)
+	}
+	if r.host != "" {
+		out = append(out, "--registry", r.host)
+	}
+	if r.username != "" {
+		out = append(out, "--registry-username", r.username)
+	}
+	if r.ecr {
+		out = append(out, "--ecr")
+	}
+	return out
+}
+
+// client returns the registry client and what makes repositories in ECR
+// registries.
+func (r *registryOptions) client() (*oci.Client, *sync.ECRRegistries, error) {
+	if (r.username != "" || r.ecr) && r.host == "" {
+		return nil, nil, errors.New("--registry-username and --ecr need --registry")
+	}
+	ecrs := &sync.ECRRegistries{NewAPI: func(ctx context.Context, region string) (sync.ECRAPI, error) {
+		var opts []func(*config.LoadOptions) error
+		if region != "" {
+			opts = append(opts, config.WithRegion(region))
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return ecr.NewFromConfig(cfg), nil
+	}}
+	if r.ecr {
+		ecrs.Hosts = map[string]string{r.host: ""}
+	}
+	opts := []oci.ClientOption{oci.WithKeychain(authn.NewMultiKeychain(ecrs, authn.DefaultKeychain))}
+	if r.caFile != "" {
+		opts = append(opts, oci.WithCAFile(r.caFile))
+	}
+	if r.username != "" {
+		opts = append(opts, oci.WithAuth(r.host, &authn.Basic{Username: r.username, Password: os.Getenv(registryPasswordEnv)}))
+	}
+	c, err := oci.NewClient(opts...)
+	return c, ecrs, err
+}
+
+// syncOptions are the agent's flags for artifact sync.
+type syncOptions struct {
+	vendorKey string
+	registry  registryOptions
+}
+
+func (s *syncOptions) flags(f *pflag.FlagSet) {
+	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job")
+	s.registry.flags(f)
+}
+
+// jobArgs adds the registry flags to a job's command line.
+func (s *syncOptions) jobArgs(argv []string) []string {
+	return append(argv, s.registry.args()...)
+}
+
+// syncer returns the agent's Syncer; nil (no sync) without --vendor-key.
+func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
+	if s.vendorKey == "" {
+		log.Warn("no --vendor-key: artifacts are not verified nor copied; jobs read what the install registry (or --artifacts) holds")
+		return nil, nil
+	}
+	key, err := oci.LoadPublicKey(s.vendorKey)
+	if err != nil {
+		return nil, err
+	}
+	c, ecrs, err := s.registry.client()
+	if err != nil {
+		return nil, err
+	}
+	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return sy, nil
+}
+
+// artifactSource is what a job reads artifacts from: the install registry,
+// or with dir the directories under it (a local fallback).
+func (r *registryOptions) artifactSource(dir string) (reconciler.ArtifactSource, error) {
+	if dir != "" {
+		return jobs.DirArtifacts{Root: dir}, nil
+	}
+	c, _, err := r.client()
+	if err != nil {
+		return nil, fmt.Errorf("install registry: %w", err)
+	}
+	return &oci.Source{Client: c}, nil
+}

@@ -1,0 +1,38 @@
+// Package kubetest runs a real Kubernetes control plane for tests: etcd and
+// kube-apiserver as child processes on free loopback ports, from binaries
+// built by `make kube-binaries` (hack/kube-binaries.sh).
+//
+// # Why a real API server
+//
+// Server-side apply, field managers, managed fields, dry-run and RBAC are
+// implemented by the API server; fake clients do not have them. Starting
+// one costs ~4 s and ~330 MB, so a test package shares one server: its
+// TestMain calls Main, and every test calls Shared.
+//
+//	func TestMain(m *testing.M) { kubetest.Main(m) }
+//
+//	func TestApply(t *testing.T) {
+//		srv := kubetest.Shared(t)
+//		ns := srv.Namespace(t) // a fresh namespace for this test
+//		...
+//	}
+//
+// There is no kube-controller-manager, scheduler or kubelet: Pods stay
+// Pending, Deployments never become Available, Jobs never run, and a
+// deleted namespace stays Terminating. A test that needs an object's status
+// writes it itself through the status subresource.
+//
+// # Binaries
+//
+// Assets finds the folder holding kube-apiserver and etcd: NUON_KUBE_ASSETS,
+// then KUBEBUILDER_ASSETS, then the user cache folder that `make
+// kube-binaries` fills (~/.cache/nuon/kube/v1.37.1). Without them Shared
+// skips the test, unless CI is set (to anything but "false" or "0"), where
+// it fails: CI must never pass by skipping.
+//
+// # Stopping
+//
+// Stop terminates kube-apiserver first and etcd only after it: an API server
+// whose etcd vanished first can hang for minutes retrying. Each gets
+// StopGrace after SIGTERM before SIGKILL.
+package kubetest

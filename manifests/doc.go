@@ -1,0 +1,27 @@
+// Package manifests holds the Kubernetes manifests that run an install's
+// agent in its cluster (the YAML files in this folder, in the order of
+// their names), and embeds them for tests and tools:
+//
+//   - 00-namespaces.yaml: nuon-system for the agent and its jobs,
+//     enforcing the restricted Pod Security Standard, and the app's
+//     namespace (shop for the sample app).
+//   - 10-agent-rbac.yaml: the agent's service account, allowed to run Jobs
+//     in nuon-system (Jobs, their ConfigMaps, their pods' logs) and
+//     nothing else.
+//   - 20-jobs-rbac.yaml: the jobs' service account, allowed to manage the
+//     app's kinds of objects in the app's namespace only.
+//   - 30-agent.yaml: the agent's Deployment (one replica, Recreate) and
+//     its state volume; its key, trust file and the jobs' secrets come
+//     from a Secret and ConfigMaps the operator creates first (see the
+//     file's header).
+//
+// Apply them with `kubectl apply --server-side -f manifests/`, or with the
+// manifests plugin, as the test does against a real API server.
+package manifests
+
+import "embed"
+
+// FS holds the manifests.
+//
+//go:embed *.yaml
+var FS embed.FS

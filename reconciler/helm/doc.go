@@ -1,0 +1,61 @@
+// Package helm is the plugin that applies helm components with the Helm SDK
+// (helm.sh/helm/v3's action package), inside a job process.
+//
+// # Release
+//
+// The release is named helm.release (default: the component's name) and
+// lives in helm.namespace (default "default"). The namespace is created if
+// it is missing and the job may read namespaces; a job whose role is
+// limited to that namespace needs it to exist. Helm keeps the history as
+// usual, in Secrets of that namespace (sh.helm.release.v1.NAME.vN), at most
+// Plugin.MaxHistory revisions, so `helm history` and `helm rollback` work
+// on it by hand too.
+//
+// # Apply
+//
+// Apply runs these steps in order and stops at the first that fails; the
+// error names the step and the component ("helm release api: ..."):
+//
+//  1. values: the job's inputs are the chart's values, as they are (maps
+//     stay maps). Every reference but secrets was resolved by the agent;
+//     each ${secrets.NAME} is replaced by NUON_SECRET_NAME from the job's
+//     environment (see SecretEnv), and a missing one fails the job with
+//     ErrSecretMissing before anything is sent.
+//  2. extract: the job's "chart" artifact (or its only one), pinned by
+//     digest, into STATEDIR/chart, and loaded.
+//  3. connect: Plugin.Config, Plugin.Kubeconfig, KUBECONFIG or the pod's
+//     service account.
+//  4. release: from the release's history:
+//     - no release: install. If the install fails, the failed release is
+//     uninstalled and the job fails with ErrInstallFailed.
+//     - a last revision left pending by a killed job: it is marked failed
+//     first (the job's lock rules out a concurrent operation).
+//     - no deployed revision (only failed ones): uninstall, then install.
+//     - the deployed revision is the last one and was made from the same
+//     chart digest and values (the nuon.dev/spec release label holds
+//     their hash): nothing to do; Changed is false.
+//     - otherwise: upgrade, with the job's values only (no values reused
+//     from earlier revisions). If the upgrade fails, the release is
+//     rolled back to the revision that was deployed and the job fails
+//     with ErrUpgradeFailed, which says why and to which revision.
+//
+// With Plugin.Wait every operation waits, up to helm.timeout (or until
+// shortly before the job's deadline), for the release's resources to be
+// ready, as `helm --wait` does; without it (the default, as in the helm
+// CLI) an operation succeeds once the API server accepted every object.
+//
+// The job's outputs are the release's name, namespace, revision, status,
+// chart (name-version) and appVersion.
+//
+// # Destroy
+//
+// Destroy uninstalls the release and purges its history. A release that
+// does not exist is already gone.
+//
+// # Secrets
+//
+// Resolved secrets reach Helm in the values only, which Helm stores in the
+// release's Secret, as it always does. Helm's log lines and the errors the
+// plugin returns pass through a redactor that replaces their values with
+// Redacted.
+package helm
