@@ -2,41 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"nuon.dev/nuon/internal/cli"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci/ocitest"
 )
-
-func TestRegistryArgsRoundTrip(t *testing.T) {
-	var r registryOptions
-	f := pflag.NewFlagSet("agent", pflag.ContinueOnError)
-	r.flags(f)
-	args := []string{"--registry-ca", "/etc/nuon/ca.pem", "--registry", "127.0.0.1:5000", "--registry-username", "nuon", "--ecr"}
-	if err := f.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.args(); !slices.Equal(got, args) {
-		t.Errorf("job args %v, want %v", got, args)
-	}
-	var job registryOptions
-	jf := pflag.NewFlagSet("job", pflag.ContinueOnError)
-	job.flags(jf)
-	if err := jf.Parse(r.args()); err != nil || job != r {
-		t.Errorf("the job parses %+v (%v), the agent had %+v", job, err, r)
-	}
-	if _, _, err := (&registryOptions{username: "x"}).client(); err == nil {
-		t.Error("--registry-username without --registry was accepted")
-	}
-}
 
 func TestReleaseRecords(t *testing.T) {
 	dir := t.TempDir()
@@ -46,7 +22,7 @@ func TestReleaseRecords(t *testing.T) {
 		{Component: "api", Name: "chart", Repository: "r.example/shop/charts/api", Digest: "sha256:" + strings.Repeat("b", 64)},
 	}})
 	os.WriteFile(build, data, 0o644)
-	g := &globals{}
+	g := &cli.Globals{}
 	rs, err := releaseRecords(g, &releaseOptions{version: "1.2.3", from: build}, []string{"api"})
 	if err != nil || len(rs) != 1 || rs[0].Component != "api" || rs[0].Version != "1.2.3" || rs[0].Artifacts["chart"].Digest != "sha256:"+strings.Repeat("b", 64) {
 		t.Errorf("--from with a name: %+v %v", rs, err)

@@ -14,10 +14,17 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 )
 
-// BenchmarkAgentIdleMemory runs the real agent binary against a smart-HTTP
-// git server, lets it converge and then poll idly every 100 ms for 3 s,
-// and reports its resident memory (VmRSS) and peak (VmHWM) from /proc.
+// BenchmarkAgentIdleMemory runs the agent binary (nuon-agent, and for
+// comparison the whole nuon CLI's `nuon agent`) against a smart-HTTP git
+// server, lets it converge and then poll idly every 100 ms for 3 s, and
+// reports its resident memory (VmRSS) and peak (VmHWM) from /proc.
 func BenchmarkAgentIdleMemory(b *testing.B) {
+	for _, bin := range []string{"nuon-agent", "nuon"} {
+		b.Run(bin, func(b *testing.B) { benchAgentIdleMemory(b, bin) })
+	}
+}
+
+func benchAgentIdleMemory(b *testing.B, bin string) {
 	root := repoRoot()
 	keys := filepath.Join(root, "fixtures", "keys")
 	srv := gittest.NewServer(b)
@@ -45,9 +52,13 @@ func BenchmarkAgentIdleMemory(b *testing.B) {
 	trust := filepath.Join(work, "allowed_signers")
 	_ = os.WriteFile(trust, []byte("renderer "+string(rpub)), 0o644)
 
-	var rss, hwm float64
+	var rss, hwm, anon, file float64
 	for b.Loop() {
-		cmd := exec.Command(nuonBinary(b), "agent", "--repo", srv.URL("tenant.git"), "--install", "acme",
+		exe := nuonBinary(b)
+		if bin == "nuon-agent" {
+			exe = agentBinary(b)
+		}
+		cmd := exec.Command(exe, "agent", "--repo", srv.URL("tenant.git"), "--install", "acme",
 			"--trust", trust, "--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "agent"),
 			"--interval", "100ms", "--log-level", "warn")
 		var stderr bytes.Buffer
@@ -74,6 +85,7 @@ func BenchmarkAgentIdleMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		rss, hwm = procKB(status, "VmRSS:")/1024, procKB(status, "VmHWM:")/1024
+		anon, file = procKB(status, "RssAnon:")/1024, procKB(status, "RssFile:")/1024
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		if polls < 10 {
@@ -82,6 +94,8 @@ func BenchmarkAgentIdleMemory(b *testing.B) {
 	}
 	b.ReportMetric(rss, "rss-MB")
 	b.ReportMetric(hwm, "peak-rss-MB")
+	b.ReportMetric(anon, "anon-rss-MB")
+	b.ReportMetric(file, "file-rss-MB")
 }
 
 func procKB(status []byte, key string) float64 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,10 +19,10 @@ import (
 type buildOptions struct {
 	app, src, key, tag, output string
 	dirs                       map[string]string
-	registry                   registryOptions
+	registry                   cli.RegistryOptions
 }
 
-func newBuildCmd(g *globals) *cobra.Command {
+func newBuildCmd(g *cli.Globals) *cobra.Command {
 	o := &buildOptions{}
 	cmd := &cobra.Command{
 		Use:   "build [COMPONENT...] --key cosign.key",
@@ -60,7 +62,7 @@ Amazon ECR from the AWS configuration.`,
   nuon build api-image --app nuon.yaml --key cosign.key \
       --dir api-image=ghcr.io/acme/api@sha256:0123…`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := cli.CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runBuild(cmd.Context(), g, o, args)
@@ -73,7 +75,7 @@ Amazon ECR from the AWS configuration.`,
 	f.StringVar(&o.key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
 	f.StringVar(&o.tag, "tag", "", "also tag every artifact with TAG")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	o.registry.flags(f)
+	o.registry.Flags(f)
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
 }
@@ -83,7 +85,7 @@ type buildReport struct {
 	Artifacts []builder.Artifact `json:"artifacts"`
 }
 
-func runBuild(ctx context.Context, g *globals, o *buildOptions, names []string) error {
+func runBuild(ctx context.Context, g *cli.Globals, o *buildOptions, names []string) error {
 	app, err := builder.LoadApp(o.app)
 	if err != nil {
 		return err
@@ -96,15 +98,15 @@ func runBuild(ctx context.Context, g *globals, o *buildOptions, names []string) 
 	if err != nil {
 		return err
 	}
-	client, _, err := o.registry.client()
+	client, _, err := o.registry.Client()
 	if err != nil {
 		return err
 	}
-	arts, err := builder.Build(ctx, targets, builder.Options{Client: client, Signer: key, Tag: o.tag, Logger: g.logger()})
+	arts, err := builder.Build(ctx, targets, builder.Options{Client: client, Signer: key, Tag: o.tag, Logger: g.Logger()})
 	if err != nil {
 		return err
 	}
-	return printBuild(g.stdout, o.output, arts)
+	return printBuild(g.Stdout, o.output, arts)
 }
 
 func printBuild(w io.Writer, output string, arts []builder.Artifact) error {

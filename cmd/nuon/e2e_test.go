@@ -45,6 +45,17 @@ func nuonBinary(tb testing.TB) string {
 	return binPath
 }
 
+// agentBinary builds cmd/nuon-agent beside the nuon binary, where it finds
+// nuon to run jobs with.
+func agentBinary(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(filepath.Dir(nuonBinary(tb)), "nuon-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../nuon-agent").CombinedOutput(); err != nil {
+		tb.Fatalf("go build nuon-agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
 type buildError struct {
 	out string
 	err error

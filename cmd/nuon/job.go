@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/agent/jobs"
@@ -22,22 +24,14 @@ func plugins(kubeconfig string) map[string]reconciler.Plugin {
 	}
 }
 
-func jobPlugins() []string {
-	var out []string
-	for name := range plugins("") {
-		out = append(out, name)
-	}
-	return out
-}
-
-func newJobCmd(g *globals) *cobra.Command {
+func newJobCmd(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job",
 		Short: "Run plugin jobs (the agent spawns these; you rarely need to)",
 	}
 	var artifacts, kubeconfig string
 	var pod bool
-	var reg registryOptions
+	var reg cli.RegistryOptions
 	run := &cobra.Command{
 		Use:   "run MANIFEST",
 		Short: "Run one job manifest in this process",
@@ -50,18 +44,18 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := reg.artifactSource(artifacts)
+			src, err := reg.ArtifactSource(artifacts)
 			if err != nil {
 				return err
 			}
 			if pod {
-				return jobs.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.stdout)
+				return jobs.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
 			}
-			return jobs.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.stdout)
+			return jobs.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")
-	reg.flags(run.Flags())
+	reg.Flags(run.Flags())
 	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
 	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")
 	cmd.AddCommand(run)

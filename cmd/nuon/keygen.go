@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -11,7 +13,7 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-func newKeygenCmd(g *globals) *cobra.Command {
+func newKeygenCmd(g *cli.Globals) *cobra.Command {
 	var comment string
 	var force bool
 	cmd := &cobra.Command{
@@ -52,7 +54,7 @@ such a key; each install's agent signs its status with its own.`,
 			if err := os.WriteFile(file+".pub", []byte(line), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "%s\n%s", file, line)
+			fmt.Fprintf(g.Stdout, "%s\n%s", file, line)
 			return nil
 		},
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +27,7 @@ type releaseOptions struct {
 	now                                                func() time.Time
 }
 
-func newReleaseCmd(g *globals) *cobra.Command {
+func newReleaseCmd(g *cli.Globals) *cobra.Command {
 	o := &releaseOptions{now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "release [COMPONENT...] --repo REPO --version VERSION (--from build.json | --artifact NAME=REPO@DIGEST)",
@@ -47,7 +49,7 @@ for one component, from --artifact NAME=REPOSITORY@DIGEST.`,
   nuon release database --repo ./tenant.git --version 1.2.0 \
       --artifact module=registry.vendor.example/shop/database@sha256:0123… --key ci.key`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := cli.CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runRelease(cmd.Context(), g, o, args)
@@ -67,7 +69,7 @@ for one component, from --artifact NAME=REPOSITORY@DIGEST.`,
 	return cmd
 }
 
-func runRelease(ctx context.Context, g *globals, o *releaseOptions, names []string) error {
+func runRelease(ctx context.Context, g *cli.Globals, o *releaseOptions, names []string) error {
 	records, err := releaseRecords(g, o, names)
 	if err != nil {
 		return err
@@ -83,37 +85,37 @@ func runRelease(ctx context.Context, g *globals, o *releaseOptions, names []stri
 		}
 		opts.Signer = signer
 	}
-	repo, err := openRepo(o.repo, o.cacheDir)
+	repo, err := cli.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
 	res, err := builder.Release(ctx, repo, records, opts)
 	if errors.Is(err, builder.ErrConflict) {
-		fmt.Fprintln(g.stderr, "nuon:", err)
-		fmt.Fprintln(g.stderr, "nuon: a released version never changes; release a new version")
-		return exitError{code: 1}
+		fmt.Fprintln(g.Stderr, "nuon:", err)
+		fmt.Fprintln(g.Stderr, "nuon: a released version never changes; release a new version")
+		return cli.ExitError{Code: 1}
 	}
 	if err != nil {
 		return err
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(g.stdout)
+		enc := json.NewEncoder(g.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
 	for _, r := range res.Unchanged {
-		fmt.Fprintf(g.stdout, "%s: already released with these digests\n", r)
+		fmt.Fprintf(g.Stdout, "%s: already released with these digests\n", r)
 	}
 	if res.Commit == "" {
-		fmt.Fprintln(g.stdout, "nothing to record; main unchanged")
+		fmt.Fprintln(g.Stdout, "nothing to record; main unchanged")
 		return nil
 	}
-	fmt.Fprintf(g.stdout, "released %s\nmain → %s\n", strings.Join(res.Added, ", "), res.Commit)
+	fmt.Fprintf(g.Stdout, "released %s\nmain → %s\n", strings.Join(res.Added, ", "), res.Commit)
 	return nil
 }
 
 // releaseRecords reads the digests from --from or --artifact.
-func releaseRecords(g *globals, o *releaseOptions, names []string) ([]builder.Record, error) {
+func releaseRecords(g *cli.Globals, o *releaseOptions, names []string) ([]builder.Record, error) {
 	switch {
 	case o.from != "" && len(o.artifacts) > 0:
 		return nil, errors.New("give --from or --artifact, not both")

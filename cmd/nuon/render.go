@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +28,7 @@ type renderOptions struct {
 	now                                 func() time.Time
 }
 
-func newRenderCmd(g *globals) *cobra.Command {
+func newRenderCmd(g *cli.Globals) *cobra.Command {
 	o := &renderOptions{now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "render --repo REPO --key KEYFILE",
@@ -51,7 +53,7 @@ install, the diff of its rendered state: paste it into a pull request.`,
       --source refs/heads/promote-api --dry-run --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := cli.CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runRender(cmd.Context(), g, o)
@@ -80,13 +82,13 @@ type renderReport struct {
 	Problems schemas.Problems         `json:"problems,omitempty"`
 }
 
-func runRender(ctx context.Context, g *globals, o *renderOptions) error {
-	log := g.logger()
+func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
+	log := g.Logger()
 	signer, err := signature.LoadSigner(o.key)
 	if err != nil {
 		return err
 	}
-	repo, err := openRepo(o.repo, o.cacheDir)
+	repo, err := cli.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
@@ -103,7 +105,7 @@ func runRender(ctx context.Context, g *globals, o *renderOptions) error {
 		if err != nil {
 			return err
 		}
-		return printRender(g.stdout, o, res)
+		return printRender(g.Stdout, o, res)
 	}
 }
 
@@ -147,18 +149,18 @@ func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signe
 	return res, nil
 }
 
-func reportProblems(g *globals, o *renderOptions, ps schemas.Problems) error {
+func reportProblems(g *cli.Globals, o *renderOptions, ps schemas.Problems) error {
 	ps.Sort()
 	if o.output == "json" {
-		enc := json.NewEncoder(g.stdout)
+		enc := json.NewEncoder(g.Stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(renderReport{DryRun: o.dryRun, Problems: ps, Installs: []renderer.InstallResult{}})
 	}
 	for _, p := range ps {
-		fmt.Fprintln(g.stderr, p.String())
+		fmt.Fprintln(g.Stderr, p.String())
 	}
-	fmt.Fprintf(g.stderr, "nuon: %d problem(s) in the source; no ref moved\n", len(ps))
-	return exitError{code: 1}
+	fmt.Fprintf(g.Stderr, "nuon: %d problem(s) in the source; no ref moved\n", len(ps))
+	return cli.ExitError{Code: 1}
 }
 
 func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"nuon.dev/nuon/internal/cli"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -82,7 +84,7 @@ type renderRun struct {
 func (rt *renderTenant) run(t *testing.T, adjust func(*renderOptions)) renderRun {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	g := &globals{logFormat: "text", logLevel: "info", stdout: &stdout, stderr: &stderr}
+	g := &cli.Globals{LogFormat: "text", LogLevel: "info", Stdout: &stdout, Stderr: &stderr}
 	o := &renderOptions{
 		repo:     rt.location,
 		key:      filepath.Join(repoRoot(), "fixtures", "keys", "render"),
@@ -206,8 +208,8 @@ func TestRenderInvalidSource(t *testing.T) {
 	before := gitRefs(t, rt.dir)
 
 	r := rt.run(t, nil)
-	var ee exitError
-	if !errors.As(r.err, &ee) || ee.code != 1 {
+	var ee cli.ExitError
+	if !errors.As(r.err, &ee) || ee.Code != 1 {
 		t.Fatalf("nuon render: %v, want exit code 1", r.err)
 	}
 	if !strings.Contains(r.stderr, "nuon.yaml:") || !strings.Contains(r.stderr, "no ref moved") {

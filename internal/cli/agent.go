@@ -1,10 +1,11 @@
-package main
+package cli
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -20,11 +21,12 @@ type agentOptions struct {
 	once                                                  bool
 	interval, maxBackoff                                  time.Duration
 	concurrency                                           int
+	jobCommand                                            string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
 }
 
-func newAgentCmd(g *globals) *cobra.Command {
+func NewAgentCmd(g *Globals) *cobra.Command {
 	o := &agentOptions{}
 	cmd := &cobra.Command{
 		Use:   "agent --repo REPO --install ID --trust FILE --key KEYFILE --workdir DIR",
@@ -65,7 +67,7 @@ registries use --registry-username or the docker config file.`,
       --vendor-key /etc/nuon/cosign.pub`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runAgent(cmd.Context(), g, o)
@@ -82,6 +84,7 @@ registries use --registry-username or the docker config file.`,
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
+	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	o.kube.flags(f)
 	o.sync.flags(f)
@@ -91,8 +94,8 @@ registries use --registry-username or the docker config file.`,
 	return cmd
 }
 
-func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
-	log := g.logger()
+func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
+	log := g.Logger()
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
@@ -101,7 +104,7 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := jobBinary(o.jobCommand)
 	if err != nil {
 		return err
 	}
@@ -126,14 +129,14 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 		Key:     key,
 		Workdir: workdir,
 		Runner: o.kube.runner(&jobs.Local{
-			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.logFormat})),
+			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat})),
 			Logger:  log,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
 		}, workdir, log),
-		Plugins:     jobPlugins(),
+		Plugins:     JobPlugins,
 		Sync:        syncer,
 		Concurrency: o.concurrency,
 		Interval:    o.interval,
@@ -155,11 +158,36 @@ func runAgent(ctx context.Context, g *globals, o *agentOptions) error {
 		return err
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(g.stdout)
+		enc := json.NewEncoder(g.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
 	st := rep.Status
-	fmt.Fprintf(g.stdout, "%s: %s, generation %d, desired %s, %d job(s)\n", o.install, st.Phase, st.Generation, shortID(st.Desired), len(rep.Jobs))
+	fmt.Fprintf(g.Stdout, "%s: %s, generation %d, desired %s, %d job(s)\n", o.install, st.Phase, st.Generation, shortID(st.Desired), len(rep.Jobs))
 	return nil
+}
+
+// jobBinary finds the nuon binary that runs jobs ("nuon job run"): the
+// agent binary itself when it is the whole CLI, else nuon beside it or on
+// PATH.
+func jobBinary(flag string) (string, error) {
+	if flag != "" {
+		return exec.LookPath(flag)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if filepath.Base(self) == "nuon" {
+		return self, nil
+	}
+	beside := filepath.Join(filepath.Dir(self), "nuon")
+	if _, err := os.Stat(beside); err == nil {
+		return beside, nil
+	}
+	p, err := exec.LookPath("nuon")
+	if err != nil {
+		return "", fmt.Errorf("no nuon binary to run jobs with beside %s or on PATH: set --job-command", self)
+	}
+	return p, nil
 }

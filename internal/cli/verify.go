@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/agent"
-	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 )
 
@@ -17,7 +16,7 @@ type verifyOptions struct {
 	repo, install, trust, output, cacheDir string
 }
 
-func newVerifyCmd(g *globals) *cobra.Command {
+func NewVerifyCmd(g *Globals) *cobra.Command {
 	o := &verifyOptions{}
 	cmd := &cobra.Command{
 		Use:   "verify --repo REPO --install ID --trust FILE",
@@ -33,7 +32,7 @@ reason, when the agent would refuse it.`,
       --trust allowed_signers --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runVerify(cmd.Context(), g, o)
@@ -62,12 +61,12 @@ type verifyReport struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
-func runVerify(ctx context.Context, g *globals, o *verifyOptions) error {
+func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
 	}
-	repo, err := openRepo(o.repo, o.cacheDir)
+	repo, err := OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
@@ -96,28 +95,19 @@ func runVerify(ctx context.Context, g *globals, o *verifyOptions) error {
 		}
 	}
 	if o.output == "json" {
-		enc := json.NewEncoder(g.stdout)
+		enc := json.NewEncoder(g.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
 	} else if rep.Verified {
-		fmt.Fprintf(g.stdout, "%s: %s generation %d, signed by %s (%s), rendered from %.12s\n",
+		fmt.Fprintf(g.Stdout, "%s: %s generation %d, signed by %s (%s), rendered from %.12s\n",
 			rep.Install, rep.Commit[:12], rep.Generation, rep.Signer, rep.Key, rep.Source)
 	} else {
-		fmt.Fprintf(g.stderr, "%s: refused: %s\n", rep.Install, rep.Reason)
+		fmt.Fprintf(g.Stderr, "%s: refused: %s\n", rep.Install, rep.Reason)
 	}
 	if !rep.Verified {
-		return exitError{code: 1}
+		return ExitError{Code: 1}
 	}
 	return nil
-}
-
-// openRepo opens a repository for reading.
-func openRepo(location, cacheDir string) (*gitrepo.Repo, error) {
-	var opts []gitrepo.Option
-	if cacheDir != "" {
-		opts = append(opts, gitrepo.WithCacheDir(cacheDir))
-	}
-	return gitrepo.Open(location, opts...)
 }

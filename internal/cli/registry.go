@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -23,18 +23,18 @@ import (
 // password on the command line would show in the process list.
 const registryPasswordEnv = "NUON_REGISTRY_PASSWORD"
 
-// registryOptions are the flags that reach OCI registries. Credentials
+// RegistryOptions are the flags that reach OCI registries. Credentials
 // come from the docker config file (~/.docker/config.json) as for docker
 // and crane, from --registry-username for --registry, and from ECR's
 // GetAuthorizationToken for ECR registries (ACCOUNT.dkr.ecr.REGION.
 // amazonaws.com, or --registry with --ecr) with the usual AWS
 // configuration (AWS_REGION, AWS_ENDPOINT_URL_ECR, instance roles, …).
-type registryOptions struct {
+type RegistryOptions struct {
 	caFile, host, username string
 	ecr                    bool
 }
 
-func (r *registryOptions) flags(f *pflag.FlagSet) {
+func (r *RegistryOptions) Flags(f *pflag.FlagSet) {
 	f.StringVar(&r.caFile, "registry-ca", "", "PEM certificates to trust for registries besides the system's")
 	f.StringVar(&r.host, "registry", "", "registry host (host[:port]) that --registry-username and --ecr apply to")
 	f.StringVar(&r.username, "registry-username", "", "user name for --registry; the password is read from "+registryPasswordEnv)
@@ -42,7 +42,7 @@ func (r *registryOptions) flags(f *pflag.FlagSet) {
 }
 
 // args are the flags again, for a job process.
-func (r *registryOptions) args() []string {
+func (r *RegistryOptions) args() []string {
 	var out []string
 	if r.caFile != "" {
 		out = append(out, "--registry-ca", r.caFile)
@@ -61,7 +61,7 @@ func (r *registryOptions) args() []string {
 
 // client returns the registry client and what makes repositories in ECR
 // registries.
-func (r *registryOptions) client() (*oci.Client, *sync.ECRRegistries, error) {
+func (r *RegistryOptions) Client() (*oci.Client, *sync.ECRRegistries, error) {
 	if (r.username != "" || r.ecr) && r.host == "" {
 		return nil, nil, errors.New("--registry-username and --ecr need --registry")
 	}
@@ -93,12 +93,12 @@ func (r *registryOptions) client() (*oci.Client, *sync.ECRRegistries, error) {
 // syncOptions are the agent's flags for artifact sync.
 type syncOptions struct {
 	vendorKey string
-	registry  registryOptions
+	registry  RegistryOptions
 }
 
 func (s *syncOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job")
-	s.registry.flags(f)
+	s.registry.Flags(f)
 }
 
 // jobArgs adds the registry flags to a job's command line.
@@ -116,7 +116,7 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, ecrs, err := s.registry.client()
+	c, ecrs, err := s.registry.Client()
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +129,11 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 
 // artifactSource is what a job reads artifacts from: the install registry,
 // or with dir the directories under it (a local fallback).
-func (r *registryOptions) artifactSource(dir string) (reconciler.ArtifactSource, error) {
+func (r *RegistryOptions) ArtifactSource(dir string) (reconciler.ArtifactSource, error) {
 	if dir != "" {
 		return jobs.DirArtifacts{Root: dir}, nil
 	}
-	c, _, err := r.client()
+	c, _, err := r.Client()
 	if err != nil {
 		return nil, fmt.Errorf("install registry: %w", err)
 	}

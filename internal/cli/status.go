@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -28,7 +28,7 @@ type statusOptions struct {
 	repo, install, output, cacheDir, source string
 }
 
-func newStatusCmd(g *globals) *cobra.Command {
+func NewStatusCmd(g *Globals) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status --repo REPO [--install ID]",
@@ -42,7 +42,7 @@ Status history ('git log refs/heads/nuon/status/<id>') is the install's audit lo
   nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output); err != nil {
+			if err := CheckOutput(o.output); err != nil {
 				return err
 			}
 			return runStatus(cmd.Context(), g, o)
@@ -83,8 +83,8 @@ type componentStatus struct {
 	schemas.ComponentStatus
 }
 
-func runStatus(ctx context.Context, g *globals, o *statusOptions) error {
-	repo, err := openRepo(o.repo, o.cacheDir)
+func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
+	repo, err := OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
@@ -116,11 +116,11 @@ func runStatus(ctx context.Context, g *globals, o *statusOptions) error {
 		if rows == nil {
 			rows = []installStatus{}
 		}
-		enc := json.NewEncoder(g.stdout)
+		enc := json.NewEncoder(g.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	printStatus(g.stdout, rows)
+	printStatus(g.Stdout, rows)
 	return nil
 }
 
