@@ -20,8 +20,8 @@ tf-providers: ## build the terraform providers for offline use (cached in $(CACH
 	hack/tf-providers.sh $(TF_PROVIDERS)
 
 .PHONY: build
-build: ## build bin/nuon
-	$(GO) build -o $(BIN)/nuon ./cmd/nuon
+build: ## build bin/nuon and bin/nuon-agent
+	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)

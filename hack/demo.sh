@@ -105,9 +105,10 @@ git -C "$demo/tenant.git" -c gpg.ssh.allowedSignersFile="$demo/allowed_signers" 
 # never reach git.
 export NUON_SECRET_LICENSE_KEY=demo-license-4242 NUON_SECRET_DB_PASSWORD=demo-db-password
 
+# Each agent is the small nuon-agent binary; it runs jobs with nuon beside it.
 agents() {
 	for id in acme globex initech; do
-		"$nuon" agent --once --repo "$demo/tenant.git" --install "$id" \
+		"$(dirname "$nuon")/nuon-agent" agent --once --repo "$demo/tenant.git" --install "$id" \
 			--trust "$demo/allowed_signers" --key "$root/fixtures/keys/$id" \
 			--workdir "$demo/agents/$id" "${artifact_flags[@]}" --kubeconfig "${kubeconfig[$id]}" \
 			--log-format text --log-level warn
