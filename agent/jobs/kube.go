@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Labels and annotations on the objects of a Kubernetes job.
@@ -101,8 +100,9 @@ const (
 // volume, such as the agent's own workdir volume mounted at the same
 // path.
 type Kube struct {
-	// Client talks to the cluster the Jobs run in.
-	Client kubernetes.Interface
+	// Client talks to the cluster the Jobs run in: NewKubeClient's, or
+	// a *kubernetes.Clientset.
+	Client KubeClient
 	// Namespace the Jobs and their ConfigMaps are created in.
 	Namespace string
 	// Image runs the job: an image with nuon as its entrypoint or on PATH.

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"path/filepath"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"nuon.dev/nuon/schemas"
 )
 
@@ -42,7 +40,7 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
-	list, err := k.Client.BatchV1().Jobs(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelJob + "=" + idHash(job.ID)})
+	list, err := k.api().listJobs(ctx, LabelJob+"="+idHash(job.ID))
 	if err != nil {
 		return nil, fmt.Errorf("job %s: find its kubernetes job: %w", job.ID, err)
 	}

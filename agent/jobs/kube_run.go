@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/schemas"
@@ -112,8 +111,8 @@ func (r *kubeRun) prepareDir(context.Context) error {
 // clearFinished deletes a finished Job of an earlier run of the job, and
 // refuses to go on while one is still active.
 func (r *kubeRun) clearFinished(ctx context.Context) error {
-	jobs := r.k.Client.BatchV1().Jobs(r.k.Namespace)
-	old, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+	api := r.k.api()
+	old, err := api.getJob(ctx, r.name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -129,7 +128,7 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 	}
 	// The name is taken until the Job is gone.
 	for {
-		_, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+		_, err := api.getJob(ctx, r.name)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -151,15 +150,15 @@ func (r *kubeRun) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cms := r.k.Client.CoreV1().ConfigMaps(r.k.Namespace)
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: "nuon"}); apierrors.IsAlreadyExists(err) {
-		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: "nuon"}); err != nil {
+	api := r.k.api()
+	if err := api.createConfigMap(ctx, cm); apierrors.IsAlreadyExists(err) {
+		if err := api.updateConfigMap(ctx, cm); err != nil {
 			return fmt.Errorf("configmap %s: %w", r.name, err)
 		}
 	} else if err != nil {
 		return fmt.Errorf("configmap %s: %w", r.name, err)
 	}
-	created, err := r.k.Client.BatchV1().Jobs(r.k.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "nuon"})
+	created, err := api.createJob(ctx, job)
 	if err != nil {
 		return fmt.Errorf("kubernetes job %s: %w", r.name, err)
 	}
@@ -167,7 +166,7 @@ func (r *kubeRun) create(ctx context.Context) error {
 	r.logger.Info("job started", "namespace", r.k.Namespace, "operation", r.job.Operation)
 	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
-	if _, err := cms.Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "nuon"}); err != nil {
+	if err := api.mergePatchConfigMap(ctx, r.name, patch); err != nil {
 		r.logger.Warn("configmap owner", "error", err)
 	}
 	return nil
@@ -300,10 +299,10 @@ func (r *kubeRun) wait(ctx context.Context) {
 	defer deadline.Stop()
 	tick := time.NewTicker(r.k.poll())
 	defer tick.Stop()
-	jobs := r.k.Client.BatchV1().Jobs(r.k.Namespace)
+	api := r.k.api()
 	var failures int
 	for {
-		j, err := jobs.Get(ctx, r.name, metav1.GetOptions{})
+		j, err := api.getJob(ctx, r.name)
 		switch {
 		case err == nil:
 			r.obj, failures = j, 0
@@ -344,12 +343,12 @@ func (r *kubeRun) wait(ctx context.Context) {
 
 // delete deletes the Job, its pods and its ConfigMap.
 func (r *kubeRun) delete(ctx context.Context) error {
-	bg := metav1.DeletePropagationBackground
-	err := r.k.Client.BatchV1().Jobs(r.k.Namespace).Delete(ctx, r.name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	api := r.k.api()
+	err := api.deleteJob(ctx, r.name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	err = r.k.Client.CoreV1().ConfigMaps(r.k.Namespace).Delete(ctx, r.name, metav1.DeleteOptions{})
+	err = api.deleteConfigMap(ctx, r.name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -402,9 +401,10 @@ func (r *kubeRun) outcome(ctx context.Context) (*schemas.JobResult, error) {
 // (and Kube.Log), and its result, from the termination message or the
 // last result line of the log.
 func (r *kubeRun) collect(ctx context.Context) (*schemas.JobResult, string, error) {
-	pods, err := r.k.Client.CoreV1().Pods(r.k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelJobName + "=" + r.name})
+	api := r.k.api()
+	pods, err := api.listPods(ctx, labelJobName+"="+r.name)
 	if err == nil && len(pods.Items) == 0 {
-		pods, err = r.k.Client.CoreV1().Pods(r.k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelJobNameOlder + "=" + r.name})
+		pods, err = api.listPods(ctx, labelJobNameOlder+"="+r.name)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("list the job's pods: %w", err)
@@ -420,9 +420,7 @@ func (r *kubeRun) collect(ctx context.Context) (*schemas.JobResult, string, erro
 	if pod == nil {
 		note = "no pod"
 	} else {
-		b, err := r.k.Client.CoreV1().Pods(r.k.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
-			Container: jobContainer, LimitBytes: ptr.To[int64](maxLogBytes),
-		}).DoRaw(ctx)
+		b, err := api.podLog(ctx, pod.Name, jobContainer, maxLogBytes)
 		if err != nil {
 			note = "log unavailable: " + err.Error()
 		} else {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -159,8 +160,12 @@ func TestKube(t *testing.T) {
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultJobServiceAccount}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	client, err := NewKubeClient(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
 	k := &Kube{
-		Client:       cs,
+		Client:       client,
 		Namespace:    ns,
 		Image:        "registry.example/nuon:test",
 		SecretName:   "nuon-secrets",
@@ -288,6 +293,86 @@ func TestKube(t *testing.T) {
 			t.Errorf("Recover after the Job was deleted = %v, want ErrNotFinished", err)
 		}
 	})
+}
+
+// TestKubeAPI checks the runner's calls with both kinds of KubeClient:
+// objects round-trip, and errors are the typed clientset's.
+func TestKubeAPI(t *testing.T) {
+	srv := kubetest.New(t)
+	ns := srv.Namespace(t)
+	minimal, err := NewKubeClient(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		client KubeClient
+	}{
+		{"minimal", minimal},
+		{"clientset", srv.Clientset(t)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			api := kubeAPI{c: tt.client.RESTClient(), ns: ns}
+			name := "api-" + tt.name
+			if _, err := api.getJob(ctx, name); !apierrors.IsNotFound(err) {
+				t.Errorf("getJob of a missing Job = %v, want NotFound", err)
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelJob: tt.name}}, Data: map[string]string{"a": "1"}}
+			if err := api.createConfigMap(ctx, cm); err != nil {
+				t.Fatal(err)
+			}
+			if err := api.createConfigMap(ctx, cm); !apierrors.IsAlreadyExists(err) {
+				t.Errorf("createConfigMap twice = %v, want AlreadyExists", err)
+			}
+			cm.Data["a"] = "2"
+			if err := api.updateConfigMap(ctx, cm); err != nil {
+				t.Errorf("updateConfigMap: %v", err)
+			}
+			if err := api.mergePatchConfigMap(ctx, name, []byte(`{"data":{"b":"3"}}`)); err != nil {
+				t.Errorf("mergePatchConfigMap: %v", err)
+			}
+			got, err := srv.Clientset(t).CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(map[string]string{"a": "2", "b": "3"}, got.Data); diff != "" {
+				t.Errorf("ConfigMap data (-want +got):\n%s", diff)
+			}
+			if len(got.ManagedFields) == 0 || got.ManagedFields[0].Manager != fieldManager {
+				t.Errorf("managed fields %+v, want the manager %q", got.ManagedFields, fieldManager)
+			}
+			j, err := api.createJob(ctx, &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelJob: tt.name}},
+				Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers:    []corev1.Container{{Name: jobContainer, Image: "registry.example/nuon:test"}},
+				}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.UID == "" || j.Namespace != ns || j.CreationTimestamp.IsZero() {
+				t.Errorf("created Job %s/%s uid %q created %v", j.Namespace, j.Name, j.UID, j.CreationTimestamp)
+			}
+			list, err := api.listJobs(ctx, LabelJob+"="+tt.name)
+			if err != nil || len(list.Items) != 1 || list.Items[0].UID != j.UID {
+				t.Errorf("listJobs = %v, %v; want the Job", list, err)
+			}
+			if _, err := api.podLog(ctx, name, jobContainer, 100); !apierrors.IsNotFound(err) {
+				t.Errorf("podLog of a missing pod = %v, want NotFound", err)
+			}
+			if err := api.deleteJob(ctx, name); err != nil {
+				t.Errorf("deleteJob: %v", err)
+			}
+			if err := api.deleteConfigMap(ctx, name); err != nil {
+				t.Errorf("deleteConfigMap: %v", err)
+			}
+			if err := api.deleteConfigMap(ctx, name); !apierrors.IsNotFound(err) {
+				t.Errorf("deleteConfigMap twice = %v, want NotFound", err)
+			}
+		})
+	}
 }
 
 // checkJobSpec checks the ConfigMap and Job the runner created for job.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nuon.dev/nuon/agent/jobs"
@@ -68,13 +67,13 @@ func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Log
 		k.err = fmt.Errorf("kubeconfig: %w", err)
 		return local
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	client, err := jobs.NewKubeClient(cfg)
 	if err != nil {
 		k.err = err
 		return local
 	}
 	r := &jobs.Kube{
-		Client:         cs,
+		Client:         client,
 		Namespace:      k.namespace,
 		Image:          k.image,
 		Command:        podCommand(local.Command),
