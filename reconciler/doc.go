@@ -22,4 +22,11 @@
 // a persistent state directory and an ArtifactSource that yields the
 // component's artifact content by digest. reconciler/terraform is the
 // Terraform plugin.
+//
+// What the plugins share lives here. JobArtifact picks the job's artifact
+// and ExtractFresh extracts it into an emptied directory, so nothing a
+// previous job left survives. ResolveSecrets replaces each
+// ${secrets.NAME} left in a job's inputs with the environment variable
+// SecretEnv(NAME) and returns the values it used, for the plugin to
+// redact from its output.
 package reconciler

@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"nuon.dev/nuon/reconciler"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -217,7 +219,7 @@ func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batch
 	var envFrom []corev1.EnvFromSource
 	if k.SecretName != "" {
 		envFrom = append(envFrom, corev1.EnvFromSource{
-			Prefix:    "NUON_SECRET_",
+			Prefix:    reconciler.SecretEnvPrefix,
 			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: k.SecretName}, Optional: ptr.To(true)},
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -56,22 +55,13 @@ func (r *run) values(context.Context) error {
 // extract replaces STATEDIR/chart with the job's chart artifact and loads
 // it.
 func (r *run) extract(ctx context.Context) error {
-	a, err := chartArtifact(r.job.Artifacts)
+	a, err := reconciler.JobArtifact(r.job, ChartArtifact)
 	if err != nil {
 		return err
 	}
-	if r.env.Artifacts == nil {
-		return fmt.Errorf("artifact %s: no artifact source", a.Name)
-	}
 	dir := filepath.Join(r.dir, chartDir)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := reconciler.ExtractFresh(ctx, r.env, a, dir); err != nil {
 		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := r.env.Artifacts.Extract(ctx, a, dir); err != nil {
-		return fmt.Errorf("artifact %s %s: %w", a.Name, a.Digest, err)
 	}
 	ch, err := loader.Load(dir)
 	if err != nil {
@@ -79,23 +69,6 @@ func (r *run) extract(ctx context.Context) error {
 	}
 	r.chart, r.digest = ch, a.Digest
 	return nil
-}
-
-// chartArtifact picks the artifact named ChartArtifact, or the only one.
-func chartArtifact(arts []schemas.Artifact) (schemas.Artifact, error) {
-	for _, a := range arts {
-		if a.Name == ChartArtifact {
-			return a, nil
-		}
-	}
-	if len(arts) == 1 {
-		return arts[0], nil
-	}
-	names := make([]string, len(arts))
-	for i, a := range arts {
-		names[i] = a.Name
-	}
-	return schemas.Artifact{}, fmt.Errorf("no %q artifact among %d: %v", ChartArtifact, len(arts), names)
 }
 
 // deploy decides from the release's history what to do: install a new

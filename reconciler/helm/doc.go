@@ -19,8 +19,8 @@
 //  1. values: the job's inputs are the chart's values, as they are (maps
 //     stay maps). Every reference but secrets was resolved by the agent;
 //     each ${secrets.NAME} is replaced by NUON_SECRET_NAME from the job's
-//     environment (see SecretEnv), and a missing one fails the job with
-//     ErrSecretMissing before anything is sent.
+//     environment (see reconciler.SecretEnv), and a missing one fails the
+//     job with reconciler.ErrSecretMissing before anything is sent.
 //  2. extract: the job's "chart" artifact (or its only one), pinned by
 //     digest, into STATEDIR/chart, and loaded.
 //  3. connect: Plugin.Config, Plugin.Kubeconfig, KUBECONFIG or the pod's

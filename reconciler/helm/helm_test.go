@@ -344,10 +344,10 @@ func TestSecretMissing(t *testing.T) {
 	p := &Plugin{LookupEnv: func(string) (string, bool) { return "", false }}
 	env := reconciler.Env{StateDir: t.TempDir(), Artifacts: dirSource{}}
 	_, err := p.Apply(t.Context(), newJob("ns", apiInputs("x", 1)), env)
-	if !errors.Is(err, ErrSecretMissing) {
-		t.Fatalf("Apply = %v, want ErrSecretMissing", err)
+	if !errors.Is(err, reconciler.ErrSecretMissing) {
+		t.Fatalf("Apply = %v, want reconciler.ErrSecretMissing", err)
 	}
-	want := "helm values api: value database.password: secret missing: db_password (NUON_SECRET_DB_PASSWORD is not set)"
+	want := "helm values api: input database.password: secret missing: db_password (NUON_SECRET_DB_PASSWORD is not set)"
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)
 	}

@@ -57,7 +57,7 @@ type Plugin struct {
 	// MaxHistory is how many revisions Helm keeps per release. Default
 	// DefaultMaxHistory.
 	MaxHistory int
-	// LookupEnv reads the variables that hold secrets (see SecretEnv).
+	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv).
 	// Default os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
 }

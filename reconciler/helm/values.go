@@ -5,42 +5,22 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
+
+	"nuon.dev/nuon/reconciler"
 )
-
-// SecretEnvPrefix starts the names of the environment variables that hold
-// secrets inside a job, as for the other plugins.
-const SecretEnvPrefix = "NUON_SECRET_"
-
-// ErrSecretMissing reports a value that references a secret the job's
-// environment does not hold. Retrying does not help: the install lacks
-// the secret.
-var ErrSecretMissing = errors.New("secret missing")
 
 // Redacted replaces a secret's value in the log and in errors.
 const Redacted = "(redacted)"
 
-// secretRef matches ${secrets.NAME}, the one reference left in a job's
-// inputs when the job starts.
-var secretRef = regexp.MustCompile(`\$\{secrets\.([A-Za-z0-9_-]+)\}`)
-
-// SecretEnv is the environment variable that holds secret name:
-// ${secrets.db_password} comes from NUON_SECRET_DB_PASSWORD.
-func SecretEnv(name string) string {
-	return SecretEnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
-
 // chartValues returns the job's inputs as Helm values: a copy normalised to
 // what JSON holds (numbers as int64 or float64), with every
-// ${secrets.NAME} replaced by the secret's value. It also returns the
-// secret values it used, for redaction.
+// ${secrets.NAME} resolved (see reconciler.ResolveSecrets). It also
+// returns the secret values it used, for redaction.
 func chartValues(inputs map[string]any, lookup func(string) (string, bool)) (map[string]any, []string, error) {
 	b, err := json.Marshal(inputs)
 	if err != nil {
@@ -52,56 +32,33 @@ func chartValues(inputs map[string]any, lookup func(string) (string, bool)) (map
 	if err := dec.Decode(&vals); err != nil {
 		return nil, nil, fmt.Errorf("values: %w", err)
 	}
-	if vals == nil {
-		vals = map[string]any{}
-	}
-	used := map[string]bool{}
-	var errs []error
-	var walk func(path string, v any) any
-	walk = func(path string, v any) any {
-		switch v := v.(type) {
-		case json.Number:
-			if i, err := v.Int64(); err == nil {
-				return i
-			}
-			f, _ := v.Float64()
-			return f
-		case string:
-			return secretRef.ReplaceAllStringFunc(v, func(ref string) string {
-				name := secretRef.FindStringSubmatch(ref)[1]
-				val, ok := lookup(SecretEnv(name))
-				if !ok {
-					errs = append(errs, fmt.Errorf("value %s: %w: %s (%s is not set)", path, ErrSecretMissing, name, SecretEnv(name)))
-					return ref
-				}
-				if val != "" {
-					used[val] = true
-				}
-				return val
-			})
-		case map[string]any:
-			for _, k := range slices.Sorted(maps.Keys(v)) {
-				p := k
-				if path != "" {
-					p = path + "." + k
-				}
-				v[k] = walk(p, v[k])
-			}
-			return v
-		case []any:
-			for i := range v {
-				v[i] = walk(fmt.Sprintf("%s[%d]", path, i), v[i])
-			}
-			return v
-		default:
-			return v
-		}
-	}
-	walk("", vals)
-	if err := errors.Join(errs...); err != nil {
+	vals, secrets, err := reconciler.ResolveSecrets(vals, lookup)
+	if err != nil {
 		return nil, nil, err
 	}
-	return vals, slices.Sorted(maps.Keys(used)), nil
+	return typeNumbers(vals).(map[string]any), secrets, nil
+}
+
+// typeNumbers replaces, in place, the json.Numbers in v with int64 or
+// float64, the types Helm's templates expect.
+func typeNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		f, _ := v.Float64()
+		return f
+	case map[string]any:
+		for k, e := range v {
+			v[k] = typeNumbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = typeNumbers(e)
+		}
+	}
+	return v
 }
 
 // specHash identifies what a release was made from: the chart's digest and

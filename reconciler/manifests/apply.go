@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -122,7 +121,8 @@ func (r *run) resolveInputs(context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := resolveSecrets(inputs, r.p.lookup()); err != nil {
+	inputs, _, err = reconciler.ResolveSecrets(inputs, r.p.lookup())
+	if err != nil {
 		return err
 	}
 	r.inputs = inputs
@@ -131,42 +131,11 @@ func (r *run) resolveInputs(context.Context) error {
 
 // extract replaces STATEDIR/manifests with the job's manifests artifact.
 func (r *run) extract(ctx context.Context) error {
-	a, err := manifestsArtifact(r.job.Artifacts)
+	a, err := reconciler.JobArtifact(r.job, ManifestsArtifact)
 	if err != nil {
 		return err
 	}
-	if r.env.Artifacts == nil {
-		return fmt.Errorf("artifact %s: no artifact source", a.Name)
-	}
-	dir := filepath.Join(r.dir, manifestsDir)
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := r.env.Artifacts.Extract(ctx, a, dir); err != nil {
-		return fmt.Errorf("artifact %s %s: %w", a.Name, a.Digest, err)
-	}
-	return nil
-}
-
-// manifestsArtifact picks the artifact named ManifestsArtifact, or the
-// only one.
-func manifestsArtifact(arts []schemas.Artifact) (schemas.Artifact, error) {
-	for _, a := range arts {
-		if a.Name == ManifestsArtifact {
-			return a, nil
-		}
-	}
-	if len(arts) == 1 {
-		return arts[0], nil
-	}
-	names := make([]string, len(arts))
-	for i, a := range arts {
-		names[i] = a.Name
-	}
-	return schemas.Artifact{}, fmt.Errorf("no %q artifact among %d: %v", ManifestsArtifact, len(arts), names)
+	return reconciler.ExtractFresh(ctx, r.env, a, filepath.Join(r.dir, manifestsDir))
 }
 
 func (r *run) readInventory(context.Context) error {

@@ -21,7 +21,8 @@
 // value is printed (maps and lists as JSON). An unknown input fails the
 // job with ErrInvalid. Inputs holding ${secrets.NAME} are resolved from
 // NUON_SECRET_NAME in the job's environment first, as for the other
-// plugins.
+// plugins (see reconciler.ResolveSecrets); a missing one fails the job
+// with reconciler.ErrSecretMissing.
 //
 // Namespaced objects without a namespace go to manifests.namespace (or
 // "default"). Every object gets the labels nuon.dev/install and

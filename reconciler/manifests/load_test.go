@@ -58,22 +58,6 @@ func TestSubstitute(t *testing.T) {
 	}
 }
 
-func TestResolveSecrets(t *testing.T) {
-	inputs := map[string]any{"url": "postgres://u:${secrets.db-pass}@db", "list": []any{"${secrets.token}"}}
-	env := map[string]string{"NUON_SECRET_DB_PASS": "p@ss", "NUON_SECRET_TOKEN": "t"}
-	if err := resolveSecrets(inputs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]any{"url": "postgres://u:p@ss@db", "list": []any{"t"}}
-	if diff := cmp.Diff(want, inputs); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-	err := resolveSecrets(map[string]any{"x": "${secrets.gone}"}, func(string) (string, bool) { return "", false })
-	if !errors.Is(err, ErrSecretMissing) || !strings.Contains(err.Error(), "NUON_SECRET_GONE is not set") {
-		t.Errorf("resolveSecrets = %v, want ErrSecretMissing naming NUON_SECRET_GONE", err)
-	}
-}
-
 func TestDecode(t *testing.T) {
 	const in = `# a comment only
 ---

@@ -69,7 +69,7 @@ type Plugin struct {
 	// PollInterval is how often the health wait polls. Default
 	// DefaultPollInterval.
 	PollInterval time.Duration
-	// LookupEnv reads the variables that hold secrets (see SecretEnv).
+	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv).
 	// Default os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -266,8 +267,8 @@ func TestApplySecrets(t *testing.T) {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("Apply error = %v, want %q", err, tt.wantErr)
 				}
-				if !errors.Is(err, ErrSecretMissing) {
-					t.Errorf("errors.Is(%v, ErrSecretMissing) = false", err)
+				if !errors.Is(err, reconciler.ErrSecretMissing) {
+					t.Errorf("errors.Is(%v, reconciler.ErrSecretMissing) = false", err)
 				}
 				if _, err := os.Stat(filepath.Join(stateDir, stateFile)); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("state after a missing secret: %v, want none", err)

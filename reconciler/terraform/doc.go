@@ -20,9 +20,10 @@
 // error names the step and the component ("terraform plan network: ..."):
 //
 //  1. inputs: resolve each ${secrets.NAME} in the job's inputs from the
-//     environment variable NUON_SECRET_NAME (see SecretEnv). Every other
-//     reference was resolved by the agent before the job started. A missing
-//     secret fails the job with ErrSecretMissing before terraform runs.
+//     environment variable NUON_SECRET_NAME (see reconciler.SecretEnv).
+//     Every other reference was resolved by the agent before the job
+//     started. A missing secret fails the job with
+//     reconciler.ErrSecretMissing before terraform runs.
 //  2. extract: empty module/, extract the job's "module" artifact (or its
 //     only one) into it, write the backend override and the inputs as
 //     module/nuon.auto.tfvars.json, which terraform loads by itself.

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -159,62 +158,12 @@ func TestResolveInputsMissing(t *testing.T) {
 		"d": "${secrets.present}",
 	}
 	_, _, err := resolveInputs(inputs, lookupIn(map[string]string{"NUON_SECRET_PRESENT": "v"}))
-	if !errors.Is(err, ErrSecretMissing) {
-		t.Fatalf("resolveInputs error = %v, want ErrSecretMissing", err)
+	if !errors.Is(err, reconciler.ErrSecretMissing) {
+		t.Fatalf("resolveInputs error = %v, want reconciler.ErrSecretMissing", err)
 	}
 	want := "input a: secret missing: one (NUON_SECRET_ONE is not set)\n" +
 		"input b.c[0]: secret missing: two (NUON_SECRET_TWO is not set)"
 	if diff := cmp.Diff(want, err.Error()); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}
-}
-
-func TestSecretEnv(t *testing.T) {
-	for name, want := range map[string]string{
-		"token":       "NUON_SECRET_TOKEN",
-		"db-password": "NUON_SECRET_DB_PASSWORD",
-		"API_key":     "NUON_SECRET_API_KEY",
-	} {
-		if got := SecretEnv(name); got != want {
-			t.Errorf("SecretEnv(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
-
-// FuzzResolveInputs checks that each reference is looked up once, in a
-// single pass (a secret's value, here itself a reference, is never read
-// again), and that a string without references comes back unchanged.
-func FuzzResolveInputs(f *testing.F) {
-	for _, s := range []string{
-		"",
-		"plain",
-		"${secrets.a}",
-		"x${secrets.a}y${secrets.b-c}z",
-		"${secrets.${secrets.a}}",
-		"$${secrets.a}",
-		"${secrets.}",
-		"${secrets.a",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) {
-			t.Skip("inputs are JSON text")
-		}
-		var lookups int
-		again := func(string) (string, bool) {
-			lookups++
-			return "${secrets.again}", true
-		}
-		got, _, err := resolveInputs(map[string]any{"v": s}, again)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := len(secretRef.FindAllString(s, -1)); lookups != want {
-			t.Errorf("resolve(%q) looked up %d secrets, want %d", s, lookups, want)
-		}
-		if lookups == 0 && got["v"] != s {
-			t.Errorf("resolve(%q) = %q, want it unchanged", s, got["v"])
-		}
-	})
 }

@@ -42,7 +42,7 @@ type Plugin struct {
 	// Grace is how long terraform may take to stop after the job's context
 	// ends. Default DefaultGrace.
 	Grace time.Duration
-	// LookupEnv reads the variables that hold secrets (see SecretEnv).
+	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv).
 	// Default os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
 }
@@ -157,7 +157,7 @@ func (p *Plugin) environ() map[string]string {
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, SecretEnvPrefix) {
+		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) {
 			continue
 		}
 		env[k] = v

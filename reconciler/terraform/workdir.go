@@ -3,12 +3,11 @@ package terraform
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/reconciler"
 )
 
 // ModuleArtifact names the artifact that holds the module when a job has
@@ -36,42 +35,15 @@ const (
 	planFile = "nuon.tfplan"
 )
 
-// moduleArtifact picks the job's artifact named ModuleArtifact, or its only
-// artifact.
-func moduleArtifact(arts []schemas.Artifact) (schemas.Artifact, error) {
-	for _, a := range arts {
-		if a.Name == ModuleArtifact {
-			return a, nil
-		}
-	}
-	if len(arts) == 1 {
-		return arts[0], nil
-	}
-	names := make([]string, len(arts))
-	for i, a := range arts {
-		names[i] = a.Name
-	}
-	return schemas.Artifact{}, fmt.Errorf("no %q artifact among %d: %v", ModuleArtifact, len(arts), names)
-}
-
 // extract replaces the working directory with the module from the job's
 // artifact, the backend override and the variables file.
 func (r *run) extract(ctx context.Context) error {
-	a, err := moduleArtifact(r.job.Artifacts)
+	a, err := reconciler.JobArtifact(r.job, ModuleArtifact)
 	if err != nil {
 		return err
 	}
-	if r.env.Artifacts == nil {
-		return fmt.Errorf("artifact %s: no artifact source", a.Name)
-	}
-	if err := os.RemoveAll(r.dir); err != nil {
+	if err := reconciler.ExtractFresh(ctx, r.env, a, r.dir); err != nil {
 		return err
-	}
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
-		return err
-	}
-	if err := r.env.Artifacts.Extract(ctx, a, r.dir); err != nil {
-		return fmt.Errorf("artifact %s %s: %w", a.Name, a.Digest, err)
 	}
 	if err := writeBackend(filepath.Join(r.dir, overrideFile), r.state); err != nil {
 		return err
