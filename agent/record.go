@@ -16,6 +16,7 @@ import (
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -194,7 +195,7 @@ func secretValues(environ []string) [][]byte {
 	var out [][]byte
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "NUON_SECRET_") && len(v) >= 4 {
+		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
 			q, _ := json.Marshal(v)
 			out = append(out, q[1:len(q)-1])
 		}
