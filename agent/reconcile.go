@@ -153,7 +153,7 @@ func (r *reconcile) due() bool {
 	}
 	for _, cs := range r.rec.Status.Components {
 		if cs.Phase == schemas.PhaseFailed || cs.Phase == schemas.PhasePending {
-			return time.Now().After(r.agent.retryAt)
+			return r.agent.cfg.Now().After(r.agent.retryAt)
 		}
 	}
 	return false
@@ -435,7 +435,7 @@ func (r *reconcile) record(job *schemas.Job, spec *schemas.ComponentState, actio
 			r.rec.Applied[name] = spec
 		}
 		r.summary = append(r.summary, fmt.Sprintf("%s %s %s failed: %v", job.Operation, name, job.Version, err))
-		r.agent.retryAt = time.Now().Add(r.agent.cfg.Interval * 4)
+		r.agent.retryAt = r.agent.cfg.Now().Add(r.agent.cfg.Interval * 4)
 		return
 	}
 	if action == reconciler.Delete {
