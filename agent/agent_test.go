@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -289,5 +290,37 @@ func writeFile(t *testing.T, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOldJobDirsArePruned(t *testing.T) {
+	tn := newTenant(t)
+	a := tn.agent("acme")
+	jobs := filepath.Join(a.workdir, "work", "jobs")
+	if err := os.MkdirAll(jobs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for i := range 120 {
+		d := filepath.Join(jobs, fmt.Sprintf("old-%03d", i))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Chtimes(d, old, old.Add(time.Duration(i)*time.Second))
+	}
+	a.reconcile(t)
+	entries, _ := os.ReadDir(jobs)
+	if len(entries) != 100 {
+		t.Fatalf("%d job directories after pruning, want 100", len(entries))
+	}
+	for _, e := range entries {
+		if e.Name() == "old-000" {
+			t.Error("the oldest job directory was kept")
+		}
+	}
+	for _, c := range []string{"a", "b", "c", "d"} {
+		if _, err := os.Stat(filepath.Join(jobs, a.reconcile(t).Status.Components[c].Job)); err != nil {
+			t.Errorf("the job directory of %s's last job was pruned: %v", c, err)
+		}
 	}
 }

@@ -510,6 +510,42 @@ func (r *reconcile) writeStatus(context.Context) error {
 		}
 	}
 	r.log.Info("status written", "commit", short(commit), "phase", r.rec.Status.Phase, "generation", r.rec.Status.Generation)
+	if err := a.pruneJobDirs(keepJobDirs); err != nil {
+		r.log.Warn("pruning old job directories", "error", err)
+	}
+	return nil
+}
+
+// keepJobDirs is how many finished jobs' directories (manifest, log,
+// result) stay in the workdir; the status history keeps every manifest.
+const keepJobDirs = 100
+
+// pruneJobDirs removes the oldest job directories beyond keep, never one
+// whose job is still journalled.
+func (a *Agent) pruneJobDirs(keep int) error {
+	entries, err := os.ReadDir(filepath.Join(a.cfg.Workdir, "jobs"))
+	if err != nil || len(entries) <= keep {
+		return err
+	}
+	type dir struct {
+		name string
+		mod  time.Time
+	}
+	var dirs []dir
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(a.cfg.Workdir, "pending", e.Name()+".json")); err == nil {
+			continue
+		}
+		if info, err := e.Info(); err == nil && e.IsDir() {
+			dirs = append(dirs, dir{e.Name(), info.ModTime()})
+		}
+	}
+	sort.Slice(dirs, func(i, j int) bool { return dirs[i].mod.After(dirs[j].mod) })
+	for _, d := range dirs[min(keep, len(dirs)):] {
+		if err := os.RemoveAll(a.jobDir(d.name)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
