@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"nuon.dev/nuon/internal/gitobj"
 )
 
 // Repo is the tenant repository, or a local mirror of it.
@@ -27,6 +31,8 @@ type Repo struct {
 	Remote bool
 
 	repo *git.Repository
+	// st reads the objects of repo; on disk, through a gitobj.Store.
+	st   storer.Storer
 	auth transport.AuthMethod
 }
 
@@ -75,7 +81,7 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open repository %s: %w", location, err)
 		}
-		return &Repo{Location: location, repo: r}, nil
+		return &Repo{Location: location, repo: r, st: objectStorer(r)}, nil
 	}
 	if o.cacheDir == "" {
 		base, err := os.UserCacheDir()
@@ -93,7 +99,16 @@ func Open(location string, opts ...Option) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror of %s at %s: %w", location, dir, err)
 	}
-	return &Repo{Location: location, Remote: true, repo: r, auth: o.auth}, nil
+	return &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}, nil
+}
+
+// objectStorer returns the storage of r, its object reads going straight
+// to the pack files when it is on disk.
+func objectStorer(r *git.Repository) storer.Storer {
+	if fs, ok := r.Storer.(*filesystem.Storage); ok {
+		return gitobj.NewStore(fs)
+	}
+	return r.Storer
 }
 
 // remoteName names the tenant repository inside a mirror.
@@ -105,7 +120,7 @@ func (r *Repo) remote() *git.Remote {
 }
 
 // Storer is where the repository's objects and refs are read and written.
-func (r *Repo) Storer() storer.Storer { return r.repo.Storer }
+func (r *Repo) Storer() storer.Storer { return r.st }
 
 // Git is the underlying go-git repository.
 func (r *Repo) Git() *git.Repository { return r.repo }
@@ -153,7 +168,19 @@ func (r *Repo) Resolve(rev string) (plumbing.Hash, error) {
 }
 
 // Refs returns every ref whose name starts with prefix, name to commit.
+//
+// When no ref file has such a name, it reads packed-refs itself: go-git
+// parses all of it into references, and a tenant has thousands.
 func (r *Repo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
+	if fsys, ok := r.refsOnDisk(); ok && strings.HasPrefix(prefix, "refs/") && !hasLooseRefs(fsys, prefix) {
+		data, err := readPackedRefsFile(fsys)
+		if err != nil {
+			return nil, fmt.Errorf("list refs: %w", err)
+		}
+		out := map[plumbing.ReferenceName]plumbing.Hash{}
+		packedRefsWithPrefix(data, prefix, out)
+		return out, nil
+	}
 	iter, err := r.repo.Storer.IterReferences()
 	if err != nil {
 		return nil, fmt.Errorf("list refs: %w", err)
@@ -170,6 +197,16 @@ func (r *Repo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, er
 
 // Ref returns one ref's commit, or the zero hash when it does not exist.
 func (r *Repo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
+	if fsys, ok := r.refsOnDisk(); ok && strings.HasPrefix(name.String(), "refs/") {
+		if _, err := fsys.Lstat(name.String()); errors.Is(err, fs.ErrNotExist) {
+			data, err := readPackedRefsFile(fsys)
+			if err != nil {
+				return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
+			}
+			h, _ := findPackedRef(data, name.String())
+			return h, nil
+		}
+	}
 	ref, err := r.repo.Storer.Reference(name)
 	if errors.Is(err, plumbing.ErrReferenceNotFound) {
 		return plumbing.ZeroHash, nil

@@ -1,0 +1,123 @@
+package gitobj
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// sampleIndex writes a version 2 index of n objects, the last ones past
+// 4 GiB so that the table of 64-bit offsets is used.
+func sampleIndex(tb testing.TB, n int) ([]byte, map[plumbing.Hash]uint64) {
+	tb.Helper()
+	p := &packIndex{checksum: plumbing.NewHash("0123456789abcdef0123456789abcdef01234567")}
+	want := map[plumbing.Hash]uint64{}
+	for i := range n {
+		h := Hash(plumbing.BlobObject, []byte{byte(i), byte(i >> 8)})
+		off := uint64(12 + 100*i)
+		if i >= n-3 {
+			off += 5 << 30
+		}
+		p.hashes = append(p.hashes, h)
+		p.offsets = append(p.offsets, off)
+		p.crcs = append(p.crcs, uint32(i))
+		want[h] = off
+	}
+	var buf bytes.Buffer
+	if err := writeIndex(&buf, p); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes(), want
+}
+
+func TestParseIndex(t *testing.T) {
+	for _, n := range []int{0, 1, 10, 1000} {
+		data, want := sampleIndex(t, max(n, 3))
+		idx, err := parseIndex(data)
+		if err != nil {
+			t.Fatalf("%d objects: %v", n, err)
+		}
+		for h, off := range want {
+			got, ok := idx.find(h)
+			if !ok || uint64(got) != off {
+				t.Errorf("find %s: %d %v, want %d", h, got, ok, off)
+			}
+		}
+		for _, h := range []plumbing.Hash{plumbing.ZeroHash, plumbing.NewHash("ffffffffffffffffffffffffffffffffffffffff")} {
+			if _, ok := idx.find(h); ok {
+				t.Errorf("find %s: found, want missing", h)
+			}
+		}
+	}
+	data, _ := sampleIndex(t, 10)
+	for name, bad := range map[string][]byte{
+		"empty":     nil,
+		"version 1": append([]byte{0xff, 't', 'O', 'c', 0, 0, 0, 1}, data[8:]...),
+		"truncated": data[:len(data)-50],
+	} {
+		if _, err := parseIndex(bad); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	for _, n := range []int{3, 40} {
+		data, _ := sampleIndex(f, n)
+		f.Add(data)
+		f.Add(data[:len(data)-8])
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		idx, err := parseIndex(data)
+		if err != nil {
+			return
+		}
+		for i := range idx.count {
+			if _, ok := idx.find(idx.name(i)); !ok {
+				// Names out of order are not found; that is all.
+				continue
+			}
+			idx.offset(i)
+		}
+	})
+}
+
+func TestApplyDelta(t *testing.T) {
+	base := []byte("0123456789abcdefghij")
+	tests := []struct {
+		name  string
+		delta []byte
+		want  string
+		ok    bool
+	}{
+		{"copy and insert", []byte{20, 8, 0x91, 2, 4, 4, 'w', 'x', 'y', 'z'}, "2345wxyz", true},
+		{"copy past the base", []byte{20, 4, 0x91, 18, 4}, "", false},
+		{"wrong base size", []byte{19, 1, 1, 'a'}, "", false},
+		{"short target", []byte{20, 2, 1, 'a'}, "", false},
+		{"reserved", []byte{20, 1, 0}, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := applyDelta(base, tt.delta)
+			if (err == nil) != tt.ok || string(got) != tt.want {
+				t.Errorf("applyDelta: %q, %v; want %q, ok %v", got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func FuzzApplyDelta(f *testing.F) {
+	f.Add([]byte("0123456789abcdefghij"), []byte{20, 8, 0x91, 2, 4, 4, 'w', 'x', 'y', 'z'})
+	f.Add([]byte{}, []byte{0, 0})
+	f.Fuzz(func(t *testing.T, base, delta []byte) {
+		out, err := applyDelta(base, delta)
+		if err != nil {
+			return
+		}
+		_, rest, _ := deltaSize(delta)
+		if size, _, _ := deltaSize(rest); uint64(len(out)) != size {
+			t.Fatalf("built %d bytes, the delta says %d", len(out), size)
+		}
+	})
+}
