@@ -35,13 +35,18 @@ type tenant struct {
 	render *signature.Signer
 	trust  *signature.AllowedSigners
 	keys   map[string]*signature.Signer
+	// now stamps the renderer's commits.
+	now func() time.Time
 }
 
 const fixtureKeys = "../fixtures/keys"
 
-func newTenant(t testing.TB) *tenant {
+func newTenant(t testing.TB, opts ...func(*tenant)) *tenant {
 	t.Helper()
-	tn := &tenant{t: t, srv: gittest.NewServer(t), src: t.TempDir(), keys: map[string]*signature.Signer{}}
+	tn := &tenant{t: t, srv: gittest.NewServer(t), src: t.TempDir(), keys: map[string]*signature.Signer{}, now: time.Now}
+	for _, o := range opts {
+		o(tn)
+	}
 	tn.bare = tn.srv.InitBare(t, "tenant.git")
 	var err error
 	if tn.render, err = signature.LoadSigner(filepath.Join(fixtureKeys, "render")); err != nil {
@@ -141,7 +146,7 @@ func (tn *tenant) renderMain() *renderer.Result {
 	for n, h := range refs {
 		prev.Installs[strings.TrimPrefix(n.String(), renderer.InstallRefPrefix)] = h
 	}
-	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: time.Now})
+	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now})
 	if err != nil {
 		tn.t.Fatal(err)
 	}

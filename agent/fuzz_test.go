@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -32,7 +33,13 @@ func (o overlay) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing
 // seeded with a real rendered commit: it must never panic, and it may
 // accept a commit only if its signed content is the rendered commit's.
 func FuzzVerify(f *testing.F) {
-	tn := newTenant(f)
+	// The same commits in every fuzz worker: the seeds come from the
+	// coordinator, the expected content from each worker's own tenant.
+	f.Setenv("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+	f.Setenv("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+	tn := newTenant(f, func(tn *tenant) {
+		tn.now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	})
 	repo := filesystem.NewStorage(osfs.New(tn.bare), cache.NewObjectLRUDefault())
 	good := plumbing.NewHash(tn.git("rev-parse", "refs/heads/nuon/installs/acme"))
 	raw := []byte(tn.git("cat-file", "commit", good.String()) + "\n")
