@@ -28,7 +28,7 @@ demo: build tf-providers kube-binaries registry ## render the sample tenant and 
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers kube-binaries registry ## run every test (real git, terraform and registries on loopback)
+test: tf-providers kube-binaries registry ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: vet
