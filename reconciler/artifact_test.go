@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -127,3 +128,12 @@ func TestExtractFreshCanceled(t *testing.T) {
 type ctxSource struct{}
 
 func (ctxSource) Extract(ctx context.Context, _ schemas.Artifact, _ string) error { return ctx.Err() }
+
+func TestTypedNumbers(t *testing.T) {
+	in := map[string]any{"a": json.Number("3"), "b": []any{json.Number("1.5"), "x"}, "c": map[string]any{"d": json.Number("9007199254740993")}}
+	got := TypedNumbers(in)
+	want := map[string]any{"a": int64(3), "b": []any{1.5, "x"}, "c": map[string]any{"d": int64(9007199254740993)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("TypedNumbers (-want +got):\n%s", diff)
+	}
+}

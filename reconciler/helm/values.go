@@ -36,29 +36,7 @@ func chartValues(inputs map[string]any, lookup func(string) (string, bool)) (map
 	if err != nil {
 		return nil, nil, err
 	}
-	return typeNumbers(vals).(map[string]any), secrets, nil
-}
-
-// typeNumbers replaces, in place, the json.Numbers in v with int64 or
-// float64, the types Helm's templates expect.
-func typeNumbers(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		f, _ := v.Float64()
-		return f
-	case map[string]any:
-		for k, e := range v {
-			v[k] = typeNumbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = typeNumbers(e)
-		}
-	}
-	return v
+	return reconciler.TypedNumbers(vals).(map[string]any), secrets, nil
 }
 
 // specHash identifies what a release was made from: the chart's digest and

@@ -1,6 +1,8 @@
 package manifests
 
 import (
+	"nuon.dev/nuon/reconciler"
+
 	"bufio"
 	"bytes"
 	"crypto/sha256"
@@ -230,27 +232,7 @@ func normalizeInputs(in map[string]any) (map[string]any, error) {
 	if out == nil {
 		out = map[string]any{}
 	}
-	return fromNumbers(out).(map[string]any), nil
-}
-
-func fromNumbers(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		f, _ := v.Float64()
-		return f
-	case map[string]any:
-		for k, e := range v {
-			v[k] = fromNumbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = fromNumbers(e)
-		}
-	}
-	return v
+	return reconciler.TypedNumbers(out).(map[string]any), nil
 }
 
 // digest is the SHA-256 of obj's JSON, whose map keys are sorted: the same
