@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"io"
 	"log/slog"
 
@@ -38,4 +40,20 @@ type ArtifactSource interface {
 	// Terraform module, a chart, a set of manifests) into dir, verifying
 	// the digest as it reads.
 	Extract(ctx context.Context, a schemas.Artifact, dir string) error
+}
+
+// ErrNoStateDir means neither the Env nor the job names a state directory.
+var ErrNoStateDir = errors.New("no state directory")
+
+// StateDir is the component's absolute state directory: env.StateDir, or
+// else the job's own.
+func StateDir(job *schemas.Job, env Env) (string, error) {
+	dir := env.StateDir
+	if dir == "" {
+		dir = job.StateDir
+	}
+	if dir == "" {
+		return "", ErrNoStateDir
+	}
+	return filepath.Abs(dir)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -128,18 +127,11 @@ func (p *Plugin) start(ctx context.Context, job *schemas.Job, env reconciler.Env
 		timeout = h.Timeout
 	}
 	r.timeout = helmTimeout(ctx, timeout)
-	dir := env.StateDir
-	if dir == "" {
-		dir = job.StateDir
-	}
-	if dir == "" {
-		return nil, fmt.Errorf("helm %s: no state directory", job.Component)
-	}
-	abs, err := filepath.Abs(dir)
+	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
 		return nil, fmt.Errorf("helm %s: %w", job.Component, err)
 	}
-	r.dir = abs
+	r.dir = dir
 	return r, nil
 }
 

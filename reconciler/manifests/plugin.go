@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -124,18 +123,11 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	if job.Manifests != nil {
 		r.settings = *job.Manifests
 	}
-	dir := env.StateDir
-	if dir == "" {
-		dir = job.StateDir
-	}
-	if dir == "" {
-		return nil, fmt.Errorf("manifests %s: no state directory", job.Component)
-	}
-	abs, err := filepath.Abs(dir)
+	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", job.Component, err)
 	}
-	r.dir = abs
+	r.dir = dir
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", job.Component, err)
 	}

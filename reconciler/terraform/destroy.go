@@ -18,9 +18,9 @@ func (p *Plugin) Destroy(ctx context.Context, job *schemas.Job, env reconciler.E
 	if job == nil {
 		return errors.New("terraform: no job")
 	}
-	dir, err := stateDir(job, env)
+	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
-		return err
+		return fmt.Errorf("terraform %s: %w", job.Component, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); errors.Is(err, os.ErrNotExist) {
 		return nil

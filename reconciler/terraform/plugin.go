@@ -96,9 +96,9 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	}
 	r.out = newRedactor(log)
 
-	dir, err := stateDir(job, env)
+	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("terraform %s: %w", job.Component, err)
 	}
 	r.dir = filepath.Join(dir, moduleDir)
 	r.state = filepath.Join(dir, stateFile)
@@ -131,23 +131,6 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	r.tf.SetStderr(r.out)
 	r.tf.SetLogger(printfLogger{r.logger})
 	return r, nil
-}
-
-// stateDir is the component's absolute state directory: env.StateDir, or
-// else the job's.
-func stateDir(job *schemas.Job, env reconciler.Env) (string, error) {
-	dir := env.StateDir
-	if dir == "" {
-		dir = job.StateDir
-	}
-	if dir == "" {
-		return "", fmt.Errorf("terraform %s: no state directory", job.Component)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", fmt.Errorf("terraform %s: %w", job.Component, err)
-	}
-	return abs, nil
 }
 
 // environ is terraform's environment: the job's own, less the secrets
