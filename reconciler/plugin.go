@@ -3,9 +3,9 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"io"
 	"log/slog"
+	"path/filepath"
 
 	"nuon.dev/nuon/schemas"
 )
