@@ -92,19 +92,19 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 	if err != nil {
 		return nil, refuse(commit, err, "unreadable tree: %v", err)
 	}
-	if err := decodeStrict(files["install.json"], &d.Install); err != nil {
-		return nil, refuse(commit, err, "install.json: %v", err)
+	if err := decodeStrict(files[schemas.InstallStateFile], &d.Install); err != nil {
+		return nil, refuse(commit, err, "%s: %v", schemas.InstallStateFile, err)
 	}
 	if d.Install.Install != install {
-		return nil, refuse(commit, nil, "install.json names install %q, not %q", d.Install.Install, install)
+		return nil, refuse(commit, nil, schemas.InstallStateFile+" names install %q, not %q", d.Install.Install, install)
 	}
 	for _, name := range d.Install.Components {
 		var cs schemas.ComponentState
-		if err := decodeStrict(files[path.Join("components", name+".json")], &cs); err != nil {
+		if err := decodeStrict(files[schemas.ComponentStateFile(name)], &cs); err != nil {
 			return nil, refuse(commit, err, "component %s: %v", name, err)
 		}
 		if cs.Name != name {
-			return nil, refuse(commit, nil, "components/%s.json names component %q", name, cs.Name)
+			return nil, refuse(commit, nil, "%s names component %q", schemas.ComponentStateFile(name), cs.Name)
 		}
 		d.Components[name] = &cs
 	}

@@ -63,7 +63,7 @@ func FuzzRender(f *testing.F) {
 					t.Fatalf("%s/%s is not JSON:\n%s", id, name, data)
 				}
 				schema := schemas.SchemaComponentState
-				if name == renderer.InstallFile {
+				if name == schemas.InstallStateFile {
 					schema = schemas.SchemaInstallState
 				}
 				if err := schemas.ValidateJSON(schema, data); err != nil {

@@ -411,14 +411,14 @@ func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 	var top, comps []gitobj.Entry
 	for name, data := range files {
 		h := b.Add(plumbing.BlobObject, data)
-		if rest, ok := strings.CutPrefix(name, ComponentsDir+"/"); ok {
+		if rest, ok := strings.CutPrefix(name, schemas.ComponentsDir+"/"); ok {
 			comps = append(comps, gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
 			continue
 		}
 		top = append(top, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
 	}
 	if len(comps) > 0 {
-		top = append(top, gitobj.Entry{Name: ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
+		top = append(top, gitobj.Entry{Name: schemas.ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
 	}
 	return b.Tree(top)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
@@ -14,15 +13,6 @@ import (
 // Files is one install's rendered state: path (relative to installs/<id>/)
 // to content.
 type Files map[string][]byte
-
-// Paths of the files in an install's rendered tree.
-const (
-	InstallFile   = "install.json"
-	ComponentsDir = "components"
-)
-
-// ComponentFile is the path of a component's file in an install's tree.
-func ComponentFile(name string) string { return path.Join(ComponentsDir, name+".json") }
 
 // Install renders one install's desired state from the source. It is pure:
 // the same source gives byte-identical files.
@@ -47,7 +37,7 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		Registry:   in.Registry,
 		Components: order,
 	}
-	if files[InstallFile], err = encode(state); err != nil {
+	if files[schemas.InstallStateFile], err = encode(state); err != nil {
 		return nil, fmt.Errorf("render %s: %w", id, err)
 	}
 	for _, c := range src.App.Components {
@@ -55,7 +45,7 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		if err != nil {
 			return nil, fmt.Errorf("render %s: component %s: %w", id, c.Name, err)
 		}
-		if files[ComponentFile(c.Name)], err = encode(cs); err != nil {
+		if files[schemas.ComponentStateFile(c.Name)], err = encode(cs); err != nil {
 			return nil, fmt.Errorf("render %s: component %s: %w", id, c.Name, err)
 		}
 	}

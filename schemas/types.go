@@ -196,3 +196,14 @@ const (
 	TrailerSource     = "Nuon-Source"
 	TrailerChanged    = "Nuon-Installs-Changed"
 )
+
+// Paths inside an install's rendered tree (installs/<id>/ in the rendered
+// commit, the whole tree of refs/heads/nuon/installs/<id>).
+const (
+	InstallStateFile = "install.json"
+	ComponentsDir    = "components"
+)
+
+// ComponentStateFile is the path of a component's file in an install's
+// rendered tree.
+func ComponentStateFile(name string) string { return ComponentsDir + "/" + name + ".json" }

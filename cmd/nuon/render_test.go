@@ -177,10 +177,10 @@ func TestRenderIntoBareRepository(t *testing.T) {
 		if got := gittest.Git(t, rt.dir, "ls-tree", "--name-only", ref); got != "components\ninstall.json" {
 			t.Errorf("%s holds %q", ref, got)
 		}
-		state := gittest.Git(t, rt.dir, "cat-file", "blob", ref+":"+renderer.InstallFile)
+		state := gittest.Git(t, rt.dir, "cat-file", "blob", ref+":"+schemas.InstallStateFile)
 		var st schemas.InstallState
 		if err := json.Unmarshal([]byte(state), &st); err != nil || st.Install != id {
-			t.Errorf("%s:%s names install %q (%v)", ref, renderer.InstallFile, st.Install, err)
+			t.Errorf("%s:%s names install %q (%v)", ref, schemas.InstallStateFile, st.Install, err)
 		}
 	}
 
