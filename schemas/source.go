@@ -75,26 +75,11 @@ func Load(fsys fs.FS) (*Source, error) {
 			}
 			switch dir {
 			case ChannelsDir:
-				var c Channel
-				if p := s.loadFile(fsys, file, SchemaChannel, &c); len(p) > 0 {
-					ps = append(ps, p...)
-					continue
-				}
-				s.Channels[name] = c
+				ps = append(ps, loadInto(s, fsys, file, SchemaChannel, s.Channels, name)...)
 			case ReleasesDir:
-				var r Release
-				if p := s.loadFile(fsys, file, SchemaRelease, &r); len(p) > 0 {
-					ps = append(ps, p...)
-					continue
-				}
-				s.Releases[name] = r
+				ps = append(ps, loadInto(s, fsys, file, SchemaRelease, s.Releases, name)...)
 			case InstallsDir:
-				var in Install
-				if p := s.loadFile(fsys, file, SchemaInstall, &in); len(p) > 0 {
-					ps = append(ps, p...)
-					continue
-				}
-				s.Installs[name] = in
+				ps = append(ps, loadInto(s, fsys, file, SchemaInstall, s.Installs, name)...)
 			}
 		}
 	}
@@ -103,6 +88,17 @@ func Load(fsys fs.FS) (*Source, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadInto loads one file of a folder and, when it is valid, files it
+// under name.
+func loadInto[T any](s *Source, fsys fs.FS, file, schema string, into map[string]T, name string) Problems {
+	var v T
+	if ps := s.loadFile(fsys, file, schema, &v); len(ps) > 0 {
+		return ps
+	}
+	into[name] = v
+	return nil
 }
 
 func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
