@@ -45,7 +45,7 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; done
 
 .PHONY: bench
-bench: tf-providers ## run the benchmarks (figures in BENCHMARKS.md)
+bench: tf-providers kube-binaries registry ## run the benchmarks (figures in BENCHMARKS.md)
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
@@ -70,8 +70,6 @@ kube-up: kube-binaries ## start a local kube-apiserver in KUBE_DIR; prints its k
 kube-down: ## stop the kube-apiserver kube-up started
 	hack/kube-down.sh $(KUBE_DIR)
 
-# The manifests benchmark compares with kubectl on a real API server.
-bench: kube-binaries
 
 # ---- Artifacts: OCI registries ----------------------------------------------
 # Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
@@ -86,5 +84,3 @@ registry: ## install docker-registry, htpasswd and openssl for the registry test
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts
 	NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
 
-# The sync benchmarks run against real registries.
-bench: registry
