@@ -308,7 +308,7 @@ func TestOldJobDirsArePruned(t *testing.T) {
 		}
 		_ = os.Chtimes(d, old, old.Add(time.Duration(i)*time.Second))
 	}
-	a.reconcile(t)
+	st := a.reconcile(t).Status
 	entries, _ := os.ReadDir(jobs)
 	if len(entries) != 100 {
 		t.Fatalf("%d job directories after pruning, want 100", len(entries))
@@ -319,7 +319,7 @@ func TestOldJobDirsArePruned(t *testing.T) {
 		}
 	}
 	for _, c := range []string{"a", "b", "c", "d"} {
-		if _, err := os.Stat(filepath.Join(jobs, a.reconcile(t).Status.Components[c].Job)); err != nil {
+		if _, err := os.Stat(filepath.Join(jobs, st.Components[c].Job)); err != nil {
 			t.Errorf("the job directory of %s's last job was pruned: %v", c, err)
 		}
 	}
