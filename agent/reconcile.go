@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -388,7 +389,7 @@ func (r *reconcile) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex,
 	log = log.With("job", job.ID, "plugin", typ)
 	pendingFile := filepath.Join(a.cfg.Workdir, "pending", job.ID+".json")
 	entry, _ := json.Marshal(pendingJob{Job: job, Spec: spec, Action: s.Action})
-	if err := writeFileAtomic(pendingFile, entry); err != nil {
+	if err := atomicfile.Write(pendingFile, entry, 0o600); err != nil {
 		mu.Lock()
 		r.setPhase(s.Component, schemas.PhaseFailed, "journal: "+err.Error())
 		mu.Unlock()

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -202,33 +200,4 @@ func secretValues(environ []string) [][]byte {
 	}
 	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
 	return out
-}
-
-// writeFileAtomic writes data to name through a temporary file, synced and
-// renamed, so a crash leaves the old file or the new one.
-func writeFileAtomic(name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	if d, err := os.Open(path.Dir(name)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

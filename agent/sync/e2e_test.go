@@ -23,6 +23,7 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci"
 	gitsig "nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/renderer"
@@ -50,7 +51,7 @@ func jobProcess() int {
 		return 1
 	}
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
-	if err := jobs.Main(ctx, os.Args[len(os.Args)-1], plugins, &oci.Source{Client: c}, os.Stdout); err != nil {
+	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], plugins, &oci.Source{Client: c}, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
