@@ -19,8 +19,8 @@
 // Redactor looks for each secret in every form a tool may print it in:
 // raw; Go's %q and %+q; JSON, with and without HTML-safe escaping
 // (\u003c, \u0026, \u003e); HCL string escaping as terraform writes it
-// (\", \\, \n, $${, %%{, \uNNNN); shell single quoting ('\” and
-// '"'"') and double quoting; base64, standard and URL alphabets, padded
+// (\", \\, \n, $${, %%{, \uNNNN); shell single quoting (either way of
+// writing a quote inside it) and double quoting; base64, standard and URL alphabets, padded
 // and not, at each of the three byte alignments a value can have inside
 // a longer stream (a Kubernetes Secret's data), of the raw and the JSON
 // spelling, and base64 of that base64 (a password in a dockerconfigjson).
