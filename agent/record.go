@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
-	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -99,7 +97,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		return b.Add(plumbing.BlobObject, a.redact(append(data, '\n'))), nil
+		return b.Add(plumbing.BlobObject, a.redactJSON(append(data, '\n'))), nil
 	}
 	var root []gitobj.Entry
 	h, err := blob(rec.Status)
@@ -143,7 +141,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		"Nuon-Desired", orNone(st.Desired),
 		"Nuon-Phase", st.Phase)
 	who := object.Signature{Name: "nuon agent " + st.Install, Email: st.Install + "@agent.nuon.invalid", When: a.cfg.Now().UTC().Truncate(time.Second)}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree}
+	c := &object.Commit{Author: who, Committer: who, Message: a.red.String(msg), TreeHash: tree}
 	if !parent.IsZero() {
 		c.ParentHashes = []plumbing.Hash{parent}
 	}
@@ -178,26 +176,41 @@ func orNone(s string) string {
 	return s
 }
 
-// redact replaces every secret value the install holds with [redacted]:
-// git history is permanent.
-func (a *Agent) redact(data []byte) []byte {
-	for _, s := range a.secrets {
-		data = bytes.ReplaceAll(data, s, []byte("[redacted]"))
+// redactJSON returns data, JSON, with every secret the install holds
+// replaced by redact.Marker: git history is permanent. Should replacing
+// runs of the text break the JSON (a secret that spans its syntax), the
+// strings are redacted one by one instead.
+func (a *Agent) redactJSON(data []byte) []byte {
+	out := a.red.Bytes(data)
+	if json.Valid(out) {
+		return out
 	}
-	return data
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return out
+	}
+	red, _ := schemas.WalkStrings(v, "", func(_, s string) (any, error) { return a.red.String(s), nil })
+	b, err := json.MarshalIndent(red, "", "  ")
+	if err != nil {
+		return out
+	}
+	return a.red.Bytes(append(b, '\n'))
 }
 
-// secretValues lists the JSON-escaped values of the install's secrets
-// (environment variables NUON_SECRET_*), longest first.
-func secretValues(environ []string) [][]byte {
-	var out [][]byte
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
-			q, _ := json.Marshal(v)
-			out = append(out, q[1:len(q)-1])
-		}
+// redactReport returns rep with every secret replaced, for whoever reads
+// it (`nuon agent --once -o json`).
+func (a *Agent) redactReport(rep *Report) *Report {
+	data, err := json.Marshal(rep)
+	if err != nil {
+		return rep
 	}
-	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
-	return out
+	red := a.redactJSON(data)
+	if bytes.Equal(red, data) {
+		return rep
+	}
+	var out Report
+	if err := json.Unmarshal(red, &out); err != nil {
+		return rep
+	}
+	return &out
 }
