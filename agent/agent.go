@@ -72,11 +72,11 @@ type Syncer interface {
 
 // Agent is one install's agent.
 type Agent struct {
-	cfg     Config
-	repo    *git.Repository
-	store   storage.Storer
-	log     *slog.Logger
-	red     *redact.Redactor
+	cfg   Config
+	repo  *git.Repository
+	store storage.Storer
+	log   *slog.Logger
+	red   *redact.Redactor
 
 	recovered bool
 	// retryAt is when failed components are tried again without a new

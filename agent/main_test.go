@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		defer stop()
 		manifest := os.Args[len(os.Args)-1]
 		plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: recorder{}}
-		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout); err != nil {
+		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout, jobrun.WithStdio()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -20,7 +20,9 @@
 // raw; Go's %q and %+q; JSON, with and without HTML-safe escaping
 // (\u003c, \u0026, \u003e); HCL string escaping as terraform writes it
 // (\", \\, \n, $${, %%{, \uNNNN); shell single quoting (either way of
-// writing a quote inside it) and double quoting; base64, standard and URL alphabets, padded
+// writing a quote inside it) and double quoting; each of those quoted once
+// more by Go or JSON (an error that quotes the value, inside status.json or
+// a quoted log attribute); base64, standard and URL alphabets, padded
 // and not, at each of the three byte alignments a value can have inside
 // a longer stream (a Kubernetes Secret's data), of the raw and the JSON
 // spelling, and base64 of that base64 (a password in a dockerconfigjson).

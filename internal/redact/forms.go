@@ -14,7 +14,8 @@ import (
 // forms returns every spelling of v that a tool may print, each with the
 // characters normalize drops removed: raw; Go's %q and %+q; JSON with and
 // without HTML-safe escaping; HCL's string escaping; shell single and
-// double quoting; and base64 (standard and URL alphabets) of the raw and
+// double quoting; each of those quoted once more by Go or JSON (an error
+// that quotes the value, inside status.json or a log line); and base64 (standard and URL alphabets) of the raw and
 // JSON spellings at each of the three byte alignments a value can have
 // inside a longer stream, of the whole value padded, and once more
 // base64 of those (a password inside a dockerconfigjson's auth field,
@@ -46,6 +47,12 @@ func forms(v string) []string {
 	}
 	for _, s := range texts {
 		add(s)
+		// Quoted once more: an error that quotes the value, in a JSON
+		// document or a quoted log attribute.
+		q := strconv.Quote(s)
+		add(q[1 : len(q)-1])
+		add(jsonInner(s, true))
+		add(jsonInner(s, false))
 	}
 	var inner []string
 	for _, s := range []string{v, jsonPlain, jsonHTML} {

@@ -40,6 +40,9 @@ var Encodings = []Encoding{
 		_ = enc.Encode(s)
 		return strings.TrimSuffix(b.String(), "\n")
 	}},
+	{Name: "go %q in json", Encode: func(s string) string { b, _ := json.Marshal(strconv.Quote(s)); return string(b) }},
+	{Name: "go %q in go %q", Encode: func(s string) string { return strconv.Quote(strconv.Quote(s)) }},
+	{Name: "hcl in json", Encode: func(s string) string { b, _ := json.Marshal(HCL(s)); return string(b) }},
 	{Name: "hcl", Encode: func(s string) string { return `"` + HCL(s) + `"` }},
 	{Name: "shell single", Encode: func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }},
 	{Name: "shell double", Encode: func(s string) string {
