@@ -5,11 +5,14 @@
 package redacttest
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"os/exec"
 	"strings"
+	"testing"
 	"unicode"
 
 	"nuon.dev/nuon/internal/redact"
@@ -163,4 +166,45 @@ func squeeze(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// GitObjects returns the content of every object in the git repository
+// at dir (all refs, all history, unreachable objects too): blobs, trees,
+// commits with their messages, and tags.
+func GitObjects(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	cmd := exec.Command("git", "-C", dir, "cat-file", "--batch-all-objects", "--batch", "--unordered")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git cat-file in %s: %v", dir, err)
+	}
+	objs := map[string]string{}
+	for len(out) > 0 {
+		// "<oid> <type> <size>\n<content>\n"
+		nl := bytes.IndexByte(out, '\n')
+		if nl < 0 {
+			t.Fatalf("git cat-file: truncated header")
+		}
+		f := strings.Fields(string(out[:nl]))
+		if len(f) != 3 {
+			t.Fatalf("git cat-file: header %q", out[:nl])
+		}
+		size, err := strconv.Atoi(f[2])
+		if err != nil || nl+1+size+1 > len(out) {
+			t.Fatalf("git cat-file: header %q", out[:nl])
+		}
+		objs[f[0]+" "+f[1]] = string(out[nl+1 : nl+1+size])
+		out = out[nl+1+size+1:]
+	}
+	return objs
+}
+
+// NoLeaks fails t for every text that leaks secret, naming it by its key.
+func NoLeaks(t testing.TB, secret string, texts map[string]string) {
+	t.Helper()
+	for name, text := range texts {
+		if leaks := Leaks(text, secret); leaks != nil {
+			t.Errorf("%s leaks the secret %q: %v\n%s", name, secret, leaks, text)
+		}
+	}
 }
