@@ -270,3 +270,22 @@ func wrap(text string, width int, box bool) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestWriterWhitespace: a long run of whitespace is passed on, not held.
+func TestWriterWhitespace(t *testing.T) {
+	r := mustNew(t, "hunter2hunter2")
+	var b bytes.Buffer
+	w := r.Writer(&b)
+	for range 1000 {
+		io.WriteString(w, " \n")
+	}
+	if b.Len() != 2000 {
+		t.Errorf("held back %d bytes of whitespace", 2000-b.Len())
+	}
+	io.WriteString(w, "hunter2")
+	io.WriteString(w, "hunter2 x")
+	w.Close()
+	if !strings.HasSuffix(b.String(), " \n[redacted] x") {
+		t.Errorf("got %q", b.String()[1990:])
+	}
+}

@@ -115,11 +115,10 @@ func (w *Writer) emit(final bool) error {
 }
 
 // offsetOf returns the offset in text of the rune that holds byte k of
-// its normalized form; 0 when k < 0, len(text) past the end.
+// its normalized form (byte 0 when k < 0), or len(text) past the end: what
+// comes before it, whitespace included, can be written.
 func offsetOf(text []byte, k int) int {
-	if k <= 0 {
-		return 0
-	}
+	k = max(k, 0)
 	seen := 0
 	for i := 0; i < len(text); {
 		r, n := rune(text[i]), 1
