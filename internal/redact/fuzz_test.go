@@ -40,6 +40,21 @@ func FuzzRedact(f *testing.F) {
 		if !onlyReplaced(text, got) {
 			t.Fatalf("redaction changed more than runs of the text:\n%q\n%q", text, got)
 		}
+		// The same text through a Writer, split in three writes.
+		var b strings.Builder
+		w := r.Writer(&b)
+		i := int(width) * 7 % (len(text) + 1)
+		j := i + (len(text)-i)/2
+		w.Write([]byte(text[:i]))
+		w.Write([]byte(text[i:j]))
+		w.Write([]byte(text[j:]))
+		w.Close()
+		if leaks := redacttest.Leaks(b.String(), secret); leaks != nil {
+			t.Fatalf("Writer, split at %d and %d: %s of %q leaks %v:\n%s", i, j, e.Name, secret, leaks, b.String())
+		}
+		if !onlyReplaced(text, b.String()) {
+			t.Fatalf("Writer changed more than runs of the text:\n%q\n%q", text, b.String())
+		}
 		// A secret of runes no ASCII text holds leaves ASCII text alone.
 		var other strings.Builder
 		for i := 0; i < len(secret); i++ {
