@@ -194,7 +194,11 @@ func (a *Agent) redactJSON(data []byte) []byte {
 	if err != nil {
 		return out
 	}
-	return a.red.Bytes(append(b, '\n'))
+	b = append(b, '\n')
+	if again := a.red.Bytes(b); json.Valid(again) {
+		return again
+	}
+	return b
 }
 
 // redactReport returns rep with every secret replaced, for whoever reads
