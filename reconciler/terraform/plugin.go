@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
@@ -92,10 +93,11 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	if r.lookup == nil {
 		r.lookup = os.LookupEnv
 	}
-	r.out = env.Log
-	if r.out == nil {
-		r.out = io.Discard
+	log := env.Log
+	if log == nil {
+		log = io.Discard
 	}
+	r.out = &lockedWriter{w: log}
 
 	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
@@ -180,6 +182,19 @@ func (r *run) cleanup() {
 // init installs the module's providers and connects the state.
 func (r *run) init(ctx context.Context) error {
 	return r.tf.Init(ctx, tfexec.Upgrade(false))
+}
+
+// lockedWriter serialises terraform's stdout and stderr, which
+// terraform-exec copies from two goroutines, into one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // printfLogger hands terraform-exec's log lines (the commands it runs) to
