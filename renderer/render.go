@@ -23,20 +23,6 @@ import (
 	"nuon.dev/nuon/schemas"
 )
 
-// Refs the renderer writes.
-const (
-	RenderedRef      plumbing.ReferenceName = "refs/heads/nuon/rendered"
-	InstallRefPrefix                        = "refs/heads/nuon/installs/"
-	// InstallsDir is the folder of the rendered tree that holds one
-	// folder per install.
-	InstallsDir = "installs"
-)
-
-// InstallRef is the ref an install's agent pulls.
-func InstallRef(id string) plumbing.ReferenceName {
-	return plumbing.ReferenceName(InstallRefPrefix + id)
-}
-
 // Signer signs a commit's encoding (see internal/signature).
 type Signer interface {
 	Sign(message io.Reader) ([]byte, error)
@@ -232,7 +218,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	c, err := object.GetCommit(r.st, r.prev.Rendered)
 	if err != nil {
-		return fmt.Errorf("read %s %s: %w", RenderedRef, r.prev.Rendered, err)
+		return fmt.Errorf("read %s %s: %w", plumbing.ReferenceName(schemas.RenderedRef), r.prev.Rendered, err)
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
@@ -241,7 +227,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	installs, err := subtreeEntries(r.st, root, InstallsDir)
+	installs, err := subtreeEntries(r.st, root, schemas.InstallsDir)
 	if err != nil {
 		return fmt.Errorf("read rendered installs: %w", err)
 	}
@@ -333,7 +319,7 @@ feed:
 	for _, in := range results {
 		if in.Change == Added || in.Change == Changed {
 			r.result.Updates = append(r.result.Updates, Update{
-				Name: InstallRef(in.ID),
+				Name: plumbing.ReferenceName(schemas.InstallRef(in.ID)),
 				Old:  r.prev.Installs[in.ID],
 				New:  plumbing.NewHash(in.Commit),
 			})
@@ -364,17 +350,17 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, erro
 	if !prevCommit.IsZero() {
 		pc, err := object.GetCommit(r.st, prevCommit)
 		if err != nil {
-			return res, tree, fmt.Errorf("render %s: read %s: %w", id, InstallRef(id), err)
+			return res, tree, fmt.Errorf("render %s: read %s: %w", id, plumbing.ReferenceName(schemas.InstallRef(id)), err)
 		}
 		if pc.TreeHash == tree {
 			// The ref already holds this tree (an earlier render moved it
 			// but not the rendered ref): nothing new to sign.
 			res.Change = Unchanged
 			res.Commit = prevCommit.String()
-			res.Generation, _ = Generation(pc)
+			res.Generation, _ = schemas.Generation(pc.Message)
 			return res, tree, nil
 		}
-		if gen, err = Generation(pc); err != nil {
+		if gen, err = schemas.Generation(pc.Message); err != nil {
 			return res, tree, fmt.Errorf("render %s: %s: %w", id, prevCommit, err)
 		}
 		from = pc.TreeHash
@@ -425,25 +411,7 @@ func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 
 func (r *renderRun) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
 	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.now}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree, ParentHashes: parents}
-	var unsigned plumbing.MemoryObject
-	if err := c.EncodeWithoutSignature(&unsigned); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	rd, err := unsigned.Reader()
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	sig, err := r.opts.Signer.Sign(rd)
-	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("sign commit: %w", err)
-	}
-	c.PGPSignature = string(sig)
-	var signed plumbing.MemoryObject
-	if err := c.Encode(&signed); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return r.batch.AddEncoded(&signed)
+	return r.batch.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
@@ -456,13 +424,13 @@ func (r *renderRun) writeRendered(context.Context) error {
 	trees := gitobj.NewBatch()
 	var root []gitobj.Entry
 	if len(entries) > 0 {
-		root = append(root, gitobj.Entry{Name: InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
 	}
 	tree := trees.Tree(root)
 	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
 	ids := r.refIDs
 	for _, u := range r.result.Updates {
-		id := strings.TrimPrefix(u.Name.String(), InstallRefPrefix)
+		id := strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix)
 		moved[id] = u.New
 		if r.prev.Installs[id].IsZero() {
 			ids = append(slices.Clip(ids), id)
@@ -506,7 +474,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 		return fmt.Errorf("render: %w", err)
 	}
 	r.result.Rendered = commit
-	r.result.Updates = append(r.result.Updates, Update{Name: RenderedRef, Old: r.prev.Rendered, New: commit})
+	r.result.Updates = append(r.result.Updates, Update{Name: plumbing.ReferenceName(schemas.RenderedRef), Old: r.prev.Rendered, New: commit})
 	return nil
 }
 
@@ -535,19 +503,6 @@ func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
 	}
 	sum := sha256.Sum256(buf)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// Generation reads the generation trailer of a per-install commit.
-func Generation(c *object.Commit) (int64, error) {
-	v, ok := schemas.Trailer(c.Message, schemas.TrailerGeneration)
-	if !ok {
-		return 0, fmt.Errorf("commit has no %s trailer", schemas.TrailerGeneration)
-	}
-	g, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || g < 1 {
-		return 0, fmt.Errorf("bad %s trailer %q", schemas.TrailerGeneration, v)
-	}
-	return g, nil
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

@@ -185,25 +185,3 @@ const (
 	KindJob            = "Job"
 	KindStatus         = "InstallStatus"
 )
-
-// Trailers of the commits the renderer writes. A per-install commit carries
-// TrailerInstall, TrailerGeneration and TrailerSource; the rendered commit
-// carries TrailerSource, TrailerChanged and one TrailerInstall per changed
-// install (up to a limit).
-const (
-	TrailerInstall    = "Nuon-Install"
-	TrailerGeneration = "Nuon-Generation"
-	TrailerSource     = "Nuon-Source"
-	TrailerChanged    = "Nuon-Installs-Changed"
-)
-
-// Paths inside an install's rendered tree (installs/<id>/ in the rendered
-// commit, the whole tree of refs/heads/nuon/installs/<id>).
-const (
-	InstallStateFile = "install.json"
-	ComponentsDir    = "components"
-)
-
-// ComponentStateFile is the path of a component's file in an install's
-// rendered tree.
-func ComponentStateFile(name string) string { return ComponentsDir + "/" + name + ".json" }

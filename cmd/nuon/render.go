@@ -118,15 +118,15 @@ func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signe
 		return nil, err
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	if prev.Rendered, err = repo.Ref(renderer.RenderedRef); err != nil {
+	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := repo.Refs(renderer.InstallRefPrefix)
+	refs, err := repo.Refs(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
 	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
 		Signer: signer,
@@ -201,7 +201,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if res.Rendered.IsZero() {
 		fmt.Fprintln(w, "nothing changed; no ref moved")
 	} else {
-		fmt.Fprintf(w, "%s → %s\n", renderer.RenderedRef, res.Rendered)
+		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/go-git/go-git/v5/plumbing"
 	"nuon.dev/nuon/cmd/internal/cli"
 
 	"bytes"
@@ -158,18 +159,18 @@ func TestRenderIntoBareRepository(t *testing.T) {
 		t.Errorf("output does not say %q:\n%s", want, out.stdout)
 	}
 
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	if got := gittest.Git(t, rt.dir, "cat-file", "-t", rendered); got != "commit" {
 		t.Fatalf("%s is a %s", rendered, got)
 	}
-	if got := strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+renderer.InstallsDir)); !cmp.Equal(got, ids) {
+	if got := strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+schemas.InstallsDir)); !cmp.Equal(got, ids) {
 		t.Errorf("rendered installs %v, want %v", got, ids)
 	}
 	refs := []string{rendered}
 	for _, id := range ids {
-		ref := renderer.InstallRef(id).String()
+		ref := plumbing.ReferenceName(schemas.InstallRef(id)).String()
 		refs = append(refs, ref)
-		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, renderer.InstallsDir+"/"+id)
+		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, schemas.InstallsDir+"/"+id)
 		own := gittest.Git(t, rt.dir, "rev-parse", ref+"^{tree}")
 		if f := strings.Fields(folder); len(f) < 3 || f[1] != "tree" || f[2] != own {
 			t.Errorf("%s: rendered tree entry %q, own tree %s", id, folder, own)
@@ -328,12 +329,12 @@ func TestRenderOverHTTP(t *testing.T) {
 	rt.mustRun(t, nil)
 	remote := lsRemote(t, srv.URL("tenant.git"))
 	for _, id := range fixtureInstalls(t) {
-		if remote[renderer.InstallRef(id).String()] == "" {
-			t.Errorf("the server has no %s", renderer.InstallRef(id))
+		if remote[plumbing.ReferenceName(schemas.InstallRef(id)).String()] == "" {
+			t.Errorf("the server has no %s", plumbing.ReferenceName(schemas.InstallRef(id)))
 		}
 	}
-	if remote[renderer.RenderedRef.String()] == "" {
-		t.Errorf("the server has no %s", renderer.RenderedRef)
+	if remote[plumbing.ReferenceName(schemas.RenderedRef).String()] == "" {
+		t.Errorf("the server has no %s", plumbing.ReferenceName(schemas.RenderedRef))
 	}
 	trusted := allowedSigners(t, "nuon-render", "render")
 	for name := range remote {
@@ -367,7 +368,7 @@ func TestRenderPushRace(t *testing.T) {
 	dir := srv.InitBare(t, "tenant.git")
 	rt := newRenderTenant(t, dir, srv.URL("tenant.git"))
 	rt.mustRun(t, nil)
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	other := gittest.Git(t, dir, "commit-tree", rendered+"^{tree}", "-p", rendered, "-m", "another writer")
 	armed := filepath.Join(t.TempDir(), "armed")
 	hook := fmt.Sprintf(`#!/bin/sh
@@ -419,7 +420,7 @@ exec git update-ref %[2]s %[3]s
 	if got := gittest.Git(t, dir, "rev-parse", rendered+"^"); got != other {
 		t.Errorf("rendered parent %s, want the other writer's %s", got, other)
 	}
-	if got := gittest.Git(t, dir, "rev-parse", renderer.InstallRef("acme").String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
+	if got := gittest.Git(t, dir, "rev-parse", plumbing.ReferenceName(schemas.InstallRef("acme")).String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
 		t.Errorf("acme's ref does not hold its rendered tree")
 	}
 }
