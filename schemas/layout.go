@@ -3,6 +3,7 @@ package schemas
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // The tenant repository's refs (see DESIGN.md, "The repository").
@@ -39,6 +40,10 @@ const (
 	TrailerChanged    = "Nuon-Installs-Changed"
 	TrailerDesired    = "Nuon-Desired"
 	TrailerPhase      = "Nuon-Phase"
+	// TrailerExpires bounds how long a per-install commit is fresh: an
+	// RFC 3339 UTC time after which the agent reports its desired state
+	// Stale (a frozen or withheld ref) instead of trusting it as current.
+	TrailerExpires = "Nuon-Expires"
 )
 
 // Paths of the rendered tree: InstallsDir/<id>/ in the rendered commit
@@ -77,4 +82,18 @@ func Generation(msg string) (int64, error) {
 		return 0, fmt.Errorf("bad %s trailer %q: want a positive decimal number", TrailerGeneration, v)
 	}
 	return g, nil
+}
+
+// Expires reads the freshness bound of a commit message. ok is false when
+// the commit has none (freshness is off for its tenant).
+func Expires(msg string) (t time.Time, ok bool, err error) {
+	v, ok := Trailer(msg, TrailerExpires)
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	t, err = time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, true, fmt.Errorf("bad %s trailer %q: want an RFC 3339 time", TrailerExpires, v)
+	}
+	return t.UTC(), true, nil
 }
