@@ -76,10 +76,20 @@ type Agent struct {
 	log     *slog.Logger
 	secrets [][]byte
 
+	// recovered is set once the journal left by a previous process has
+	// been read (see recover).
 	recovered bool
-	// retryAt is when failed components are tried again without a new
-	// desired commit.
-	retryAt time.Time
+	// retry is when failed components are tried again without a new
+	// desired commit, and how many passes in a row they failed.
+	retry jobRetry
+}
+
+// jobRetry is the schedule failing jobs retry on: 4 intervals after the
+// first failing pass, doubling with each further one up to MaxBackoff, so a
+// component that keeps failing does not run every poll.
+type jobRetry struct {
+	at       time.Time
+	failures int
 }
 
 // New opens (or creates) the agent's workdir.
@@ -183,9 +193,30 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
+// Outcomes of a reconcile, as Report.Outcome.
+const (
+	// OutcomeIdle: the desired ref did not move and nothing was due.
+	OutcomeIdle = "idle"
+	// OutcomeApplied: the desired state was planned and its jobs ran (a
+	// failing job is retried on its own schedule, see Config.Interval).
+	OutcomeApplied = "applied"
+	// OutcomeRefused: the desired commit was refused and recorded; it is
+	// not tried again until the ref moves.
+	OutcomeRefused = "refused"
+	// OutcomeStale: the desired commit is past its signed expiry; the
+	// applied state keeps running and nothing is applied until a fresh
+	// commit arrives.
+	OutcomeStale = "stale"
+	// OutcomeFailed: a step could not finish (network, disk); Run backs
+	// off and tries again.
+	OutcomeFailed = "failed"
+)
+
 // Report is the outcome of one reconcile; `nuon agent --once -o json`
 // prints it.
 type Report struct {
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome"`
 	// Idle is true when the desired ref did not move and nothing was due.
 	Idle bool `json:"idle"`
 	// Status is the status after the reconcile.
@@ -196,31 +227,4 @@ type Report struct {
 	Pushed       bool          `json:"pushed"`
 	// Jobs run in this reconcile.
 	Jobs []*schemas.Job `json:"jobs"`
-}
-
-// Reconcile runs one pass of the loop: poll, fetch, verify, plan, run the
-// jobs, write and push the status. A refused desired commit is recorded in
-// the status and is not an error.
-func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
-	r := &reconcile{agent: a, log: a.log}
-	for _, step := range []func(context.Context) error{
-		r.poll,
-		r.loadStatus,
-		r.recover,
-		r.fetch,
-		r.verify,
-		r.apply,
-		r.writeStatus,
-	} {
-		if err := step(ctx); err != nil {
-			return r.report(), err
-		}
-		if r.done {
-			break
-		}
-	}
-	// Push even when nothing else was due: a status written while the
-	// remote was down is delivered once it is back.
-	err := r.push(ctx)
-	return r.report(), err
 }

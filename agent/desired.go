@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -51,6 +52,49 @@ type Desired struct {
 	Install schemas.InstallState
 	// Components by name; Install.Components gives their order.
 	Components map[string]*schemas.ComponentState
+	// Expires is the commit's signed freshness bound (schemas.Expires);
+	// zero when its tenant sets none.
+	Expires time.Time
+}
+
+// Expired reports whether d is past its expiry at now.
+func (d *Desired) Expired(now time.Time) bool {
+	return !d.Expires.IsZero() && !now.Before(d.Expires)
+}
+
+// ErrStale marks a desired commit that passed every check but is past its
+// signed expiry: the agent keeps running what it applied and applies
+// nothing expired. Unlike a refusal it is not final for the state: a fresh
+// commit ends it.
+var ErrStale = errors.New("stale: the desired state is past its expiry")
+
+// Checks is what Check needs besides the commit.
+type Checks struct {
+	// Install is the install the state must name.
+	Install string
+	// Trust holds the keys allowed to sign desired state.
+	Trust *signature.AllowedSigners
+	// Applied is the rollback baseline: the install's own verified
+	// status (VerifiedStatus.Applied), never an unverified number.
+	Applied Applied
+	// Now is the time freshness is judged at.
+	Now time.Time
+}
+
+// Check runs every check the agent makes on a desired commit before it
+// applies anything: Verify (signature, install, rollback against
+// c.Applied, well-formed state), then freshness. The agent's verify step
+// and `nuon verify` both call it. A failure is a *Refusal; an expired
+// commit returns its Desired with an error that is ErrStale.
+func Check(st storer.EncodedObjectStorer, commit plumbing.Hash, c Checks) (*Desired, error) {
+	d, err := Verify(st, commit, c.Install, c.Trust, c.Applied)
+	if err != nil {
+		return nil, err
+	}
+	if d.Expired(c.Now) {
+		return d, fmt.Errorf("%s: %w (expired %s)", short(commit), ErrStale, d.Expires.Format(time.RFC3339))
+	}
+	return d, nil
 }
 
 // Applied is what the agent applied last, for the rollback check.
@@ -82,6 +126,11 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 		return nil, refuse(commit, err, "missing or bad %s trailer %q", schemas.TrailerGeneration, gen)
 	}
 	d.Source, _ = schemas.Trailer(c.Message, schemas.TrailerSource)
+	if exp, ok, err := schemas.Expires(c.Message); err != nil {
+		return nil, refuse(commit, err, "%v", err)
+	} else if ok {
+		d.Expires = exp
+	}
 	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() {
 		return nil, refuse(commit, nil, "generation %d is not newer than the applied generation %d (%s): rollback or replay",
 			d.Generation, applied.Generation, short(applied.Commit))
