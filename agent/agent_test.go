@@ -96,6 +96,14 @@ func TestConvergeThenIdle(t *testing.T) {
 		t.Errorf("status.json does not match its schema: %v", err)
 	}
 
+	// The audit log says what each job did, in the past tense.
+	msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme")
+	for _, c := range []string{"a", "b", "c", "d"} {
+		if !strings.Contains(msg, "\ncreated "+c+" 1.0.0") {
+			t.Errorf("status commit message does not say %s was created:\n%s", c, msg)
+		}
+	}
+
 	// A poll with nothing new: one request, no job, no commit.
 	tn.srv.Reset()
 	rep = a.reconcile(t)
@@ -123,6 +131,9 @@ func TestPromotionUpdatesOnlyThatComponent(t *testing.T) {
 	tn.renderMain()
 
 	rep := acme.reconcile(t)
+	if msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme"); !strings.Contains(msg, "\nupdated d 1.1.0") {
+		t.Errorf("status commit message does not say d was updated:\n%s", msg)
+	}
 	got := runs(t, acme.records)[before:]
 	if diff := cmp.Diff([]string{"acme_d_1.1.0_update", "acme_d_1.1.0_done"}, got); diff != "" {
 		t.Fatalf("jobs after promotion (-want +got):\n%s", diff)
@@ -189,6 +200,9 @@ func TestDeleteComponent(t *testing.T) {
 	}
 	if _, ok := st.Components["d"]; ok || st.Phase != schemas.InstallReady {
 		t.Errorf("after delete: phase %s, components %v", st.Phase, st.Components)
+	}
+	if msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme"); !strings.Contains(msg, "\ndeleted d 1.0.0\n") {
+		t.Errorf("status commit message does not say d 1.0.0 was deleted:\n%s", msg)
 	}
 	if files := tn.git("ls-tree", "-r", "--name-only", "refs/heads/nuon/status/acme"); strings.Contains(files, "applied/d.json") {
 		t.Errorf("status still records d as applied")
