@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/internal/gitobj"
@@ -131,7 +132,7 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 	} else if ok {
 		d.Expires = exp
 	}
-	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() {
+	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() && !refreshes(st, c, d, applied) {
 		return nil, refuse(commit, nil, "generation %d is not newer than the applied generation %d (%s): rollback or replay",
 			d.Generation, applied.Generation, short(applied.Commit))
 	}
@@ -163,6 +164,23 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 		}
 	}
 	return d, nil
+}
+
+// refreshes reports whether c re-signs the applied commit's state with a
+// later expiry: the same generation, the same tree, a later Nuon-Expires.
+// A renderer that keeps an unchanged install fresh may do that rather than
+// spend a generation; a replay of an older re-sign has an earlier expiry
+// and stays refused.
+func refreshes(st storer.EncodedObjectStorer, c *object.Commit, d *Desired, applied Applied) bool {
+	if d.Expires.IsZero() || d.Generation != applied.Generation {
+		return false
+	}
+	prev, err := gitobj.ReadCommit(st, applied.Commit)
+	if err != nil || prev.TreeHash != c.TreeHash {
+		return false
+	}
+	prevExpires, ok, err := schemas.Expires(prev.Message)
+	return ok && err == nil && d.Expires.After(prevExpires)
 }
 
 func decodeStrict(data []byte, v any) error {

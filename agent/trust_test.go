@@ -234,15 +234,40 @@ func TestFrozenRefTurnsStale(t *testing.T) {
 		t.Errorf("fleet view: %+v, want state Stale with the expiry", rows)
 	}
 
+	// The renderer re-signs the same state and generation with a later
+	// expiry: accepted, no job, no longer stale. Replaying the older
+	// signature of that state afterwards is refused.
+	refreshed := tn.resign(t, tn.git("rev-parse", fresh+"^{tree}"), fresh, 2, base.Add(3*time.Hour))
+	before := len(runs(t, a.records))
+	rep = a.reconcile(t)
+	if st := rep.Status; st.Stale || st.Refusal != nil || st.Desired != refreshed || st.Applied != refreshed || st.Generation != 2 {
+		t.Fatalf("a re-signed commit: stale %v refusal %+v desired %s applied %s generation %d", st.Stale, st.Refusal, st.Desired, st.Applied, st.Generation)
+	}
+	tn.git("update-ref", acmeDesired, fresh)
+	if st := a.reconcile(t).Status; st.Refusal == nil || !strings.Contains(st.Refusal.Reason, "rollback or replay") {
+		t.Fatalf("a replay of the older signature: refusal %+v", st.Refusal)
+	}
+	tn.git("update-ref", acmeDesired, refreshed)
+	if st := a.reconcile(t).Status; st.Refusal != nil || st.Stale {
+		t.Fatalf("back to the re-signed commit: refusal %+v stale %v", st.Refusal, st.Stale)
+	}
+	if n := len(runs(t, a.records)) - before; n != 0 {
+		t.Errorf("%d plugin calls for a re-signed unchanged state", n)
+	}
+	clk.Set(base.Add(4 * time.Hour))
+	if st := a.reconcile(t).Status; !st.Stale {
+		t.Fatalf("the re-signed commit's expiry passed and the status is not stale")
+	}
+
 	// A new commit that is already expired is not applied.
 	tn.write("channels/stable.yaml", "components: {a: 1.0.0, b: 1.0.0, c: 1.0.0, d: 1.1.0}\n")
 	tn.commit("promote d")
 	tn.renderMain()
 	promoted := tn.git("rev-parse", acmeDesired+"^{tree}")
-	before := len(runs(t, a.records))
-	expired := tn.resign(t, promoted, fresh, 4, base.Add(90*time.Minute))
+	before = len(runs(t, a.records))
+	expired := tn.resign(t, promoted, refreshed, 4, base.Add(90*time.Minute))
 	rep = a.reconcile(t)
-	if rep.Outcome != agent.OutcomeStale || !rep.Status.Stale || rep.Status.Applied != fresh || rep.Status.Desired != expired {
+	if rep.Outcome != agent.OutcomeStale || !rep.Status.Stale || rep.Status.Applied != refreshed || rep.Status.Desired != expired {
 		t.Errorf("an expired commit: outcome %s stale %v applied %s desired %s", rep.Outcome, rep.Status.Stale, rep.Status.Applied, rep.Status.Desired)
 	}
 	if n := len(runs(t, a.records)) - before; n != 0 {
