@@ -338,3 +338,46 @@ func TestOldJobDirsArePruned(t *testing.T) {
 		}
 	}
 }
+
+// TestFailingJobRetrySchedule: a failing component is retried without a
+// new desired commit, but on its own schedule: after 4 intervals, then
+// after 8 while it keeps failing, never on every poll.
+func TestFailingJobRetrySchedule(t *testing.T) {
+	tn := newTenant(t)
+	tn.setInstall("acme", tn.keys["acme"], "true", "0s")
+	tn.commit("b fails on acme")
+	tn.renderMain()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{now: base}
+	a := tn.agent("acme", func(c *agent.Config) { c.Now = clk.Now }) // Interval 50ms
+	bRuns := func() int {
+		n := 0
+		for _, r := range runs(t, a.records) {
+			if strings.HasPrefix(r, "acme_b_") {
+				n++
+			}
+		}
+		return n
+	}
+	if st := a.reconcile(t).Status; st.Components["b"].Phase != schemas.PhaseFailed {
+		t.Fatalf("b: %+v", st.Components["b"])
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		runs int
+	}{
+		{150 * time.Millisecond, 1}, // 3 intervals: not yet
+		{250 * time.Millisecond, 2}, // past 4 intervals: retried, and fails again
+		{550 * time.Millisecond, 2}, // 6 intervals after that: not yet (8 now)
+		{700 * time.Millisecond, 3}, // past 8: retried
+	} {
+		clk.Set(base.Add(step.at))
+		rep := a.reconcile(t)
+		if got := bRuns(); got != step.runs {
+			t.Errorf("at +%v: b ran %d times, want %d", step.at, got, step.runs)
+		}
+		if idle := step.runs == 1 || step.at == 550*time.Millisecond; rep.Idle != idle {
+			t.Errorf("at +%v: idle %v, want %v", step.at, rep.Idle, idle)
+		}
+	}
+}
