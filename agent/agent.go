@@ -46,6 +46,8 @@ type Config struct {
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
+	// Failed components are retried 4 intervals after a pass in which
+	// they failed, doubling while they keep failing, up to MaxBackoff.
 	Interval time.Duration
 	// MaxBackoff caps the wait after failures; default 5m.
 	MaxBackoff time.Duration
@@ -151,9 +153,14 @@ func New(cfg Config) (*Agent, error) {
 	}, nil
 }
 
-// Run polls and reconciles until ctx ends. Failures back off
-// exponentially; the install keeps running its last applied state
-// meanwhile. Run returns nil when ctx is cancelled.
+// Run polls and reconciles until ctx ends, branching on each pass's
+// outcome: a pass that failed (the remote, the disk) backs off
+// exponentially with jitter, and the install keeps running its last
+// applied state meanwhile; any other outcome (idle, applied, refused,
+// stale) waits one jittered interval. A refused or stale commit is not
+// tried again until the ref moves, and failing jobs wait for their own
+// retry schedule (see Config.Interval). Run returns nil when ctx is
+// cancelled.
 func (a *Agent) Run(ctx context.Context) error {
 	failures := 0
 	for {
