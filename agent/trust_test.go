@@ -301,3 +301,36 @@ func readFleet(t *testing.T, tn *tenant) []fleet.Install {
 	}
 	return rows
 }
+
+// TestFrozenRefWithRenderer: the same with the renderer's own freshness
+// bound (nuon.yaml freshness.validFor): the ref is frozen while time
+// passes, the status turns Stale, and the renderer's next run (which
+// re-signs the unchanged state with a new expiry) clears it, with no job.
+func TestFrozenRefWithRenderer(t *testing.T) {
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{now: base}
+	tn := newTenant(t, func(tn *tenant) { tn.now = clk.Now })
+	tn.write("nuon.yaml", readFile(t, filepath.Join(tn.src, "nuon.yaml"))+"freshness: {validFor: 1h}\n")
+	tn.commit("state is fresh for an hour")
+	tn.renderMain()
+	a := tn.agent("acme", func(c *agent.Config) { c.Now = clk.Now })
+	st := a.reconcile(t).Status
+	if st.Phase != schemas.InstallReady || st.Stale || st.Expires == nil || !st.Expires.After(base) {
+		t.Fatalf("first pass: phase %s stale %v expires %v", st.Phase, st.Stale, st.Expires)
+	}
+	applied := st.Applied
+
+	clk.Set(base.Add(2 * time.Hour)) // nobody renders: the ref is frozen
+	if st := a.reconcile(t).Status; !st.Stale || st.Applied != applied {
+		t.Fatalf("two hours later: stale %v applied %s", st.Stale, st.Applied)
+	}
+	before := len(runs(t, a.records))
+	tn.renderMain() // the renderer is back: it re-signs acme's state
+	st = a.reconcile(t).Status
+	if st.Stale || st.Phase != schemas.InstallReady || st.Applied == applied || !st.Expires.After(clk.Now()) {
+		t.Errorf("after the re-sign: stale %v phase %s applied %s expires %v", st.Stale, st.Phase, st.Applied, st.Expires)
+	}
+	if n := len(runs(t, a.records)) - before; n != 0 {
+		t.Errorf("%d plugin calls for a re-signed unchanged state", n)
+	}
+}
