@@ -35,7 +35,9 @@ func (s stopAfter) Run(ctx context.Context, job *schemas.Job, dir string) (*sche
 // noFetch is a remote whose fetches fail.
 type noFetch struct{ agent.Remote }
 
-func (noFetch) Fetch(context.Context, storage, hash) error { return errors.New("fetch: connection reset") }
+func (noFetch) Fetch(context.Context, storage, hash) error {
+	return errors.New("fetch: connection reset")
+}
 
 // TestFailedFetchKeepsRecoveredOutcome: a step that fails does not throw
 // away what earlier steps of the pass learned. A restarted agent recovers
