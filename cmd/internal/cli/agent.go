@@ -169,7 +169,14 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return enc.Encode(rep)
 	}
 	st := rep.Status
-	fmt.Fprintf(g.Stdout, "%s: %s, generation %d, desired %s, %d job(s)\n", o.install, st.Phase, st.Generation, shortID(st.Desired), len(rep.Jobs))
+	state := st.Phase
+	if st.Stale {
+		state += ", stale since " + st.Expires.Format(time.RFC3339)
+	}
+	fmt.Fprintf(g.Stdout, "%s: %s, generation %d, desired %s, %d job(s), %s\n", o.install, state, st.Generation, shortID(st.Desired), len(rep.Jobs), rep.Outcome)
+	if st.Forged != nil {
+		fmt.Fprintf(g.Stdout, "%s: replaced forged status commit %s: %s\n", o.install, shortID(st.Forged.Commit), st.Forged.Reason)
+	}
 	return nil
 }
 
