@@ -37,8 +37,12 @@ func TestRequestSignature(t *testing.T) {
 		err     error
 	}{
 		{"good", func() *http.Request { return sign("acme", acme, t0, "GET", "/git/info/refs?service=git-upload-pack") }, "acme", nil},
-		{"skew within bounds", func() *http.Request { return sign("acme", acme, t0.Add(-50*time.Second), "POST", "/git/git-upload-pack") }, "acme", nil},
-		{"expired", func() *http.Request { return sign("acme", acme, t0.Add(-2*time.Minute), "POST", "/git/git-upload-pack") }, "", signature.ErrRequestExpired},
+		{"skew within bounds", func() *http.Request {
+			return sign("acme", acme, t0.Add(-50*time.Second), "POST", "/git/git-upload-pack")
+		}, "acme", nil},
+		{"expired", func() *http.Request {
+			return sign("acme", acme, t0.Add(-2*time.Minute), "POST", "/git/git-upload-pack")
+		}, "", signature.ErrRequestExpired},
 		{"from the future", func() *http.Request { return sign("acme", acme, t0.Add(2*time.Minute), "POST", "/git/git-upload-pack") }, "", signature.ErrRequestExpired},
 		{"missing", func() *http.Request { return httptest.NewRequest("GET", "/x", nil) }, "", signature.ErrNoRequestAuth},
 		{"basic auth", func() *http.Request {
