@@ -41,7 +41,10 @@ func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
 // refs that moved upstream.
 func (s *Server) Run(ctx context.Context) error {
 	if s.mirror != nil {
-		go s.mirror.run(ctx, s.cfg.MirrorDelay)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); s.mirror.run(ctx, s.cfg.MirrorDelay) }()
+		defer wg.Wait()
 	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
