@@ -115,7 +115,10 @@ func TestServerDownIsHarmless(t *testing.T) {
 	serverArgs := []string{"server", "--repo", repo, "--render-key", filepath.Join(keys, "render"), "--listen", addr, "--poll-interval", "200ms"}
 	srv, srvLog := startProcess(t, env, nuonBin, serverArgs...)
 	status := schemas.StatusRef("acme")
-	ref := func(name string) string { out, _ := gittest.Run(repo, nil, "rev-parse", "--verify", "--quiet", name); return out }
+	ref := func(name string) string {
+		out, _ := gittest.Run(repo, nil, "rev-parse", "--verify", "--quiet", name)
+		return out
+	}
 	waitFor(t, "the first render", 30*time.Second, srvLog.String, func() bool { return ref(schemas.InstallRef("acme")) != "" })
 
 	_, agentLog := startProcess(t, env, agentBin, "agent", "--server-auth",
