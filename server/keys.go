@@ -24,7 +24,7 @@ import (
 type keyTable struct {
 	dir string
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	main    plumbing.Hash
 	repo    *gitrepo.Repo
 	entries map[string]plumbing.Hash // install id → blob of its yaml
@@ -46,6 +46,12 @@ func (k *keyTable) reset(main plumbing.Hash) {
 // lookup returns an install's key, or false when main has no usable key
 // for it.
 func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
+	k.mu.RLock()
+	key, ok := k.keys[install]
+	k.mu.RUnlock()
+	if ok {
+		return key, key != nil
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if key, ok := k.keys[install]; ok {
@@ -54,7 +60,11 @@ func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
 	if err := k.load(); err != nil {
 		return nil, false
 	}
-	key := k.read(install)
+	if _, ok := k.entries[install]; !ok {
+		// Not cached: ids nobody has must not grow the table.
+		return nil, false
+	}
+	key = k.read(install)
 	k.keys[install] = key
 	return key, key != nil
 }
