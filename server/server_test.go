@@ -3,6 +3,9 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/internal/gittest"
@@ -452,5 +456,66 @@ func TestRenderOnChange(t *testing.T) {
 			t.Fatalf("upstream %s = %q, server %q", acmeRef, got, e.serverRef(acmeRef))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestInstallAddedOnMain adds an install on main upstream; after the
+// webhook its agent authenticates and reads its new ref, without a restart.
+func TestInstallAddedOnMain(t *testing.T) {
+	e := newEnv(t)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "umbrella")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := signature.ParseSigner(pem.EncodeToMemory(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := e.proxy("umbrella", key)
+	if out, err := git(t.TempDir(), "ls-remote", url); err == nil {
+		t.Fatalf("an install main does not know was served:\n%s", out)
+	}
+
+	work := filepath.Join(t.TempDir(), "work")
+	e.mustGit("", "clone", "--quiet", "--branch", "main", e.upstream, work)
+	b, err := os.ReadFile(filepath.Join(work, "installs", "acme.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "agentKey:") {
+			l = "agentKey: " + key.AuthorizedKey()
+		}
+		lines = append(lines, l)
+	}
+	if err := os.WriteFile(filepath.Join(work, "installs", "umbrella.yaml"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(work, "add", ".")
+	e.mustGit(work, "commit", "--quiet", "-m", "add umbrella")
+	e.mustGit(work, "push", "--quiet", "origin", "main")
+	resp, err := http.Post(e.http.URL+"/hooks/main", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := git(t.TempDir(), "ls-remote", url)
+		if err == nil && strings.Contains(out, schemas.InstallRef("umbrella")) {
+			if strings.Contains(out, "acme") {
+				t.Fatalf("umbrella sees acme:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("umbrella not served after the webhook: %v\n%s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
