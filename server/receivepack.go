@@ -145,11 +145,21 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportRefusal(w, caps, cmds, "install has no agent key")
 		return
 	}
+	// Every ref but the install's own is hidden from receive-pack, and the
+	// repository's refs, which the quarantined push sees as an alternate's,
+	// are limited to the install's own: git's connectivity check then reads
+	// two refs instead of every ref of the fleet (it ran a for-each-ref of
+	// all of them: 189 ms of git CPU per push at 100,000 installs), and git
+	// itself refuses updates to hidden refs.
 	cmd := exec.CommandContext(r.Context(), "git",
 		"-c", "core.hooksPath="+s.hooks,
 		"-c", "receive.denyDeletes=true",
 		"-c", "receive.denyNonFastForwards=true",
 		"-c", "receive.advertisePushOptions=false",
+		"-c", "receive.hideRefs=refs/",
+		"-c", "receive.hideRefs=!"+schemas.InstallRef(install),
+		"-c", "receive.hideRefs=!"+own,
+		"-c", "core.alternateRefsPrefixes="+schemas.InstallRef(install)+" "+own,
 		"receive-pack", "--stateless-rpc", s.cfg.Dir)
 	cmd.Env = append(os.Environ(),
 		envInstall+"="+install,
