@@ -52,6 +52,10 @@ func (s *Server) Run(ctx context.Context) error {
 		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("follow main", "error", err)
 		}
+		// Pushes do not start git gc themselves (receive.autogc=false).
+		if err := git(ctx, s.cfg.Dir, "gc", "--auto", "--quiet"); err != nil && ctx.Err() == nil {
+			s.log.Warn("git gc", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -145,6 +145,11 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportRefusal(w, caps, cmds, "install has no agent key")
 		return
 	}
+	release, err := s.gitSlot(r.Context())
+	if err != nil {
+		return
+	}
+	defer release()
 	// Every ref but the install's own is hidden from receive-pack, and the
 	// repository's refs, which the quarantined push sees as an alternate's,
 	// are limited to the install's own: git's connectivity check then reads
@@ -156,6 +161,9 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		"-c", "receive.denyDeletes=true",
 		"-c", "receive.denyNonFastForwards=true",
 		"-c", "receive.advertisePushOptions=false",
+		// Housekeeping runs once per poll interval (Run), not after
+		// every push.
+		"-c", "receive.autogc=false",
 		"-c", "receive.hideRefs=refs/",
 		"-c", "receive.hideRefs=!"+schemas.InstallRef(install),
 		"-c", "receive.hideRefs=!"+own,

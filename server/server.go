@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,10 @@ type Config struct {
 	// MaxSkew bounds a request signature's clock skew; default
 	// signature.DefaultMaxSkew.
 	MaxSkew time.Duration
+	// MaxGit bounds the git processes (upload-pack, receive-pack) running
+	// at once; more requests wait their turn, so a fleet pushing at once
+	// queues instead of thrashing the machine. Default 2 × GOMAXPROCS.
+	MaxGit int
 	// HookCommand runs the pre-receive check (RunPreReceive) inside git
 	// receive-pack; default this executable with "server pre-receive".
 	HookCommand []string
@@ -69,6 +74,9 @@ func (c *Config) defaults() error {
 		}
 		c.HookCommand = []string{exe, "server", "pre-receive"}
 	}
+	if c.MaxGit <= 0 {
+		c.MaxGit = 2 * runtime.GOMAXPROCS(0)
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -89,6 +97,8 @@ type Server struct {
 	verifier *signature.RequestVerifier
 	hooks    string // core.hooksPath for receive-pack
 	mux      *http.ServeMux
+
+	gitSlots chan struct{} // one per git process allowed at once
 
 	pushMu sync.Map // install → *sync.Mutex: one push per install at a time
 
@@ -121,6 +131,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		refs: refs,
 		keys: newKeyTable(dir),
 		wake: make(chan struct{}, 1),
+
+		gitSlots: make(chan struct{}, cfg.MaxGit),
 	}
 	s.verifier = &signature.RequestVerifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
@@ -192,6 +204,17 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		s.uploadPack(w, r, install)
 	case "git-receive-pack":
 		s.receivePack(w, r, install)
+	}
+}
+
+// gitSlot waits for a turn to run a git process; release ends it. It
+// fails when the request is cancelled first.
+func (s *Server) gitSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case s.gitSlots <- struct{}{}:
+		return func() { <-s.gitSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

@@ -171,6 +171,11 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, ra
 			}
 		}
 	}
+	release, err := s.gitSlot(r.Context())
+	if err != nil {
+		return
+	}
+	defer release()
 	cmd := exec.CommandContext(r.Context(), "git", "upload-pack", "--stateless-rpc", s.cfg.Dir)
 	cmd.Env = append(os.Environ(), "GIT_PROTOCOL=version=2")
 	cmd.Stdin = bytes.NewReader(raw)
