@@ -3,11 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -72,7 +74,8 @@ func (s *Server) Sync(ctx context.Context) error {
 	s.renderMu.Lock()
 	defer s.renderMu.Unlock()
 	if s.cfg.Upstream != "" {
-		if err := git(ctx, s.cfg.Dir, "fetch", "--quiet", "--no-tags", s.cfg.Upstream, "+"+schemas.MainRef+":"+schemas.MainRef); err != nil {
+		u, env := upstreamURL(s.cfg.Upstream)
+		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef); err != nil {
 			return fmt.Errorf("fetch main from upstream: %w", err)
 		}
 	}
@@ -122,10 +125,32 @@ func (s *Server) Sync(ctx context.Context) error {
 	}
 }
 
+// upstreamURL splits credentials off an upstream URL: git gets the URL
+// without them and the credentials as an HTTP header through its
+// environment (GIT_CONFIG_*), never on its command line.
+func upstreamURL(raw string) (string, []string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return raw, nil
+	}
+	pass, _ := u.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+	u.User = nil
+	return u.String(), []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + auth}
+}
+
 // git runs a git command in dir.
 func git(ctx context.Context, dir string, args ...string) error {
+	return gitEnv(ctx, dir, nil, args...)
+}
+
+// gitEnv runs a git command in dir with more environment.
+func gitEnv(ctx context.Context, dir string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -205,7 +230,8 @@ func (m *mirror) push(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(refs)
-	args := []string{"push", "--quiet", "--atomic", m.upstream}
+	u, env := upstreamURL(m.upstream)
+	args := []string{"push", "--quiet", "--atomic", u}
 	if len(refs) > maxMirrorArgs {
 		args = append(args, "refs/heads/nuon/*:refs/heads/nuon/*")
 	} else {
@@ -213,7 +239,7 @@ func (m *mirror) push(ctx context.Context) error {
 			args = append(args, r+":"+r)
 		}
 	}
-	if err := git(ctx, m.dir, args...); err != nil {
+	if err := gitEnv(ctx, m.dir, env, args...); err != nil {
 		m.add(refs...)
 		return err
 	}
