@@ -73,11 +73,24 @@ func readCommands(br *bufio.Reader) (cmds []pushCommand, caps []string, raw []by
 			s, caps = c, strings.Fields(rest)
 		}
 		f := strings.Fields(s)
-		if len(f) != 3 || len(f[0]) != 40 || len(f[1]) != 40 {
+		if len(f) != 3 || !isHash(f[0]) || !isHash(f[1]) {
 			return nil, nil, nil, fmt.Errorf("bad command %q", truncate(s))
 		}
 		cmds = append(cmds, pushCommand{old: plumbing.NewHash(f[0]), new: plumbing.NewHash(f[1]), ref: f[2]})
 	}
+}
+
+// isHash reports whether s is a SHA-1 object id in lower-case hex.
+func isHash(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(s string) string {
