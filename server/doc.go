@@ -36,6 +36,30 @@
 // receive-pack (--stateless-rpc). Nothing else may move install or status
 // refs in the repository while the server runs.
 //
+// # Measured
+//
+// On the project's 2-core machine while other builds ran (load average
+// about 20, so wall-clock rates are far below what the cores give; CPU
+// time per operation is the steadier figure), `make bench-server`:
+//
+//	                          1,000 installs      100,000 installs
+//	poll (ls-refs), wire      704 B in, 312 B out 704 B in, 312 B out
+//	poll CPU (client+server)  247 µs              219 µs
+//	polls/s, 16 pollers       1,325               1,162
+//	fetch of own state        1,004 B, 4.8 ms CPU 1,028 B, 4.5 ms CPU
+//	status push, wire         1,698 B in, 663 out 1,697 B in, 663 out
+//	status push, git+hook CPU 29 ms               43 ms
+//
+// 220 µs of CPU per poll is about 9,000 polls/s on two idle cores, client
+// included. A status push costs a chain of processes (receive-pack,
+// unpack-objects, rev-list, the hook and its cat-file): about 30 ms of CPU,
+// so one writer on two cores accepts on the order of 60 pushes/s, short of
+// 300/s. Without hideRefs and core.alternateRefsPrefixes git read every
+// ref of the fleet on each push (189 ms at 100,000 installs). The hook is
+// `nuon server pre-receive`, whose Go package initialisation alone takes
+// 60–110 ms (jsonschema, go-openapi): a small dedicated hook binary, or a
+// check served in-process over a socket, is the next step.
+//
 // # Following main
 //
 // Run checks main every PollInterval and when /hooks/main is posted: with an
