@@ -43,6 +43,9 @@ func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
 // refs that moved upstream.
 func (s *Server) Run(ctx context.Context) error {
 	if s.mirror != nil {
+		// What was accepted before a restart but not yet mirrored goes
+		// up with the first push: the whole namespace, once.
+		s.mirror.all()
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); s.mirror.run(ctx, s.cfg.MirrorDelay) }()
@@ -164,9 +167,10 @@ type mirror struct {
 	dir, upstream string
 	log           *slog.Logger
 
-	mu    sync.Mutex
-	dirty map[string]bool
-	kickc chan struct{}
+	mu       sync.Mutex
+	dirty    map[string]bool
+	everyRef bool // push all of refs/heads/nuon/ next time
+	kickc    chan struct{}
 }
 
 // maxMirrorArgs is how many refs one push names; more are pushed as the
@@ -187,6 +191,14 @@ func (m *mirror) add(refs ...string) {
 	case m.kickc <- struct{}{}:
 	default:
 	}
+}
+
+// all marks every ref of refs/heads/nuon/ for the next push.
+func (m *mirror) all() {
+	m.mu.Lock()
+	m.everyRef = true
+	m.mu.Unlock()
+	m.kick()
 }
 
 func (m *mirror) kick() {
@@ -225,14 +237,22 @@ func (m *mirror) push(ctx context.Context) error {
 		refs = append(refs, r)
 	}
 	m.dirty = map[string]bool{}
+	every := m.everyRef
+	m.everyRef = false
 	m.mu.Unlock()
-	if len(refs) == 0 {
+	if len(refs) == 0 && !every {
 		return nil
 	}
 	slices.Sort(refs)
 	u, env := upstreamURL(m.upstream)
-	args := []string{"push", "--quiet", "--atomic", u}
-	if len(refs) > maxMirrorArgs {
+	// The whole namespace is pushed without --atomic: a ref the git host
+	// refuses (it moved there) must not hold back the others.
+	args := []string{"push", "--quiet"}
+	if !every {
+		args = append(args, "--atomic")
+	}
+	args = append(args, u)
+	if every || len(refs) > maxMirrorArgs {
 		args = append(args, "refs/heads/nuon/*:refs/heads/nuon/*")
 	} else {
 		for _, r := range refs {
@@ -240,6 +260,8 @@ func (m *mirror) push(ctx context.Context) error {
 		}
 	}
 	if err := gitEnv(ctx, m.dir, env, args...); err != nil {
+		// The named refs are tried again; the whole namespace is not (a
+		// diverged ref upstream would fail it every time).
 		m.add(refs...)
 		return err
 	}

@@ -519,3 +519,47 @@ func TestInstallAddedOnMain(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMirrorAfterRestart: a status accepted but not yet mirrored when the
+// server stopped reaches upstream when a new server starts.
+func TestMirrorAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	local := localRepo(t)
+	status := schemas.StatusRef("acme")
+	c := e.statusCommit(local, "acme", "", e.keyFiles["acme"], "offline")
+	// Let the running server's first mirror push finish.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		got, _ := gittest.Run(e.upstream, nil, "rev-parse", "--verify", "--quiet", schemas.RenderedRef)
+		if got != "" && got == e.serverRef(schemas.RenderedRef) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first mirror did not happen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// As if accepted just before a crash: in the repository, not upstream.
+	e.mustGit(local, "push", "--quiet", e.dir, c+":"+status)
+	if got, _ := gittest.Run(e.upstream, nil, "rev-parse", "--verify", "--quiet", status); got != "" {
+		t.Fatalf("upstream already has %s", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{Dir: e.dir, Upstream: e.upstream, PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, HookCommand: hookCommand(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; srv.Close() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, _ := gittest.Run(e.upstream, nil, "rev-parse", "--verify", "--quiet", status)
+		if got == c {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream %s = %q, want %q", status, got, c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
