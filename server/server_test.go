@@ -402,6 +402,39 @@ func TestAgentRemote(t *testing.T) {
 	if err := r.Fetch(ctx, memory.NewStorage(), plumbing.NewHash(e.serverRef(schemas.InstallRef("globex")))); err == nil {
 		t.Fatal("fetched globex's state as acme")
 	}
+
+	// Pushes with the agent's go-git client: accepted, then a refusal it
+	// understands (a second agent that missed the first push is stale).
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.serverRef(schemas.StatusRef("acme")); got != a.head.String() {
+		t.Fatalf("status ref %q, want %s", got, a.head)
+	}
+	stale := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	stale.n = 100 // another status than a's
+	err = stale.push(ctx)
+	if err == nil {
+		t.Fatal("a push from a stale parent was accepted")
+	}
+	t.Logf("refused: %v", err)
+	if got := e.serverRef(schemas.StatusRef("acme")); got != a.head.String() {
+		t.Fatalf("status ref moved to %q", got)
+	}
+	// acme pushing globex's status ref: refused by the server, and go-git
+	// reads the refusal.
+	other := plumbing.ReferenceName(schemas.StatusRef("globex"))
+	if err := a.st.SetReference(plumbing.NewHashReference(other, a.head)); err != nil {
+		t.Fatal(err)
+	}
+	err = a.remote.Push(ctx, a.st, other, plumbing.ZeroHash, a.head)
+	if err == nil || !strings.Contains(err.Error(), "only its own status ref") {
+		t.Fatalf("push to globex's ref: %v", err)
+	}
+	if got := e.serverRef(other.String()); got != "" {
+		t.Fatalf("globex's status ref is %s", got)
+	}
 }
 
 // TestRenderOnChange changes main upstream, posts the webhook and waits for
