@@ -44,12 +44,20 @@ const (
 	// RFC 3339 UTC time after which the agent reports its desired state
 	// Stale (a frozen or withheld ref) instead of trusting it as current.
 	TrailerExpires = "Nuon-Expires"
+	// TrailerReplaces names, on a per-install commit, the commit it
+	// replaced on the install's ref because the renderer had not signed it.
+	TrailerReplaces = "Nuon-Replaces"
 )
 
 // Paths of the rendered tree: InstallsDir/<id>/ in the rendered commit
 // (the same folder name as the source's installs/ on main), and the whole
 // tree of an install's desired ref. The source's paths are in source.go.
+// IssuedDir/<id> in the rendered commit records the last per-install
+// commit the renderer signed for that install and its generation, as
+// "GENERATION COMMIT\n": the renderer's own, signed memory of what it
+// issued, never read from an install ref.
 const (
+	IssuedDir        = "issued"
 	InstallStateFile = "install.json"
 	ComponentsDir    = "components"
 )
