@@ -111,6 +111,12 @@ func (s *Server) Sync(ctx context.Context) error {
 			return fmt.Errorf("render %s: %w", main, err)
 		}
 		s.rendered = main
+		for _, w := range res.Warnings {
+			s.log.Warn("render: "+w, "commit", main.String())
+		}
+		for _, in := range res.Failed() {
+			s.log.Error("install not rendered, keeping its previous state", "install", in.ID, "commit", main.String(), "error", in.Error)
+		}
 		var moved []string
 		for _, u := range res.Updates {
 			name := u.Name.String()
