@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
@@ -142,43 +143,7 @@ func reportFailed(g *cli.Globals, res *renderer.Result) error {
 }
 
 func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o *renderOptions) (*renderer.Result, error) {
-	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
-		return nil, err
-	}
-	source, err := repo.Resolve(o.source)
-	if err != nil {
-		return nil, err
-	}
-	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
-		return nil, err
-	}
-	refs, err := repo.Refs(schemas.InstallRefPrefix)
-	if err != nil {
-		return nil, err
-	}
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
-	}
-	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
-		Signer: signer,
-		Now:    o.now,
-		Diff:   o.dryRun,
-	})
-	if err != nil || o.dryRun {
-		return res, err
-	}
-	if err := res.Objects.Flush(repo.Storer()); err != nil {
-		return nil, fmt.Errorf("write objects: %w", err)
-	}
-	updates := make([]gitrepo.Update, len(res.Updates))
-	for i, u := range res.Updates {
-		updates[i] = gitrepo.Update{Name: u.Name, Old: u.Old, New: u.New}
-	}
-	if err := repo.Apply(ctx, updates); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return publish.Render(ctx, repo, signer, publish.Options{Source: o.source, DryRun: o.dryRun, Now: o.now})
 }
 
 func reportProblems(g *cli.Globals, o *renderOptions, ps schemas.Problems) error {
