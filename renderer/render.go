@@ -58,6 +58,9 @@ type Options struct {
 	// MaxListed bounds the installs named in the rendered commit's
 	// message; default 100.
 	MaxListed int
+	// MaxFileSize bounds each source file, in bytes; default
+	// schemas.DefaultMaxFileSize.
+	MaxFileSize int64
 }
 
 func (o *Options) defaults() error {
@@ -252,20 +255,20 @@ func (r *renderRun) readPrevious(context.Context) error {
 }
 
 func (r *renderRun) loadSource(context.Context) error {
-	ids, changed, installs, ok := r.sourceDelta()
+	ids, changed, ok := r.sourceDelta()
 	if !ok {
-		src, err := LoadSource(r.st, r.source)
+		src, err := LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 		if err != nil {
 			return err
 		}
 		r.src, r.ids = src, src.InstallIDs()
 		return nil
 	}
-	fsys, err := sourceFS(r.st, r.source, changed, installs)
+	fsys, err := sourceFS(r.st, r.source, changed)
 	if err != nil {
 		return err
 	}
-	if r.src, err = schemas.Load(fsys); err != nil {
+	if r.src, err = schemas.Load(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize)); err != nil {
 		return err
 	}
 	slices.Sort(ids)

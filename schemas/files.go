@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -239,12 +240,12 @@ func invisible(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }
 func readFile(fsys fs.FS, file string, max int64) ([]byte, string) {
 	f, err := fsys.Open(file)
 	if err != nil {
-		return nil, "cannot read: " + err.Error()
+		return nil, "cannot read: " + errText(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, "cannot read: " + err.Error()
+		return nil, "cannot read: " + errText(err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, describeMode(fi.Mode()) + "; a source file must be a regular file"
@@ -256,12 +257,22 @@ func readFile(fsys fs.FS, file string, max int64) ([]byte, string) {
 	// the cap.
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, "cannot read: " + err.Error()
+		return nil, "cannot read: " + errText(err)
 	}
 	if int64(len(data)) > max {
 		return nil, tooLarge(int64(len(data)), max)
 	}
 	return data, ""
+}
+
+// errText is err's message without the operation and path of an
+// fs.PathError: the problem names the file already.
+func errText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 func tooLarge(size, max int64) string {

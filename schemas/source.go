@@ -92,9 +92,10 @@ func (s *Source) listDir(fsys fs.FS, dir string) (map[string]bool, Problems) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		if dir == "." {
-			return nil, Problems{{File: AppFile, Message: "cannot list the files of main: " + err.Error()}}
+			s.broken[AppFile] = true
+			return nil, Problems{{File: AppFile, Message: "cannot list the files of main: " + errText(err)}}
 		}
-		return nil, Problems{{File: dir, Message: "cannot list: " + err.Error()}}
+		return nil, Problems{{File: dir, Message: "cannot list: " + errText(err)}}
 	}
 	count := map[string]int{}
 	for _, e := range entries {
