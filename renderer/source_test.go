@@ -175,7 +175,9 @@ const craftedMsg = "a git tree made by git has none"
 // panic, a silently skipped file or a path cleaned into another one.
 func TestLoadSourceCraftedTrees(t *testing.T) {
 	missing := plumbing.NewHash("00000000000000000000000000000000000000ff")
-	blobOf := func(tb testing.TB, st storer.EncodedObjectStorer, s string) plumbing.Hash { return putBlob(tb, st, []byte(s)) }
+	blobOf := func(tb testing.TB, st storer.EncodedObjectStorer, s string) plumbing.Hash {
+		return putBlob(tb, st, []byte(s))
+	}
 	install := "channel: stable\n"
 	tests := []struct {
 		name string
