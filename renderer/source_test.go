@@ -2,6 +2,7 @@ package renderer_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -20,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/internal/gitobj"
@@ -520,5 +523,119 @@ func TestSourceFS(t *testing.T) {
 		if err != nil || fi.Size() != int64(len(data)) {
 			t.Errorf("%s: stat %v, %v; want size %d", name, fi, err, len(data))
 		}
+	}
+}
+
+// checkProblems fails unless err is nil or Problems that each name a
+// printable file and say something.
+func checkProblems(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	var ps schemas.Problems
+	if !errors.As(err, &ps) || len(ps) == 0 {
+		t.Fatalf("load: %v, want problems", err)
+	}
+	for _, p := range ps {
+		if p.File == "" || p.Message == "" || p.Line < 0 || p.Column < 0 {
+			t.Errorf("problem without a file or a message: %#v", p)
+		}
+		if strings.ContainsFunc(p.File, func(r rune) bool { return r < ' ' || r == 0x7f || r == utf8.RuneError }) {
+			t.Errorf("problem names a file with a control character: %q", p.File)
+		}
+	}
+}
+
+// FuzzSourceTreeEntry adds one entry of any name, mode and content (and,
+// with big set, over the size cap) to the fixture tenant's installs/.
+// Loading never panics and either accepts a source file named as Classify
+// says or names the entry in a problem.
+func FuzzSourceTreeEntry(f *testing.F) {
+	for _, name := range []string{"hooli.yaml", "hooli.YAML", "a.yml", "..", ".", "", "../x.yaml", "a\x00b", "a\x1b[2J", "README.md", ".gitkeep", "acme.yaml", "\xff"} {
+		for _, mode := range []filemode.FileMode{filemode.Regular, filemode.Dir, filemode.Symlink, filemode.Submodule, filemode.Executable, 0o100600} {
+			f.Add(name, uint32(mode), []byte("channel: stable\n"), false)
+		}
+	}
+	f.Add("hooli.yaml", uint32(filemode.Regular), []byte("channel: stable\n"), true)
+	f.Fuzz(func(t *testing.T, name string, mode uint32, content []byte, big bool) {
+		st := memory.NewStorage()
+		c := newCraftedTenant(t, st)
+		if big {
+			content = append(content, make([]byte, schemas.DefaultMaxFileSize)...)
+		}
+		h := putBlob(t, st, content)
+		if filemode.FileMode(mode) == filemode.Dir {
+			h = putTree(t, st, []object.TreeEntry{{Name: "x.yaml", Mode: filemode.Regular, Hash: h}})
+		}
+		c["installs"] = append(c["installs"], object.TreeEntry{Name: name, Mode: filemode.FileMode(mode), Hash: h})
+		_, err := renderer.LoadSource(st, c.commit(t, st, nil))
+		checkProblems(t, err)
+		kind, _ := schemas.Classify(schemas.InstallsDir, name, fs.FileMode(0))
+		if err == nil && kind == schemas.BadEntry {
+			t.Fatalf("entry %q (mode %o) loaded without a problem", name, mode)
+		}
+		if err == nil && big && kind == schemas.SourceFile {
+			t.Fatalf("entry %q (mode %o) of %d bytes loaded", name, mode, len(content))
+		}
+	})
+}
+
+// FuzzSourceTreeRaw replaces the tree object of installs/ with any bytes:
+// loading never panics and fails only with problems.
+func FuzzSourceTreeRaw(f *testing.F) {
+	st := memory.NewStorage()
+	c := newCraftedTenant(f, st)
+	var b bytes.Buffer
+	for _, e := range c["installs"] {
+		fmt.Fprintf(&b, "%o %s\x00", uint32(e.Mode), e.Name)
+		b.Write(e.Hash[:])
+	}
+	f.Add(b.Bytes())
+	f.Add(append(slices.Clone(b.Bytes()), b.Bytes()...))
+	f.Add([]byte("100644 a\x00b.yaml\x00" + strings.Repeat("x", 20)))
+	f.Add([]byte("40000 ..\x00" + strings.Repeat("x", 20)))
+	f.Add([]byte("10z644 acme.yaml\x00" + strings.Repeat("x", 20)))
+	f.Add([]byte("100644 acme.yaml\x00short"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, err := renderer.LoadSource(st, c.commit(t, st, map[string][]byte{"installs": raw}))
+		checkProblems(t, err)
+	})
+}
+
+// TestIncrementalRenderReportsEntries adds entries to installs/ that are
+// not sources after a render: the next render, which would read only the
+// changed installs, reports each, as a full one does.
+func TestIncrementalRenderReportsEntries(t *testing.T) {
+	tests := []struct {
+		name, file string
+		want       string
+	}{
+		{"upper-case extension", "installs/hooli.YAML", "installs/hooli.YAML: only lower-case .yaml files are read; rename it to hooli.yaml"},
+		{"yml", "installs/hooli.yml", "installs/hooli.yml: only .yaml files are read; rename it to hooli.yaml"},
+		{"not a source", "installs/hooli.txt", "installs/hooli.txt: is not a source file: installs/ holds only <name>.yaml files, README.md and .gitkeep"},
+		{"a folder", "installs/eu/hooli.yaml", "installs/eu: is a folder; installs/ holds only <name>.yaml files, README.md and .gitkeep"},
+		{"too large", "installs/hooli.yaml", "installs/hooli.yaml: is 1.0 MiB (1048594 bytes), more than the 1 MiB a source file may be"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := newTenant(t)
+			tn.render(options(t))
+			content := "channel: stable\n"
+			if tc.name == "too large" {
+				content += "#" + strings.Repeat("x", schemas.DefaultMaxFileSize) + "\n"
+			}
+			tn.write(tc.file, content)
+			tn.commit("add " + tc.file)
+			before := refs(t, tn.dir)
+			_, err := renderRepo(context.Background(), tn.open(), "main", options(t))
+			if diff := cmp.Diff([]string{tc.want}, problemStrings(t, err)); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, refs(t, tn.dir)); diff != "" {
+				t.Errorf("refs moved (-before +after):\n%s", diff)
+			}
+		})
 	}
 }
