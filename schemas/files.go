@@ -235,6 +235,16 @@ func DisplayPath(dir, name string) string {
 
 func invisible(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }
 
+// CheckSize returns, as Problems, that the source file file of size bytes
+// is over the cap, or nil: for readers of main that do not go through
+// Load, to refuse a file from its size before reading it.
+func CheckSize(file string, size int64, opts ...Option) error {
+	if max := makeOptions(opts).maxFileSize; size > max {
+		return Problems{{File: file, Message: tooLarge(size, max)}}
+	}
+	return nil
+}
+
 // readFile reads one source file, refusing it before reading when it is
 // larger than max bytes.
 func readFile(fsys fs.FS, file string, max int64) ([]byte, string) {
