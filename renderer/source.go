@@ -51,7 +51,7 @@ func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only map[stri
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
 	}
-	return &treeFS{st: st, root: c.TreeHash, only: only, trees: map[plumbing.Hash][]treeEntry{}}, nil
+	return &treeFS{st: st, root: c.TreeHash, only: only, maxTree: maxSourceTree, trees: map[plumbing.Hash][]treeEntry{}}, nil
 }
 
 // treeFS is a git tree as an fs.FS; see SourceFS.
@@ -61,6 +61,8 @@ type treeFS struct {
 	// only, when not nil, are the install ids whose files installs/
 	// lists.
 	only map[string]bool
+	// maxTree bounds the size of a tree object read; maxSourceTree.
+	maxTree int64
 
 	mu sync.Mutex
 	// trees are the trees read so far, their entries sorted by name.
@@ -71,6 +73,11 @@ var (
 	_ fs.ReadDirFS = (*treeFS)(nil)
 	_ fs.StatFS    = (*treeFS)(nil)
 )
+
+// maxSourceTree bounds the tree objects SourceFS reads whole: 64 MiB is
+// some 1.5 million entries of installs/, 150 times the largest fleet
+// measured (BENCHMARKS.md renders 10,000 installs).
+const maxSourceTree = 64 << 20
 
 // treeEntry is one entry of a tree object, as written.
 type treeEntry struct {
@@ -85,6 +92,13 @@ func (f *treeFS) entries(h plumbing.Hash) ([]treeEntry, error) {
 	defer f.mu.Unlock()
 	if es, ok := f.trees[h]; ok {
 		return es, nil
+	}
+	size, err := f.st.EncodedObjectSize(h)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", h, err)
+	}
+	if size > f.maxTree {
+		return nil, fmt.Errorf("tree %s is %d bytes, more than the %d a folder of main may be", h, size, f.maxTree)
 	}
 	es, err := parseTree(f.st, h)
 	if err != nil {
