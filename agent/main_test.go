@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		defer stop()
 		manifest := os.Args[len(os.Args)-1]
 		plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: recorder{}}
-		if err := jobs.Main(ctx, manifest, plugins, nil, os.Stdout); err != nil {
+		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

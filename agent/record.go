@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -15,29 +13,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/internal/gitobj"
-	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
-)
-
-// StatusRefPrefix is where agents write status: refs/heads/nuon/status/<id>.
-const StatusRefPrefix = "refs/heads/nuon/status/"
-
-// StatusRef is the one ref an install's agent writes.
-func StatusRef(install string) plumbing.ReferenceName {
-	return plumbing.ReferenceName(StatusRefPrefix + install)
-}
-
-// DesiredRef is the one ref an install's agent reads.
-func DesiredRef(install string) plumbing.ReferenceName {
-	return plumbing.ReferenceName("refs/heads/nuon/installs/" + install)
-}
-
-// Files of a status commit's tree.
-const (
-	statusFile = "status.json"
-	appliedDir = "applied"
-	jobsDir    = "jobs"
 )
 
 // record is everything a status commit holds.
@@ -63,23 +40,19 @@ func newRecord(install string) *record {
 
 // loadRecord reads the status commit at h from the agent's store.
 func (a *Agent) loadRecord(h plumbing.Hash) (*record, error) {
-	c, err := readCommit(a.store, h)
-	if err != nil {
-		return nil, fmt.Errorf("read status %s: %w", short(h), err)
-	}
-	files, err := readTree(a.store, c.TreeHash)
+	_, files, err := gitobj.ReadCommitFiles(a.store, h, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read status %s: %w", short(h), err)
 	}
 	rec := newRecord(a.cfg.Install)
-	if err := json.Unmarshal(files[statusFile], &rec.Status); err != nil {
-		return nil, fmt.Errorf("read status %s: %s: %w", short(h), statusFile, err)
+	if err := json.Unmarshal(files[schemas.StatusFile], &rec.Status); err != nil {
+		return nil, fmt.Errorf("read status %s: %s: %w", short(h), schemas.StatusFile, err)
 	}
 	if rec.Status.Components == nil {
 		rec.Status.Components = map[string]schemas.ComponentStatus{}
 	}
 	for p, data := range files {
-		name, ok := strings.CutPrefix(p, appliedDir+"/")
+		name, ok := strings.CutPrefix(p, schemas.AppliedDir+"/")
 		if !ok {
 			continue
 		}
@@ -108,7 +81,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	root = append(root, gitobj.Entry{Name: statusFile, Mode: filemode.Regular, Hash: h})
+	root = append(root, gitobj.Entry{Name: schemas.StatusFile, Mode: filemode.Regular, Hash: h})
 	if len(rec.Applied) > 0 {
 		var entries []gitobj.Entry
 		for name, cs := range rec.Applied {
@@ -118,7 +91,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 			}
 			entries = append(entries, gitobj.Entry{Name: name + ".json", Mode: filemode.Regular, Hash: h})
 		}
-		root = append(root, gitobj.Entry{Name: appliedDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.AppliedDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	if len(rec.Jobs) > 0 {
 		var entries []gitobj.Entry
@@ -129,11 +102,11 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 			}
 			entries = append(entries, gitobj.Entry{Name: j.ID + ".json", Mode: filemode.Regular, Hash: h})
 		}
-		root = append(root, gitobj.Entry{Name: jobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.JobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	tree := b.Tree(root)
 	if !parent.IsZero() {
-		if pc, err := readCommit(a.store, parent); err == nil && pc.TreeHash == tree {
+		if pc, err := gitobj.ReadCommit(a.store, parent); err == nil && pc.TreeHash == tree {
 			return parent, nil // nothing new to say
 		}
 	}
@@ -142,32 +115,25 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		st.Install, st.Generation, st.Phase, summary,
 		schemas.TrailerInstall, st.Install,
 		schemas.TrailerGeneration, st.Generation,
-		"Nuon-Desired", orNone(st.Desired),
-		"Nuon-Phase", st.Phase)
+		schemas.TrailerDesired, orNone(st.Desired),
+		schemas.TrailerPhase, st.Phase)
 	who := object.Signature{Name: "nuon agent " + st.Install, Email: st.Install + "@agent.nuon.invalid", When: a.cfg.Now().UTC().Truncate(time.Second)}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree}
+	var parents []plumbing.Hash
 	if !parent.IsZero() {
-		c.ParentHashes = []plumbing.Hash{parent}
+		parents = []plumbing.Hash{parent}
 	}
-	if err := signature.SignCommit(c, a.cfg.Key); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("sign status: %w", err)
-	}
-	var enc plumbing.MemoryObject
-	if err := c.Encode(&enc); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	commit, err := b.AddEncoded(&enc)
+	commit, err := b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, a.cfg.Key)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, fmt.Errorf("status commit: %w", err)
 	}
 	if err := b.Flush(a.store); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write status: %w", err)
 	}
 	var old *plumbing.Reference
 	if !parent.IsZero() {
-		old = plumbing.NewHashReference(StatusRef(a.cfg.Install), parent)
+		old = plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), parent)
 	}
-	if err := a.store.CheckAndSetReference(plumbing.NewHashReference(StatusRef(a.cfg.Install), commit), old); err != nil {
+	if err := a.store.CheckAndSetReference(plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), commit), old); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("move local status ref: %w", err)
 	}
 	return commit, nil
@@ -202,33 +168,4 @@ func secretValues(environ []string) [][]byte {
 	}
 	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
 	return out
-}
-
-// writeFileAtomic writes data to name through a temporary file, synced and
-// renamed, so a crash leaves the old file or the new one.
-func writeFileAtomic(name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	if d, err := os.Open(path.Dir(name)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

@@ -37,7 +37,9 @@ type Source struct {
 
 // Load reads the source files from fsys (the root of a main checkout or
 // commit), validates each against its JSON Schema and then checks that they
-// agree with one another. It returns every problem found, as Problems.
+// agree with one another. It returns every problem found, as Problems,
+// together with the source as far as it loaded, so that a caller can go on
+// with the installs whose own files are sound (see Problems.Split).
 //
 // Every entry of the source folders is accounted for (see Classify): a
 // name that looks like a source but is not one, a folder, link or
@@ -79,10 +81,7 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 		}
 	}
 	ps = append(ps, s.check()...)
-	if err := ps.Err(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s, ps.Err()
 }
 
 // listDir lists the folder dir ("." for the root) and returns the paths

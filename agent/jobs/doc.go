@@ -1,6 +1,7 @@
-// Package jobs runs plugin jobs: the agent side starts each job as a
-// process of its own and waits for its result, and the job side (Main,
-// behind `nuon job run MANIFEST`) runs one plugin in that process.
+// Package jobs runs plugin jobs for the agent: it starts each job as a
+// process of its own (a child process, or a Kubernetes Job) and waits for
+// its result. What runs inside that process, behind `nuon job run
+// MANIFEST`, is package jobrun.
 //
 // # Process model
 //
@@ -79,7 +80,7 @@
 // # Errors
 //
 // ErrJobFailed means the job ran and failed: rerunning it as is fails
-// again. ErrInvalidManifest and ErrUnknownPlugin mean the job cannot run
-// on this agent at all. ErrNotFinished and ErrRunning are not outcomes:
+// again. schemas.ErrInvalidJob and jobrun.ErrUnknownPlugin mean the job
+// cannot run on this agent at all. ErrNotFinished and ErrRunning are not outcomes:
 // the job must be run again, or waited for.
 package jobs

@@ -3,7 +3,7 @@ package jobs
 import "errors"
 
 // Outcomes a caller branches on. A job that failed (ErrJobFailed) or whose
-// manifest is wrong (ErrInvalidManifest, ErrUnknownPlugin) fails the same
+// manifest is wrong (schemas.ErrInvalidJob, job.jobrun.ErrUnknownPlugin) fails the same
 // way when run again; a job that did not finish (ErrNotFinished) or whose
 // process is still alive (ErrRunning) is not an outcome yet.
 var (
@@ -16,8 +16,4 @@ var (
 	// ErrRunning: a process of the job still holds its lock, for example
 	// one started by an agent that has since died. Recover waits for it.
 	ErrRunning = errors.New("job still running")
-	// ErrInvalidManifest: the job manifest is malformed or incomplete.
-	ErrInvalidManifest = errors.New("invalid job manifest")
-	// ErrUnknownPlugin: the job process has no plugin for the job's type.
-	ErrUnknownPlugin = errors.New("unknown plugin")
 )

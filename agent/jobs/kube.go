@@ -30,14 +30,6 @@ const (
 	PodResultDir    = "/nuon/result"
 	PodResultFile   = PodResultDir + "/" + ResultFile
 	podManifestFile = PodManifestDir + "/" + ManifestFile
-	// ResultLinePrefix starts the line of a job's output that holds its
-	// result.
-	ResultLinePrefix = "nuon-result: "
-	// TerminationMessagePath is where a container's termination message
-	// goes by default.
-	TerminationMessagePath = "/dev/termination-log"
-	// maxTerminationMessage is Kubernetes' limit for one container.
-	maxTerminationMessage = 4096
 	// jobContainer is the name of the Job's one container.
 	jobContainer = "job"
 )

@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 
 	"bufio"
@@ -9,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"math"
@@ -90,7 +91,7 @@ func (k *Kube) newKubeRun(job *schemas.Job, dir string) (*kubeRun, error) {
 		return nil, err
 	}
 	// The job process would refuse a manifest that does not validate.
-	if _, err := validateManifest(filepath.Join(dir, ManifestFile), b); err != nil {
+	if _, err := schemas.DecodeJob(filepath.Join(dir, ManifestFile), b); err != nil {
 		return nil, err
 	}
 	r.timeout, _ = time.ParseDuration(r.job.Timeout)
@@ -107,7 +108,7 @@ func (r *kubeRun) prepareDir(context.Context) error {
 	if err := os.Remove(r.job.ResultFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return writeJSON(filepath.Join(r.dir, ManifestFile), &r.job)
+	return atomicfile.WriteJSON(filepath.Join(r.dir, ManifestFile), &r.job)
 }
 
 // clearFinished deletes a finished Job of an earlier run of the job, and
@@ -247,7 +248,7 @@ func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batch
 						EnvFrom:                  envFrom,
 						VolumeMounts:             mounts,
 						Resources:                k.Resources,
-						TerminationMessagePath:   TerminationMessagePath,
+						TerminationMessagePath:   jobrun.TerminationMessagePath,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
@@ -367,7 +368,7 @@ func (r *kubeRun) outcome(ctx context.Context) (*schemas.JobResult, error) {
 	if err == nil && res != nil {
 		if res.Job != id {
 			res, err = nil, fmt.Errorf("result is for job %q", res.Job)
-		} else if werr := writeJSON(r.job.ResultFile, res); werr != nil {
+		} else if werr := atomicfile.WriteJSON(r.job.ResultFile, res); werr != nil {
 			err = fmt.Errorf("write result: %w", werr)
 		}
 	}
@@ -483,7 +484,7 @@ func parseResult(s string) *schemas.JobResult {
 		return nil
 	}
 	var res schemas.JobResult
-	if err := json.Unmarshal([]byte(s), &res); err != nil || res.Kind != kindJobResult {
+	if err := json.Unmarshal([]byte(s), &res); err != nil || res.Kind != schemas.KindJobResult {
 		return nil
 	}
 	return &res
@@ -495,17 +496,11 @@ func lastResultLine(log string) *schemas.JobResult {
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 64<<10), maxLogBytes)
 	for sc.Scan() {
-		if line, ok := strings.CutPrefix(sc.Text(), ResultLinePrefix); ok {
+		if line, ok := strings.CutPrefix(sc.Text(), jobrun.ResultLinePrefix); ok {
 			if r := parseResult(line); r != nil {
 				res = r
 			}
 		}
 	}
 	return res
-}
-
-// writeResultLine writes res as a result line to w.
-func writeResultLine(w io.Writer, res []byte) error {
-	_, err := fmt.Fprintf(w, "%s%s\n", ResultLinePrefix, res)
-	return err
 }

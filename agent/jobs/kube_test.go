@@ -141,7 +141,7 @@ func finishJob(t *testing.T, cs kubernetes.Interface, j *batchv1.Job, exitCode i
 
 func resultJSON(t *testing.T, res schemas.JobResult) string {
 	t.Helper()
-	res.APIVersion, res.Kind = schemas.APIVersion, kindJobResult
+	res.APIVersion, res.Kind = schemas.APIVersion, schemas.KindJobResult
 	b, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestKube(t *testing.T) {
 		if got.err != nil {
 			t.Fatal(got.err)
 		}
-		want.APIVersion, want.Kind = schemas.APIVersion, kindJobResult
+		want.APIVersion, want.Kind = schemas.APIVersion, schemas.KindJobResult
 		if diff := cmp.Diff(&want, got.res); diff != "" {
 			t.Errorf("result (-want +got):\n%s", diff)
 		}
@@ -391,7 +391,7 @@ func checkJobSpec(t *testing.T, cs kubernetes.Interface, k *Kube, job *schemas.J
 	if diff := cmp.Diff(&want, &got); diff != "" {
 		t.Errorf("manifest in the ConfigMap (-want +got):\n%s", diff)
 	}
-	if _, err := validateManifest("configmap", []byte(cm.Data[ManifestFile])); err != nil {
+	if _, err := schemas.DecodeJob("configmap", []byte(cm.Data[ManifestFile])); err != nil {
 		t.Errorf("the ConfigMap's manifest does not validate: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -443,40 +443,5 @@ func TestKubeName(t *testing.T) {
 		if KubeName(id+"x") == name {
 			t.Errorf("KubeName(%q) equals that of another id", id)
 		}
-	}
-}
-
-// TestPodMain runs a job as a pod runs it and checks the result line and
-// termination message the runner reads.
-func TestPodMain(t *testing.T) {
-	dir := t.TempDir()
-	job := kubeJob("echo-g1-create-000004")
-	job.Component, job.Plugin = "echo", schemas.TypeTerraform
-	job.Inputs = map[string]any{"greeting": "hi"}
-	job.StateDir = filepath.Join(dir, "state")
-	job.ResultFile = filepath.Join(dir, ResultFile)
-	manifest := filepath.Join(dir, ManifestFile)
-	if err := writeJSON(manifest, job); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	term := filepath.Join(dir, "termination-log")
-	if err := podMain(t.Context(), manifest, testPlugins, DirArtifacts{Root: dir}, &out, term); err != nil {
-		t.Fatal(err)
-	}
-	res := lastResultLine(out.String())
-	if res == nil || res.Job != job.ID || res.Outputs["greeting"] != "hi" {
-		t.Fatalf("result line: %+v in\n%s", res, out.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if !strings.HasPrefix(lines[len(lines)-1], ResultLinePrefix) {
-		t.Errorf("the result is not the last line:\n%s", out.String())
-	}
-	b, err := os.ReadFile(term)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := parseResult(string(b)); got == nil || !cmp.Equal(res, got) {
-		t.Errorf("termination message %s, want the result", b)
 	}
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"nuon.dev/nuon/internal/atomicfile"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ func TestRecoverAfterAgentDies(t *testing.T) {
 	t.Parallel()
 	job := testJob(t, "wait")
 	dir := t.TempDir()
-	if err := writeJSON(filepath.Join(dir, "job.json"), job); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, "job.json"), job); err != nil {
 		t.Fatal(err)
 	}
 	agent := exec.Command(os.Args[0], "-test.run=^$")

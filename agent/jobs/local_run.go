@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"nuon.dev/nuon/internal/atomicfile"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,7 +88,7 @@ func (l *Local) newRun(job *schemas.Job, dir string) (*run, error) {
 		return nil, err
 	}
 	// The job process would refuse a manifest that does not validate.
-	if _, err := validateManifest(filepath.Join(dir, ManifestFile), b); err != nil {
+	if _, err := schemas.DecodeJob(filepath.Join(dir, ManifestFile), b); err != nil {
 		return nil, err
 	}
 	r.timeout, _ = time.ParseDuration(r.job.Timeout)
@@ -110,11 +111,11 @@ func (r *run) lockDir() error {
 	if err := os.Remove(r.job.ResultFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(r.dir)
+	return atomicfile.SyncDir(r.dir)
 }
 
 func (r *run) writeManifest() error {
-	return writeJSON(filepath.Join(r.dir, ManifestFile), &r.job)
+	return atomicfile.WriteJSON(filepath.Join(r.dir, ManifestFile), &r.job)
 }
 
 // openLog opens dir/log for appending; every run adds a header line so

@@ -167,7 +167,7 @@ func TestLocalRunFails(t *testing.T) {
 			name:    "invalid job",
 			plugin:  "echo",
 			edit:    func(j *schemas.Job) { j.Operation = "upsert" },
-			wantIs:  ErrInvalidManifest,
+			wantIs:  schemas.ErrInvalidJob,
 			wantMsg: []string{`manifest.json:1:`, `operation: must be one of create, update or delete, not "upsert"`},
 			noDir:   true,
 		},

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -44,8 +46,8 @@ func TestMain(m *testing.M) {
 func jobProcess() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	arts := DirArtifacts{Root: os.Getenv(envArtifacts)}
-	if err := Main(ctx, os.Args[len(os.Args)-1], testPlugins, arts, os.Stdout); err != nil {
+	arts := jobrun.DirArtifacts{Root: os.Getenv(envArtifacts)}
+	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], testPlugins, arts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "nuon:", err)
 		return 1
 	}
@@ -185,7 +187,7 @@ func startSleeper(env reconciler.Env) error {
 		return err
 	}
 	go cmd.Wait()
-	return writeFileAtomic(filepath.Join(env.StateDir, "sleeper.pid"), []byte(strconv.Itoa(cmd.Process.Pid)))
+	return atomicfile.Write(filepath.Join(env.StateDir, "sleeper.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 }
 
 // sleep starts a grandchild and blocks until the job's ctx ends.
@@ -211,7 +213,7 @@ func orphan(_ context.Context, _ *schemas.Job, env reconciler.Env) (*schemas.Job
 // waitForRelease records its pid in the state directory as "started",
 // then waits until the test creates "release" there.
 func waitForRelease(ctx context.Context, _ *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	if err := writeFileAtomic(filepath.Join(env.StateDir, "started"), []byte(strconv.Itoa(os.Getpid()))); err != nil {
+	if err := atomicfile.Write(filepath.Join(env.StateDir, "started"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, err
 	}
 	for {

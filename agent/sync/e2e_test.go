@@ -23,6 +23,7 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci"
 	gitsig "nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/renderer"
@@ -50,7 +51,7 @@ func jobProcess() int {
 		return 1
 	}
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
-	if err := jobs.Main(ctx, os.Args[len(os.Args)-1], plugins, &oci.Source{Client: c}, os.Stdout); err != nil {
+	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], plugins, &oci.Source{Client: c}, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -237,10 +238,10 @@ func (p *pipeline) renderMain() {
 		p.t.Fatal(err)
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	prev.Rendered, _ = repo.Ref(renderer.RenderedRef)
-	refs, _ := repo.Refs(renderer.InstallRefPrefix)
+	prev.Rendered, _ = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef))
+	refs, _ := repo.Refs(schemas.InstallRefPrefix)
 	for n, h := range refs {
-		prev.Installs[strings.TrimPrefix(n.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(n.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{Signer: p.render, Now: time.Now})
 	if err != nil {

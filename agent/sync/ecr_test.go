@@ -14,13 +14,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"nuon.dev/nuon/agent/sync"
-	"nuon.dev/nuon/internal/ecrfake"
+	"nuon.dev/nuon/internal/ecrtest"
 	"nuon.dev/nuon/internal/oci"
 )
 
 // ecrClient is the SDK's ECR client pointed at the fake, as
 // AWS_ENDPOINT_URL_ECR would point it.
-func ecrClient(fake *ecrfake.Server) *ecr.Client {
+func ecrClient(fake *ecrtest.Server) *ecr.Client {
 	return ecr.New(ecr.Options{
 		Region:       fake.Region,
 		Credentials:  aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")),
@@ -49,7 +49,7 @@ func TestParseECRHost(t *testing.T) {
 func TestECRFakeSpeaksTheProtocol(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	fake := ecrfake.New(t, w.install)
+	fake := ecrtest.New(t, w.install)
 	api := ecrClient(fake)
 	if _, err := api.CreateRepository(ctx, &ecr.CreateRepositoryInput{RepositoryName: aws.String("nuon-acme/shop/network")}); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestSyncIntoECR(t *testing.T) {
 	w := newWorld(t)
 	now := time.Now()
 	clock := func() time.Time { return now }
-	fake := ecrfake.New(t, w.install, ecrfake.WithTokenLifetime(time.Hour), ecrfake.WithClock(func() time.Time { return clock() }))
+	fake := ecrtest.New(t, w.install, ecrtest.WithTokenLifetime(time.Hour), ecrtest.WithClock(func() time.Time { return clock() }))
 	reg := sync.NewECR(ecrClient(fake), sync.WithRegistryID(fake.AccountID), sync.WithClock(func() time.Time { return clock() }))
 	c, err := oci.NewClient(oci.WithKeychain(nil), oci.WithAuth(w.vendor.Host, nil), oci.WithAuth(fake.Host, reg), oci.WithCAFile(w.install.CAFile))
 	if err != nil {

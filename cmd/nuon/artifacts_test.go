@@ -2,7 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 	"os"
 	"path/filepath"
 	"regexp"

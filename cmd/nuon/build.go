@@ -1,7 +1,7 @@
 package main
 
 import (
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 
 	"context"
 	"encoding/json"

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 
 	"github.com/spf13/cobra"
 
-	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/helm"
 	"nuon.dev/nuon/reconciler/manifests"
@@ -49,9 +49,9 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 				return err
 			}
 			if pod {
-				return jobs.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
 			}
-			return jobs.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 
 	"crypto/ed25519"
 	"crypto/rand"

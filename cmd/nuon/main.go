@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 )
 
 func main() { cli.Main(newRoot(os.Stdout, os.Stderr)) }

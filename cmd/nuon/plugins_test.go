@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 )
 
 // The agent binary names the plugin types without linking the plugins:

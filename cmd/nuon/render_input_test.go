@@ -15,7 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 
-	"nuon.dev/nuon/internal/cli"
+	"nuon.dev/nuon/cmd/internal/cli"
 )
 
 // craftEntry commits on main of the bare repository dir a tree whose

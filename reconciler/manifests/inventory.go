@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"nuon.dev/nuon/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
@@ -125,27 +126,7 @@ func readInventory(dir string) (*Inventory, bool, error) {
 // order.
 func (inv *Inventory) write(dir string) error {
 	slices.SortFunc(inv.Objects, func(a, b Entry) int { return strings.Compare(a.ID().String(), b.ID().String()) })
-	b, err := json.MarshalIndent(inv, "", "  ")
-	if err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+InventoryFile+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, InventoryFile))
+	return atomicfile.WriteJSON(filepath.Join(dir, InventoryFile), inv)
 }
 
 // names returns the entries' ids, sorted: the "inventory" output.

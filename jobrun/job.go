@@ -1,4 +1,4 @@
-package jobs
+package jobrun
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -25,30 +26,40 @@ import (
 // plugin's error.
 //
 // A manifest that does not validate gets no result file: its error wraps
-// ErrInvalidManifest and there is no trustworthy place to write one. An
+// schemas.ErrInvalidJob and there is no trustworthy place to write one. An
 // unknown plugin gets a result whose error wraps ErrUnknownPlugin. The
 // caller passes a ctx that ends on SIGTERM, which is how the runner stops
 // a job.
 func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) error {
+	_, err := run(ctx, manifestPath, plugins, artifacts, out)
+	return err
+}
+
+// ErrUnknownPlugin: the job process has no plugin for the job's type.
+var ErrUnknownPlugin = errors.New("unknown plugin")
+
+// run is Main, returning the result it wrote (nil when it wrote none).
+func run(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) (*schemas.JobResult, error) {
 	data, err := os.ReadFile(manifestPath)
 	if err != nil {
-		return fmt.Errorf("read manifest: %w", err)
+		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	job, err := validateManifest(manifestPath, data)
+	job, err := schemas.DecodeJob(manifestPath, data)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if out == nil {
 		out = io.Discard
 	}
 	res, runErr := execute(ctx, job, plugins, artifacts, out)
-	if err := writeResult(job, res, runErr); err != nil {
-		return fmt.Errorf("job %s: %w", job.ID, errors.Join(runErr, fmt.Errorf("write result: %w", err)))
+	written, err := writeResult(job, res, runErr)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, errors.Join(runErr, fmt.Errorf("write result: %w", err)))
 	}
 	if runErr != nil {
-		return fmt.Errorf("job %s: %w", job.ID, runErr)
+		return written, fmt.Errorf("job %s: %w", job.ID, runErr)
 	}
-	return nil
+	return written, nil
 }
 
 // execute runs the job's plugin and returns what it reported. Its errors
@@ -104,9 +115,10 @@ func callPlugin(ctx context.Context, plugin reconciler.Plugin, job *schemas.Job,
 }
 
 // writeResult writes the job's result file: what the plugin reported,
-// stamped with the job, and its error if it failed.
-func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) error {
-	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: kindJobResult, Job: job.ID}
+// stamped with the job, and its error if it failed. It returns what it
+// wrote.
+func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) (*schemas.JobResult, error) {
+	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: schemas.KindJobResult, Job: job.ID}
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
 	}
@@ -114,7 +126,7 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) error {
 		out.Error = runErr.Error()
 	}
 	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
-		return err
+		return nil, err
 	}
-	return writeJSON(job.ResultFile, &out)
+	return &out, atomicfile.WriteJSON(job.ResultFile, &out)
 }

@@ -1,4 +1,4 @@
-// Package ecrfake is a loopback fake of Amazon ECR for tests: its
+// Package ecrtest is a loopback fake of Amazon ECR for tests: its
 // control-plane API, speaking the JSON 1.1 protocol aws-sdk-go-v2 sends
 // (POST /, X-Amz-Target: AmazonEC2ContainerRegistry_V20150921.<Op>,
 // application/x-amz-json-1.1, errors as HTTP 400 {"__type", "message"},
@@ -10,7 +10,7 @@
 // Point the SDK at it with ecr.Options.BaseEndpoint (or
 // AWS_ENDPOINT_URL_ECR) set to Server.Endpoint; the registry is
 // Server.Host.
-package ecrfake
+package ecrtest
 
 import (
 	"crypto/rand"
@@ -72,7 +72,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 func New(t testing.TB, backend *ocitest.Registry, opts ...Option) *Server {
 	t.Helper()
 	if backend.CertFile == "" {
-		t.Fatal("ecrfake: the backend registry must serve TLS")
+		t.Fatal("ecrtest: the backend registry must serve TLS")
 	}
 	s := &Server{
 		AccountID: "111111111111", Region: "us-east-1",

@@ -1,13 +1,26 @@
-package jobs
+package jobrun
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 
 	"nuon.dev/nuon/reconciler"
+)
+
+// What a job's pod hands its runner besides its files.
+const (
+	// ResultLinePrefix starts the line of a job's output that holds its
+	// result.
+	ResultLinePrefix = "nuon-result: "
+	// TerminationMessagePath is where a container's termination message
+	// goes by default.
+	TerminationMessagePath = "/dev/termination-log"
+	// MaxTerminationMessage is Kubernetes' limit for one container.
+	MaxTerminationMessage = 4096
 )
 
 // PodMain is Main for a job that runs in a Kubernetes pod (`nuon job run
@@ -23,19 +36,8 @@ func podMain(ctx context.Context, manifestPath string, plugins map[string]reconc
 	if out == nil {
 		out = io.Discard
 	}
-	runErr := Main(ctx, manifestPath, plugins, artifacts, out)
-	data, err := os.ReadFile(manifestPath)
-	if err != nil {
-		return runErr
-	}
-	var job struct {
-		ResultFile string `json:"resultFile"`
-	}
-	if json.Unmarshal(data, &job) != nil || job.ResultFile == "" {
-		return runErr
-	}
-	res, err := readResult(job.ResultFile)
-	if err != nil {
+	res, runErr := run(ctx, manifestPath, plugins, artifacts, out)
+	if res == nil {
 		// No result: the manifest was invalid; the error is in the log.
 		return runErr
 	}
@@ -43,9 +45,10 @@ func podMain(ctx context.Context, manifestPath string, plugins map[string]reconc
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	if len(line) <= maxTerminationMessage {
+	if len(line) <= MaxTerminationMessage {
 		// Best effort: the log line is there if this fails.
 		_ = os.WriteFile(termination, line, 0o644)
 	}
-	return errors.Join(runErr, writeResultLine(out, line))
+	_, err = fmt.Fprintf(out, "%s%s\n", ResultLinePrefix, line)
+	return errors.Join(runErr, err)
 }

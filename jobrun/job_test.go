@@ -1,4 +1,4 @@
-package jobs
+package jobrun
 
 import (
 	"bytes"
@@ -79,8 +79,8 @@ func TestMainRejectsManifest(t *testing.T) {
 			}
 			path := writeManifestFile(t, data)
 			err := Main(context.Background(), path, testPlugins, nil, nil)
-			if !errors.Is(err, ErrInvalidManifest) {
-				t.Fatalf("error %v, want ErrInvalidManifest", err)
+			if !errors.Is(err, schemas.ErrInvalidJob) {
+				t.Fatalf("error %v, want schemas.ErrInvalidJob", err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) || !strings.Contains(err.Error(), path) {
 				t.Errorf("error %q lacks %q or the manifest's path", err, tt.wantMsg)

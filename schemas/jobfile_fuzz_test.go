@@ -1,4 +1,4 @@
-package jobs
+package schemas
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-func FuzzManifest(f *testing.F) {
+func FuzzDecodeJob(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"nuon.dev/v1","kind":"Job","id":"j1","install":"i","component":"c","operation":"create","plugin":"terraform","version":"1.0.0","generation":1,"commit":"0123456789abcdef0123456789abcdef01234567","timeout":"30m","stateDir":"/s","resultFile":"/r"}`))
 	f.Add([]byte(`{"apiVersion":"nuon.dev/v1","kind":"Job","id":"j.2_x","install":"i","component":"c","operation":"delete","plugin":"helm","version":"2","generation":7,"commit":"0123456789abcdef0123456789abcdef01234567","timeout":"1h30m","stateDir":"s","resultFile":"r","inputs":{"a":[1,{"b":null}],"s":"${secrets.x}"},"artifacts":[{"name":"chart","source":"r.example/a@sha256:0000000000000000000000000000000000000000000000000000000000000000","local":"l.example/a@sha256:0000000000000000000000000000000000000000000000000000000000000000","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}],"helm":{"release":"x"}}`))
 	f.Add([]byte(`{"apiVersion":"nuon.dev/v1","kind":"Job","id":"j1","install":"i","component":"c","operation":"update","plugin":"manifests","version":"1","generation":1,"commit":"0123456789abcdef0123456789abcdef01234567","timeout":"0s","stateDir":"/s","resultFile":"/r"}`))
@@ -19,14 +19,14 @@ func FuzzManifest(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		job, err := validateManifest(ManifestFile, data)
+		job, err := DecodeJob("manifest.json", data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidManifest) {
-				t.Fatalf("error %v does not wrap ErrInvalidManifest", err)
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("error %v does not wrap ErrInvalidJob", err)
 			}
 			return
 		}
-		if err := validate(job); err != nil {
+		if err := validateJob(job); err != nil {
 			t.Fatalf("accepted manifest fails validate: %v", err)
 		}
 		if !jobID.MatchString(job.ID) {
@@ -36,7 +36,7 @@ func FuzzManifest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := validateManifest(ManifestFile, b)
+		again, err := DecodeJob("manifest.json", b)
 		if err != nil {
 			t.Fatalf("re-encoded manifest rejected: %v\n%s", err, b)
 		}

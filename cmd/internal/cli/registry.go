@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"nuon.dev/nuon/agent"
-	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/agent/sync"
 	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 )
 
@@ -131,7 +131,7 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 // or with dir the directories under it (a local fallback).
 func (r *RegistryOptions) ArtifactSource(dir string) (reconciler.ArtifactSource, error) {
 	if dir != "" {
-		return jobs.DirArtifacts{Root: dir}, nil
+		return jobrun.DirArtifacts{Root: dir}, nil
 	}
 	c, _, err := r.Client()
 	if err != nil {

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"nuon.dev/nuon/fleet"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/schemas"
+)
+
+type statusOptions struct {
+	repo, install, output, cacheDir, source string
+}
+
+func NewStatusCmd(g *Globals) *cobra.Command {
+	o := &statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status --repo REPO [--install ID]",
+		Short: "Show what every install's agent reported",
+		Long: `Status reads every refs/heads/nuon/status/<id> (or one, with --install) and
+shows each install's desired and applied commits, generation, phase and failing
+components. Each status commit's signature is checked against the agentKey of
+installs/<id>.yaml on main: VERIFIED says whether the install's own agent wrote it.
+Status history ('git log refs/heads/nuon/status/<id>') is the install's audit log.`,
+		Example: `  nuon status --repo ./tenant.git
+  nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := CheckOutput(o.output); err != nil {
+				return err
+			}
+			return runStatus(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
+	f.StringVar(&o.install, "install", "", "show only this install")
+	f.StringVar(&o.source, "source", "refs/heads/main", "where installs/<id>.yaml (with each agent's key) is read")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
+	_ = cmd.MarkFlagRequired("repo")
+	return cmd
+}
+
+func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
+	repo, err := OpenRepo(o.repo, o.cacheDir)
+	if err != nil {
+		return err
+	}
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return err
+	}
+	keys := map[string]string{}
+	if h, err := repo.Resolve(o.source); err == nil {
+		// An unreadable main leaves the keys unknown and the rows
+		// unverified, which the table says.
+		keys, _ = fleet.AgentKeys(repo.Storer(), h)
+	}
+	rows, err := fleet.Read(repo, keys, o.install)
+	if err != nil {
+		return err
+	}
+	if o.install != "" && len(rows) == 0 {
+		return fmt.Errorf("no status for install %s: %s does not exist", o.install, plumbing.ReferenceName(schemas.StatusRef(o.install)))
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(g.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	printStatus(g.Stdout, rows)
+	return nil
+}
+
+func printStatus(w io.Writer, rows []fleet.Install) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tPHASE\tSYNCED\tVERIFIED\tFAILING")
+	for _, r := range rows {
+		var failing []string
+		for _, c := range r.Components {
+			if c.Phase != schemas.PhaseApplied {
+				failing = append(failing, c.Name+"("+c.Phase+")")
+			}
+		}
+		if r.Refusal != nil {
+			failing = append([]string{"refused " + shortID(r.Refusal.Commit) + ": " + r.Refusal.Reason}, failing...)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
+			r.Phase, yesNo(r.InSync), yesNo(r.Verified), strings.Join(failing, " "))
+	}
+	tw.Flush()
+}
+
+func shortID(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,13 @@
+// Package jobrun is what runs inside a job process (`nuon job run
+// MANIFEST`): it validates the job manifest the agent wrote, runs the
+// plugin of the component's type under the job's timeout, and writes the
+// JobResult atomically as the very last thing it does, so that a result
+// file means the job finished. PodMain does the same inside a Kubernetes
+// Job's pod and also hands the result back through the pod's log and
+// termination message, since the runner cannot read the pod's files.
+//
+// The agent side, which starts these processes and waits for them, is
+// package agent/jobs; the two share only the manifest and result formats
+// of package schemas. Keeping them apart keeps the plugins and their
+// libraries out of the long-running agent binary.
+package jobrun
