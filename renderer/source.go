@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -239,7 +240,8 @@ func (i *treeInfo) Info() (fs.FileInfo, error) {
 type treeFile struct {
 	info treeInfo
 	path string
-	rd   io.ReadCloser
+	// rd reads the blob, verified against its id, once it is read.
+	rd io.Reader
 }
 
 func (f *treeFile) Stat() (fs.FileInfo, error) {
@@ -254,23 +256,16 @@ func (f *treeFile) Read(p []byte) (int, error) {
 		if !f.info.Mode().IsRegular() {
 			return 0, &fs.PathError{Op: "read", Path: f.path, Err: errors.New("not a regular file")}
 		}
-		o, err := f.info.fsys.st.EncodedObject(plumbing.BlobObject, f.info.e.hash)
+		data, err := gitobj.ReadBlob(f.info.fsys.st, f.info.e.hash, 0)
 		if err != nil {
 			return 0, &fs.PathError{Op: "read", Path: f.path, Err: fmt.Errorf("blob %s: %w", f.info.e.hash, err)}
 		}
-		if f.rd, err = o.Reader(); err != nil {
-			return 0, &fs.PathError{Op: "read", Path: f.path, Err: err}
-		}
+		f.rd = bytes.NewReader(data)
 	}
 	return f.rd.Read(p)
 }
 
-func (f *treeFile) Close() error {
-	if f.rd != nil {
-		return f.rd.Close()
-	}
-	return nil
-}
+func (f *treeFile) Close() error { return nil }
 
 // treeDir is an open folder of a treeFS.
 type treeDir struct {
@@ -445,16 +440,7 @@ func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]ent
 // are. It parses the tree object itself: the trees it reads hold one
 // entry per install, and go-git's tree decoding costs several times more.
 func parseTree(st storer.EncodedObjectStorer, h plumbing.Hash) ([]treeEntry, error) {
-	o, err := st.EncodedObject(plumbing.TreeObject, h)
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", h, err)
-	}
-	rd, err := o.Reader()
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", h, err)
-	}
-	defer rd.Close()
-	data, err := io.ReadAll(rd)
+	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, h, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", h, err)
 	}

@@ -2,12 +2,15 @@ package renderer_test
 
 import (
 	"bytes"
+	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -648,5 +651,43 @@ func TestIncrementalRenderReportsEntries(t *testing.T) {
 				t.Errorf("refs moved (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLoadSourceCorruptBlob edits a loose object of the repository on
+// disk: the file that names it is reported, its content not trusted.
+func TestLoadSourceCorruptBlob(t *testing.T) {
+	dir := t.TempDir()
+	r, err := git.PlainInit(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := gitobj.NewStore(r.Storer.(*filesystem.Storage))
+	c := newCraftedTenant(t, st)
+	i := c.entryIndex(t, "installs", "acme.yaml")
+	h := c["installs"][i].Hash
+	commit := c.commit(t, st, nil)
+	// Rewrite the object's file with other content of the same size.
+	orig, err := gitobj.ReadBlob(st, h, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(orig, []byte("stable"), []byte("evil!!"), 1)
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	fmt.Fprintf(zw, "blob %d\x00", len(forged))
+	zw.Write(forged)
+	zw.Close()
+	p := filepath.Join(dir, "objects", h.String()[:2], h.String()[2:])
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = renderer.LoadSource(st, commit)
+	got := problemStrings(t, err)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "installs/acme.yaml: cannot read: blob "+h.String()+": object "+h.String()+" is corrupt") {
+		t.Errorf("problems %q, want installs/acme.yaml reported corrupt", got)
 	}
 }
