@@ -1,6 +1,7 @@
 package gitobj_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,9 @@ import (
 )
 
 // TestSizeOfLargeObject sizes a 50 MB blob, loose and packed (whole, and
-// as a delta of another), from its header: reading it would allocate its
-// 50 MB, sizing it allocates a few kilobytes. The bound leaves a wide
+// as a delta of another), from its header, and ReadBlob refuses it from
+// its size: reading it would allocate its 50 MB, sizing it allocates a
+// few kilobytes. The bound leaves a wide
 // margin on both sides, so it cannot flake.
 func TestSizeOfLargeObject(t *testing.T) {
 	const size = 50 << 20
@@ -43,6 +45,15 @@ func TestSizeOfLargeObject(t *testing.T) {
 			}
 			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
 				t.Errorf("%s: sizing %s allocated %d bytes", name, h, alloc)
+			}
+			runtime.ReadMemStats(&before)
+			_, err = gitobj.ReadBlob(st, h, 1<<20)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, gitobj.ErrTooLarge) {
+				t.Errorf("%s: read %s with a 1 MiB limit: %v, want ErrTooLarge", name, h, err)
+			}
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+				t.Errorf("%s: refusing %s allocated %d bytes", name, h, alloc)
 			}
 		}
 	}
