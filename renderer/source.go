@@ -48,7 +48,7 @@ func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error
 // sourceFS is SourceFS; with only, it lists of installs/ only the files of
 // those installs.
 func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only map[string]bool) (fs.FS, error) {
-	c, err := object.GetCommit(st, commit)
+	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
 	}
@@ -94,14 +94,7 @@ func (f *treeFS) entries(h plumbing.Hash) ([]treeEntry, error) {
 	if es, ok := f.trees[h]; ok {
 		return es, nil
 	}
-	size, err := f.st.EncodedObjectSize(h)
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", h, err)
-	}
-	if size > f.maxTree {
-		return nil, fmt.Errorf("tree %s is %d bytes, more than the %d a folder of main may be", h, size, f.maxTree)
-	}
-	es, err := parseTree(f.st, h)
+	es, err := parseTree(f.st, h, f.maxTree)
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +415,7 @@ func subtreeEntries(st storer.EncodedObjectStorer, t *object.Tree, name string) 
 
 // treeEntries reads a tree's entries by name; a name twice is an error.
 func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]entry, error) {
-	es, err := parseTree(st, h)
+	es, err := parseTree(st, h, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -437,10 +430,14 @@ func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]ent
 }
 
 // parseTree reads a tree's entries as they are written, names as they
-// are. It parses the tree object itself: the trees it reads hold one
-// entry per install, and go-git's tree decoding costs several times more.
-func parseTree(st storer.EncodedObjectStorer, h plumbing.Hash) ([]treeEntry, error) {
-	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, h, 0)
+// are; a positive limit refuses a larger tree object from its size. It
+// parses the tree object itself: the trees it reads hold one entry per
+// install, and go-git's tree decoding costs several times more.
+func parseTree(st storer.EncodedObjectStorer, h plumbing.Hash, limit int64) ([]treeEntry, error) {
+	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, h, limit)
+	if errors.Is(err, gitobj.ErrTooLarge) {
+		return nil, fmt.Errorf("tree %s is larger than the %d bytes a folder of main may be", h, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tree %s: %w", h, err)
 	}

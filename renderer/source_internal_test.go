@@ -45,7 +45,7 @@ func TestSourceTreeCap(t *testing.T) {
 	}
 	fsys.(*treeFS).maxTree = 100
 	_, err = schemas.Load(fsys)
-	want := "installs: cannot list: tree " + installs.String() + " is 110 bytes, more than the 100 a folder of main may be"
+	want := "installs: cannot list: tree " + installs.String() + " is larger than the 100 bytes a folder of main may be"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("load: %v, want %s", err, want)
 	}
