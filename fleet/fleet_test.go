@@ -140,4 +140,3 @@ func TestReadFlagsWrongKey(t *testing.T) {
 		}
 	}
 }
-
