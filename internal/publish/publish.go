@@ -22,6 +22,9 @@ type Options struct {
 	DryRun bool
 	// Now is the clock the renderer reads; nil means time.Now.
 	Now func() time.Time
+	// MaxFileSize caps each source file; zero means
+	// schemas.DefaultMaxFileSize.
+	MaxFileSize int64
 }
 
 // Render renders opts.Source of repo with signer and, unless DryRun, writes
@@ -54,9 +57,10 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
-		Signer: signer,
-		Now:    opts.Now,
-		Diff:   opts.DryRun,
+		Signer:      signer,
+		Now:         opts.Now,
+		MaxFileSize: opts.MaxFileSize,
+		Diff:        opts.DryRun,
 	})
 	if err != nil || opts.DryRun {
 		return res, err
