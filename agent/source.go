@@ -34,7 +34,7 @@ type Remote interface {
 // over HTTP(S) for http:// and https:// URLs, so a poll costs one request
 // whatever the size of the fleet, and go-git for paths, file:// and ssh://.
 // An auth that can set a request's headers (a go-git HTTP AuthMethod such as
-// signature.RequestSigner) is applied to the protocol v2 requests too.
+// request.Signer) is applied to the protocol v2 requests too.
 func NewRemote(location string, auth transport.AuthMethod) Remote {
 	if strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://") {
 		c := &gitproto.Client{URL: location}

@@ -24,6 +24,7 @@ import (
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/server"
 )
@@ -156,7 +157,7 @@ func BenchmarkIdlePolls(b *testing.B) {
 				for c := range clientsPerPoller {
 					id := benchInstall((p*clientsPerPoller + c) * (n / (pollers * clientsPerPoller)))
 					req, _ := http.NewRequest(http.MethodPost, url+"/git-upload-pack", nil)
-					if err := (&signature.RequestSigner{Install: id, Key: key}).Sign(req); err != nil {
+					if err := (&request.Signer{Install: id, Key: key}).Sign(req); err != nil {
 						b.Fatal(err)
 					}
 					auth := req.Header.Get("Authorization")
@@ -226,7 +227,7 @@ type statusAgent struct {
 
 func newStatusAgent(id, url string, key *signature.Signer, head plumbing.Hash) *statusAgent {
 	return &statusAgent{id: id, key: key, st: memory.NewStorage(), head: head,
-		remote: agent.NewRemote(url, &signature.RequestSigner{Install: id, Key: key})}
+		remote: agent.NewRemote(url, &request.Signer{Install: id, Key: key})}
 }
 
 // commit writes the next status commit on top of head.
@@ -455,7 +456,7 @@ func BenchmarkRenderOnChange(b *testing.B) {
 	go hs.Serve(ln)
 	defer hs.Close()
 	base := "http://" + ln.Addr().String()
-	client := &gitproto.Client{URL: base + "/tenant.git", Auth: (&signature.RequestSigner{Install: "acme", Key: acmeKey}).SetAuth}
+	client := &gitproto.Client{URL: base + "/tenant.git", Auth: (&request.Signer{Install: "acme", Key: acmeKey}).SetAuth}
 	acmeRef := schemas.InstallRef("acme")
 	tip := func() plumbing.Hash {
 		refs, err := client.LsRefs(ctx, acmeRef)
@@ -501,7 +502,7 @@ func BenchmarkFetch(b *testing.B) {
 			dir := fleetRepo(b, n, key, false)
 			_, url, cl := serve(b, dir)
 			id := benchInstall(n / 2)
-			c := &gitproto.Client{URL: url, Auth: (&signature.RequestSigner{Install: id, Key: key}).SetAuth}
+			c := &gitproto.Client{URL: url, Auth: (&request.Signer{Install: id, Key: key}).SetAuth}
 			ctx := context.Background()
 			refs, err := c.LsRefs(ctx, schemas.InstallRef(id))
 			if err != nil || len(refs) != 1 {

@@ -6,8 +6,8 @@
 // # Who may do what
 //
 // Every request carries a signature made with the install's own SSH key
-// (signature.RequestSigner), checked against agentKey in installs/<id>.yaml
-// on main (signature.RequestVerifier): no shared secret exists. A request
+// (request.Signer), checked against agentKey in installs/<id>.yaml
+// on main (request.Verifier): no shared secret exists. A request
 // that is unsigned, badly signed, signed too long ago or by an install main
 // does not know is answered 401 and logged. An authenticated install may
 //

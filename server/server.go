@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// MirrorDelay batches status refs for one push upstream; default 1s.
 	MirrorDelay time.Duration
 	// MaxSkew bounds a request signature's clock skew; default
-	// signature.DefaultMaxSkew.
+	// request.DefaultMaxSkew.
 	MaxSkew time.Duration
 	// MaxGit bounds the git processes (upload-pack, receive-pack) running
 	// at once; more requests wait their turn, so a fleet pushing at once
@@ -65,7 +66,7 @@ func (c *Config) defaults() error {
 		c.MirrorDelay = time.Second
 	}
 	if c.MaxSkew <= 0 {
-		c.MaxSkew = signature.DefaultMaxSkew
+		c.MaxSkew = request.DefaultMaxSkew
 	}
 	if len(c.HookCommand) == 0 {
 		exe, err := os.Executable()
@@ -94,7 +95,7 @@ type Server struct {
 	log      *slog.Logger
 	refs     *refTable
 	keys     *keyTable
-	verifier *signature.RequestVerifier
+	verifier *request.Verifier
 	hooks    string // core.hooksPath for receive-pack
 	mux      *http.ServeMux
 
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
 	}
-	s.verifier = &signature.RequestVerifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
+	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
 		s.keys.reset(main)
 	}
@@ -186,7 +187,7 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 	install, err := s.verifier.Verify(r)
 	if err != nil {
 		s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-		w.Header().Set("WWW-Authenticate", signature.RequestScheme)
+		w.Header().Set("WWW-Authenticate", request.Scheme)
 		http.Error(w, "nuon: "+refusalText(err), http.StatusUnauthorized)
 		return
 	}
@@ -221,7 +222,7 @@ func (s *Server) gitSlot(ctx context.Context) (release func(), err error) {
 // refusalText is what a refused client is told: the reason, without
 // details another install could learn from.
 func refusalText(err error) string {
-	for _, e := range []error{signature.ErrNoRequestAuth, signature.ErrRequestAuthMalformed, signature.ErrRequestExpired, signature.ErrRequestUnknownInstall, signature.ErrRequestBadSignature} {
+	for _, e := range []error{request.ErrNoAuth, request.ErrMalformed, request.ErrExpired, request.ErrUnknownInstall, request.ErrBadSignature} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

@@ -26,6 +26,7 @@ import (
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/server"
 )
@@ -163,7 +164,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) proxy(install string, key *signature.Signer) string {
 	target, _ := url.Parse(e.http.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = (&signature.RequestSigner{Install: install, Key: key}).Transport(nil)
+	rp.Transport = (&request.Signer{Install: install, Key: key}).Transport(nil)
 	p := httptest.NewServer(rp)
 	e.t.Cleanup(p.Close)
 	return p.URL + "/tenant.git"
@@ -348,14 +349,14 @@ func TestUnauthenticated(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		name   string
-		sign   *signature.RequestSigner
+		sign   *request.Signer
 		reason string
 	}{
 		{"missing", nil, "not signed"},
-		{"expired", &signature.RequestSigner{Install: "acme", Key: e.keys["acme"], Now: func() time.Time { return now.Add(-time.Hour) }}, "expired"},
-		{"another install's key", &signature.RequestSigner{Install: "acme", Key: e.keys["globex"]}, "does not match"},
-		{"unknown install", &signature.RequestSigner{Install: "umbrella", Key: e.keys["acme"]}, "unknown install"},
-		{"render key", &signature.RequestSigner{Install: "acme", Key: e.keys["render"]}, "does not match"},
+		{"expired", &request.Signer{Install: "acme", Key: e.keys["acme"], Now: func() time.Time { return now.Add(-time.Hour) }}, "expired"},
+		{"another install's key", &request.Signer{Install: "acme", Key: e.keys["globex"]}, "does not match"},
+		{"unknown install", &request.Signer{Install: "umbrella", Key: e.keys["acme"]}, "unknown install"},
+		{"render key", &request.Signer{Install: "acme", Key: e.keys["render"]}, "does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest("GET", e.http.URL+"/tenant.git/info/refs?service=git-upload-pack", nil)
@@ -384,7 +385,7 @@ func TestUnauthenticated(t *testing.T) {
 // signer: one small request per poll, fetch of its own state only.
 func TestAgentRemote(t *testing.T) {
 	e := newEnv(t)
-	s := &signature.RequestSigner{Install: "acme", Key: e.keys["acme"]}
+	s := &request.Signer{Install: "acme", Key: e.keys["acme"]}
 	r := agent.NewRemote(e.http.URL+"/tenant.git", s)
 	ctx := context.Background()
 	own := plumbing.ReferenceName(schemas.InstallRef("acme"))

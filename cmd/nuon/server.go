@@ -13,6 +13,7 @@ import (
 
 	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/server"
 )
 
@@ -72,7 +73,7 @@ it is not meant to be run by hand.`,
 	f.StringVar(&o.renderKey, "render-key", "", "OpenSSH ed25519 key that signs rendered commits (empty: serve without rendering)")
 	f.StringVar(&o.upstream, "upstream", "", "the tenant repository on the git host: main is fetched from it, rendered and status refs pushed to it")
 	f.DurationVar(&o.pollInterval, "poll-interval", 30*time.Second, "how often main is checked (a POST to /hooks/main checks at once)")
-	f.DurationVar(&o.maxSkew, "max-skew", signature.DefaultMaxSkew, "largest clock difference accepted in a request signature")
+	f.DurationVar(&o.maxSkew, "max-skew", request.DefaultMaxSkew, "largest clock difference accepted in a request signature")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve HTTPS)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file")
 	_ = cmd.MarkFlagRequired("repo")

@@ -18,6 +18,7 @@ import (
 	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 )
 
 type agentOptions struct {
@@ -143,7 +144,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	}
 	var auth transport.AuthMethod
 	if o.serverAuth {
-		auth = &signature.RequestSigner{Install: o.install, Key: key}
+		auth = &request.Signer{Install: o.install, Key: key}
 	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,

@@ -1,4 +1,4 @@
-package signature
+package request
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"nuon.dev/nuon/internal/signature"
 	"strconv"
 	"strings"
 	"time"
@@ -15,18 +16,18 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// RequestNamespace is the SSH signature namespace of request signatures. It
+// Namespace is the SSH signature namespace of request signatures. It
 // is not "git", so a request signature can never pass for a commit
 // signature, nor a commit signature for a request.
-const RequestNamespace = "nuon-request"
+const Namespace = "nuon-request"
 
-// RequestScheme is the Authorization scheme of a signed request:
+// Scheme is the Authorization scheme of a signed request:
 //
 //	Authorization: Nuon-SSHSIG install="acme", time="1700000000", sig="BASE64"
 //
-// where sig is the binary SSH signature (sshsig, RequestNamespace, SHA-512)
-// of RequestMessage.
-const RequestScheme = "Nuon-SSHSIG"
+// where sig is the binary SSH signature (sshsig, Namespace, SHA-512)
+// of Message.
+const Scheme = "Nuon-SSHSIG"
 
 // DefaultMaxSkew is how far a request's time may be from the verifier's
 // clock, either way.
@@ -38,27 +39,27 @@ const maxAuthHeader = 4096
 // Reasons a request is refused. All are final for that request: only a new
 // signature helps.
 var (
-	// ErrNoRequestAuth means the request carries no nuon signature.
-	ErrNoRequestAuth = errors.New("request is not signed")
-	// ErrRequestAuthMalformed means the Authorization header is not a
+	// ErrNoAuth means the request carries no nuon signature.
+	ErrNoAuth = errors.New("request is not signed")
+	// ErrMalformed means the Authorization header is not a
 	// well-formed nuon signature.
-	ErrRequestAuthMalformed = errors.New("request signature is malformed")
-	// ErrRequestExpired means the signature's time is outside the allowed
+	ErrMalformed = errors.New("request signature is malformed")
+	// ErrExpired means the signature's time is outside the allowed
 	// clock skew.
-	ErrRequestExpired = errors.New("request signature is expired or from the future")
-	// ErrRequestUnknownInstall means no key is known for the install the
+	ErrExpired = errors.New("request signature is expired or from the future")
+	// ErrUnknownInstall means no key is known for the install the
 	// request names.
-	ErrRequestUnknownInstall = errors.New("request names an unknown install")
-	// ErrRequestBadSignature means the signature was not made by the
+	ErrUnknownInstall = errors.New("request names an unknown install")
+	// ErrBadSignature means the signature was not made by the
 	// install's key over this request.
-	ErrRequestBadSignature = errors.New("request signature does not match")
+	ErrBadSignature = errors.New("request signature does not match")
 )
 
-// RequestMessage is what a request signature covers: method, path and query,
+// Message is what a request signature covers: method, path and query,
 // the time in Unix seconds and the install id, one a line. The body is not
 // covered: transport security (TLS) protects it, and the server checks
 // everything a body asks for against the install the signature proves.
-func RequestMessage(method, pathQuery string, unix int64, install string) []byte {
+func Message(method, pathQuery string, unix int64, install string) []byte {
 	var b bytes.Buffer
 	b.WriteString("nuon-request v1\n")
 	b.WriteString(method)
@@ -72,76 +73,76 @@ func RequestMessage(method, pathQuery string, unix int64, install string) []byte
 	return b.Bytes()
 }
 
-// RequestAuth is a parsed Authorization header of a signed request.
-type RequestAuth struct {
+// Auth is a parsed Authorization header of a signed request.
+type Auth struct {
 	Install string
 	Time    int64
 	Sig     []byte
 }
 
 // String is the header value.
-func (a RequestAuth) String() string {
-	return fmt.Sprintf(`%s install=%q, time="%d", sig="%s"`, RequestScheme, a.Install, a.Time, base64.StdEncoding.EncodeToString(a.Sig))
+func (a Auth) String() string {
+	return fmt.Sprintf(`%s install=%q, time="%d", sig="%s"`, Scheme, a.Install, a.Time, base64.StdEncoding.EncodeToString(a.Sig))
 }
 
-// ParseRequestAuth parses an Authorization header value made by
-// RequestAuth.String. Parameters may come in any order; each must appear
+// ParseAuth parses an Authorization header value made by
+// Auth.String. Parameters may come in any order; each must appear
 // once, quoted; unknown parameters are refused.
-func ParseRequestAuth(h string) (RequestAuth, error) {
-	var a RequestAuth
+func ParseAuth(h string) (Auth, error) {
+	var a Auth
 	if h == "" {
-		return a, ErrNoRequestAuth
+		return a, ErrNoAuth
 	}
 	if len(h) > maxAuthHeader {
-		return a, fmt.Errorf("%w: header longer than %d bytes", ErrRequestAuthMalformed, maxAuthHeader)
+		return a, fmt.Errorf("%w: header longer than %d bytes", ErrMalformed, maxAuthHeader)
 	}
 	scheme, rest, ok := strings.Cut(h, " ")
-	if !strings.EqualFold(scheme, RequestScheme) {
-		return a, ErrNoRequestAuth
+	if !strings.EqualFold(scheme, Scheme) {
+		return a, ErrNoAuth
 	}
 	if !ok {
-		return a, fmt.Errorf("%w: no parameters", ErrRequestAuthMalformed)
+		return a, fmt.Errorf("%w: no parameters", ErrMalformed)
 	}
 	seen := map[string]bool{}
 	for _, p := range strings.Split(rest, ",") {
 		p = strings.TrimSpace(p)
 		name, v, ok := strings.Cut(p, "=")
 		if !ok || len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-			return a, fmt.Errorf("%w: parameter %q is not name=\"value\"", ErrRequestAuthMalformed, truncate(p))
+			return a, fmt.Errorf("%w: parameter %q is not name=\"value\"", ErrMalformed, truncate(p))
 		}
 		v = v[1 : len(v)-1]
 		if strings.ContainsAny(v, "\"\\") {
-			return a, fmt.Errorf("%w: parameter %s has a quote or backslash", ErrRequestAuthMalformed, name)
+			return a, fmt.Errorf("%w: parameter %s has a quote or backslash", ErrMalformed, name)
 		}
 		if seen[name] {
-			return a, fmt.Errorf("%w: parameter %s twice", ErrRequestAuthMalformed, truncate(name))
+			return a, fmt.Errorf("%w: parameter %s twice", ErrMalformed, truncate(name))
 		}
 		seen[name] = true
 		switch name {
 		case "install":
 			if !validInstall(v) {
-				return a, fmt.Errorf("%w: install id %q", ErrRequestAuthMalformed, truncate(v))
+				return a, fmt.Errorf("%w: install id %q", ErrMalformed, truncate(v))
 			}
 			a.Install = v
 		case "time":
 			t, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || t < 0 {
-				return a, fmt.Errorf("%w: time %q", ErrRequestAuthMalformed, truncate(v))
+				return a, fmt.Errorf("%w: time %q", ErrMalformed, truncate(v))
 			}
 			a.Time = t
 		case "sig":
 			b, err := base64.StdEncoding.DecodeString(v)
 			if err != nil || len(b) == 0 {
-				return a, fmt.Errorf("%w: sig is not base64", ErrRequestAuthMalformed)
+				return a, fmt.Errorf("%w: sig is not base64", ErrMalformed)
 			}
 			a.Sig = b
 		default:
-			return a, fmt.Errorf("%w: unknown parameter %q", ErrRequestAuthMalformed, truncate(name))
+			return a, fmt.Errorf("%w: unknown parameter %q", ErrMalformed, truncate(name))
 		}
 	}
 	for _, n := range []string{"install", "time", "sig"} {
 		if !seen[n] {
-			return a, fmt.Errorf("%w: no %s", ErrRequestAuthMalformed, n)
+			return a, fmt.Errorf("%w: no %s", ErrMalformed, n)
 		}
 	}
 	return a, nil
@@ -169,51 +170,51 @@ func truncate(s string) string {
 	return s
 }
 
-// RequestSigner signs an install agent's HTTP requests with the install's
+// Signer signs an install agent's HTTP requests with the install's
 // key. It is a go-git HTTP AuthMethod (SetAuth), a gitproto.Client Auth
 // function (SetAuth) and an http.RoundTripper wrapper (Transport).
-type RequestSigner struct {
+type Signer struct {
 	// Install is the install id the requests speak for.
 	Install string
 	// Key is the install's key, the one whose public half is agentKey in
 	// installs/<id>.yaml.
-	Key *Signer
+	Key *signature.Signer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // Sign sets the Authorization header of req.
-func (s *RequestSigner) Sign(req *http.Request) error {
+func (s *Signer) Sign(req *http.Request) error {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
 	}
 	t := now().Unix()
-	msg := RequestMessage(req.Method, req.URL.RequestURI(), t, s.Install)
-	sig, err := sshsig.Sign(bytes.NewReader(msg), s.Key.key, sshsig.HashSHA512, RequestNamespace)
+	msg := Message(req.Method, req.URL.RequestURI(), t, s.Install)
+	sig, err := sshsig.Sign(bytes.NewReader(msg), s.Key.SSH(), sshsig.HashSHA512, Namespace)
 	if err != nil {
 		return fmt.Errorf("sign request: %w", err)
 	}
-	req.Header.Set("Authorization", RequestAuth{Install: s.Install, Time: t, Sig: sig.Marshal()}.String())
+	req.Header.Set("Authorization", Auth{Install: s.Install, Time: t, Sig: sig.Marshal()}.String())
 	return nil
 }
 
 // SetAuth signs req; a request it cannot sign goes unsigned and the
-// server refuses it. It makes RequestSigner a go-git
+// server refuses it. It makes Signer a go-git
 // transport/http.AuthMethod.
-func (s *RequestSigner) SetAuth(req *http.Request) { _ = s.Sign(req) }
+func (s *Signer) SetAuth(req *http.Request) { _ = s.Sign(req) }
 
 // Name names the method for go-git.
-func (s *RequestSigner) Name() string { return "nuon-request-signature" }
+func (s *Signer) Name() string { return "nuon-request-signature" }
 
 // String describes the signer without secrets.
-func (s *RequestSigner) String() string {
-	return fmt.Sprintf("%s install=%s key=%s", s.Name(), s.Install, fingerprint(s.Key.PublicKey()))
+func (s *Signer) String() string {
+	return fmt.Sprintf("%s install=%s key=%s", s.Name(), s.Install, ssh.FingerprintSHA256(s.Key.PublicKey()))
 }
 
 // Transport wraps base (nil: http.DefaultTransport) so that every request
 // sent through it is signed.
-func (s *RequestSigner) Transport(base http.RoundTripper) http.RoundTripper {
+func (s *Signer) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -221,7 +222,7 @@ func (s *RequestSigner) Transport(base http.RoundTripper) http.RoundTripper {
 }
 
 type signingTransport struct {
-	s    *RequestSigner
+	s    *Signer
 	base http.RoundTripper
 }
 
@@ -235,8 +236,8 @@ func (t signingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 var _ http.RoundTripper = signingTransport{}
 
-// RequestVerifier checks signed requests on the server.
-type RequestVerifier struct {
+// Verifier checks signed requests on the server.
+type Verifier struct {
 	// Key returns the public key of an install, or false when the install
 	// is unknown.
 	Key func(install string) (ssh.PublicKey, bool)
@@ -247,8 +248,8 @@ type RequestVerifier struct {
 }
 
 // Verify checks req's signature and returns the install it proves.
-func (v *RequestVerifier) Verify(req *http.Request) (string, error) {
-	a, err := ParseRequestAuth(req.Header.Get("Authorization"))
+func (v *Verifier) Verify(req *http.Request) (string, error) {
+	a, err := ParseAuth(req.Header.Get("Authorization"))
 	if err != nil {
 		return "", err
 	}
@@ -262,22 +263,22 @@ func (v *RequestVerifier) Verify(req *http.Request) (string, error) {
 	}
 	d := now().Sub(time.Unix(a.Time, 0))
 	if d > skew || d < -skew {
-		return a.Install, fmt.Errorf("%w: %s off the server's clock (allowed %s)", ErrRequestExpired, d.Round(time.Second), skew)
+		return a.Install, fmt.Errorf("%w: %s off the server's clock (allowed %s)", ErrExpired, d.Round(time.Second), skew)
 	}
 	key, ok := v.Key(a.Install)
 	if !ok {
-		return a.Install, ErrRequestUnknownInstall
+		return a.Install, ErrUnknownInstall
 	}
 	sig, err := sshsig.ParseSignature(a.Sig)
 	if err != nil {
-		return a.Install, fmt.Errorf("%w: %v", ErrRequestAuthMalformed, err)
+		return a.Install, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if subtle.ConstantTimeCompare(sig.PublicKey.Marshal(), key.Marshal()) != 1 {
-		return a.Install, fmt.Errorf("%w: signed by %s, not the install's key", ErrRequestBadSignature, fingerprint(sig.PublicKey))
+		return a.Install, fmt.Errorf("%w: signed by %s, not the install's key", ErrBadSignature, ssh.FingerprintSHA256(sig.PublicKey))
 	}
-	msg := RequestMessage(req.Method, req.URL.RequestURI(), a.Time, a.Install)
-	if err := sshsig.Verify(bytes.NewReader(msg), sig, key, sig.HashAlgorithm, RequestNamespace); err != nil {
-		return a.Install, fmt.Errorf("%w: %v", ErrRequestBadSignature, err)
+	msg := Message(req.Method, req.URL.RequestURI(), a.Time, a.Install)
+	if err := sshsig.Verify(bytes.NewReader(msg), sig, key, sig.HashAlgorithm, Namespace); err != nil {
+		return a.Install, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
 	return a.Install, nil
 }
