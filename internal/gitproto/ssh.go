@@ -84,6 +84,18 @@ func (e SSHEndpoint) String() string {
 	return "ssh://" + host + path
 }
 
+// Login is the user to log in as: User, or else the local user name, as
+// ssh does.
+func (e SSHEndpoint) Login() string {
+	if e.User != "" {
+		return e.User
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "git"
+}
+
 // addr is host:port for dialing and for known_hosts.
 func (e SSHEndpoint) addr() string {
 	port := e.Port
@@ -260,6 +272,8 @@ func (t *sshTransport) receivePack(ctx context.Context, call *pushCall) error {
 		}
 		body, err := call.request(adv)
 		if err != nil {
+			// No commands: receive-pack ends quietly.
+			_, _ = io.WriteString(w, "0000")
 			return err
 		}
 		if _, err := w.Write(body); err != nil {
@@ -323,8 +337,10 @@ func (t *sshTransport) session(ctx context.Context, service string, v2 bool, tal
 	if err == nil {
 		return nil
 	}
-	if msg := strings.TrimSpace(stderr.String()); msg != "" && werr != nil {
-		return fmt.Errorf("%w (%v)", &RemoteError{Message: msg}, err)
+	_, broken := errors.AsType[*transportError](err)
+	if msg := strings.TrimSpace(stderr.String()); msg != "" && werr != nil && (broken || errors.Is(err, io.ErrUnexpectedEOF)) {
+		// The server hung up; its standard error says why.
+		return fmt.Errorf("%w: %w", &RemoteError{Message: msg}, err)
 	}
 	return err
 }
@@ -359,13 +375,7 @@ func (c *Client) sshClient(ctx context.Context, ep SSHEndpoint) (conn *ssh.Clien
 	if c.SSH == nil || c.SSH.Signer == nil || c.SSH.HostKeyCallback == nil {
 		return nil, false, fmt.Errorf("ssh %s: no private key or known_hosts given", ep)
 	}
-	name := ep.User
-	if name == "" {
-		name = "git"
-		if u, err := user.Current(); err == nil {
-			name = u.Username
-		}
-	}
+	name := ep.Login()
 	timeout := c.SSH.Timeout
 	if timeout == 0 {
 		timeout = DefaultSSHTimeout
