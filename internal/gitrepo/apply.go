@@ -9,6 +9,8 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitproto"
 )
 
 // Update is one ref update from Old (zero: the ref must not exist) to New.
@@ -69,9 +71,9 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 		return nil
 	}
 	if r.moved(ctx, updates, err) {
-		return fmt.Errorf("push %s: %w: %v", r.Location, ErrStale, err)
+		return fmt.Errorf("push %s: %w: %v", gitproto.Redact(r.Location), ErrStale, redactErr(err, r.Location))
 	}
-	return fmt.Errorf("push %s: %w", r.Location, err)
+	return fmt.Errorf("push %s: %w", gitproto.Redact(r.Location), redactErr(err, r.Location))
 }
 
 // moved reports whether a push failed because a ref moved on the remote.

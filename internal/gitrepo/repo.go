@@ -19,7 +19,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitproto"
 )
 
 // Repo is the tenant repository, or a local mirror of it.
@@ -47,11 +49,9 @@ func IsURL(location string) bool {
 	case "http", "https", "ssh", "git", "file":
 		return true
 	}
-	// scp-like syntax: user@host:path
-	if i := strings.IndexByte(location, ':'); i > 0 {
-		return strings.Contains(location[:i], "@") && !strings.Contains(location[:i], "/")
-	}
-	return false
+	// scp-like syntax, [user@]host:path, as git reads it.
+	_, ok, _ := gitproto.ParseSSH(location)
+	return ok
 }
 
 // Option configures Open.
@@ -60,6 +60,7 @@ type Option func(*options)
 type options struct {
 	cacheDir string
 	auth     transport.AuthMethod
+	creds    *gitauth.Auth
 }
 
 // WithCacheDir sets where mirrors of remote repositories are kept; default
@@ -68,6 +69,11 @@ func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = di
 
 // WithAuth sets transport credentials for a remote repository.
 func WithAuth(a transport.AuthMethod) Option { return func(o *options) { o.auth = a } }
+
+// WithCredentials sets the credentials of a remote repository from the
+// options every command shares (gitauth); default none. The agent's Remote
+// takes the same.
+func WithCredentials(a *gitauth.Auth) Option { return func(o *options) { o.creds = a } }
 
 // Open opens a local repository (bare or not) or prepares the local mirror
 // of a remote one. Call Fetch before reading a mirror.
@@ -83,10 +89,17 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		}
 		return &Repo{Location: location, repo: r, st: objectStorer(r)}, nil
 	}
+	if o.creds != nil && o.auth == nil {
+		a, err := o.creds.GoGit(location)
+		if err != nil {
+			return nil, err
+		}
+		o.auth = a
+	}
 	if o.cacheDir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return nil, fmt.Errorf("mirror of %s: %w", location, err)
+			return nil, fmt.Errorf("mirror of %s: %w", gitproto.Redact(location), err)
 		}
 		o.cacheDir = filepath.Join(base, "nuon", "repos")
 	}
@@ -97,7 +110,7 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		r, err = git.PlainInit(dir, true)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mirror of %s at %s: %w", location, dir, err)
+		return nil, fmt.Errorf("mirror of %s at %s: %w", gitproto.Redact(location), dir, err)
 	}
 	return &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}, nil
 }
@@ -148,7 +161,7 @@ func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
 		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
 			return nil
 		}
-		return fmt.Errorf("fetch %s: %w", r.Location, err)
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), redactErr(err, r.Location))
 	}
 	return nil
 }
@@ -164,7 +177,7 @@ func (r *Repo) Resolve(rev string) (plumbing.Hash, error) {
 			return ref.Hash(), nil
 		}
 	}
-	return plumbing.ZeroHash, fmt.Errorf("resolve %s in %s: no such ref", rev, r.Location)
+	return plumbing.ZeroHash, fmt.Errorf("resolve %s in %s: no such ref", rev, gitproto.Redact(r.Location))
 }
 
 // Refs returns every ref whose name starts with prefix, name to commit.
@@ -215,4 +228,14 @@ func (r *Repo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
 		return plumbing.ZeroHash, err
 	}
 	return ref.Hash(), nil
+}
+
+// redactErr keeps a URL's user information out of an error from go-git,
+// which may quote the URL it was given.
+func redactErr(err error, location string) error {
+	u, perr := url.Parse(location)
+	if perr != nil || u.User == nil || !strings.Contains(err.Error(), u.User.String()) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), u.User.String()+"@", ""))
 }

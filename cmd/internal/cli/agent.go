@@ -13,6 +13,8 @@ import (
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/signature"
 )
 
@@ -53,7 +55,9 @@ it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
 read their artifacts from the install registry only (or from --artifacts, a
 local fallback). Amazon ECR registries get their credentials from
 GetAuthorizationToken and their repositories created as needed; other
-registries use --registry-username or the docker config file.`,
+registries use --registry-username or the docker config file.
+
+` + gitauth.Help,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
@@ -64,7 +68,17 @@ registries use --registry-username or the docker config file.`,
   # verify and copy artifacts into the install's ECR before each job
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon \
-      --vendor-key /etc/nuon/cosign.pub`,
+      --vendor-key /etc/nuon/cosign.pub
+
+  # over SSH: a deploy key, and the server's host key in known_hosts
+  nuon agent --repo git@git.example.com:vendor/tenant.git --install acme \
+      --ssh-key /etc/nuon/git_key --known-hosts /etc/nuon/known_hosts \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # over HTTPS with a token read from a file (or from $NUON_GIT_TOKEN)
+  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
+      --git-token-file /run/secrets/git-token \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -122,9 +136,16 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	gitAuth, err := g.GitAuth()
+	if err != nil {
+		return err
+	}
+	if err := gitAuth.Check(o.repo); err != nil {
+		return err
+	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, nil),
+		Remote:  agent.NewRemote(o.repo, agent.WithGitAuth(gitAuth), agent.WithRemoteLogger(log)),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
@@ -150,7 +171,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return o.kube.err
 	}
 	if !o.once {
-		log.Info("agent started", "install", o.install, "repo", o.repo, "interval", o.interval)
+		log.Info("agent started", "install", o.install, "repo", gitproto.Redact(o.repo), "git_auth", gitAuth, "interval", o.interval)
 		return a.Run(ctx)
 	}
 	rep, err := a.Reconcile(ctx)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/schemas"
 )
@@ -30,9 +31,15 @@ func (e ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 type Globals struct {
 	LogFormat string
 	LogLevel  string
-	Stdout    io.Writer
-	Stderr    io.Writer
+	// Git says where the tenant repository's credentials are: the same
+	// flags for the agent and every command that opens the repository.
+	Git    gitauth.Options
+	Stdout io.Writer
+	Stderr io.Writer
 }
+
+// GitAuth loads the credentials the --git-* and --ssh-* flags name.
+func (g *Globals) GitAuth() (*gitauth.Auth, error) { return g.Git.Load(nil) }
 
 // Logger is the log/slog logger the global flags ask for, on Stderr.
 func (g *Globals) Logger() *slog.Logger {
@@ -55,6 +62,7 @@ func NewRoot(root *cobra.Command, stdout, stderr io.Writer, add func(*Globals) [
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	g.Git.AddFlags(root.PersistentFlags())
 	root.AddCommand(add(g)...)
 	return root
 }
@@ -84,9 +92,14 @@ func CheckOutput(o string) error {
 	return nil
 }
 
-// OpenRepo opens a repository for reading or writing.
-func OpenRepo(location, cacheDir string) (*gitrepo.Repo, error) {
-	var opts []gitrepo.Option
+// OpenRepo opens a repository for reading or writing, with the
+// credentials the global flags name.
+func (g *Globals) OpenRepo(location, cacheDir string) (*gitrepo.Repo, error) {
+	auth, err := g.GitAuth()
+	if err != nil {
+		return nil, err
+	}
+	opts := []gitrepo.Option{gitrepo.WithCredentials(auth)}
 	if cacheDir != "" {
 		opts = append(opts, gitrepo.WithCacheDir(cacheDir))
 	}
