@@ -131,7 +131,7 @@ func ParseSSH(location string) (e SSHEndpoint, ok bool, err error) {
 	if strings.HasPrefix(rest, "[") {
 		end := strings.Index(rest, "]:")
 		if end < 0 {
-			return e, true, fmt.Errorf("ssh location %s: unclosed [ in the host", Redact(location))
+			return e, true, errors.New("ssh location: unclosed [ in the host")
 		}
 		host, rest = rest[1:end], rest[end+2:]
 	} else {

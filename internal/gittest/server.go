@@ -2,6 +2,8 @@ package gittest
 
 import (
 	"bytes"
+	"crypto/subtle"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/cgi"
@@ -29,6 +31,8 @@ type Server struct {
 	requests atomic.Int64
 	bytes    atomic.Int64
 	down     atomic.Bool
+	// auth, if set, is the Authorization header every request must carry.
+	auth atomic.Pointer[string]
 
 	mu  sync.Mutex
 	log []Request
@@ -62,6 +66,15 @@ func NewServer(tb testing.TB) *Server {
 			http.Error(w, "server is down", http.StatusServiceUnavailable)
 			return
 		}
+		if want := s.auth.Load(); want != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(*want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			s.requests.Add(1)
+			s.mu.Lock()
+			s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Status: http.StatusUnauthorized})
+			s.mu.Unlock()
+			return
+		}
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 		// git-http-backend reads the protocol version from GIT_PROTOCOL; the
 		// CGI handler passes request headers as HTTP_* only.
@@ -84,6 +97,20 @@ func NewServer(tb testing.TB) *Server {
 
 // URL is the address of the repository Root/name.
 func (s *Server) URL(name string) string { return s.srv.URL + "/" + name }
+
+// RequireToken makes the server answer 401 to every request without
+// "Authorization: Bearer token".
+func (s *Server) RequireToken(token string) {
+	h := "Bearer " + token
+	s.auth.Store(&h)
+}
+
+// RequireBasic makes the server answer 401 to every request without basic
+// auth as user with password.
+func (s *Server) RequireBasic(user, password string) {
+	h := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+	s.auth.Store(&h)
+}
 
 // Down makes every request fail with 503 until Up is called.
 func (s *Server) Down() { s.down.Store(true) }
