@@ -232,8 +232,14 @@ func (a *Auth) GoGit(location string) (transport.AuthMethod, error) {
 		if a.SSH() == nil {
 			return nil, fmt.Errorf("repository %s: an ssh repository needs --ssh-key", ep)
 		}
+		check := func(host string, remote net.Addr, key ssh.PublicKey) error {
+			if err := a.hostKeys(host, remote, key); err != nil {
+				return gitproto.HostKeyError(ep.String(), key, err)
+			}
+			return nil
+		}
 		return &gitssh.PublicKeys{User: ep.Login(), Signer: a.signer,
-			HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: a.hostKeys}}, nil
+			HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: check}}, nil
 	}
 	switch {
 	case a == nil:

@@ -436,8 +436,14 @@ func (c *Client) dropSSH(conn *ssh.Client) {
 	}
 }
 
-// hostKeyError explains a host key known_hosts does not accept.
 func hostKeyError(ep SSHEndpoint, key ssh.PublicKey, err error) error {
+	return HostKeyError(ep.String(), key, err)
+}
+
+// HostKeyError explains why a known_hosts callback refused the key a host
+// offered: the host is unknown, its key changed (naming the file and line
+// of the known key) or is revoked. It wraps ErrHostKey.
+func HostKeyError(ep string, key ssh.PublicKey, err error) error {
 	offered := key.Type() + " " + ssh.FingerprintSHA256(key)
 	var ke *knownhosts.KeyError
 	if errors.As(err, &ke) {
