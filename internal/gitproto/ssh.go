@@ -307,9 +307,13 @@ func (t *sshTransport) session(ctx context.Context, service string, v2 bool, tal
 	}
 	defer sess.Close()
 	if v2 {
-		// OpenSSH refuses variables its AcceptEnv does not list; the
-		// server then speaks version 0, which the opening shows.
-		_ = sess.Setenv("GIT_PROTOCOL", "version=2")
+		// OpenSSH ignores variables its AcceptEnv does not list; the
+		// server then speaks version 0, which the opening shows. No reply
+		// is asked for: it would cost a round trip.
+		env := struct{ Name, Value string }{"GIT_PROTOCOL", "version=2"}
+		if _, err := sess.SendRequest("env", false, ssh.Marshal(&env)); err != nil {
+			return &transportError{err}
+		}
 	}
 	stdin, err := sess.StdinPipe()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -30,6 +31,7 @@ type Server struct {
 	srv      *httptest.Server
 	requests atomic.Int64
 	bytes    atomic.Int64
+	reqBytes atomic.Int64
 	down     atomic.Bool
 	// auth, if set, is the Authorization header every request must carry.
 	auth atomic.Pointer[string]
@@ -76,6 +78,7 @@ func NewServer(tb testing.TB) *Server {
 			return
 		}
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+		r.Body = &countingBody{ReadCloser: r.Body, n: &s.reqBytes}
 		// git-http-backend reads the protocol version from GIT_PROTOCOL; the
 		// CGI handler passes request headers as HTTP_* only.
 		h := backend
@@ -124,6 +127,21 @@ func (s *Server) Requests() int64 { return s.requests.Load() }
 // Bytes is the number of response body bytes sent since the last Reset.
 func (s *Server) Bytes() int64 { return s.bytes.Load() }
 
+// RequestBytes is the number of request body bytes received since the
+// last Reset.
+func (s *Server) RequestBytes() int64 { return s.reqBytes.Load() }
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
+}
+
 // Log returns the requests answered since the last Reset.
 func (s *Server) Log() []Request {
 	s.mu.Lock()
@@ -135,6 +153,7 @@ func (s *Server) Log() []Request {
 func (s *Server) Reset() {
 	s.requests.Store(0)
 	s.bytes.Store(0)
+	s.reqBytes.Store(0)
 	s.mu.Lock()
 	s.log = nil
 	s.mu.Unlock()
