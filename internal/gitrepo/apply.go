@@ -52,6 +52,9 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 			return fmt.Errorf("update %s in the mirror: %w", u.Name, err)
 		}
 	}
+	if r.proto != nil {
+		return r.pushProto(ctx, updates)
+	}
 	specs := make([]config.RefSpec, len(updates))
 	require := make([]config.RefSpec, 0, len(updates))
 	for i, u := range updates {
@@ -101,6 +104,37 @@ func (r *Repo) moved(ctx context.Context, updates []Update, pushErr error) bool 
 		}
 	}
 	return false
+}
+
+// pushProto is the atomic push with gitproto's receive-pack client.
+func (r *Repo) pushProto(ctx context.Context, updates []Update) error {
+	ups := make([]gitproto.RefUpdate, len(updates))
+	for i, u := range updates {
+		ups[i] = gitproto.RefUpdate{Name: u.Name, Old: u.Old, New: u.New}
+	}
+	err := r.proto.Push(ctx, r.st, ups...)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, gitproto.ErrStale) {
+		return fmt.Errorf("%w: %w", ErrStale, err)
+	}
+	if _, ok := errors.AsType[*gitproto.PushError](err); ok {
+		// An atomic push refused as a whole may hide which ref moved:
+		// compare the remote's refs with what the updates expected.
+		prefixes := make([]string, len(updates))
+		for i, u := range updates {
+			prefixes[i] = u.Name.String()
+		}
+		if remote, lerr := r.proto.LsRefs(ctx, prefixes...); lerr == nil {
+			for _, u := range updates {
+				if remote[u.Name] != u.Old {
+					return fmt.Errorf("%w: %w", ErrStale, err)
+				}
+			}
+		}
+	}
+	return err
 }
 
 // checkRefName refuses names git would refuse and names that cannot be

@@ -36,6 +36,10 @@ type Repo struct {
 	// st reads the objects of repo; on disk, through a gitobj.Store.
 	st   storer.Storer
 	auth transport.AuthMethod
+	// proto reaches an http(s):// or ssh remote with git's protocol
+	// (version 2 ls-refs and fetch, receive-pack); go-git is kept for
+	// file:// and git://, and when WithAuth gives go-git credentials.
+	proto *gitproto.Client
 }
 
 // IsURL reports whether location names a remote repository rather than a
@@ -89,7 +93,7 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		}
 		return &Repo{Location: location, repo: r, st: objectStorer(r)}, nil
 	}
-	if o.creds != nil && o.auth == nil {
+	if o.creds != nil && o.auth == nil && !speaksProto(location) {
 		a, err := o.creds.GoGit(location)
 		if err != nil {
 			return nil, err
@@ -112,7 +116,21 @@ func Open(location string, opts ...Option) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror of %s at %s: %w", gitproto.Redact(location), dir, err)
 	}
-	return &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}, nil
+	repo := &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}
+	if o.auth == nil && speaksProto(location) {
+		if repo.proto, err = o.creds.Client(location, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	return repo, nil
+}
+
+// speaksProto says whether gitproto reaches location.
+func speaksProto(location string) bool {
+	if _, ok, _ := gitproto.ParseSSH(location); ok {
+		return true
+	}
+	return strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://")
 }
 
 // objectStorer returns the storage of r, its object reads going straight
@@ -144,6 +162,9 @@ func (r *Repo) Git() *git.Repository { return r.repo }
 func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
 	if !r.Remote {
 		return nil
+	}
+	if r.proto != nil {
+		return r.fetchProto(ctx, prefixes)
 	}
 	specs := make([]config.RefSpec, len(prefixes))
 	for i, p := range prefixes {
@@ -238,4 +259,48 @@ func redactErr(err error, location string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), u.User.String()+"@", ""))
+}
+
+// fetchProto is Fetch with gitproto: one ls-refs for the prefixes, one
+// fetch of what the mirror lacks, then the mirror's refs set and pruned.
+func (r *Repo) fetchProto(ctx context.Context, prefixes []string) error {
+	remote, err := r.proto.LsRefs(ctx, prefixes...)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+	}
+	wants := make([]plumbing.Hash, 0, len(remote))
+	for _, h := range remote {
+		wants = append(wants, h)
+	}
+	var haves []plumbing.Hash
+	local := map[plumbing.ReferenceName]plumbing.Hash{}
+	for _, p := range prefixes {
+		refs, err := r.Refs(p)
+		if err != nil {
+			return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+		}
+		for n, h := range refs {
+			local[n] = h
+			haves = append(haves, h)
+		}
+	}
+	if _, err := r.proto.Fetch(ctx, r.repo.Storer, wants, haves); err != nil {
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+	}
+	for n, h := range remote {
+		if local[n] == h {
+			continue
+		}
+		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(n, h)); err != nil {
+			return fmt.Errorf("fetch %s: update %s: %w", gitproto.Redact(r.Location), n, err)
+		}
+	}
+	for n := range local {
+		if _, ok := remote[n]; !ok {
+			if err := r.repo.Storer.RemoveReference(n); err != nil {
+				return fmt.Errorf("fetch %s: prune %s: %w", gitproto.Redact(r.Location), n, err)
+			}
+		}
+	}
+	return nil
 }
