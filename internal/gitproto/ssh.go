@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -410,6 +411,9 @@ func (c *Client) sshClient(ctx context.Context, ep SSHEndpoint) (conn *ssh.Clien
 		deadline = d
 	}
 	_ = raw.SetDeadline(deadline)
+	if len(cfg.HostKeyAlgorithms) == 0 {
+		cfg.HostKeyAlgorithms = knownAlgorithms(c.SSH.HostKeyCallback, ep.addr(), raw.RemoteAddr())
+	}
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	cc, chans, reqs, err := ssh.NewClientConn(raw, ep.addr(), cfg)
 	stop()
@@ -429,6 +433,43 @@ func (c *Client) sshClient(ctx context.Context, ep SSHEndpoint) (conn *ssh.Clien
 	c.sshConn = ssh.NewClient(cc, chans, reqs)
 	return c.sshConn, true, nil
 }
+
+// knownAlgorithms asks a known_hosts callback which key types it knows
+// for host, by offering it a key of no type it can know: its KeyError
+// lists the known keys. The handshake then asks the server for one of
+// those, so a server with several host keys shows one that known_hosts
+// has rather than failing as if its key changed. Nil (the library's
+// default order) when the callback says nothing.
+func knownAlgorithms(cb ssh.HostKeyCallback, host string, remote net.Addr) []string {
+	var ke *knownhosts.KeyError
+	if err := cb(host, remote, probeKey{}); !errors.As(err, &ke) {
+		return nil
+	}
+	var algos []string
+	add := func(a ...string) {
+		for _, x := range a {
+			if !slices.Contains(algos, x) {
+				algos = append(algos, x)
+			}
+		}
+	}
+	for _, k := range ke.Want {
+		switch t := k.Key.Type(); t {
+		case ssh.KeyAlgoRSA:
+			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		default:
+			add(t)
+		}
+	}
+	return algos
+}
+
+// probeKey is a public key of a type no known_hosts file lists.
+type probeKey struct{}
+
+func (probeKey) Type() string                        { return "nuon-probe@nuon.dev" }
+func (probeKey) Marshal() []byte                     { return []byte("nuon-probe") }
+func (probeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe key") }
 
 // dropSSH forgets a broken connection.
 func (c *Client) dropSSH(conn *ssh.Client) {

@@ -253,3 +253,29 @@ func TestPushHTTP(t *testing.T) {
 	}
 	testPush(t, c, f.dir, local, f.commits[1])
 }
+
+// TestSSHHostKeyAlgorithms: a server with two host keys is accepted when
+// known_hosts lists either one: the client asks for a key type known_hosts
+// has instead of reporting a changed key.
+func TestSSHHostKeyAlgorithms(t *testing.T) {
+	f := newFixture(t, 1)
+	srv := gittest.NewSSHServer(t, f.srv.Root, gittest.WithECDSAHostKey())
+	for name, key := range map[string]ssh.PublicKey{"ed25519": srv.HostKey, "ecdsa": srv.HostKeyECDSA} {
+		t.Run(name, func(t *testing.T) {
+			known := filepath.Join(t.TempDir(), "known_hosts")
+			line := "# a comment\n" + knownhosts.Line([]string{knownhosts.Normalize(srv.Addr)}, key) + "\n"
+			if err := os.WriteFile(known, []byte(line), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hk, err := knownhosts.New(known)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &Client{URL: srv.URL("tenant.git"), SSH: &SSHAuth{Signer: srv.ClientSigner, HostKeyCallback: hk}}
+			defer c.Close()
+			if _, err := c.LsRefs(context.Background(), "refs/heads/main"); err != nil {
+				t.Fatalf("known_hosts with the %s key only: %v", name, err)
+			}
+		})
+	}
+}

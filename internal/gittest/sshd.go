@@ -1,7 +1,9 @@
 package gittest
 
 import (
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/pem"
 	"fmt"
@@ -38,6 +40,8 @@ type SSHServer struct {
 	Addr string
 	// HostKey is the server's public host key.
 	HostKey ssh.PublicKey
+	// HostKeyECDSA is its second host key, with WithECDSAHostKey.
+	HostKeyECDSA ssh.PublicKey
 	// KnownHosts is a known_hosts file that lists HostKey for Addr.
 	KnownHosts string
 	// ClientKey is an OpenSSH private key file the server accepts.
@@ -53,7 +57,11 @@ type SSHServer struct {
 // SSHOption configures NewSSHServer.
 type SSHOption func(*sshConfig)
 
-type sshConfig struct{ noGitProtocol bool }
+type sshConfig struct{ noGitProtocol, ecdsa bool }
+
+// WithECDSAHostKey gives sshd an ECDSA host key besides its ed25519 one
+// (HostKeyECDSA), as real servers have several.
+func WithECDSAHostKey() SSHOption { return func(c *sshConfig) { c.ecdsa = true } }
 
 // WithoutGitProtocolEnv leaves AcceptEnv GIT_PROTOCOL out of sshd_config,
 // as many servers have it: git then speaks protocol version 0.
@@ -114,6 +122,23 @@ func NewSSHServer(tb testing.TB, root string, opts ...SSHOption) *SSHServer {
 	}
 	if !cfg.noGitProtocol {
 		conf = append(conf, "AcceptEnv GIT_PROTOCOL")
+	}
+	if cfg.ecdsa {
+		priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		block, err := ssh.MarshalPrivateKey(priv, "")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		signer, err := ssh.NewSignerFromKey(priv)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s.HostKeyECDSA = signer.PublicKey()
+		writeFile(tb, filepath.Join(dir, "host_ecdsa"), pem.EncodeToMemory(block), 0o600)
+		conf = append(conf, "HostKey "+filepath.Join(dir, "host_ecdsa"))
 	}
 	confFile := filepath.Join(dir, "sshd_config")
 	writeFile(tb, confFile, []byte(strings.Join(conf, "\n")+"\n"), 0o600)
