@@ -333,6 +333,13 @@ func (t *sshTransport) session(ctx context.Context, service string, v2 bool, tal
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
 	err = talk(&countingWriter{w: stdin, n: &t.c.stats.sent}, newPktReader(&countingReader{r: stdout, n: &t.c.stats.received}))
+	_, broken := errors.AsType[*transportError](err)
+	hungUp := broken || errors.Is(err, io.ErrUnexpectedEOF)
+	if err != nil && !hungUp {
+		// The server may still be writing (a long advertisement) and
+		// would wait for window space for ever: end the session.
+		sess.Close()
+	}
 	stdin.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(stdout, maxDrain))
 	werr := sess.Wait()
@@ -342,8 +349,7 @@ func (t *sshTransport) session(ctx context.Context, service string, v2 bool, tal
 	if err == nil {
 		return nil
 	}
-	_, broken := errors.AsType[*transportError](err)
-	if msg := strings.TrimSpace(stderr.String()); msg != "" && werr != nil && (broken || errors.Is(err, io.ErrUnexpectedEOF)) {
+	if msg := strings.TrimSpace(stderr.String()); msg != "" && werr != nil && hungUp {
 		// The server hung up; its standard error says why.
 		return fmt.Errorf("%w: %w", &RemoteError{Message: msg}, err)
 	}

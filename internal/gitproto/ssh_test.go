@@ -279,3 +279,36 @@ func TestSSHHostKeyAlgorithms(t *testing.T) {
 		})
 	}
 }
+
+// TestSSHErrors: a missing repository is the server's message, not a
+// temporary hang-up; a stale push and a fetch the server refuses end with
+// errors that say so, within the deadline.
+func TestSSHErrors(t *testing.T) {
+	f := newFixture(t, 3000)
+	srv := gittest.NewSSHServer(t, f.srv.Root, gittest.WithoutGitProtocolEnv())
+	c := sshClient(t, srv, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	missing := &Client{URL: srv.URL("missing.git"), SSH: c.SSH}
+	defer missing.Close()
+	_, err := missing.LsRefs(ctx, "refs/heads/")
+	if _, ok := errors.AsType[*RemoteError](err); !ok || !strings.Contains(err.Error(), "does not appear to be a git repository") || Temporary(err) {
+		t.Errorf("LsRefs on a missing repository: %v, want the server's message, not temporary", err)
+	}
+
+	// A push whose old value is stale stops after the advertisement.
+	local := memory.NewStorage()
+	if _, err := c.Fetch(ctx, local, []plumbing.Hash{f.commits[0]}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Push(ctx, local, RefUpdate{Name: installRef(3), Old: f.commits[0], New: f.commits[0]})
+	if !errors.Is(err, ErrStale) {
+		t.Errorf("stale push: %v, want ErrStale", err)
+	}
+	// A fetch of an object the server does not have, in version 0.
+	_, err = c.Fetch(ctx, memory.NewStorage(), []plumbing.Hash{plumbing.NewHash(strings.Repeat("1", 40))}, nil)
+	if err == nil || ctx.Err() != nil {
+		t.Errorf("fetch of an unknown object: %v (context: %v)", err, ctx.Err())
+	}
+}
