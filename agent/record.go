@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/internal/gitobj"
-	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -74,7 +72,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		return b.Add(plumbing.BlobObject, a.redact(append(data, '\n'))), nil
+		return b.Add(plumbing.BlobObject, a.redactJSON(append(data, '\n'))), nil
 	}
 	var root []gitobj.Entry
 	h, err := blob(rec.Status)
@@ -122,7 +120,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 	if !parent.IsZero() {
 		parents = []plumbing.Hash{parent}
 	}
-	commit, err := b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, a.cfg.Key)
+	commit, err := b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: a.red.String(msg)}, a.cfg.Key)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("status commit: %w", err)
 	}
@@ -146,26 +144,45 @@ func orNone(s string) string {
 	return s
 }
 
-// redact replaces every secret value the install holds with [redacted]:
-// git history is permanent.
-func (a *Agent) redact(data []byte) []byte {
-	for _, s := range a.secrets {
-		data = bytes.ReplaceAll(data, s, []byte("[redacted]"))
+// redactJSON returns data, JSON, with every secret the install holds
+// replaced by redact.Marker: git history is permanent. Should replacing
+// runs of the text break the JSON (a secret that spans its syntax), the
+// strings are redacted one by one instead.
+func (a *Agent) redactJSON(data []byte) []byte {
+	out := a.red.Bytes(data)
+	if json.Valid(out) {
+		return out
 	}
-	return data
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return out
+	}
+	red, _ := schemas.WalkStrings(v, "", func(_, s string) (any, error) { return a.red.String(s), nil })
+	b, err := json.MarshalIndent(red, "", "  ")
+	if err != nil {
+		return out
+	}
+	b = append(b, '\n')
+	if again := a.red.Bytes(b); json.Valid(again) {
+		return again
+	}
+	return b
 }
 
-// secretValues lists the JSON-escaped values of the install's secrets
-// (environment variables NUON_SECRET_*), longest first.
-func secretValues(environ []string) [][]byte {
-	var out [][]byte
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
-			q, _ := json.Marshal(v)
-			out = append(out, q[1:len(q)-1])
-		}
+// redactReport returns rep with every secret replaced, for whoever reads
+// it (`nuon agent --once -o json`).
+func (a *Agent) redactReport(rep *Report) *Report {
+	data, err := json.Marshal(rep)
+	if err != nil {
+		return rep
 	}
-	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
-	return out
+	red := a.redactJSON(data)
+	if bytes.Equal(red, data) {
+		return rep
+	}
+	var out Report
+	if err := json.Unmarshal(red, &out); err != nil {
+		return rep
+	}
+	return &out
 }

@@ -181,9 +181,9 @@ func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, s
 	who := fmt.Sprintf("nuon renderer <renderer@nuon.invalid> %d +0000", renderTime.Unix())
 	mark := 0
 	var rendered bytes.Buffer
-	trees := map[string]string{}
+	trees, commits := map[string]string{}, map[string]string{}
 	for _, in := range res.Installs {
-		trees[in.ID] = in.Tree
+		trees[in.ID], commits[in.ID] = in.Tree, in.Commit
 	}
 	for _, id := range src.InstallIDs() {
 		files, err := renderer.Install(src, id)
@@ -208,6 +208,9 @@ func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, s
 		}
 		s.WriteByte('\n')
 		fmt.Fprintf(&rendered, "M 040000 %s %s/%s\n", trees[id], schemas.InstallsDir, id)
+		// The renderer's record of what it issued (see schemas.IssuedDir).
+		record := fmt.Sprintf("1 %s\n", commits[id])
+		fmt.Fprintf(&rendered, "M 100644 inline %s/%s\ndata %d\n%s\n", schemas.IssuedDir, id, len(record), record)
 	}
 	fmt.Fprintf(&s, "commit %s\ncommitter %s\n", plumbing.ReferenceName(schemas.RenderedRef), who)
 	data([]byte("nuon: render\n"))

@@ -424,7 +424,9 @@ func TestIncrementalRender(t *testing.T) {
 		if res := full.render(options(t)); res.Incremental {
 			t.Fatalf("%s: the first render of a repository is incremental", step.name)
 		}
-		tree := plumbing.ReferenceName(schemas.RenderedRef).String() + "^{tree}"
+		// The installs' folders are the same; the issued records name
+		// each repository's own commits.
+		tree := plumbing.ReferenceName(schemas.RenderedRef).String() + ":" + schemas.InstallsDir
 		if got, want := gittest.Git(t, tn.dir, "rev-parse", tree), gittest.Git(t, full.dir, "rev-parse", tree); got != want {
 			t.Errorf("%s: rendered tree %s, a full render makes %s", step.name, got, want)
 		}
@@ -432,19 +434,32 @@ func TestIncrementalRender(t *testing.T) {
 }
 
 // TestIncrementalRenderReportsProblems breaks one install file: the render
-// that reads only that file reports its problems as a full one does.
+// that reads only that file reports its problems as a full one does, and
+// that install alone fails: it keeps its state and ref.
 func TestIncrementalRenderReportsProblems(t *testing.T) {
 	tn := newTenant(t)
 	tn.render(options(t))
+	before := refs(t, tn.dir)
 	tn.edit("installs/globex.yaml", "channel: beta", "channel: nightly")
 	tn.commit("globex on a channel that does not exist")
-	_, err := renderRepo(context.Background(), tn.open(), "main", options(t))
-	var ps schemas.Problems
-	if !errors.As(err, &ps) || len(ps) == 0 {
-		t.Fatalf("render: %v, want problems", err)
+	res, err := renderRepo(context.Background(), tn.open(), "main", options(t))
+	if err != nil {
+		t.Fatalf("render: %v, want the other installs rendered", err)
+	}
+	ps := res.Problems
+	if len(ps) == 0 {
+		t.Fatal("no problems reported")
 	}
 	if p := ps[0]; p.File != "installs/globex.yaml" || p.Line != 1 || !strings.Contains(p.Message, "nightly") {
 		t.Errorf("problem %s, want installs/globex.yaml:1 about channel nightly", p)
+	}
+	failed := res.Failed()
+	if len(failed) != 1 || failed[0].ID != "globex" || !strings.Contains(failed[0].Error, "nightly") {
+		t.Errorf("failed installs %+v, want globex", failed)
+	}
+	globex := plumbing.ReferenceName(schemas.InstallRef("globex")).String()
+	if got := refs(t, tn.dir)[globex]; got != before[globex] {
+		t.Errorf("%s moved to %s", globex, got)
 	}
 }
 

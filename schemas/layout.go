@@ -3,6 +3,7 @@ package schemas
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // The tenant repository's refs (see DESIGN.md, "The repository").
@@ -39,12 +40,24 @@ const (
 	TrailerChanged    = "Nuon-Installs-Changed"
 	TrailerDesired    = "Nuon-Desired"
 	TrailerPhase      = "Nuon-Phase"
+	// TrailerExpires bounds how long a per-install commit is fresh: an
+	// RFC 3339 UTC time after which the agent reports its desired state
+	// Stale (a frozen or withheld ref) instead of trusting it as current.
+	TrailerExpires = "Nuon-Expires"
+	// TrailerReplaces names, on a per-install commit, the commit it
+	// replaced on the install's ref because the renderer had not signed it.
+	TrailerReplaces = "Nuon-Replaces"
 )
 
 // Paths of the rendered tree: InstallsDir/<id>/ in the rendered commit
 // (the same folder name as the source's installs/ on main), and the whole
 // tree of an install's desired ref. The source's paths are in source.go.
+// IssuedDir/<id> in the rendered commit records the last per-install
+// commit the renderer signed for that install and its generation, as
+// "GENERATION COMMIT\n": the renderer's own, signed memory of what it
+// issued, never read from an install ref.
 const (
+	IssuedDir        = "issued"
 	InstallStateFile = "install.json"
 	ComponentsDir    = "components"
 )
@@ -77,4 +90,18 @@ func Generation(msg string) (int64, error) {
 		return 0, fmt.Errorf("bad %s trailer %q: want a positive decimal number", TrailerGeneration, v)
 	}
 	return g, nil
+}
+
+// Expires reads the freshness bound of a commit message. ok is false when
+// the commit has none (freshness is off for its tenant).
+func Expires(msg string) (t time.Time, ok bool, err error) {
+	v, ok := Trailer(msg, TrailerExpires)
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	t, err = time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, true, fmt.Errorf("bad %s trailer %q: want an RFC 3339 time", TrailerExpires, v)
+	}
+	return t.UTC(), true, nil
 }

@@ -1,5 +1,7 @@
 package schemas
 
+import "time"
+
 // APIVersion is the version written into every rendered, job and status file.
 const APIVersion = "nuon.dev/v1"
 
@@ -18,6 +20,29 @@ type App struct {
 	// Components in the order they are declared; the order has no meaning:
 	// dependsOn decides what runs first.
 	Components []Component `yaml:"components" json:"components"`
+	// Freshness bounds how long rendered state is trusted as current;
+	// nil: it never expires.
+	Freshness *Freshness `yaml:"freshness,omitempty" json:"freshness,omitempty"`
+}
+
+// Freshness is the tenant's freshness bound (see app.schema.json).
+type Freshness struct {
+	// ValidFor is how long a signed per-install commit is fresh.
+	ValidFor string `yaml:"validFor" json:"validFor"`
+	// RenewBefore is when, before expiry, the renderer re-signs; default
+	// a third of ValidFor.
+	RenewBefore string `yaml:"renewBefore,omitempty" json:"renewBefore,omitempty"`
+}
+
+// Durations returns ValidFor and RenewBefore (defaulted); f must have
+// passed the schema.
+func (f *Freshness) Durations() (validFor, renewBefore time.Duration) {
+	validFor, _ = time.ParseDuration(f.ValidFor)
+	renewBefore, _ = time.ParseDuration(f.RenewBefore)
+	if renewBefore <= 0 || renewBefore >= validFor {
+		renewBefore = validFor / 3
+	}
+	return validFor, renewBefore
 }
 
 // Component is one deployable part of the app.

@@ -250,6 +250,34 @@ func TestRenderInvalidSource(t *testing.T) {
 	}
 }
 
+// TestRenderOneBadInstall breaks one install's file: every other install
+// is rendered and its ref moves, the bad one keeps its ref, the problem is
+// named as FILE:LINE, and the command exits 1.
+func TestRenderOneBadInstall(t *testing.T) {
+	rt := localRenderTenant(t)
+	rt.mustRun(t, nil)
+	rt.edit(t, "installs/globex.yaml", "channel: beta", "channel: nightly")
+	rt.edit(t, "nuon.yaml", "timeout: 5m", "timeout: 6m")
+	before := gitRefs(t, rt.dir)
+
+	r := rt.run(t, nil)
+	var ee cli.ExitError
+	if !errors.As(r.err, &ee) || ee.Code != 1 {
+		t.Fatalf("nuon render: %v, want exit code 1\n%s", r.err, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "installs/globex.yaml:1:") || !strings.Contains(r.stderr, "not rendered") || !strings.Contains(r.stderr, "globex") {
+		t.Errorf("stderr does not name the bad install:\n%s", r.stderr)
+	}
+	after := gitRefs(t, rt.dir)
+	for _, id := range fixtureInstalls(t) {
+		ref := plumbing.ReferenceName(schemas.InstallRef(id)).String()
+		moved := after[ref] != before[ref]
+		if want := id != "globex"; moved != want {
+			t.Errorf("%s moved: %v, want %v", ref, moved, want)
+		}
+	}
+}
+
 // objectCount is what `git count-objects -v` counts, loose and packed.
 func objectCount(t *testing.T, dir string) string {
 	t.Helper()
@@ -417,8 +445,10 @@ exec git update-ref %[2]s %[3]s
 	if pushes != 2 {
 		t.Errorf("%d pushes, want a rejected one and a good one", pushes)
 	}
-	if got := gittest.Git(t, dir, "rev-parse", rendered+"^"); got != other {
-		t.Errorf("rendered parent %s, want the other writer's %s", got, other)
+	// The other writer did not sign: its commit is kept as the second
+	// parent, the renderer's own history continuing as the first.
+	if got := gittest.Git(t, dir, "rev-parse", rendered+"^2"); got != other {
+		t.Errorf("rendered second parent %s, want the other writer's %s", got, other)
 	}
 	if got := gittest.Git(t, dir, "rev-parse", plumbing.ReferenceName(schemas.InstallRef("acme")).String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
 		t.Errorf("acme's ref does not hold its rendered tree")
