@@ -17,5 +17,8 @@
 //     checked: an unknown or changed host key is an error that says which.
 //
 // An Auth never prints a secret: its String names the files it came from.
-// Credentials go over plain http:// only to a loopback address.
+// Credentials go over plain http:// only to a loopback address. The
+// commands remove NUON_GIT_TOKEN and NUON_GIT_PASSWORD from their
+// environment once read, so the agent's jobs, which inherit it, never see
+// them.
 package gitauth

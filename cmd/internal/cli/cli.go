@@ -36,10 +36,30 @@ type Globals struct {
 	Git    gitauth.Options
 	Stdout io.Writer
 	Stderr io.Writer
+
+	gitAuth *gitauth.Auth
 }
 
-// GitAuth loads the credentials the --git-* and --ssh-* flags name.
-func (g *Globals) GitAuth() (*gitauth.Auth, error) { return g.Git.Load(nil) }
+// GitAuth loads the credentials the --git-* and --ssh-* flags name, once.
+// It then removes $NUON_GIT_TOKEN and $NUON_GIT_PASSWORD from the
+// process's environment, so that no job or other child process the
+// command starts inherits them.
+func (g *Globals) GitAuth() (*gitauth.Auth, error) {
+	if g.gitAuth != nil {
+		return g.gitAuth, nil
+	}
+	a, err := g.Git.Load(nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{gitauth.EnvToken, gitauth.EnvPassword} {
+		if err := os.Unsetenv(k); err != nil {
+			return nil, fmt.Errorf("remove $%s from the environment: %w", k, err)
+		}
+	}
+	g.gitAuth = a
+	return a, nil
+}
 
 // Logger is the log/slog logger the global flags ask for, on Stderr.
 func (g *Globals) Logger() *slog.Logger {
