@@ -7,7 +7,7 @@
 // Reconcile runs one pass as ordered steps:
 //
 //  1. poll: read refs/heads/nuon/installs/<id> and refs/heads/nuon/status/<id>
-//     in one request (git protocol v2 ls-refs over HTTP; see Remote). If the
+//     in one request (git protocol v2 ls-refs over HTTPS or SSH; see Remote). If the
 //     desired ref did not move and nothing is due, stop here.
 //  2. loadStatus: what was applied is the local status commit (a new
 //     workdir adopts the remote one).
