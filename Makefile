@@ -28,7 +28,7 @@ demo: build tf-providers kube-binaries registry ## render the sample tenant and 
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers kube-binaries registry ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+test: tf-providers kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: vet
@@ -45,7 +45,7 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; done
 
 .PHONY: bench
-bench: tf-providers kube-binaries registry ## run the benchmarks (figures in BENCHMARKS.md)
+bench: tf-providers kube-binaries registry sshd ## run the benchmarks (figures in BENCHMARKS.md)
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
@@ -88,3 +88,11 @@ bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB)
 .PHONY: bench-server
 bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change
 	NUON_BENCH_PUSH_SECONDS=$${NUON_BENCH_PUSH_SECONDS:-60} $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 30m ./server
+
+# ---- Git over SSH -----------------------------------------------------------
+# Debian's openssh-server for the SSH git tests: internal/gittest starts sshd
+# on loopback with its own configuration, host key and authorized keys.
+# Without it those tests skip, unless CI is set, when they fail.
+.PHONY: sshd
+sshd: ## install openssh-server for the SSH git tests (apt-get)
+	hack/sshd.sh install

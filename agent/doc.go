@@ -13,7 +13,7 @@
 // written and pushed.
 //
 //  1. poll: read refs/heads/nuon/installs/<id> and refs/heads/nuon/status/<id>
-//     in one request (git protocol v2 ls-refs over HTTP; see Remote).
+//     in one request (git protocol v2 ls-refs over HTTPS or SSH; see Remote).
 //  2. status: what was applied is the local status commit. A remote status
 //     commit the local history lacks is checked (see Trust in the status
 //     ref).

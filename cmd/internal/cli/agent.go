@@ -12,10 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/go-git/go-git/v5/plumbing/transport"
 	"nuon.dev/nuon/agent"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
@@ -64,7 +65,9 @@ With --server-auth the agent talks to a tenant server ('nuon server') rather
 than a git host: every HTTP request it sends to --repo is signed with --key
 as install --install (an SSH signature in the nuon-request namespace over
 method, path, time and install id), which the server checks against the
-install's agentKey on main. No token or password is needed.`,
+install's agentKey on main. No token or password is needed.
+
+` + gitauth.Help,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
@@ -79,7 +82,17 @@ install's agentKey on main. No token or password is needed.`,
   # verify and copy artifacts into the install's ECR before each job
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon \
-      --vendor-key /etc/nuon/cosign.pub`,
+      --vendor-key /etc/nuon/cosign.pub
+
+  # over SSH: a deploy key, and the server's host key in known_hosts
+  nuon agent --repo git@git.example.com:vendor/tenant.git --install acme \
+      --ssh-key /etc/nuon/git_key --known-hosts /etc/nuon/known_hosts \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # over HTTPS with a token read from a file (or from $NUON_GIT_TOKEN)
+  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
+      --git-token-file /run/secrets/git-token \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -142,13 +155,22 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	var auth transport.AuthMethod
+	gitAuth, err := g.GitAuth()
+	if err != nil {
+		return err
+	}
+	if err := gitAuth.Check(o.repo); err != nil {
+		return err
+	}
+	remoteOpts := []agent.RemoteOption{agent.WithGitAuth(gitAuth), agent.WithRemoteLogger(log)}
 	if o.serverAuth {
-		auth = &request.Signer{Install: o.install, Key: key}
+		// Every request to the tenant server carries the install's
+		// signature; no token or password.
+		remoteOpts = append(remoteOpts, agent.WithRequestSigner(&request.Signer{Install: o.install, Key: key}))
 	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, auth),
+		Remote:  agent.NewRemote(o.repo, remoteOpts...),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
@@ -174,7 +196,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return o.kube.err
 	}
 	if !o.once {
-		log.Info("agent started", "install", o.install, "repo", o.repo, "interval", o.interval)
+		log.Info("agent started", "install", o.install, "repo", gitproto.Redact(o.repo), "git_auth", gitAuth, "interval", o.interval)
 		return a.Run(ctx)
 	}
 	rep, err := a.Reconcile(ctx)

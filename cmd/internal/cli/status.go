@@ -51,7 +51,7 @@ Status history ('git log refs/heads/nuon/status/<id>') is the install's audit lo
 }
 
 func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
-	repo, err := OpenRepo(o.repo, o.cacheDir)
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
