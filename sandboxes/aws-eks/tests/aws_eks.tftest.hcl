@@ -154,7 +154,7 @@ run "outputs_contract" {
   command = apply
 
   assert {
-    condition     = output.tags["nuon.dev/install"] == "acme" && output.tags["team"] == "payments"
+    condition     = lookup(output.tags, "nuon.dev/install", "") == "acme" && lookup(output.tags, "team", "") == "payments"
     error_message = "default tags carry the install id and the customer's tags"
   }
   assert {

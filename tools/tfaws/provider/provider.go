@@ -30,6 +30,7 @@ func New(doc *schema.Document, name, version string) (*Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("schema: no provider %s", name)
 	}
+	parsed := types{}
 	resp := &tfprotov6.GetProviderSchemaResponse{
 		ServerCapabilities:       &tfprotov6.ServerCapabilities{GetProviderSchemaOptional: false, PlanDestroy: true},
 		ResourceSchemas:          map[string]*tfprotov6.Schema{},
@@ -40,27 +41,27 @@ func New(doc *schema.Document, name, version string) (*Server, error) {
 		ActionSchemas:            map[string]*tfprotov6.ActionSchema{},
 	}
 	var err error
-	if resp.Provider, err = convert(p.Provider); err != nil {
+	if resp.Provider, err = convert(p.Provider, parsed); err != nil {
 		return nil, fmt.Errorf("provider: %w", err)
 	}
 	for n, s := range p.ResourceSchemas {
-		if resp.ResourceSchemas[n], err = convert(s); err != nil {
+		if resp.ResourceSchemas[n], err = convert(s, parsed); err != nil {
 			return nil, fmt.Errorf("resource %s: %w", n, err)
 		}
 	}
 	for n, s := range p.DataSourceSchemas {
-		if resp.DataSourceSchemas[n], err = convert(s); err != nil {
+		if resp.DataSourceSchemas[n], err = convert(s, parsed); err != nil {
 			return nil, fmt.Errorf("data source %s: %w", n, err)
 		}
 	}
 	return &Server{name: name, version: version, schemas: resp}, nil
 }
 
-func convert(s *schema.Schema) (*tfprotov6.Schema, error) {
+func convert(s *schema.Schema, parsed types) (*tfprotov6.Schema, error) {
 	if s == nil {
 		return &tfprotov6.Schema{Block: &tfprotov6.SchemaBlock{}}, nil
 	}
-	b, err := convertBlock(s.Block)
+	b, err := convertBlock(s.Block, parsed)
 	if err != nil {
 		return nil, err
 	}
@@ -74,14 +75,30 @@ var nesting = map[string]tfprotov6.SchemaNestedBlockNestingMode{
 	schema.NestingMap:    tfprotov6.SchemaNestedBlockNestingModeMap,
 }
 
-func convertBlock(b *schema.Block) (*tfprotov6.SchemaBlock, error) {
+// types memoizes parsed attribute types: most of the aws schema's
+// thousands of attributes share a handful of types.
+type types map[string]tftypes.Type
+
+func (ts types) parse(raw []byte) (tftypes.Type, error) {
+	if t, ok := ts[string(raw)]; ok {
+		return t, nil
+	}
+	t, err := tftypes.ParseJSONType(raw) //nolint:staticcheck // the JSON type form is what the document holds
+	if err != nil {
+		return nil, err
+	}
+	ts[string(raw)] = t
+	return t, nil
+}
+
+func convertBlock(b *schema.Block, parsed types) (*tfprotov6.SchemaBlock, error) {
 	out := &tfprotov6.SchemaBlock{}
 	if b == nil {
 		return out, nil
 	}
 	for _, n := range sortedKeys(b.Attributes) {
 		a := b.Attributes[n]
-		t, err := tftypes.ParseJSONType(a.Type) //nolint:staticcheck // the JSON type form is what the document holds
+		t, err := parsed.parse(a.Type)
 		if err != nil {
 			return nil, fmt.Errorf("%s: type %s: %w", n, a.Type, err)
 		}
@@ -95,7 +112,7 @@ func convertBlock(b *schema.Block) (*tfprotov6.SchemaBlock, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: unknown nesting mode %q", n, nb.NestingMode)
 		}
-		inner, err := convertBlock(nb.Block)
+		inner, err := convertBlock(nb.Block, parsed)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", n, err)
 		}
