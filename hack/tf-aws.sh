@@ -73,8 +73,8 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The package's lib/ and package.json are all the generator reads.
-tar -xzf "$tarball" -C "$tmp" package/package.json package/lib
+# The generator reads lib/ and package.json, and cross-checks with .jsii.
+tar -xzf "$tarball" -C "$tmp" package/package.json package/.jsii package/lib
 
 cp -r "$root/tools/tfaws" "$tmp/src"
 cd "$tmp/src"

@@ -21,8 +21,13 @@
 // tfResourceType constant is the Terraform type name.
 //
 // package/.jsii (131 MB) describes the same classes with camelCase names
-// and optional flags but not the snake_case names, the computed flags or
-// the nesting modes, so the generator does not need to read it.
+// and optional flags, but not the snake_case names, the computed flags or
+// the nesting modes. Generate streams it to cross-check the result
+// (CheckJSII): the same resource, data source and provider classes, and
+// for each as many required top-level arguments as its Config interface
+// has required properties. On 21.22.1 that check found the one required
+// map of objects (aws_lexv2models_bot_version's locale_specification),
+// now a nested attribute.
 //
 // # Known approximations
 //

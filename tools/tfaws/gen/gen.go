@@ -42,13 +42,16 @@ func ReadPackageInfo(dir string) (PackageInfo, error) {
 }
 
 // Generate reads the unpacked npm package in dir (the folder holding
-// package.json and lib/) and returns the provider's schema document.
+// package.json and lib/) and returns the provider's schema document. When
+// dir holds .jsii too, the schema is cross-checked against it (CheckJSII)
+// and any difference is an error.
 func Generate(dir string) (*schema.Document, error) {
 	info, err := ReadPackageInfo(dir)
 	if err != nil {
 		return nil, err
 	}
 	p := &schema.Provider{ResourceSchemas: map[string]*schema.Schema{}, DataSourceSchemas: map[string]*schema.Schema{}}
+	all := map[string]Result{}
 	lib := filepath.Join(dir, "lib")
 	entries, err := os.ReadDir(lib)
 	if err != nil {
@@ -70,6 +73,7 @@ func Generate(dir string) (*schema.Document, error) {
 			return nil, fmt.Errorf("lib/%s: %w", e.Name(), err)
 		}
 		for _, r := range m {
+			all[fmt.Sprint(r.Kind)+"/"+r.Type] = r
 			switch r.Kind {
 			case KindProvider:
 				p.Provider = r.Schema
@@ -86,10 +90,24 @@ func Generate(dir string) (*schema.Document, error) {
 	if len(p.ResourceSchemas) == 0 {
 		return nil, fmt.Errorf("%s: no resources", dir)
 	}
+	if jsii := filepath.Join(dir, ".jsii"); fileExists(jsii) {
+		diffs, err := CheckJSII(jsii, all)
+		if err != nil {
+			return nil, err
+		}
+		if len(diffs) > 0 {
+			return nil, fmt.Errorf("schema and .jsii differ:\n%s", strings.Join(diffs, "\n"))
+		}
+	}
 	return &schema.Document{
 		FormatVersion:   schema.FormatVersion,
 		ProviderSchemas: map[string]*schema.Provider{info.CDKTF.Provider.Name: p},
 	}, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // readDir reads a resource folder's index.js and index-structs/*.js.
@@ -126,6 +144,7 @@ const (
 type Result struct {
 	Kind   Kind
 	Type   string // Terraform type name: aws_eks_cluster, or aws for the provider
+	Class  string // the cdktf class: EksCluster
 	Schema *schema.Schema
 }
 
@@ -225,7 +244,7 @@ func Parse(files []string) ([]Result, error) {
 				a.Required, a.Computed, a.Optional = false, false, true
 			}
 		}
-		out = append(out, Result{Kind: kind, Type: c.tfType, Schema: &schema.Schema{Block: b}})
+		out = append(out, Result{Kind: kind, Type: c.tfType, Class: c.name, Schema: &schema.Schema{Block: b}})
 	}
 	return out, nil
 }
@@ -342,6 +361,17 @@ func (p *parsed) block(c *class, entries []hclEntry, depth int) (*schema.Block, 
 				f = c.attrs[i].flags
 			}
 		}
+		if e.block && e.kind == "map" {
+			// A map of objects cannot be a block with a minimum: it is a
+			// nested attribute (aws_lexv2models_bot_version's required
+			// locale_specification).
+			nt, err := p.nestedMap(e, depth)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", e.name, err)
+			}
+			b.Attributes[e.name] = &schema.Attribute{NestedType: nt, Required: f.required, Optional: !f.required, Computed: f.computed && !f.required}
+			continue
+		}
 		if e.block {
 			nb, err := p.nestedBlock(e, f, depth)
 			if err != nil {
@@ -383,6 +413,22 @@ func (p *parsed) block(c *class, entries []hclEntry, depth int) (*schema.Block, 
 		b.BlockTypes = nil
 	}
 	return b, nil
+}
+
+// nestedMap is the nested type of a map of objects.
+func (p *parsed) nestedMap(e hclEntry, depth int) (*schema.NestedType, error) {
+	nb, err := p.nestedBlock(e, flags{}, depth)
+	if err != nil {
+		return nil, err
+	}
+	if len(nb.Block.BlockTypes) > 0 {
+		return nil, fmt.Errorf("map of objects with nested blocks")
+	}
+	attrs := nb.Block.Attributes
+	if attrs == nil {
+		attrs = map[string]*schema.Attribute{}
+	}
+	return &schema.NestedType{Attributes: attrs, NestingMode: schema.NestingMap}, nil
 }
 
 func (p *parsed) nestedBlock(e hclEntry, f flags, depth int) (*schema.NestedBlock, error) {

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"nuon.dev/nuon/tools/tfaws/schema"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -147,4 +150,83 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCheckJSII(t *testing.T) {
+	res, err := Parse([]string{fixture(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]Result{"aws_widget": res[0]}
+	jsii := filepath.Join("testdata", "widget.jsii")
+	diffs, err := CheckJSII(jsii, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 0 {
+		t.Errorf("CheckJSII found differences in a consistent package: %q", diffs)
+	}
+	// A schema that lost a required argument, and one that lost a class.
+	broken := *res[0].Schema.Block
+	broken.Attributes = map[string]*schema.Attribute{}
+	for k, v := range res[0].Schema.Block.Attributes {
+		c := *v
+		c.Required, c.Optional = false, true
+		broken.Attributes[k] = &c
+	}
+	r := res[0]
+	r.Schema = &schema.Schema{Block: &broken}
+	diffs, err = CheckJSII(jsii, map[string]Result{"aws_widget": r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"aws_widget: 0 required arguments, .jsii's WidgetConfig has 1"}, diffs); diff != "" {
+		t.Errorf("differences (-want +got):\n%s", diff)
+	}
+	diffs, err = CheckJSII(jsii, map[string]Result{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 2 || !strings.Contains(strings.Join(diffs, "\n"), "class widget.Widget (TerraformResource) in .jsii has no schema") {
+		t.Errorf("a missing class: differences %q", diffs)
+	}
+}
+
+// TestRequiredMap checks that a required map of objects becomes a
+// required nested attribute (a block cannot be required in map mode).
+func TestRequiredMap(t *testing.T) {
+	js := `function barLocaleToHclTerraform(struct) {
+    const attrs = {
+        version: {
+            value: cdktf.stringToHclTerraform(struct.version),
+            isBlock: false,
+            type: "simple",
+            storageClassType: "string",
+        },
+    };
+    return attrs;
+}
+class Bar extends cdktf.TerraformResource {
+    synthesizeHclAttributes() {
+        const attrs = {
+            locale: {
+                value: cdktf.hashMapperHcl(barLocaleToHclTerraform)(this._locale.internalValue),
+                isBlock: true,
+                type: "map",
+                storageClassType: "BarLocaleMap",
+            },
+        };
+    }
+}
+`
+	ts := "export class Bar extends cdktf.TerraformResource {\n  public static readonly tfResourceType = \"aws_bar\";\n  // locale - computed: false, optional: false, required: true\n  private _locale = new BarLocaleMap(this, \"locale\");\n}\n"
+	sm, _ := json.Marshal(map[string]any{"sourcesContent": []string{ts}})
+	got, err := Parse([]string{js + "//# sourceMappingURL=data:application/json;base64," + base64.StdEncoding.EncodeToString(sm) + "\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := got[0].Schema.Block.Attributes["locale"]
+	if a == nil || !a.Required || a.NestedType == nil || a.NestedType.NestingMode != "map" || a.NestedType.Attributes["version"] == nil {
+		t.Fatalf("locale = %+v, want a required nested map attribute", a)
+	}
 }

@@ -96,16 +96,11 @@ func convertBlock(b *schema.Block, parsed types) (*tfprotov6.SchemaBlock, error)
 	if b == nil {
 		return out, nil
 	}
-	for _, n := range sortedKeys(b.Attributes) {
-		a := b.Attributes[n]
-		t, err := parsed.parse(a.Type)
-		if err != nil {
-			return nil, fmt.Errorf("%s: type %s: %w", n, a.Type, err)
-		}
-		out.Attributes = append(out.Attributes, &tfprotov6.SchemaAttribute{
-			Name: n, Type: t, Required: a.Required, Optional: a.Optional, Computed: a.Computed,
-		})
+	attrs, err := convertAttributes(b.Attributes, parsed)
+	if err != nil {
+		return nil, err
 	}
+	out.Attributes = attrs
 	for _, n := range sortedKeys(b.BlockTypes) {
 		nb := b.BlockTypes[n]
 		mode, ok := nesting[nb.NestingMode]
@@ -119,6 +114,40 @@ func convertBlock(b *schema.Block, parsed types) (*tfprotov6.SchemaBlock, error)
 		out.BlockTypes = append(out.BlockTypes, &tfprotov6.SchemaNestedBlock{
 			TypeName: n, Block: inner, Nesting: mode, MinItems: nb.MinItems, MaxItems: nb.MaxItems,
 		})
+	}
+	return out, nil
+}
+
+var objectNesting = map[string]tfprotov6.SchemaObjectNestingMode{
+	schema.NestingSingle: tfprotov6.SchemaObjectNestingModeSingle,
+	schema.NestingList:   tfprotov6.SchemaObjectNestingModeList,
+	schema.NestingSet:    tfprotov6.SchemaObjectNestingModeSet,
+	schema.NestingMap:    tfprotov6.SchemaObjectNestingModeMap,
+}
+
+func convertAttributes(in map[string]*schema.Attribute, parsed types) ([]*tfprotov6.SchemaAttribute, error) {
+	var out []*tfprotov6.SchemaAttribute
+	for _, n := range sortedKeys(in) {
+		a := in[n]
+		sa := &tfprotov6.SchemaAttribute{Name: n, Required: a.Required, Optional: a.Optional, Computed: a.Computed}
+		if a.NestedType != nil {
+			mode, ok := objectNesting[a.NestedType.NestingMode]
+			if !ok {
+				return nil, fmt.Errorf("%s: unknown nesting mode %q", n, a.NestedType.NestingMode)
+			}
+			attrs, err := convertAttributes(a.NestedType.Attributes, parsed)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			sa.NestedType = &tfprotov6.SchemaObject{Attributes: attrs, Nesting: mode}
+		} else {
+			t, err := parsed.parse(a.Type)
+			if err != nil {
+				return nil, fmt.Errorf("%s: type %s: %w", n, a.Type, err)
+			}
+			sa.Type = t
+		}
+		out = append(out, sa)
 	}
 	return out, nil
 }

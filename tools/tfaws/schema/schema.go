@@ -34,10 +34,18 @@ type Block struct {
 // Attribute is one attribute. Type is a cty type in its JSON form
 // ("string", ["list","string"], ["object",{...}], "dynamic").
 type Attribute struct {
-	Type     json.RawMessage `json:"type"`
-	Required bool            `json:"required,omitempty"`
-	Optional bool            `json:"optional,omitempty"`
-	Computed bool            `json:"computed,omitempty"`
+	Type       json.RawMessage `json:"type,omitempty"`
+	NestedType *NestedType     `json:"nested_type,omitempty"`
+	Required   bool            `json:"required,omitempty"`
+	Optional   bool            `json:"optional,omitempty"`
+	Computed   bool            `json:"computed,omitempty"`
+}
+
+// NestedType is the type of a nested attribute (plugin framework): its
+// attributes and how they nest (single, list, set or map).
+type NestedType struct {
+	Attributes  map[string]*Attribute `json:"attributes"`
+	NestingMode string                `json:"nesting_mode"`
 }
 
 // Nesting modes of a nested block.
