@@ -28,7 +28,7 @@ func CloudFormation(o Options) ([]byte, error) {
 			"RoleName":                 RoleName(o.InstallID, p),
 			"Description":              "nuon install " + o.InstallID + ": " + string(p) + " role for the tenant",
 			"MaxSessionDuration":       o.SessionSeconds,
-			"AssumeRolePolicyDocument": cfnSub(trust(o)),
+			"AssumeRolePolicyDocument": cfnSub(trust(o, p)),
 			"Tags":                     []any{obj{"Key": "nuon.dev/install", "Value": o.InstallID}, obj{"Key": "nuon.dev/phase", "Value": string(p)}},
 		}
 		if p == BreakGlass {

@@ -16,7 +16,15 @@
 //   - each trusting only the tenant's AWS account, and only with the
 //     install's ExternalId (NewExternalID: 160 random bits, not a secret
 //     but unguessable, so no other customer of the tenant can point the
-//     tenant at these roles);
+//     tenant at these roles); the maintenance role also trusts the
+//     install's own agent role, which applies sandbox upgrades from inside;
+//   - provision and maintenance may create and change only the sandbox's
+//     own roles (nuon-<id>-cluster, -node, -agent, never the stack's),
+//     attach only the managed policies the sandbox uses, manage KMS keys
+//     without using them, and reach the cluster, registry and logs by their
+//     install-scoped names (EC2 networking and Route53 zones cannot be
+//     scoped by name at creation; a permissions boundary would be the next
+//     step);
 //   - the S3 bucket for the install's Terraform state: versioned,
 //     encrypted (SSE-KMS with a bucket key), public access blocked, owner
 //     enforced, TLS-only by bucket policy; Terraform >= 1.10 locks it with

@@ -96,18 +96,28 @@ const (
 
 type obj = map[string]any
 
-// trust is the trust policy of every role: the tenant's account, with the
-// install's ExternalId.
-func trust(o Options) obj {
-	return obj{
-		"Version": "2012-10-17",
-		"Statement": []any{obj{
+// trust is the trust policy of a phase's role: the tenant's account, with
+// the install's ExternalId. The maintenance role also trusts the install's
+// own agent role (sandboxes/aws-eks's nuon-<id>-agent), which applies
+// sandbox upgrades from inside: named by aws:PrincipalArn, since IAM
+// refuses a principal that does not exist yet and the sandbox makes the
+// agent's role later.
+func trust(o Options, p Phase) obj {
+	st := []any{obj{
+		"Effect":    "Allow",
+		"Principal": obj{"AWS": "arn:" + partition + ":iam::" + o.TenantAccount + ":root"},
+		"Action":    "sts:AssumeRole",
+		"Condition": obj{"StringEquals": obj{"sts:ExternalId": o.ExternalID}},
+	}}
+	if p == Maintenance {
+		st = append(st, obj{
 			"Effect":    "Allow",
-			"Principal": obj{"AWS": "arn:" + partition + ":iam::" + o.TenantAccount + ":root"},
+			"Principal": obj{"AWS": "arn:" + partition + ":iam::" + account + ":root"},
 			"Action":    "sts:AssumeRole",
-			"Condition": obj{"StringEquals": obj{"sts:ExternalId": o.ExternalID}},
-		}},
+			"Condition": obj{"ArnEquals": obj{"aws:PrincipalArn": "arn:" + partition + ":iam::" + account + ":role/nuon-" + o.InstallID + "-agent"}},
+		})
 	}
+	return obj{"Version": "2012-10-17", "Statement": st}
 }
 
 func stmt(sid string, actions []string, resources ...string) obj {
@@ -118,9 +128,22 @@ func stmt(sid string, actions []string, resources ...string) obj {
 	return obj{"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": res}
 }
 
-// installRoles is the ARN pattern of the roles the sandbox makes.
-func installRoles(o Options) string {
-	return "arn:" + partition + ":iam::" + account + ":role/nuon-" + o.InstallID + "-*"
+// SandboxRoles are the roles sandboxes/aws-eks makes (nuon-<id>-<name>):
+// the only roles the provision and maintenance roles may create or change,
+// so neither can touch the stack's own roles or any other.
+var SandboxRoles = []string{"cluster", "node", "agent"}
+
+// sandboxManagedPolicies are the only AWS managed policies the sandbox
+// attaches.
+var sandboxManagedPolicies = []string{"AmazonEKSClusterPolicy", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly"}
+
+// installRoles are the ARNs of the sandbox's roles.
+func installRoles(o Options) []string {
+	var out []string
+	for _, r := range SandboxRoles {
+		out = append(out, "arn:"+partition+":iam::"+account+":role/nuon-"+o.InstallID+"-"+r)
+	}
+	return out
 }
 
 func stateBucket() []string {
@@ -133,10 +156,63 @@ func stateAccess() obj {
 	return stmt("TerraformState", []string{"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"}, stateBucket()...)
 }
 
-// buildActions are what making and changing the sandbox needs
-// (sandboxes/aws-eks). IAM is limited to the install's own roles.
-var buildActions = []string{
-	"ec2:*", "eks:*", "ecr:*", "elasticloadbalancing:Describe*", "kms:*", "logs:*", "route53:*", "autoscaling:Describe*", "ssm:GetParameter",
+// build is what making and changing the sandbox (sandboxes/aws-eks)
+// needs: the cluster, registry and logs by their install-scoped names;
+// KMS key management without using keys (no Decrypt, no GenerateDataKey);
+// grants only for AWS services; EC2 networking and Route53 zones, which
+// AWS cannot scope by name at creation.
+func build(o Options) []any {
+	n := "nuon-" + o.InstallID
+	region := "arn:" + partition + ":%s:*:" + account + ":%s"
+	managed := make([]string, len(sandboxManagedPolicies))
+	for i, m := range sandboxManagedPolicies {
+		managed[i] = "arn:" + partition + ":iam::aws:policy/" + m
+	}
+	return []any{
+		stmt("Network", []string{"ec2:*"}, "*"),
+		stmt("Cluster", []string{"eks:*"},
+			fmt.Sprintf(region, "eks", "cluster/"+n), fmt.Sprintf(region, "eks", "nodegroup/"+n+"/*"),
+			fmt.Sprintf(region, "eks", "addon/"+n+"/*"), fmt.Sprintf(region, "eks", "access-entry/"+n+"/*"),
+			fmt.Sprintf(region, "eks", "podidentityassociation/"+n+"/*")),
+		stmt("ClusterPolicies", []string{"eks:DescribeAccessPolicies", "eks:DescribeAddonVersions", "eks:ListClusters"}, "*"),
+		stmt("Registry", []string{
+			"ecr:CreateRepository", "ecr:DeleteRepository", "ecr:DeleteRepositoryPolicy", "ecr:DescribeRepositories", "ecr:GetRepositoryPolicy",
+			"ecr:ListTagsForResource", "ecr:PutImageScanningConfiguration", "ecr:PutImageTagMutability", "ecr:SetRepositoryPolicy",
+			"ecr:TagResource", "ecr:UntagResource",
+		}, fmt.Sprintf(region, "ecr", "repository/nuon/"+o.InstallID+"/*")),
+		stmt("Logs", []string{
+			"logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:ListTagsForResource", "logs:ListTagsLogGroup", "logs:PutRetentionPolicy",
+			"logs:TagLogGroup", "logs:TagResource", "logs:UntagLogGroup", "logs:UntagResource",
+		}, fmt.Sprintf(region, "logs", "log-group:/aws/eks/"+n+"/*")),
+		stmt("Describe", []string{"autoscaling:Describe*", "elasticloadbalancing:Describe*", "logs:DescribeLogGroups"}, "*"),
+		stmt("Keys", []string{
+			"kms:CreateAlias", "kms:CreateKey", "kms:DeleteAlias", "kms:DescribeKey", "kms:EnableKeyRotation", "kms:GetKeyPolicy",
+			"kms:GetKeyRotationStatus", "kms:ListAliases", "kms:ListResourceTags", "kms:PutKeyPolicy", "kms:ScheduleKeyDeletion",
+			"kms:TagResource", "kms:UntagResource", "kms:UpdateKeyDescription",
+		}, "*"),
+		obj{
+			"Sid": "KeyGrantsForServices", "Effect": "Allow", "Action": []string{"kms:CreateGrant"}, "Resource": "*",
+			"Condition": obj{"Bool": obj{"kms:GrantIsForAWSResource": "true"}},
+		},
+		stmt("Zones", []string{"route53:*"}, "*"),
+		stmt("SandboxRoles", []string{
+			"iam:CreateRole", "iam:DeleteRole", "iam:DeleteRolePolicy", "iam:DetachRolePolicy",
+			"iam:GetRole", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies", "iam:ListInstanceProfilesForRole",
+			"iam:ListRolePolicies", "iam:PassRole", "iam:PutRolePolicy", "iam:TagRole", "iam:UntagRole", "iam:UpdateAssumeRolePolicy",
+		}, installRoles(o)...),
+		obj{
+			// Only the managed policies the sandbox uses.
+			"Sid": "SandboxManagedPolicies", "Effect": "Allow", "Action": []string{"iam:AttachRolePolicy"},
+			"Resource":  installRoles(o),
+			"Condition": obj{"ArnEquals": obj{"iam:PolicyARN": managed}},
+		},
+		obj{
+			"Sid": "ServiceLinkedRoles", "Effect": "Allow", "Action": []string{"iam:CreateServiceLinkedRole"},
+			"Resource":  "arn:" + partition + ":iam::" + account + ":role/aws-service-role/*",
+			"Condition": obj{"StringEquals": obj{"iam:AWSServiceName": []string{"eks.amazonaws.com", "eks-nodegroup.amazonaws.com", "autoscaling.amazonaws.com", "elasticloadbalancing.amazonaws.com"}}},
+		},
+		stateAccess(),
+	}
 }
 
 // policy is a phase's permissions policy.
@@ -144,20 +220,7 @@ func policy(o Options, p Phase) obj {
 	var st []any
 	switch p {
 	case Provision, Maintenance:
-		st = append(st,
-			stmt("Sandbox", buildActions, "*"),
-			stmt("InstallRoles", []string{
-				"iam:AttachRolePolicy", "iam:CreateRole", "iam:DeleteRole", "iam:DeleteRolePolicy", "iam:DetachRolePolicy",
-				"iam:GetRole", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies", "iam:ListInstanceProfilesForRole",
-				"iam:ListRolePolicies", "iam:PassRole", "iam:PutRolePolicy", "iam:TagRole", "iam:UntagRole", "iam:UpdateAssumeRolePolicy",
-			}, installRoles(o)),
-			obj{
-				"Sid": "ServiceLinkedRoles", "Effect": "Allow", "Action": []string{"iam:CreateServiceLinkedRole"},
-				"Resource":  "arn:" + partition + ":iam::" + account + ":role/aws-service-role/*",
-				"Condition": obj{"StringEquals": obj{"iam:AWSServiceName": []string{"eks.amazonaws.com", "eks-nodegroup.amazonaws.com", "autoscaling.amazonaws.com", "elasticloadbalancing.amazonaws.com"}}},
-			},
-			stateAccess(),
-		)
+		st = append(st, build(o)...)
 		if p == Maintenance {
 			// Upgrades change the sandbox; they never tear it down.
 			st = append(st, obj{
@@ -186,10 +249,10 @@ func policy(o Options, p Phase) obj {
 				"Sid": "EmptyZones", "Effect": "Allow", "Action": []string{"route53:ChangeResourceRecordSets"}, "Resource": "*",
 				"Condition": obj{"ForAllValues:StringEquals": obj{"route53:ChangeResourceRecordSetsActions": []string{"DELETE"}}},
 			},
-			stmt("InstallRoles", []string{
+			stmt("SandboxRoles", []string{
 				"iam:DeleteRole", "iam:DeleteRolePolicy", "iam:DetachRolePolicy", "iam:GetRole", "iam:GetRolePolicy",
 				"iam:ListAttachedRolePolicies", "iam:ListInstanceProfilesForRole", "iam:ListRolePolicies",
-			}, installRoles(o)),
+			}, installRoles(o)...),
 			// Destroy records its progress in the state.
 			stateAccess(),
 		)

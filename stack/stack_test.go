@@ -143,8 +143,16 @@ func TestTrust(t *testing.T) {
 				t.Errorf("%s trust policy lacks %s: %s", id, want, s)
 			}
 		}
-		if strings.Count(s, `"Effect"`) != 1 {
-			t.Errorf("%s trust policy has more than one statement: %s", id, s)
+		want := 1
+		if id == "MaintenanceRole" {
+			// and the install's agent, from inside the account
+			want = 2
+			if !strings.Contains(s, `"aws:PrincipalArn":{"Fn::Sub":"arn:${AWS::Partition}:iam::${AWS::AccountId}:role/nuon-acme-agent"}`) {
+				t.Errorf("the maintenance role does not trust the install's agent: %s", s)
+			}
+		}
+		if n := strings.Count(s, `"Effect"`); n != want {
+			t.Errorf("%s trust policy has %d statements, want %d: %s", id, n, want, s)
 		}
 		_, conditional := r["Condition"]
 		if conditional != (id == "BreakGlassRole") {
@@ -176,6 +184,42 @@ func TestDeprovisionOnlyDeletes(t *testing.T) {
 			}
 			if !ok || strings.HasSuffix(verb, "*") && !strings.HasPrefix(verb, "Describe") && !strings.HasPrefix(verb, "List") && !strings.HasPrefix(verb, "Get") {
 				t.Errorf("deprovision role may %s", a)
+			}
+		}
+	}
+}
+
+// TestNoEscalation checks that no phase's role can change the stack's own
+// roles (or any role but the sandbox's), attach other managed policies, or
+// use the customer's keys.
+func TestNoEscalation(t *testing.T) {
+	for _, p := range []Phase{Provision, Maintenance, Deprovision} {
+		for _, s := range policy(opts(), p)["Statement"].([]any) {
+			s := s.(obj)
+			if s["Effect"] != "Allow" {
+				continue
+			}
+			b, _ := json.Marshal(s)
+			for _, a := range s["Action"].([]string) {
+				if strings.HasPrefix(a, "iam:") && a != "iam:CreateServiceLinkedRole" {
+					for _, r := range s["Resource"].([]string) {
+						if !strings.HasSuffix(r, ":role/nuon-acme-cluster") && !strings.HasSuffix(r, ":role/nuon-acme-node") && !strings.HasSuffix(r, ":role/nuon-acme-agent") {
+							t.Errorf("%s: %s on %s", p, a, r)
+						}
+					}
+				}
+				if a == "iam:AttachRolePolicy" && !strings.Contains(string(b), "iam:PolicyARN") {
+					t.Errorf("%s: iam:AttachRolePolicy of any policy", p)
+				}
+				if a == "kms:*" || a == "kms:Decrypt" || strings.HasPrefix(a, "kms:GenerateDataKey") || a == "kms:ReEncrypt*" {
+					t.Errorf("%s may use keys: %s", p, a)
+				}
+				if a == "kms:CreateGrant" && !strings.Contains(string(b), "kms:GrantIsForAWSResource") {
+					t.Errorf("%s: kms:CreateGrant for anyone", p)
+				}
+				if a == "*" || a == "iam:*" || a == "sts:*" || a == "s3:*" {
+					t.Errorf("%s: %s", p, a)
+				}
 			}
 		}
 	}

@@ -57,7 +57,7 @@ locals {
 		w("  description          = %q\n", "nuon install "+o.InstallID+": "+string(p)+" role for the tenant")
 		w("  max_session_duration = %d\n", o.SessionSeconds)
 		w("  tags                 = merge(local.tags, { \"nuon.dev/phase\" = %q })\n", string(p))
-		w("  assume_role_policy = jsonencode(%s)\n}\n\n", hcl(trust(o), 1))
+		w("  assume_role_policy = jsonencode(%s)\n}\n\n", hcl(trust(o, p), 1))
 		if p == BreakGlass {
 			w(`resource "aws_iam_role_policy_attachment" "break_glass" {
   count      = var.enable_break_glass ? 1 : 0

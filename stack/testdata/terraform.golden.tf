@@ -60,22 +60,123 @@ resource "aws_iam_role_policy" "provision" {
       {
         "Action" = [
           "ec2:*",
-          "eks:*",
-          "ecr:*",
-          "elasticloadbalancing:Describe*",
-          "kms:*",
-          "logs:*",
-          "route53:*",
-          "autoscaling:Describe*",
-          "ssm:GetParameter",
         ]
         "Effect"   = "Allow"
         "Resource" = "*"
-        "Sid"      = "Sandbox"
+        "Sid"      = "Network"
       },
       {
         "Action" = [
-          "iam:AttachRolePolicy",
+          "eks:*",
+        ]
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:eks:*:${local.account_id}:cluster/nuon-acme",
+          "arn:${local.partition}:eks:*:${local.account_id}:nodegroup/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:addon/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:access-entry/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:podidentityassociation/nuon-acme/*",
+        ]
+        "Sid" = "Cluster"
+      },
+      {
+        "Action" = [
+          "eks:DescribeAccessPolicies",
+          "eks:DescribeAddonVersions",
+          "eks:ListClusters",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "ClusterPolicies"
+      },
+      {
+        "Action" = [
+          "ecr:CreateRepository",
+          "ecr:DeleteRepository",
+          "ecr:DeleteRepositoryPolicy",
+          "ecr:DescribeRepositories",
+          "ecr:GetRepositoryPolicy",
+          "ecr:ListTagsForResource",
+          "ecr:PutImageScanningConfiguration",
+          "ecr:PutImageTagMutability",
+          "ecr:SetRepositoryPolicy",
+          "ecr:TagResource",
+          "ecr:UntagResource",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "arn:${local.partition}:ecr:*:${local.account_id}:repository/nuon/acme/*"
+        "Sid"      = "Registry"
+      },
+      {
+        "Action" = [
+          "logs:CreateLogGroup",
+          "logs:DeleteLogGroup",
+          "logs:ListTagsForResource",
+          "logs:ListTagsLogGroup",
+          "logs:PutRetentionPolicy",
+          "logs:TagLogGroup",
+          "logs:TagResource",
+          "logs:UntagLogGroup",
+          "logs:UntagResource",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "arn:${local.partition}:logs:*:${local.account_id}:log-group:/aws/eks/nuon-acme/*"
+        "Sid"      = "Logs"
+      },
+      {
+        "Action" = [
+          "autoscaling:Describe*",
+          "elasticloadbalancing:Describe*",
+          "logs:DescribeLogGroups",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Describe"
+      },
+      {
+        "Action" = [
+          "kms:CreateAlias",
+          "kms:CreateKey",
+          "kms:DeleteAlias",
+          "kms:DescribeKey",
+          "kms:EnableKeyRotation",
+          "kms:GetKeyPolicy",
+          "kms:GetKeyRotationStatus",
+          "kms:ListAliases",
+          "kms:ListResourceTags",
+          "kms:PutKeyPolicy",
+          "kms:ScheduleKeyDeletion",
+          "kms:TagResource",
+          "kms:UntagResource",
+          "kms:UpdateKeyDescription",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Keys"
+      },
+      {
+        "Action" = [
+          "kms:CreateGrant",
+        ]
+        "Condition" = {
+          "Bool" = {
+            "kms:GrantIsForAWSResource" = "true"
+          }
+        }
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "KeyGrantsForServices"
+      },
+      {
+        "Action" = [
+          "route53:*",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Zones"
+      },
+      {
+        "Action" = [
           "iam:CreateRole",
           "iam:DeleteRole",
           "iam:DeleteRolePolicy",
@@ -91,9 +192,35 @@ resource "aws_iam_role_policy" "provision" {
           "iam:UntagRole",
           "iam:UpdateAssumeRolePolicy",
         ]
-        "Effect"   = "Allow"
-        "Resource" = "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-*"
-        "Sid"      = "InstallRoles"
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-cluster",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-node",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent",
+        ]
+        "Sid" = "SandboxRoles"
+      },
+      {
+        "Action" = [
+          "iam:AttachRolePolicy",
+        ]
+        "Condition" = {
+          "ArnEquals" = {
+            "iam:PolicyARN" = [
+              "arn:${local.partition}:iam::aws:policy/AmazonEKSClusterPolicy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEKS_CNI_Policy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+            ]
+          }
+        }
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-cluster",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-node",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent",
+        ]
+        "Sid" = "SandboxManagedPolicies"
       },
       {
         "Action" = [
@@ -151,6 +278,18 @@ resource "aws_iam_role" "maintenance" {
           "AWS" = "arn:${local.partition}:iam::123456789012:root"
         }
       },
+      {
+        "Action" = "sts:AssumeRole"
+        "Condition" = {
+          "ArnEquals" = {
+            "aws:PrincipalArn" = "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent"
+          }
+        }
+        "Effect" = "Allow"
+        "Principal" = {
+          "AWS" = "arn:${local.partition}:iam::${local.account_id}:root"
+        }
+      },
     ]
     "Version" = "2012-10-17"
   })
@@ -164,22 +303,123 @@ resource "aws_iam_role_policy" "maintenance" {
       {
         "Action" = [
           "ec2:*",
-          "eks:*",
-          "ecr:*",
-          "elasticloadbalancing:Describe*",
-          "kms:*",
-          "logs:*",
-          "route53:*",
-          "autoscaling:Describe*",
-          "ssm:GetParameter",
         ]
         "Effect"   = "Allow"
         "Resource" = "*"
-        "Sid"      = "Sandbox"
+        "Sid"      = "Network"
       },
       {
         "Action" = [
-          "iam:AttachRolePolicy",
+          "eks:*",
+        ]
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:eks:*:${local.account_id}:cluster/nuon-acme",
+          "arn:${local.partition}:eks:*:${local.account_id}:nodegroup/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:addon/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:access-entry/nuon-acme/*",
+          "arn:${local.partition}:eks:*:${local.account_id}:podidentityassociation/nuon-acme/*",
+        ]
+        "Sid" = "Cluster"
+      },
+      {
+        "Action" = [
+          "eks:DescribeAccessPolicies",
+          "eks:DescribeAddonVersions",
+          "eks:ListClusters",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "ClusterPolicies"
+      },
+      {
+        "Action" = [
+          "ecr:CreateRepository",
+          "ecr:DeleteRepository",
+          "ecr:DeleteRepositoryPolicy",
+          "ecr:DescribeRepositories",
+          "ecr:GetRepositoryPolicy",
+          "ecr:ListTagsForResource",
+          "ecr:PutImageScanningConfiguration",
+          "ecr:PutImageTagMutability",
+          "ecr:SetRepositoryPolicy",
+          "ecr:TagResource",
+          "ecr:UntagResource",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "arn:${local.partition}:ecr:*:${local.account_id}:repository/nuon/acme/*"
+        "Sid"      = "Registry"
+      },
+      {
+        "Action" = [
+          "logs:CreateLogGroup",
+          "logs:DeleteLogGroup",
+          "logs:ListTagsForResource",
+          "logs:ListTagsLogGroup",
+          "logs:PutRetentionPolicy",
+          "logs:TagLogGroup",
+          "logs:TagResource",
+          "logs:UntagLogGroup",
+          "logs:UntagResource",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "arn:${local.partition}:logs:*:${local.account_id}:log-group:/aws/eks/nuon-acme/*"
+        "Sid"      = "Logs"
+      },
+      {
+        "Action" = [
+          "autoscaling:Describe*",
+          "elasticloadbalancing:Describe*",
+          "logs:DescribeLogGroups",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Describe"
+      },
+      {
+        "Action" = [
+          "kms:CreateAlias",
+          "kms:CreateKey",
+          "kms:DeleteAlias",
+          "kms:DescribeKey",
+          "kms:EnableKeyRotation",
+          "kms:GetKeyPolicy",
+          "kms:GetKeyRotationStatus",
+          "kms:ListAliases",
+          "kms:ListResourceTags",
+          "kms:PutKeyPolicy",
+          "kms:ScheduleKeyDeletion",
+          "kms:TagResource",
+          "kms:UntagResource",
+          "kms:UpdateKeyDescription",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Keys"
+      },
+      {
+        "Action" = [
+          "kms:CreateGrant",
+        ]
+        "Condition" = {
+          "Bool" = {
+            "kms:GrantIsForAWSResource" = "true"
+          }
+        }
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "KeyGrantsForServices"
+      },
+      {
+        "Action" = [
+          "route53:*",
+        ]
+        "Effect"   = "Allow"
+        "Resource" = "*"
+        "Sid"      = "Zones"
+      },
+      {
+        "Action" = [
           "iam:CreateRole",
           "iam:DeleteRole",
           "iam:DeleteRolePolicy",
@@ -195,9 +435,35 @@ resource "aws_iam_role_policy" "maintenance" {
           "iam:UntagRole",
           "iam:UpdateAssumeRolePolicy",
         ]
-        "Effect"   = "Allow"
-        "Resource" = "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-*"
-        "Sid"      = "InstallRoles"
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-cluster",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-node",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent",
+        ]
+        "Sid" = "SandboxRoles"
+      },
+      {
+        "Action" = [
+          "iam:AttachRolePolicy",
+        ]
+        "Condition" = {
+          "ArnEquals" = {
+            "iam:PolicyARN" = [
+              "arn:${local.partition}:iam::aws:policy/AmazonEKSClusterPolicy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEKS_CNI_Policy",
+              "arn:${local.partition}:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+            ]
+          }
+        }
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-cluster",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-node",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent",
+        ]
+        "Sid" = "SandboxManagedPolicies"
       },
       {
         "Action" = [
@@ -359,9 +625,13 @@ resource "aws_iam_role_policy" "deprovision" {
           "iam:ListInstanceProfilesForRole",
           "iam:ListRolePolicies",
         ]
-        "Effect"   = "Allow"
-        "Resource" = "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-*"
-        "Sid"      = "InstallRoles"
+        "Effect" = "Allow"
+        "Resource" = [
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-cluster",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-node",
+          "arn:${local.partition}:iam::${local.account_id}:role/nuon-acme-agent",
+        ]
+        "Sid" = "SandboxRoles"
       },
       {
         "Action" = [
