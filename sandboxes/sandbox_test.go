@@ -7,9 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
+
+	"nuon.dev/nuon/stack"
 )
 
 // awsCLIConfig is the terraformrc of the schema-only aws provider mirror.
@@ -140,5 +147,64 @@ func TestAWSEKSSchemaBites(t *testing.T) {
 				t.Errorf("terraform validate output lacks %q:\n%s", tt.want, out)
 			}
 		})
+	}
+}
+
+// TestAWSEKSMatchesManifestsAndStack checks the sandbox against the two
+// things it must agree with: the agent's service account in manifests/
+// (the pod identity association binds the agent's role to it), and the
+// roles the customer's stack lets the provision role create
+// (stack.SandboxRoles).
+func TestAWSEKSMatchesManifestsAndStack(t *testing.T) {
+	vars, err := os.ReadFile(filepath.Join("aws-eks", "variables.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(name string) string {
+		m := regexp.MustCompile(`(?s)variable "` + name + `" \{.*?default\s*=\s*"([^"]*)"`).FindSubmatch(vars)
+		if m == nil {
+			t.Fatalf("variables.tf: no string default for %s", name)
+		}
+		return string(m[1])
+	}
+	rbac, err := os.ReadFile(filepath.Join("..", "manifests", "10-agent-rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa struct {
+		Kind     string
+		Metadata struct{ Name, Namespace string }
+	}
+	found := false
+	for _, doc := range strings.Split(string(rbac), "\n---") {
+		if err := yaml.Unmarshal([]byte(doc), &sa); err == nil && sa.Kind == "ServiceAccount" {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatal("manifests/10-agent-rbac.yaml: no ServiceAccount")
+	}
+	if got := def("agent_namespace") + "/" + def("agent_service_account"); got != sa.Metadata.Namespace+"/"+sa.Metadata.Name {
+		t.Errorf("aws-eks binds the agent role to %s, manifests/ run the agent as %s/%s", got, sa.Metadata.Namespace, sa.Metadata.Name)
+	}
+
+	var roles []string
+	files, _ := filepath.Glob(filepath.Join("aws-eks", "*.tf"))
+	re := regexp.MustCompile(`(?s)resource "aws_iam_role" "\w+" \{\s*name\s*=\s*"\$\{local\.name\}-([a-z-]+)"`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllSubmatch(b, -1) {
+			roles = append(roles, string(m[1]))
+		}
+	}
+	sort.Strings(roles)
+	want := append([]string(nil), stack.SandboxRoles...)
+	sort.Strings(want)
+	if diff := cmp.Diff(want, roles); diff != "" {
+		t.Errorf("roles aws-eks makes vs stack.SandboxRoles (-stack +aws-eks):\n%s", diff)
 	}
 }
