@@ -21,6 +21,17 @@ if [[ -s $dest ]]; then
 	echo "cfnspec: up to date in $dest"
 	exit 0
 fi
+# need_npm installs Debian's npm when it is missing (npm pack is all the
+# build needs from it).
+need_npm() {
+	command -v "$NPM" >/dev/null && return 0
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	echo "$(basename "$0"): installing npm (apt-get)" >&2
+	"${sudo[@]}" apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends npm >/dev/null
+}
+need_npm
 mkdir -p "$(dirname "$dest")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

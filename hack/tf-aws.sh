@@ -25,6 +25,17 @@ PKG=@cdktf/provider-aws
 PKG_VERSION=21.22.1
 AWS_VERSION=6.25.0
 
+# need_npm installs Debian's npm when it is missing (npm pack is all the
+# build needs from it).
+need_npm() {
+	command -v "$NPM" >/dev/null && return 0
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	echo "$(basename "$0"): installing npm (apt-get)" >&2
+	"${sudo[@]}" apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends npm >/dev/null
+}
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 dest=$(cd "$1" && pwd)
@@ -66,6 +77,7 @@ if [[ -x $binary && -f $dest/terraformrc && "$(cat "$dest/stamp" 2>/dev/null)" =
 fi
 
 if [[ ! -f $tarball ]]; then
+	need_npm
 	echo "tf-aws: npm pack $PKG@$PKG_VERSION into $npmcache"
 	mkdir -p "$npmcache"
 	(cd "$npmcache" && "$NPM" pack --silent "$PKG@$PKG_VERSION" >/dev/null)
