@@ -6,6 +6,14 @@
 // Job's pod and also hands the result back through the pod's log and
 // termination message, since the runner cannot read the pod's files.
 //
+// Nothing leaves a job with a secret in it. The job process is where the
+// install's secrets (NUON_SECRET_* variables) are used, so it is where
+// they are redacted, once, with package internal/redact: the job's log,
+// the result's outputs and error, the error Main returns, and (with
+// WithStdio, as `nuon job run` runs) everything written to fds 1 and 2 by
+// the plugins, their libraries and the tools they start. The plugins carry
+// no redaction of their own.
+//
 // The agent side, which starts these processes and waits for them, is
 // package agent/jobs; the two share only the manifest and result formats
 // of package schemas. Keeping them apart keeps the plugins and their

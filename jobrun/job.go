@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -30,16 +31,73 @@ import (
 // unknown plugin gets a result whose error wraps ErrUnknownPlugin. The
 // caller passes a ctx that ends on SIGTERM, which is how the runner stops
 // a job.
-func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) error {
-	_, err := run(ctx, manifestPath, plugins, artifacts, out)
+//
+// Nothing leaves the job with a secret in it: the job's log (out) passes
+// through a redact.Writer built from the process's NUON_SECRET_*
+// variables, and so do the result's error and outputs and the error Main
+// returns. With WithStdio, so does everything this process and its
+// children write to fds 1 and 2.
+func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, opts ...Option) error {
+	_, err := run(ctx, manifestPath, plugins, artifacts, out, opts)
 	return err
 }
+
+// Option changes how Main and PodMain run a job.
+type Option func(*options)
+
+type options struct {
+	stdio bool
+}
+
+// WithStdio makes the job's log this process's stdout and routes
+// everything written to fds 1 and 2 (by the plugins, by the libraries they
+// use and by the tools they start, such as terraform) through the job's
+// redactor into it; out is then not used. It is for the job process
+// itself, `nuon job run`, not for a caller that runs a job in its own
+// process.
+func WithStdio() Option { return func(o *options) { o.stdio = true } }
 
 // ErrUnknownPlugin: the job process has no plugin for the job's type.
 var ErrUnknownPlugin = errors.New("unknown plugin")
 
 // run is Main, returning the result it wrote (nil when it wrote none).
-func run(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) (*schemas.JobResult, error) {
+// Its error, its result and what it wrote to out are redacted, and out
+// has had everything by the time it returns.
+func run(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, opts []Option) (res *schemas.JobResult, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	red, redErr := redact.FromEnviron(os.Environ())
+	if out == nil {
+		out = io.Discard
+	}
+	if o.stdio {
+		s, stdout, err := routeStdio()
+		if err != nil {
+			return nil, red.Error(fmt.Errorf("route stdout and stderr: %w", err))
+		}
+		log := red.Writer(stdout)
+		s.copyTo(log)
+		defer func() {
+			s.restore()
+			log.Close()
+			stdout.Close()
+		}()
+		out = log
+	} else {
+		log := red.Writer(out)
+		defer log.Close()
+		out = log
+	}
+	if redErr != nil {
+		slog.New(slog.NewTextHandler(out, nil)).Warn("secrets that cannot be redacted safely are not resolved", "error", redErr)
+	}
+	res, err = runJob(ctx, manifestPath, plugins, artifacts, out, red)
+	return res, red.Error(err)
+}
+
+func runJob(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, red *redact.Redactor) (*schemas.JobResult, error) {
 	data, err := os.ReadFile(manifestPath)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
@@ -48,11 +106,8 @@ func run(ctx context.Context, manifestPath string, plugins map[string]reconciler
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = io.Discard
-	}
 	res, runErr := execute(ctx, job, plugins, artifacts, out)
-	written, err := writeResult(job, res, runErr)
+	written, err := writeResult(job, res, runErr, red)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, errors.Join(runErr, fmt.Errorf("write result: %w", err)))
 	}
@@ -115,15 +170,22 @@ func callPlugin(ctx context.Context, plugin reconciler.Plugin, job *schemas.Job,
 }
 
 // writeResult writes the job's result file: what the plugin reported,
-// stamped with the job, and its error if it failed. It returns what it
-// wrote.
-func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) (*schemas.JobResult, error) {
+// stamped with the job, and its error if it failed, with every secret
+// redacted. It returns what it wrote.
+func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *redact.Redactor) (*schemas.JobResult, error) {
 	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: schemas.KindJobResult, Job: job.ID}
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
+		if out.Outputs != nil {
+			v, err := schemas.WalkStrings(out.Outputs, "", func(_, s string) (any, error) { return red.String(s), nil })
+			if err != nil {
+				return nil, err
+			}
+			out.Outputs, _ = v.(map[string]any)
+		}
 	}
 	if runErr != nil {
-		out.Error = runErr.Error()
+		out.Error = red.String(runErr.Error())
 	}
 	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
 		return nil, err

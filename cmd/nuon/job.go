@@ -38,6 +38,8 @@ func newJobCmd(g *cli.Globals) *cobra.Command {
 		Long: `Run executes one job manifest (JSON, schemas/job.schema.json): the plugin of
 the component's type creates, updates or deletes it, and the result (outputs;
 sensitive outputs by name only) is written to the manifest's resultFile. The
+install's secrets (NUON_SECRET_* variables) are redacted from everything the
+job prints, its tools included, and from its result. The
 agent runs every job this way, each in its own process group, so a job can be
 cancelled as a whole and cannot starve the agent. Run it by hand to replay a
 job from an agent's workdir (jobs/<id>/manifest.json).`,
@@ -49,9 +51,9 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 				return err
 			}
 			if pod {
-				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
 			}
-			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")
