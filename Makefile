@@ -19,6 +19,26 @@ export NUON_TF_CLI_CONFIG := $(TF_CLI_CONFIG_FILE)
 tf-providers: ## build the terraform providers for offline use (cached in $(CACHE))
 	hack/tf-providers.sh $(TF_PROVIDERS)
 
+# hashicorp/aws cannot be built offline, but its schema can: tools/tfaws
+# serves the schema of aws 6.25.0 (from npm @cdktf/provider-aws) for
+# terraform validate and terraform test with mock_provider. Its terraformrc
+# also lists the local/random mirror, so one config serves all three.
+TF_AWS := $(CACHE)/terraform-providers/aws-6.25.0
+export NUON_TF_AWS_CLI_CONFIG := $(TF_AWS)/terraformrc
+
+.PHONY: tf-aws
+tf-aws: tf-providers ## build the schema-only hashicorp/aws 6.25.0 provider for validate and mock tests (cached in $(CACHE))
+	hack/tf-aws.sh $(TF_AWS) $(TF_PROVIDERS)/mirror
+
+# The CloudFormation resource specification (npm @aws-cdk/cfnspec), which
+# the customer's stack template is checked against.
+CFNSPEC := $(CACHE)/cfnspec/2.72.1/specification.json
+export NUON_CFNSPEC := $(CFNSPEC)
+
+.PHONY: cfnspec
+cfnspec: ## fetch the CloudFormation resource specification for the stack tests (cached in $(CACHE))
+	hack/cfnspec.sh $(CFNSPEC)
+
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
 	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
@@ -28,8 +48,9 @@ demo: build tf-providers kube-binaries registry ## render the sample tenant and 
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+test: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	$(GO) test -race -count=1 -timeout 30m ./...
+	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 
 .PHONY: vet
 vet: ## gofmt and go vet
@@ -45,7 +66,7 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; done
 
 .PHONY: bench
-bench: tf-providers kube-binaries registry sshd ## run the benchmarks (figures in BENCHMARKS.md)
+bench: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run the benchmarks (figures in BENCHMARKS.md)
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
