@@ -139,7 +139,7 @@ func samples() map[string]any {
 			APIVersion: APIVersion, Kind: KindJob, ID: "api-update-7", Install: "acme", Component: "api",
 			Operation: OpUpdate, Plugin: TypeHelm, Version: "2.4.0", Generation: 7, Commit: testCommit,
 			Artifacts: []Artifact{jobArtifact}, Inputs: inputs, Terraform: terraform, Helm: helm, Manifests: manifests,
-			Debug: &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
+			Debug:   &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
 			Timeout: "5m", StateDir: "/var/lib/nuon/state/api", ResultFile: "/var/lib/nuon/jobs/api-update-7/result.json",
 		},
 		SchemaJobResult: JobResult{
