@@ -2,6 +2,7 @@ package jobrun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,19 +10,22 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime/debug"
+	rtdebug "runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
 // Main executes the manifest at path in this process: it validates the
 // manifest, runs the plugin for job.Plugin (Apply for create/update,
-// Destroy for delete) under the job's timeout, and writes the JobResult
+// Destroy for delete, and for the read-only operations the plugin's
+// reconciler.DriftChecker, HealthChecker or Debugger, or an error
+// wrapping ErrUnsupported) under the job's timeout, and writes the JobResult
 // atomically to job.ResultFile, with Error set on failure. It returns the
 // plugin's error.
 //
@@ -101,17 +105,108 @@ func execute(ctx context.Context, job *schemas.Job, plugins map[string]reconcile
 func callPlugin(ctx context.Context, plugin reconciler.Plugin, job *schemas.Job, env reconciler.Env) (res *schemas.JobResult, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			fmt.Fprintf(env.Log, "panic: %v\n%s", v, debug.Stack())
+			fmt.Fprintf(env.Log, "panic: %v\n%s", v, rtdebug.Stack())
 			res, err = nil, fmt.Errorf("plugin %s panicked: %v", job.Plugin, v)
 		}
 	}()
-	if job.Operation == schemas.OpDelete {
+	switch job.Operation {
+	case schemas.OpDelete:
 		if err := plugin.Destroy(ctx, job, env); err != nil {
 			return nil, err
 		}
 		return &schemas.JobResult{Changed: true}, nil
+	case schemas.OpDrift:
+		dc, ok := plugin.(reconciler.DriftChecker)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		res, err := dc.Drift(ctx, job, env)
+		if res != nil {
+			// A drift check changes nothing, whatever the plugin says.
+			res.Changed = false
+		}
+		return res, err
+	case schemas.OpHealth:
+		hc, ok := plugin.(reconciler.HealthChecker)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		h, err := hc.Health(ctx, job, env)
+		if err != nil {
+			return nil, err
+		}
+		return &schemas.JobResult{Health: h}, nil
+	case schemas.OpDebug:
+		d, ok := plugin.(reconciler.Debugger)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		return runDebug(ctx, d, job, env)
 	}
 	return plugin.Apply(ctx, job, env)
+}
+
+// ErrUnsupported: the job's plugin does not implement the job's
+// operation. Running the job again fails the same way.
+var ErrUnsupported = errors.New("operation not supported")
+
+func unsupported(job *schemas.Job) error {
+	return fmt.Errorf("%w: plugin %s has no %s operation", ErrUnsupported, job.Plugin, job.Operation)
+}
+
+// runDebug parses the job's command against the plugin's allow-list,
+// runs it under debug.timeout with its output bounded by debug.maxBytes,
+// and answers with the output redacted by RedactAnswer. A refused command
+// gets no answer, and an error wrapping debug.ErrRefused that says why.
+func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	cmd, err := debug.Parse(job.Plugin, job.Debug.Command)
+	if err != nil {
+		return nil, err
+	}
+	if t, err := time.ParseDuration(job.Debug.Timeout); err == nil && t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	out := debug.NewLimit(job.Debug.EffectiveMaxBytes())
+	env.Logger.Info("debug command", "command", strings.Join(cmd.Words(), " "))
+	err = d.Debug(ctx, job, env, cmd, out)
+	if errors.Is(err, debug.ErrLimit) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &schemas.JobResult{Answer: out.Answer(cmd, RedactAnswer)}, nil
+}
+
+// RedactAnswer removes secrets from a debug answer before it leaves the
+// job process. The plugins already keep secret values out (Secrets show
+// keys only, sensitive Terraform attributes show as sensitive); this is
+// the hook where the install-wide redactor (internal/redact) plugs in once
+// it exists, so that answers pass through the same redaction as every
+// other output. Until then it replaces the values of the install's
+// secrets (the reconciler.SecretEnvPrefix variables), raw and
+// JSON-escaped, with "[redacted]", as the agent does.
+var RedactAnswer debug.Redactor = redactSecretEnv
+
+func redactSecretEnv(s string) string {
+	var values []string
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
+			values = append(values, v)
+			if q, _ := json.Marshal(v); string(q[1:len(q)-1]) != v {
+				values = append(values, string(q[1:len(q)-1]))
+			}
+		}
+	}
+	// The longest first, so that a secret holding another goes whole.
+	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
+	for _, v := range values {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
 }
 
 // writeResult writes the job's result file: what the plugin reported,
@@ -121,6 +216,7 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) (*schem
 	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: schemas.KindJobResult, Job: job.ID}
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
+		out.Drift, out.Health, out.Answer = res.Drift, res.Health, res.Answer
 	}
 	if runErr != nil {
 		out.Error = runErr.Error()
