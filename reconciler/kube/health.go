@@ -25,6 +25,21 @@ type Object struct {
 	Version string
 }
 
+// KindName is gk's kind, followed by its group (Kind.group) unless the
+// group is a built-in one whose kinds are unique.
+func KindName(gk schema.GroupKind) string {
+	if gk.Group == "" || builtinGroups[gk.Group] {
+		return gk.Kind
+	}
+	return gk.Kind + "." + gk.Group
+}
+
+var builtinGroups = map[string]bool{
+	"apps": true, "batch": true, "rbac.authorization.k8s.io": true, "networking.k8s.io": true,
+	"policy": true, "autoscaling": true, "apiextensions.k8s.io": true, "storage.k8s.io": true,
+	"scheduling.k8s.io": true, "coordination.k8s.io": true, "discovery.k8s.io": true,
+}
+
 // Status maps a kstatus status to a health status.
 func Status(s status.Status) string {
 	switch s {
@@ -96,10 +111,7 @@ func Health(ctx context.Context, c client.Client, objs []Object, concurrency int
 	h := &schemas.Health{Status: schemas.HealthReady}
 	ready := 0
 	for _, o := range objs {
-		rh := schemas.ResourceHealth{Kind: o.ID.GroupKind.Kind, Namespace: o.ID.Namespace, Name: o.ID.Name}
-		if g := o.ID.GroupKind.Group; g != "" {
-			rh.Kind += "." + g
-		}
+		rh := schemas.ResourceHealth{Kind: KindName(o.ID.GroupKind), Namespace: o.ID.Namespace, Name: o.ID.Name}
 		u, ok := live[o.ID]
 		if !ok {
 			rh.Status, rh.Message = schemas.HealthFailed, "not found"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/debug"
@@ -157,10 +158,7 @@ func (r *run) pruneKeys() []listKey {
 }
 
 func resourceDrift(kind, group, namespace, name string) schemas.ResourceDrift {
-	if group != "" && !builtinGroups[group] {
-		kind += "." + group
-	}
-	return schemas.ResourceDrift{Kind: kind, Namespace: namespace, Name: name}
+	return schemas.ResourceDrift{Kind: kube.KindName(schema.GroupKind{Group: group, Kind: kind}), Namespace: namespace, Name: name}
 }
 
 // Health reports how the objects of the component's inventory stand, as
