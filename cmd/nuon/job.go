@@ -61,7 +61,7 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
   # A debug command: pod logs in the component's namespace.
   jq '.operation = "debug" | .debug = {command: ["logs", "api-7d9f", "--tail", "100"]}' manifest.json > debug.json
   nuon job run debug.json`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := reg.ArtifactSource(artifacts)
 			if err != nil {
