@@ -6,6 +6,16 @@
 // Job's pod and also hands the result back through the pod's log and
 // termination message, since the runner cannot read the pod's files.
 //
+// Besides create, update and delete, a job may be a drift, health or
+// debug job: the job process calls the plugin's reconciler.DriftChecker,
+// HealthChecker or Debugger, or fails with ErrUnsupported. A debug job's
+// command is parsed against the plugin's allow-list (reconciler/debug)
+// before the plugin sees it; a refused one fails with an error wrapping
+// debug.ErrRefused that says why. Its output is bounded by
+// debug.maxBytes (and debug.timeout, within the job's timeout) and passes
+// through RedactAnswer, the hook for the install-wide redactor, before it
+// goes into the result.
+//
 // The agent side, which starts these processes and waits for them, is
 // package agent/jobs; the two share only the manifest and result formats
 // of package schemas. Keeping them apart keeps the plugins and their
