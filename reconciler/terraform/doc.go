@@ -24,23 +24,17 @@
 //     Every other reference was resolved by the agent before the job
 //     started. A missing secret fails the job with
 //     reconciler.ErrSecretMissing before terraform runs.
-//
 //  2. extract: empty module/, extract the job's "module" artifact (or its
 //     only one) into it, write the backend override and the inputs as
 //     module/nuon.auto.tfvars.json, which terraform loads by itself.
-//
 //  3. init: install providers, as the CLI config says (TF_CLI_CONFIG_FILE
 //     or Plugin.CLIConfig), without upgrading them.
-//
 //  4. plan: save a plan; whether it changes anything becomes
 //     JobResult.Changed.
-//
 //  5. apply: apply exactly the saved plan.
-//
 //  6. output: read the outputs. Non-sensitive ones go into
 //     JobResult.Outputs; sensitive ones are only named, in
 //     JobResult.Sensitive: their values stay in the state.
-//
 //  7. health: with terraform.health, the named output must be true; the
 //     result's Health is Ready, or Failed with why (false, missing, not a
 //     boolean). A failed check does not fail the job: the apply happened.
