@@ -36,7 +36,7 @@ func TestTerraformOperations(t *testing.T) {
 	artifacts := DirArtifacts{Root: filepath.Join("..", "fixtures", "modules")}
 	stateDir, dataDir := t.TempDir(), t.TempDir()
 
-	runJob := func(t *testing.T, op string, dbg *schemas.DebugRequest) (*schemas.JobResult, error, string) {
+	runJob := func(t *testing.T, op string, dbg *schemas.DebugRequest) (*schemas.JobResult, string, error) {
 		t.Helper()
 		job := testJob(t, "database")
 		job.Operation, job.Debug, job.StateDir = op, dbg, stateDir
@@ -57,25 +57,25 @@ func TestTerraformOperations(t *testing.T) {
 		if strings.Contains(string(raw), license) || strings.Contains(out.String(), license) {
 			t.Errorf("the result or the log holds the secret:\n%s\n%s", raw, out.String())
 		}
-		return res, runErr, out.String()
+		return res, out.String(), runErr
 	}
 
-	if _, err, log := runJob(t, schemas.OpCreate, nil); err != nil {
+	if _, log, err := runJob(t, schemas.OpCreate, nil); err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
-	res, err, log := runJob(t, schemas.OpDrift, nil)
+	res, log, err := runJob(t, schemas.OpDrift, nil)
 	if err != nil || len(res.Drift) != 0 || res.Changed {
 		t.Fatalf("drift check after the apply: %v, drift %+v, changed %v\n%s", err, res.Drift, res.Changed, log)
 	}
 	if err := os.WriteFile(filepath.Join(dataDir, "app.json"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err, log = runJob(t, schemas.OpDrift, nil)
+	res, log, err = runJob(t, schemas.OpDrift, nil)
 	if err != nil || len(res.Drift) != 1 || res.Drift[0].Address != "local_file.config" {
 		t.Fatalf("drift check after a hand edit: %v, drift %+v\n%s", err, res.Drift, log)
 	}
 
-	res, err, log = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "show", "local_file.config"}})
+	res, log, err = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "show", "local_file.config"}})
 	if err != nil || res.Answer == nil {
 		t.Fatalf("debug: %v, %+v\n%s", err, res, log)
 	}
@@ -83,7 +83,7 @@ func TestTerraformOperations(t *testing.T) {
 		t.Errorf("answer lacks the redacted license key:\n%s", res.Answer.Output)
 	}
 
-	res, err, _ = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "rm", "local_file.config"}})
+	res, _, err = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "rm", "local_file.config"}})
 	if !errors.Is(err, debug.ErrRefused) || res.Answer != nil || !strings.HasPrefix(res.Error, "debug command refused: ") {
 		t.Errorf("state rm: error %v, result %+v; want a refusal", err, res)
 	}
