@@ -235,4 +235,10 @@ type ComponentStatus struct {
 	Sensitive []string       `json:"sensitive,omitempty"`
 	Job       string         `json:"job,omitempty"`
 	Error     string         `json:"error,omitempty"`
+	// Health is how the component stands, as its last apply, drift or
+	// health job found; shown next to the phase.
+	Health *Health `json:"health,omitempty"`
+	// Drift is what differed from the desired state at the last drift
+	// check; empty when nothing did.
+	Drift []ResourceDrift `json:"drift,omitempty"`
 }

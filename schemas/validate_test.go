@@ -164,6 +164,10 @@ func samples() map[string]any {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},
 				Sensitive: []string{"token"}, Job: "api-update-7", Error: "helm: timed out",
+				Health: &Health{Status: HealthProgressing, Message: "1 of 2 ready", Resources: []ResourceHealth{{
+					Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api", Status: HealthProgressing, Message: "Available: 0/2",
+				}}},
+				Drift: []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
 			}},
 		},
 	}
