@@ -178,7 +178,9 @@ type Answer struct {
 	Output string `json:"output"`
 	// Truncated is set when the output was cut off at MaxBytes.
 	Truncated bool `json:"truncated,omitempty"`
-	// Bytes is the size of the whole output, before truncation.
+	// Bytes is the size of the output before truncation; a streamed
+	// output (a pod's log) stops being read once it is past MaxBytes, so
+	// for it Bytes is a lower bound.
 	Bytes int `json:"bytes"`
 }
 
