@@ -9,9 +9,9 @@
 // Besides create, update and delete, a job may be a drift, health or
 // debug job: the job process calls the plugin's reconciler.DriftChecker,
 // HealthChecker or Debugger, or fails with ErrUnsupported. A debug job's
-// command is parsed against the plugin's allow-list (reconciler/debug)
+// command is parsed against the plugin's allow-list (internal/debugcmd)
 // before the plugin sees it; a refused one fails with an error wrapping
-// debug.ErrRefused that says why. Its output is bounded by
+// debugcmd.ErrRefused that says why. Its output is bounded by
 // debug.maxBytes (and debug.timeout, within the job's timeout) and passes
 // through RedactAnswer, the hook for the install-wide redactor, before it
 // goes into the result.

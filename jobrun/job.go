@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -157,9 +157,9 @@ func unsupported(job *schemas.Job) error {
 // runDebug parses the job's command against the plugin's allow-list,
 // runs it under debug.timeout with its output bounded by debug.maxBytes,
 // and answers with the output redacted by RedactAnswer. A refused command
-// gets no answer, and an error wrapping debug.ErrRefused that says why.
+// gets no answer, and an error wrapping debugcmd.ErrRefused that says why.
 func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	cmd, err := debug.Parse(job.Plugin, job.Debug.Command)
+	cmd, err := debugcmd.Parse(job.Plugin, job.Debug.Command)
 	if err != nil {
 		return nil, err
 	}
@@ -168,10 +168,10 @@ func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env 
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	out := debug.NewLimit(job.Debug.EffectiveMaxBytes())
+	out := debugcmd.NewLimit(job.Debug.EffectiveMaxBytes())
 	env.Logger.Info("debug command", "command", strings.Join(cmd.Words(), " "))
 	err = d.Debug(ctx, job, env, cmd, out)
-	if errors.Is(err, debug.ErrLimit) {
+	if errors.Is(err, debugcmd.ErrLimit) {
 		err = nil
 	}
 	if err != nil {
@@ -188,7 +188,7 @@ func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env 
 // other output. Until then it replaces the values of the install's
 // secrets (the reconciler.SecretEnvPrefix variables), raw and
 // JSON-escaped, with "[redacted]", as the agent does.
-var RedactAnswer debug.Redactor = redactSecretEnv
+var RedactAnswer debugcmd.Redactor = redactSecretEnv
 
 func redactSecretEnv(s string) string {
 	var values []string

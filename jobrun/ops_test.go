@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -40,13 +40,13 @@ func (opsPlugin) Health(context.Context, *schemas.Job, reconciler.Env) (*schemas
 // Debug answers "get pods" with a line per pod, the last one holding the
 // install's secret; "get nodes" as if it reached outside the install;
 // "events" with a line per event until the output is full.
-func (opsPlugin) Debug(ctx context.Context, _ *schemas.Job, _ reconciler.Env, cmd debug.Command, out io.Writer) error {
+func (opsPlugin) Debug(ctx context.Context, _ *schemas.Job, _ reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
 	switch cmd.Kind {
 	case "pods":
 		fmt.Fprintf(out, "web-0 Running\nweb-1 Running password=%s\n", "hunter2-secret")
 		return nil
 	case "nodes":
-		return &debug.Refusal{Command: cmd.Words(), Reason: "nodes are not in the install's namespaces"}
+		return &debugcmd.Refusal{Command: cmd.Words(), Reason: "nodes are not in the install's namespaces"}
 	}
 	for i := 0; ; i++ {
 		if _, err := fmt.Fprintf(out, "event %d\n", i); err != nil {
@@ -102,19 +102,19 @@ func TestMainOperations(t *testing.T) {
 			name: "debug truncated",
 			edit: set("plugin", schemas.TypeManifests, "operation", schemas.OpDebug, "debug", cmd("events -n shop", 20)),
 			want: schemas.JobResult{Answer: &schemas.Answer{
-				Command: []string{"events", "-n", "shop"}, Output: "event 0\nevent 1\neven" + debug.TruncatedMarker, Truncated: true, Bytes: 24,
+				Command: []string{"events", "-n", "shop"}, Output: "event 0\nevent 1\neven" + debugcmd.TruncatedMarker, Truncated: true, Bytes: 24,
 			}},
 		},
 		{
 			name:   "debug refused by the allow-list",
 			edit:   set("plugin", schemas.TypeManifests, "operation", schemas.OpDebug, "debug", cmd("exec web-0 -- sh", 0)),
-			wantIs: debug.ErrRefused,
+			wantIs: debugcmd.ErrRefused,
 			want:   schemas.JobResult{Error: `debug command refused: "exec web-0 -- sh": "exec" is not an allowed manifests command (allowed: get, describe, events, logs)`},
 		},
 		{
 			name:   "debug refused by the plugin",
 			edit:   set("plugin", schemas.TypeManifests, "operation", schemas.OpDebug, "debug", cmd("get nodes", 0)),
-			wantIs: debug.ErrRefused,
+			wantIs: debugcmd.ErrRefused,
 			want:   schemas.JobResult{Error: `debug command refused: "get nodes": nodes are not in the install's namespaces`},
 		},
 		{

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/schemas"
 )
@@ -84,7 +84,7 @@ func TestTerraformOperations(t *testing.T) {
 	}
 
 	res, _, err = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "rm", "local_file.config"}})
-	if !errors.Is(err, debug.ErrRefused) || res.Answer != nil || !strings.HasPrefix(res.Error, "debug command refused: ") {
+	if !errors.Is(err, debugcmd.ErrRefused) || res.Answer != nil || !strings.HasPrefix(res.Error, "debug command refused: ") {
 		t.Errorf("state rm: error %v, result %+v; want a refusal", err, res)
 	}
 }

@@ -38,7 +38,7 @@
 // assertion: DriftChecker (what differs from the desired state, per
 // resource, with at most one plan), HealthChecker (Ready, Progressing,
 // Failed, Unknown) and Debugger (one read-only command parsed by package
-// reconciler/debug from a fixed allow-list). A plugin without one fails
+// internal/debugcmd from a fixed allow-list). A plugin without one fails
 // such a job with jobrun.ErrUnsupported. Correcting drift needs no
 // interface: it is an Apply of the desired state. Package reconciler/kube
 // holds what the Kubernetes plugins share: health from kstatus and the

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"nuon.dev/nuon/reconciler/debug"
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -40,12 +40,12 @@ type HealthChecker interface {
 
 // Debugger is a plugin that runs read-only debug commands (operation
 // debug). The job process parses the job's command against the plugin's
-// allow-list (debug.Parse) and hands Debug the parsed command; Debug
+// allow-list (debugcmd.Parse) and hands Debug the parsed command; Debug
 // writes its answer to out, which bounds it, and refuses a command
-// outside the install with a *debug.Refusal. It must never run a shell
+// outside the install with a *debugcmd.Refusal. It must never run a shell
 // or hand the command's words to a CLI.
 type Debugger interface {
-	Debug(ctx context.Context, job *schemas.Job, env Env, cmd debug.Command, out io.Writer) error
+	Debug(ctx context.Context, job *schemas.Job, env Env, cmd debugcmd.Command, out io.Writer) error
 }
 
 // Env is what the job process hands a plugin.

@@ -62,7 +62,7 @@ type Job struct {
 const DefaultDebugMaxBytes = 64 << 10
 
 // DebugRequest is one read-only debug command. Its words are parsed
-// against the plugin's allow-list (package reconciler/debug): they are
+// against the plugin's allow-list (package internal/debugcmd): they are
 // never run by a shell nor handed to a CLI.
 type DebugRequest struct {
 	// Command is the command's words, for example

@@ -46,7 +46,7 @@ The operation says what the plugin of the component's type does:
                    the result lists what differs per resource
   health           report how the component stands, change nothing
   debug            run the read-only command in the manifest's debug.command,
-                   from a fixed allow-list (reconciler/debug), and answer with
+                   from a fixed allow-list (internal/debugcmd), and answer with
                    its output, bounded by debug.maxBytes
 
 The agent runs every job this way, each in its own process group, so a job can

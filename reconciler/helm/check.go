@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/reconciler/kube"
 	"nuon.dev/nuon/schemas"
 )
@@ -342,7 +342,7 @@ func (r *run) wait(ctx context.Context, c *cluster) error {
 // component's namespace, and the Kubernetes commands in the component's
 // namespace (helm.namespace, or default) or one of the install's. Neither
 // ever shows the release's values or notes: they may hold secrets.
-func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debug.Command, out io.Writer) error {
+func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
 	r, err := p.start(ctx, job, env)
 	if err != nil {
 		return err
@@ -352,7 +352,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 		if job.Debug != nil {
 			allowed = job.Debug.Namespaces
 		}
-		if err := debug.CheckNamespace(&cmd, r.namespace, allowed); err != nil {
+		if err := debugcmd.CheckNamespace(&cmd, r.namespace, allowed); err != nil {
 			return err
 		}
 		cfg, err := p.RESTConfig()
@@ -378,7 +378,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 	var b bytes.Buffer
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	switch cmd.Op {
-	case debug.OpStatus:
+	case debugcmd.OpStatus:
 		rel := hist[len(hist)-1]
 		fmt.Fprintf(w, "NAME:\t%s\n", rel.Name)
 		fmt.Fprintf(w, "NAMESPACE:\t%s\n", rel.Namespace)
@@ -396,14 +396,14 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 				}
 			}
 		}
-	case debug.OpHistory:
+	case debugcmd.OpHistory:
 		fmt.Fprintln(w, "REVISION\tUPDATED\tSTATUS\tCHART\tAPP VERSION\tDESCRIPTION")
 		for _, rel := range hist {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", rel.Version, rel.Info.LastDeployed.UTC().Format(time.RFC3339),
 				rel.Info.Status, chartName(rel), appVersion(rel), rel.Info.Description)
 		}
 	default:
-		return &debug.Refusal{Command: cmd.Words(), Reason: "not a helm command"}
+		return &debugcmd.Refusal{Command: cmd.Words(), Reason: "not a helm command"}
 	}
 	if err := w.Flush(); err != nil {
 		return err

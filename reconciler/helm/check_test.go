@@ -13,9 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/kubetest"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -242,14 +242,14 @@ func TestDebug(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.words, func(t *testing.T) {
-			cmd, err := debug.Parse(schemas.TypeHelm, strings.Fields(tt.words))
+			cmd, err := debugcmd.Parse(schemas.TypeHelm, strings.Fields(tt.words))
 			if err != nil {
 				t.Fatal(err)
 			}
 			job := newJob(ns, apiInputs("acme.shop.example", 1))
 			job.Operation = schemas.OpDebug
 			job.Debug = &schemas.DebugRequest{Command: cmd.Words()}
-			out := debug.NewLimit(1 << 20)
+			out := debugcmd.NewLimit(1 << 20)
 			counts.reset()
 			err = p.Debug(t.Context(), job, env, cmd, out)
 			for method := range counts.reset() {
@@ -258,7 +258,7 @@ func TestDebug(t *testing.T) {
 				}
 			}
 			if tt.refused != "" {
-				if !errors.Is(err, debug.ErrRefused) || !strings.Contains(err.Error(), tt.refused) {
+				if !errors.Is(err, debugcmd.ErrRefused) || !strings.Contains(err.Error(), tt.refused) {
 					t.Fatalf("error = %v, want a refusal with %q", err, tt.refused)
 				}
 				return

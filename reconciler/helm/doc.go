@@ -67,7 +67,7 @@
 // health job (Health) computes kstatus for the deployed manifest's
 // objects. A debug job (Debug) answers `status RELEASE` and `history
 // RELEASE` for releases in helm.namespace, never with values or notes, and
-// the Kubernetes commands of package reconciler/debug through package
+// the Kubernetes commands of package internal/debugcmd through package
 // reconciler/kube.
 //
 // # Destroy

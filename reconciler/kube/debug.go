@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
-	"nuon.dev/nuon/reconciler/debug"
+	"nuon.dev/nuon/internal/debugcmd"
 )
 
 // shortNames are kubectl's short names for the common kinds.
@@ -40,12 +40,12 @@ var shortNames = map[string]string{
 // data included.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
-// Debug answers cmd, a Kubernetes command of package debug whose
+// Debug answers cmd, a Kubernetes command of package debugcmd whose
 // namespace the caller has checked, into out. It reads only; its requests
 // go to the API server cfg names.
-func Debug(ctx context.Context, cfg *rest.Config, cmd debug.Command, out io.Writer) error {
+func Debug(ctx context.Context, cfg *rest.Config, cmd debugcmd.Command, out io.Writer) error {
 	if cmd.Namespace == "" {
-		return &debug.Refusal{Command: cmd.Words(), Reason: "no namespace"}
+		return &debugcmd.Refusal{Command: cmd.Words(), Reason: "no namespace"}
 	}
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
@@ -57,9 +57,9 @@ func Debug(ctx context.Context, cfg *rest.Config, cmd debug.Command, out io.Writ
 		return err
 	}
 	switch cmd.Op {
-	case debug.OpEvents:
+	case debugcmd.OpEvents:
 		return d.events(ctx, "")
-	case debug.OpLogs:
+	case debugcmd.OpLogs:
 		return d.logs(ctx)
 	}
 	hc, err := rest.HTTPClientFor(cfg)
@@ -77,7 +77,7 @@ func Debug(ctx context.Context, cfg *rest.Config, cmd debug.Command, out io.Writ
 		return err
 	}
 	res := d.dyn.Resource(m.Resource).Namespace(cmd.Namespace)
-	if cmd.Op == debug.OpGet && cmd.Name == "" {
+	if cmd.Op == debugcmd.OpGet && cmd.Name == "" {
 		list, err := res.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -93,7 +93,7 @@ func Debug(ctx context.Context, cfg *rest.Config, cmd debug.Command, out io.Writ
 		return err
 	}
 	clean(u)
-	if cmd.Op == debug.OpGet {
+	if cmd.Op == debugcmd.OpGet {
 		b, err := yaml.Marshal(u.Object)
 		if err != nil {
 			return err
@@ -105,7 +105,7 @@ func Debug(ctx context.Context, cfg *rest.Config, cmd debug.Command, out io.Writ
 }
 
 type debugger struct {
-	cmd    debug.Command
+	cmd    debugcmd.Command
 	out    io.Writer
 	cs     kubernetes.Interface
 	dyn    dynamic.Interface
@@ -124,7 +124,7 @@ func (d *debugger) mapping() (*meta.RESTMapping, error) {
 	gvk, err := d.mapper.KindFor(gr.WithVersion(""))
 	if err != nil {
 		if meta.IsNoMatchError(err) {
-			return nil, &debug.Refusal{Command: d.cmd.Words(), Reason: fmt.Sprintf("the cluster has no kind %q", d.cmd.Kind)}
+			return nil, &debugcmd.Refusal{Command: d.cmd.Words(), Reason: fmt.Sprintf("the cluster has no kind %q", d.cmd.Kind)}
 		}
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (d *debugger) mapping() (*meta.RESTMapping, error) {
 		return nil, err
 	}
 	if m.Scope.Name() != meta.RESTScopeNameNamespace {
-		return nil, &debug.Refusal{Command: d.cmd.Words(), Reason: fmt.Sprintf("%s is cluster-scoped: only objects in the install's namespaces can be read", gvk.Kind)}
+		return nil, &debugcmd.Refusal{Command: d.cmd.Words(), Reason: fmt.Sprintf("%s is cluster-scoped: only objects in the install's namespaces can be read", gvk.Kind)}
 	}
 	return m, nil
 }
@@ -290,7 +290,7 @@ func (d *debugger) events(ctx context.Context, about string) error {
 	return w.Flush()
 }
 
-// logs streams a pod's log into out until out is full (debug.ErrLimit)
+// logs streams a pod's log into out until out is full (debugcmd.ErrLimit)
 // or the log ends.
 func (d *debugger) logs(ctx context.Context) error {
 	opts := &corev1.PodLogOptions{Container: d.cmd.Container}
@@ -307,7 +307,7 @@ func (d *debugger) logs(ctx context.Context) error {
 	}
 	defer stream.Close()
 	n, err := io.Copy(d.out, stream)
-	if errors.Is(err, debug.ErrLimit) {
+	if errors.Is(err, debugcmd.ErrLimit) {
 		return nil
 	}
 	if err == nil && n == 0 {

@@ -1,7 +1,7 @@
 // Package kube holds what the manifests and helm plugins share about a
 // cluster's objects once they are applied: their health, as kstatus
 // computes it (the library Flux uses), and the read-only Kubernetes debug
-// commands of package debug (get, describe, events, logs), answered
+// commands of package internal/debugcmd (get, describe, events, logs), answered
 // through client-go, never through kubectl.
 //
 // Health lists each kind once per namespace, with full objects, and

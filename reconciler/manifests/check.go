@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/reconciler/kube"
 	"nuon.dev/nuon/schemas"
 )
@@ -218,7 +218,7 @@ func (r *run) inventoryHealth(ctx context.Context) error {
 
 // Debug answers a Kubernetes debug command in the component's namespace
 // (manifests.namespace, or default) or one of the install's.
-func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debug.Command, out io.Writer) error {
+func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
 	ns := "default"
 	if job.Manifests != nil && job.Manifests.Namespace != "" {
 		ns = job.Manifests.Namespace
@@ -227,7 +227,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 	if job.Debug != nil {
 		allowed = job.Debug.Namespaces
 	}
-	if err := debug.CheckNamespace(&cmd, ns, allowed); err != nil {
+	if err := debugcmd.CheckNamespace(&cmd, ns, allowed); err != nil {
 		return err
 	}
 	cfg, err := p.RESTConfig()

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/kubetest"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -257,12 +257,12 @@ func TestDebug(t *testing.T) {
 			job := newJob("dashboards", ns, t.TempDir(), nil)
 			job.Operation = schemas.OpDebug
 			job.Debug = &schemas.DebugRequest{Command: strings.Fields(tt.words), Namespaces: []string{ns, other}}
-			cmd, err := debug.Parse(schemas.TypeManifests, job.Debug.Command)
+			cmd, err := debugcmd.Parse(schemas.TypeManifests, job.Debug.Command)
 			if err != nil {
 				t.Fatal(err)
 			}
 			env, _ := testEnv(t, t.TempDir())
-			out := debug.NewLimit(1 << 20)
+			out := debugcmd.NewLimit(1 << 20)
 			counts.reset()
 			err = p.Debug(t.Context(), job, env, cmd, out)
 			sent := counts.reset()
@@ -274,7 +274,7 @@ func TestDebug(t *testing.T) {
 			answer := out.Answer(cmd, nil).Output
 			switch {
 			case tt.refused != "":
-				var r *debug.Refusal
+				var r *debugcmd.Refusal
 				if !errors.As(err, &r) || !strings.Contains(r.Reason, tt.refused) {
 					t.Fatalf("error = %v, want a refusal with %q", err, tt.refused)
 				}

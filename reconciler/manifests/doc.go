@@ -102,7 +102,7 @@
 //
 // A health job (Health) reads the inventory and computes kstatus for its
 // objects: no artifact, no write. A debug job (Debug) answers the
-// Kubernetes commands of package reconciler/debug through package
+// Kubernetes commands of package internal/debugcmd through package
 // reconciler/kube, in manifests.namespace or the install's namespaces.
 //
 // # Destroy

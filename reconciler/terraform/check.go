@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 	tfjson "github.com/hashicorp/terraform-json"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/reconciler"
-	"nuon.dev/nuon/reconciler/debug"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -258,7 +258,7 @@ func typeName(v any) string {
 // never passed to terraform, and every attribute terraform marks
 // sensitive (in the provider's schema or the configuration) is shown as
 // (sensitive).
-func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debug.Command, out io.Writer) error {
+func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
 	r, err := p.start(job, env)
 	if err != nil {
 		return err
@@ -289,11 +289,11 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 	slices.SortFunc(resources, func(a, b *tfjson.StateResource) int { return strings.Compare(a.Address, b.Address) })
 	var b bytes.Buffer
 	switch cmd.Op {
-	case debug.OpStateList:
+	case debugcmd.OpStateList:
 		for _, res := range resources {
 			fmt.Fprintln(&b, res.Address)
 		}
-	case debug.OpStateShow:
+	case debugcmd.OpStateShow:
 		i := slices.IndexFunc(resources, func(res *tfjson.StateResource) bool { return res.Address == cmd.Address })
 		if i < 0 {
 			fmt.Fprintf(&b, "no resource %s in the state\n", cmd.Address)
@@ -303,7 +303,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 			return err
 		}
 	default:
-		return &debug.Refusal{Command: cmd.Words(), Reason: "not a terraform command"}
+		return &debugcmd.Refusal{Command: cmd.Words(), Reason: "not a terraform command"}
 	}
 	_, err = io.WriteString(out, r.out.redact(b.String()))
 	return err

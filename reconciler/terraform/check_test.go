@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"nuon.dev/nuon/reconciler/debug"
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -194,13 +194,13 @@ func TestDebug(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.words, func(t *testing.T) {
-			cmd, err := debug.Parse(schemas.TypeTerraform, strings.Fields(tt.words))
+			cmd, err := debugcmd.Parse(schemas.TypeTerraform, strings.Fields(tt.words))
 			if err != nil {
 				t.Fatal(err)
 			}
 			j := *job
 			j.Operation = schemas.OpDebug
-			out := debug.NewLimit(1 << 20)
+			out := debugcmd.NewLimit(1 << 20)
 			env := newEnv(stateDir)
 			if err := p.Debug(t.Context(), &j, env.Env, cmd, out); err != nil {
 				t.Fatalf("%v\n%s", err, env.log)

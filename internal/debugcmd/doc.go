@@ -1,5 +1,9 @@
-// Package debug parses the read-only debug commands a vendor's support
-// engineer may run in an install, and bounds their answers.
+// Package debugcmd parses the read-only debug commands a vendor's support
+// engineer may run in an install, and bounds their answers. The job
+// process parses every debug job's command before a plugin sees it; the
+// agent can call the same Parse to refuse a request before it starts a
+// job (this package links nothing heavier than regexp, so nuon-agent may
+// import it, which it may not do with reconciler's subpackages).
 //
 // # The allow-list
 //
@@ -31,4 +35,4 @@
 // The job's timeout bounds a command. Limit bounds its output: it keeps
 // the first MaxBytes bytes, counts the rest, and Answer appends
 // TruncatedMarker when it cut anything.
-package debug
+package debugcmd
