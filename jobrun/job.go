@@ -220,6 +220,7 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) (*schem
 	}
 	if runErr != nil {
 		out.Error = runErr.Error()
+		out.Refused = errors.Is(runErr, debugcmd.ErrRefused)
 	}
 	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
 		return nil, err

@@ -109,13 +109,13 @@ func TestMainOperations(t *testing.T) {
 			name:   "debug refused by the allow-list",
 			edit:   set("plugin", schemas.TypeManifests, "operation", schemas.OpDebug, "debug", cmd("exec web-0 -- sh", 0)),
 			wantIs: debugcmd.ErrRefused,
-			want:   schemas.JobResult{Error: `debug command refused: "exec web-0 -- sh": "exec" is not an allowed manifests command (allowed: get, describe, events, logs)`},
+			want:   schemas.JobResult{Error: `debug command refused: "exec web-0 -- sh": "exec" is not an allowed manifests command (allowed: get, describe, events, logs)`, Refused: true},
 		},
 		{
 			name:   "debug refused by the plugin",
 			edit:   set("plugin", schemas.TypeManifests, "operation", schemas.OpDebug, "debug", cmd("get nodes", 0)),
 			wantIs: debugcmd.ErrRefused,
-			want:   schemas.JobResult{Error: `debug command refused: "get nodes": nodes are not in the install's namespaces`},
+			want:   schemas.JobResult{Error: `debug command refused: "get nodes": nodes are not in the install's namespaces`, Refused: true},
 		},
 		{
 			name:   "drift unsupported",

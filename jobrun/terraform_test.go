@@ -84,7 +84,7 @@ func TestTerraformOperations(t *testing.T) {
 	}
 
 	res, _, err = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "rm", "local_file.config"}})
-	if !errors.Is(err, debugcmd.ErrRefused) || res.Answer != nil || !strings.HasPrefix(res.Error, "debug command refused: ") {
+	if !errors.Is(err, debugcmd.ErrRefused) || res.Answer != nil || !res.Refused || !strings.HasPrefix(res.Error, "debug command refused: ") {
 		t.Errorf("state rm: error %v, result %+v; want a refusal", err, res)
 	}
 }

@@ -104,6 +104,10 @@ type JobResult struct {
 	// Changed reports whether the job changed anything.
 	Changed bool   `json:"changed"`
 	Error   string `json:"error,omitempty"`
+	// Refused is set when Error is a refusal (a debug command off the
+	// allow-list or outside the install): the job would be refused again,
+	// and the agent answers the request with Error as the reason.
+	Refused bool `json:"refused,omitempty"`
 	// Drift lists what differs from the desired state, per resource, as a
 	// drift job found it; empty means no drift (or no drift check).
 	Drift []ResourceDrift `json:"drift,omitempty"`

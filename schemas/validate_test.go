@@ -145,7 +145,7 @@ func samples() map[string]any {
 		SchemaJobResult: JobResult{
 			APIVersion: APIVersion, Kind: KindJobResult, Job: "api-update-7",
 			Outputs: map[string]any{"endpoint": "db.internal:5432"}, Sensitive: []string{"password"},
-			Changed: true, Error: "helm: timed out",
+			Changed: true, Error: "helm: timed out", Refused: true,
 			Drift: []ResourceDrift{{
 				Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings",
 				Action: DriftChanged, Fields: []string{"data.theme"}, Diff: "- dark\n+ light",
