@@ -16,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/storage"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 )
@@ -52,8 +53,9 @@ type Config struct {
 	// JobTimeout is the default timeout of a job whose component sets
 	// none; default 30m.
 	JobTimeout time.Duration
-	// Environ is scanned for NUON_SECRET_* values to redact; default
-	// os.Environ().
+	// Environ is scanned for the install's secrets (redact.EnvPrefix),
+	// which are redacted from everything the agent commits, logs and
+	// reports; default os.Environ().
 	Environ []string
 	Logger  *slog.Logger
 	// Now reads the clock; default time.Now.
@@ -70,11 +72,11 @@ type Syncer interface {
 
 // Agent is one install's agent.
 type Agent struct {
-	cfg     Config
-	repo    *git.Repository
-	store   storage.Storer
-	log     *slog.Logger
-	secrets [][]byte
+	cfg   Config
+	repo  *git.Repository
+	store storage.Storer
+	log   *slog.Logger
+	red   *redact.Redactor
 
 	recovered bool
 	// retryAt is when failed components are tried again without a new
@@ -132,12 +134,18 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent workdir repository: %w", err)
 	}
+	red, err := redact.FromEnviron(cfg.Environ)
+	log := slog.New(red.Handler(cfg.Logger.Handler())).With("install", cfg.Install)
+	if err != nil {
+		// Jobs refuse to resolve these (reconciler.ResolveSecrets).
+		log.Warn("secrets that cannot be redacted safely are not used", "error", err)
+	}
 	return &Agent{
-		cfg:     cfg,
-		repo:    repo,
-		store:   repo.Storer,
-		log:     cfg.Logger.With("install", cfg.Install),
-		secrets: secretValues(cfg.Environ),
+		cfg:   cfg,
+		repo:  repo,
+		store: repo.Storer,
+		log:   log,
+		red:   red,
 	}, nil
 }
 
@@ -200,8 +208,13 @@ type Report struct {
 
 // Reconcile runs one pass of the loop: poll, fetch, verify, plan, run the
 // jobs, write and push the status. A refused desired commit is recorded in
-// the status and is not an error.
+// the status and is not an error. The report and the error hold no secret.
 func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
+	rep, err := a.reconcile(ctx)
+	return a.redactReport(rep), a.red.Error(err)
+}
+
+func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 	r := &reconcile{agent: a, log: a.log}
 	for _, step := range []func(context.Context) error{
 		r.poll,

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"nuon.dev/nuon/schemas"
 	"strings"
 	"testing"
 
@@ -106,9 +107,9 @@ func BenchmarkFetchAfterFleetRender(b *testing.B) {
 
 func heads(tb testing.TB, r agent.Remote, id string) plumbing.Hash {
 	tb.Helper()
-	h, err := r.Heads(context.Background(), agent.DesiredRef(id))
+	h, err := r.Heads(context.Background(), plumbing.ReferenceName(schemas.InstallRef(id)))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return h[agent.DesiredRef(id)]
+	return h[plumbing.ReferenceName(schemas.InstallRef(id))]
 }

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"path"
 	"strconv"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 )
@@ -66,7 +64,7 @@ type Applied struct {
 // state, and that it is not older than what was applied. Every failure is a
 // *Refusal.
 func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string, trust *signature.AllowedSigners, applied Applied) (*Desired, error) {
-	c, err := readCommit(st, commit)
+	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, refuse(commit, err, "unreadable commit: %v", err)
 	}
@@ -88,7 +86,7 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 		return nil, refuse(commit, nil, "generation %d is not newer than the applied generation %d (%s): rollback or replay",
 			d.Generation, applied.Generation, short(applied.Commit))
 	}
-	files, err := readTree(st, c.TreeHash)
+	files, err := gitobj.ReadFiles(st, c.TreeHash, 0)
 	if err != nil {
 		return nil, refuse(commit, err, "unreadable tree: %v", err)
 	}
@@ -128,77 +126,6 @@ func decodeStrict(data []byte, v any) error {
 		return err
 	}
 	return nil
-}
-
-// readObject reads an object and checks that its content hashes to its id:
-// a store whose files were edited is caught here, not trusted.
-func readObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	o, err := st.EncodedObject(t, h)
-	if err != nil {
-		return nil, err
-	}
-	r, err := o.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	content, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	if got := plumbing.ComputeHash(t, content); got != h {
-		return nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
-	}
-	return o, nil
-}
-
-func readCommit(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Commit, error) {
-	o, err := readObject(st, plumbing.CommitObject, h)
-	if err != nil {
-		return nil, err
-	}
-	return object.DecodeCommit(st, o)
-}
-
-// readTree reads every file of a tree, checking each object's hash.
-func readTree(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	var walk func(prefix string, h plumbing.Hash) error
-	walk = func(prefix string, h plumbing.Hash) error {
-		o, err := readObject(st, plumbing.TreeObject, h)
-		if err != nil {
-			return err
-		}
-		t, err := object.DecodeTree(st, o)
-		if err != nil {
-			return err
-		}
-		for _, e := range t.Entries {
-			p := path.Join(prefix, e.Name)
-			if !e.Mode.IsFile() {
-				if err := walk(p, e.Hash); err != nil {
-					return err
-				}
-				continue
-			}
-			b, err := readObject(st, plumbing.BlobObject, e.Hash)
-			if err != nil {
-				return err
-			}
-			r, err := b.Reader()
-			if err != nil {
-				return err
-			}
-			data, err := io.ReadAll(r)
-			r.Close()
-			if err != nil {
-				return err
-			}
-			files[p] = data
-		}
-		return nil
-	}
-	return files, walk("", h)
 }
 
 func short(h plumbing.Hash) string {

@@ -48,7 +48,10 @@
 //
 // # Secrets
 //
-// Values of NUON_SECRET_* variables resolve ${secrets.NAME} inside jobs and
-// are replaced by [redacted] in anything the agent commits: git history is
-// permanent.
+// Values of NUON_SECRET_* variables resolve ${secrets.NAME} inside jobs.
+// Package internal/redact replaces them, in every spelling a tool prints
+// them in, with [redacted] in everything the agent commits (status.json,
+// applied specs, job manifests and the commit message: git history is
+// permanent), logs, reports and returns; the job process does the same for
+// its log and result before they reach the agent.
 package agent

@@ -141,10 +141,10 @@ func (tn *tenant) renderMain() *renderer.Result {
 		tn.t.Fatal(err)
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	prev.Rendered, _ = repo.Ref(renderer.RenderedRef)
-	refs, _ := repo.Refs(renderer.InstallRefPrefix)
+	prev.Rendered, _ = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef))
+	refs, _ := repo.Refs(schemas.InstallRefPrefix)
 	for n, h := range refs {
-		prev.Installs[strings.TrimPrefix(n.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(n.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now})
 	if err != nil {

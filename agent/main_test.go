@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/internal/redact/redacttest"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 		defer stop()
 		manifest := os.Args[len(os.Args)-1]
 		plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: recorder{}}
-		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout); err != nil {
+		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout, jobrun.WithStdio()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -55,6 +56,12 @@ func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env)
 		}
 	}
 	if job.Inputs["fail"] == "true" {
+		if s, ok := os.LookupEnv("NUON_SECRET_LEAK"); ok {
+			// As terraform reports a variable validation that quotes
+			// the value: HCL-escaped, word-wrapped in its frame.
+			fmt.Fprintf(os.Stderr, "plan failed: %s\n", s)
+			return nil, fmt.Errorf("the component says no:\n%s", terraformDiag("The license "+redacttest.Encodings[hclEncoding].Encode(s)+" given in var.license is not valid for this install: ask the vendor for a new one."))
+		}
 		return nil, errors.New("the component says no")
 	}
 	outs := map[string]any{"id": job.Component + "-id"}
@@ -81,6 +88,36 @@ func record(job *schemas.Job, what string) error {
 	defer f.Close()
 	_, err = fmt.Fprintf(f, "%s %s %s %s\n", job.Install, job.Component, job.Version, what)
 	return err
+}
+
+// hclEncoding is the index of terraform's string escaping in
+// redacttest.Encodings.
+var hclEncoding = func() int {
+	for i, e := range redacttest.Encodings {
+		if e.Name == "hcl" {
+			return i
+		}
+	}
+	panic("no hcl encoding")
+}()
+
+// terraformDiag frames msg as terraform prints an error: word-wrapped at
+// 40 columns, each line behind "│ ".
+func terraformDiag(msg string) string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Split(msg, " ") {
+		if line != "" && len(line)+1+len(w) > 40 {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	lines = append(lines, line)
+	return "╷\n│ Error: Invalid value for variable\n│\n│ " + strings.Join(lines, "\n│ ") + "\n╵"
 }
 
 // runs reads the record file: one entry per plugin call, "install

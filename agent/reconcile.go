@@ -54,12 +54,12 @@ func (r *reconcile) report() *Report {
 // poll reads the remote desired and status refs in one request.
 func (r *reconcile) poll(ctx context.Context) error {
 	a := r.agent
-	heads, err := a.cfg.Remote.Heads(ctx, DesiredRef(a.cfg.Install), StatusRef(a.cfg.Install))
+	heads, err := a.cfg.Remote.Heads(ctx, plumbing.ReferenceName(schemas.InstallRef(a.cfg.Install)), plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)))
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
-	r.desiredHead = heads[DesiredRef(a.cfg.Install)]
-	r.remoteHead = heads[StatusRef(a.cfg.Install)]
+	r.desiredHead = heads[plumbing.ReferenceName(schemas.InstallRef(a.cfg.Install))]
+	r.remoteHead = heads[plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install))]
 	return nil
 }
 
@@ -67,7 +67,7 @@ func (r *reconcile) poll(ctx context.Context) error {
 // workdir adopts the remote status so history continues.
 func (r *reconcile) loadStatus(ctx context.Context) error {
 	a := r.agent
-	local, err := a.store.Reference(StatusRef(a.cfg.Install))
+	local, err := a.store.Reference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)))
 	switch {
 	case err == nil:
 		r.localHead = local.Hash()
@@ -75,7 +75,7 @@ func (r *reconcile) loadStatus(ctx context.Context) error {
 		if err := a.cfg.Remote.Fetch(ctx, a.store, r.remoteHead); err != nil {
 			return fmt.Errorf("fetch status: %w", err)
 		}
-		if err := a.store.SetReference(plumbing.NewHashReference(StatusRef(a.cfg.Install), r.remoteHead)); err != nil {
+		if err := a.store.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), r.remoteHead)); err != nil {
 			return err
 		}
 		r.localHead = r.remoteHead
@@ -563,7 +563,7 @@ func (r *reconcile) push(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 	}
-	if err := a.cfg.Remote.Push(ctx, a.store, StatusRef(a.cfg.Install), r.remoteHead, r.localHead); err != nil {
+	if err := a.cfg.Remote.Push(ctx, a.store, plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), r.remoteHead, r.localHead); err != nil {
 		return fmt.Errorf("push status: %w", err)
 	}
 	r.pushed = true

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,29 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/internal/gitobj"
-	"nuon.dev/nuon/internal/signature"
-	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
-)
-
-// StatusRefPrefix is where agents write status: refs/heads/nuon/status/<id>.
-const StatusRefPrefix = "refs/heads/nuon/status/"
-
-// StatusRef is the one ref an install's agent writes.
-func StatusRef(install string) plumbing.ReferenceName {
-	return plumbing.ReferenceName(StatusRefPrefix + install)
-}
-
-// DesiredRef is the one ref an install's agent reads.
-func DesiredRef(install string) plumbing.ReferenceName {
-	return plumbing.ReferenceName("refs/heads/nuon/installs/" + install)
-}
-
-// Files of a status commit's tree.
-const (
-	statusFile = "status.json"
-	appliedDir = "applied"
-	jobsDir    = "jobs"
 )
 
 // record is everything a status commit holds.
@@ -61,23 +38,19 @@ func newRecord(install string) *record {
 
 // loadRecord reads the status commit at h from the agent's store.
 func (a *Agent) loadRecord(h plumbing.Hash) (*record, error) {
-	c, err := readCommit(a.store, h)
-	if err != nil {
-		return nil, fmt.Errorf("read status %s: %w", short(h), err)
-	}
-	files, err := readTree(a.store, c.TreeHash)
+	_, files, err := gitobj.ReadCommitFiles(a.store, h, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read status %s: %w", short(h), err)
 	}
 	rec := newRecord(a.cfg.Install)
-	if err := json.Unmarshal(files[statusFile], &rec.Status); err != nil {
-		return nil, fmt.Errorf("read status %s: %s: %w", short(h), statusFile, err)
+	if err := json.Unmarshal(files[schemas.StatusFile], &rec.Status); err != nil {
+		return nil, fmt.Errorf("read status %s: %s: %w", short(h), schemas.StatusFile, err)
 	}
 	if rec.Status.Components == nil {
 		rec.Status.Components = map[string]schemas.ComponentStatus{}
 	}
 	for p, data := range files {
-		name, ok := strings.CutPrefix(p, appliedDir+"/")
+		name, ok := strings.CutPrefix(p, schemas.AppliedDir+"/")
 		if !ok {
 			continue
 		}
@@ -99,14 +72,14 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		return b.Add(plumbing.BlobObject, a.redact(append(data, '\n'))), nil
+		return b.Add(plumbing.BlobObject, a.redactJSON(append(data, '\n'))), nil
 	}
 	var root []gitobj.Entry
 	h, err := blob(rec.Status)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	root = append(root, gitobj.Entry{Name: statusFile, Mode: filemode.Regular, Hash: h})
+	root = append(root, gitobj.Entry{Name: schemas.StatusFile, Mode: filemode.Regular, Hash: h})
 	if len(rec.Applied) > 0 {
 		var entries []gitobj.Entry
 		for name, cs := range rec.Applied {
@@ -116,7 +89,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 			}
 			entries = append(entries, gitobj.Entry{Name: name + ".json", Mode: filemode.Regular, Hash: h})
 		}
-		root = append(root, gitobj.Entry{Name: appliedDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.AppliedDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	if len(rec.Jobs) > 0 {
 		var entries []gitobj.Entry
@@ -127,11 +100,11 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 			}
 			entries = append(entries, gitobj.Entry{Name: j.ID + ".json", Mode: filemode.Regular, Hash: h})
 		}
-		root = append(root, gitobj.Entry{Name: jobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.JobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	tree := b.Tree(root)
 	if !parent.IsZero() {
-		if pc, err := readCommit(a.store, parent); err == nil && pc.TreeHash == tree {
+		if pc, err := gitobj.ReadCommit(a.store, parent); err == nil && pc.TreeHash == tree {
 			return parent, nil // nothing new to say
 		}
 	}
@@ -140,32 +113,25 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		st.Install, st.Generation, st.Phase, summary,
 		schemas.TrailerInstall, st.Install,
 		schemas.TrailerGeneration, st.Generation,
-		"Nuon-Desired", orNone(st.Desired),
-		"Nuon-Phase", st.Phase)
+		schemas.TrailerDesired, orNone(st.Desired),
+		schemas.TrailerPhase, st.Phase)
 	who := object.Signature{Name: "nuon agent " + st.Install, Email: st.Install + "@agent.nuon.invalid", When: a.cfg.Now().UTC().Truncate(time.Second)}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree}
+	var parents []plumbing.Hash
 	if !parent.IsZero() {
-		c.ParentHashes = []plumbing.Hash{parent}
+		parents = []plumbing.Hash{parent}
 	}
-	if err := signature.SignCommit(c, a.cfg.Key); err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("sign status: %w", err)
-	}
-	var enc plumbing.MemoryObject
-	if err := c.Encode(&enc); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	commit, err := b.AddEncoded(&enc)
+	commit, err := b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: a.red.String(msg)}, a.cfg.Key)
 	if err != nil {
-		return plumbing.ZeroHash, err
+		return plumbing.ZeroHash, fmt.Errorf("status commit: %w", err)
 	}
 	if err := b.Flush(a.store); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("write status: %w", err)
 	}
 	var old *plumbing.Reference
 	if !parent.IsZero() {
-		old = plumbing.NewHashReference(StatusRef(a.cfg.Install), parent)
+		old = plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), parent)
 	}
-	if err := a.store.CheckAndSetReference(plumbing.NewHashReference(StatusRef(a.cfg.Install), commit), old); err != nil {
+	if err := a.store.CheckAndSetReference(plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(a.cfg.Install)), commit), old); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("move local status ref: %w", err)
 	}
 	return commit, nil
@@ -178,26 +144,45 @@ func orNone(s string) string {
 	return s
 }
 
-// redact replaces every secret value the install holds with [redacted]:
-// git history is permanent.
-func (a *Agent) redact(data []byte) []byte {
-	for _, s := range a.secrets {
-		data = bytes.ReplaceAll(data, s, []byte("[redacted]"))
+// redactJSON returns data, JSON, with every secret the install holds
+// replaced by redact.Marker: git history is permanent. Should replacing
+// runs of the text break the JSON (a secret that spans its syntax), the
+// strings are redacted one by one instead.
+func (a *Agent) redactJSON(data []byte) []byte {
+	out := a.red.Bytes(data)
+	if json.Valid(out) {
+		return out
 	}
-	return data
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return out
+	}
+	red, _ := schemas.WalkStrings(v, "", func(_, s string) (any, error) { return a.red.String(s), nil })
+	b, err := json.MarshalIndent(red, "", "  ")
+	if err != nil {
+		return out
+	}
+	b = append(b, '\n')
+	if again := a.red.Bytes(b); json.Valid(again) {
+		return again
+	}
+	return b
 }
 
-// secretValues lists the JSON-escaped values of the install's secrets
-// (environment variables NUON_SECRET_*), longest first.
-func secretValues(environ []string) [][]byte {
-	var out [][]byte
-	for _, kv := range environ {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
-			q, _ := json.Marshal(v)
-			out = append(out, q[1:len(q)-1])
-		}
+// redactReport returns rep with every secret replaced, for whoever reads
+// it (`nuon agent --once -o json`).
+func (a *Agent) redactReport(rep *Report) *Report {
+	data, err := json.Marshal(rep)
+	if err != nil {
+		return rep
 	}
-	slices.SortFunc(out, func(a, b []byte) int { return len(b) - len(a) })
-	return out
+	red := a.redactJSON(data)
+	if bytes.Equal(red, data) {
+		return rep
+	}
+	var out Report
+	if err := json.Unmarshal(red, &out); err != nil {
+		return rep
+	}
+	return &out
 }

@@ -362,25 +362,9 @@ func releaseMessage(records []Record, added []string) string {
 
 func writeCommit(b *gitobj.Batch, tree, parent plumbing.Hash, msg string, o ReleaseOptions) (plumbing.Hash, error) {
 	who := object.Signature{Name: o.Name, Email: o.Email, When: o.Now()}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree, ParentHashes: []plumbing.Hash{parent}}
+	var s gitobj.Signer
 	if o.Signer != nil {
-		var unsigned plumbing.MemoryObject
-		if err := c.EncodeWithoutSignature(&unsigned); err != nil {
-			return plumbing.ZeroHash, err
-		}
-		rd, err := unsigned.Reader()
-		if err != nil {
-			return plumbing.ZeroHash, err
-		}
-		sig, err := o.Signer.Sign(rd)
-		if err != nil {
-			return plumbing.ZeroHash, fmt.Errorf("sign commit: %w", err)
-		}
-		c.PGPSignature = string(sig)
+		s = o.Signer
 	}
-	var enc plumbing.MemoryObject
-	if err := c.Encode(&enc); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return b.AddEncoded(&enc)
+	return b.Commit(gitobj.Commit{Tree: tree, Parents: []plumbing.Hash{parent}, Author: who, Message: msg}, s)
 }

@@ -6,15 +6,22 @@
 // Job's pod and also hands the result back through the pod's log and
 // termination message, since the runner cannot read the pod's files.
 //
+// Nothing leaves a job with a secret in it. The job process is where the
+// install's secrets (NUON_SECRET_* variables) are used, so it is where
+// they are redacted, once, with package internal/redact: the job's log,
+// the result's outputs and error, the error Main returns, and (with
+// WithStdio, as `nuon job run` runs) everything written to fds 1 and 2 by
+// the plugins, their libraries and the tools they start. The plugins carry
+// no redaction of their own.
+//
 // Besides create, update and delete, a job may be a drift, health or
 // debug job: the job process calls the plugin's reconciler.DriftChecker,
 // HealthChecker or Debugger, or fails with ErrUnsupported. A debug job's
 // command is parsed against the plugin's allow-list (internal/debugcmd)
 // before the plugin sees it; a refused one fails with an error wrapping
 // debugcmd.ErrRefused that says why. Its output is bounded by
-// debug.maxBytes (and debug.timeout, within the job's timeout) and passes
-// through RedactAnswer, the hook for the install-wide redactor, before it
-// goes into the result.
+// debug.maxBytes (and debug.timeout, within the job's timeout) and is
+// redacted like every other output before it goes into the result.
 //
 // The agent side, which starts these processes and waits for them, is
 // package agent/jobs; the two share only the manifest and result formats

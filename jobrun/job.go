@@ -2,7 +2,6 @@ package jobrun
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,15 +16,14 @@ import (
 
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/internal/debugcmd"
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
 // Main executes the manifest at path in this process: it validates the
 // manifest, runs the plugin for job.Plugin (Apply for create/update,
-// Destroy for delete, and for the read-only operations the plugin's
-// reconciler.DriftChecker, HealthChecker or Debugger, or an error
-// wrapping ErrUnsupported) under the job's timeout, and writes the JobResult
+// Destroy for delete) under the job's timeout, and writes the JobResult
 // atomically to job.ResultFile, with Error set on failure. It returns the
 // plugin's error.
 //
@@ -34,16 +32,73 @@ import (
 // unknown plugin gets a result whose error wraps ErrUnknownPlugin. The
 // caller passes a ctx that ends on SIGTERM, which is how the runner stops
 // a job.
-func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) error {
-	_, err := run(ctx, manifestPath, plugins, artifacts, out)
+//
+// Nothing leaves the job with a secret in it: the job's log (out) passes
+// through a redact.Writer built from the process's NUON_SECRET_*
+// variables, and so do the result's error and outputs and the error Main
+// returns. With WithStdio, so does everything this process and its
+// children write to fds 1 and 2.
+func Main(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, opts ...Option) error {
+	_, err := run(ctx, manifestPath, plugins, artifacts, out, opts)
 	return err
 }
+
+// Option changes how Main and PodMain run a job.
+type Option func(*options)
+
+type options struct {
+	stdio bool
+}
+
+// WithStdio makes the job's log this process's stdout and routes
+// everything written to fds 1 and 2 (by the plugins, by the libraries they
+// use and by the tools they start, such as terraform) through the job's
+// redactor into it; out is then not used. It is for the job process
+// itself, `nuon job run`, not for a caller that runs a job in its own
+// process.
+func WithStdio() Option { return func(o *options) { o.stdio = true } }
 
 // ErrUnknownPlugin: the job process has no plugin for the job's type.
 var ErrUnknownPlugin = errors.New("unknown plugin")
 
 // run is Main, returning the result it wrote (nil when it wrote none).
-func run(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) (*schemas.JobResult, error) {
+// Its error, its result and what it wrote to out are redacted, and out
+// has had everything by the time it returns.
+func run(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, opts []Option) (res *schemas.JobResult, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	red, redErr := redact.FromEnviron(os.Environ())
+	if out == nil {
+		out = io.Discard
+	}
+	if o.stdio {
+		s, stdout, err := routeStdio()
+		if err != nil {
+			return nil, red.Error(fmt.Errorf("route stdout and stderr: %w", err))
+		}
+		log := red.Writer(stdout)
+		s.copyTo(log)
+		defer func() {
+			s.restore()
+			log.Close()
+			stdout.Close()
+		}()
+		out = log
+	} else {
+		log := red.Writer(out)
+		defer log.Close()
+		out = log
+	}
+	if redErr != nil {
+		slog.New(slog.NewTextHandler(out, nil)).Warn("secrets that cannot be redacted safely are not resolved", "error", redErr)
+	}
+	res, err = runJob(ctx, manifestPath, plugins, artifacts, out, red)
+	return res, red.Error(err)
+}
+
+func runJob(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, red *redact.Redactor) (*schemas.JobResult, error) {
 	data, err := os.ReadFile(manifestPath)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
@@ -52,11 +107,8 @@ func run(ctx context.Context, manifestPath string, plugins map[string]reconciler
 	if err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = io.Discard
-	}
 	res, runErr := execute(ctx, job, plugins, artifacts, out)
-	written, err := writeResult(job, res, runErr)
+	written, err := writeResult(job, res, runErr, red)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, errors.Join(runErr, fmt.Errorf("write result: %w", err)))
 	}
@@ -154,10 +206,10 @@ func unsupported(job *schemas.Job) error {
 	return fmt.Errorf("%w: plugin %s has no %s operation", ErrUnsupported, job.Plugin, job.Operation)
 }
 
-// runDebug parses the job's command against the plugin's allow-list,
-// runs it under debug.timeout with its output bounded by debug.maxBytes,
-// and answers with the output redacted by RedactAnswer. A refused command
-// gets no answer, and an error wrapping debugcmd.ErrRefused that says why.
+// runDebug parses the job's command against the plugin's allow-list and
+// runs it under debug.timeout with its output bounded by debug.maxBytes.
+// A refused command gets no answer, and an error wrapping
+// debugcmd.ErrRefused that says why. writeResult redacts the answer.
 func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	cmd, err := debugcmd.Parse(job.Plugin, job.Debug.Command)
 	if err != nil {
@@ -177,53 +229,68 @@ func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env 
 	if err != nil {
 		return nil, err
 	}
-	return &schemas.JobResult{Answer: out.Answer(cmd, RedactAnswer)}, nil
-}
-
-// RedactAnswer removes secrets from a debug answer before it leaves the
-// job process. The plugins already keep secret values out (Secrets show
-// keys only, sensitive Terraform attributes show as sensitive); this is
-// the hook where the install-wide redactor (internal/redact) plugs in once
-// it exists, so that answers pass through the same redaction as every
-// other output. Until then it replaces the values of the install's
-// secrets (the reconciler.SecretEnvPrefix variables), raw and
-// JSON-escaped, with "[redacted]", as the agent does.
-var RedactAnswer debugcmd.Redactor = redactSecretEnv
-
-func redactSecretEnv(s string) string {
-	var values []string
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) && len(v) >= 4 {
-			values = append(values, v)
-			if q, _ := json.Marshal(v); string(q[1:len(q)-1]) != v {
-				values = append(values, string(q[1:len(q)-1]))
-			}
-		}
-	}
-	// The longest first, so that a secret holding another goes whole.
-	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
-	for _, v := range values {
-		s = strings.ReplaceAll(s, v, "[redacted]")
-	}
-	return s
+	return &schemas.JobResult{Answer: out.Answer(cmd, nil)}, nil
 }
 
 // writeResult writes the job's result file: what the plugin reported,
-// stamped with the job, and its error if it failed. It returns what it
-// wrote.
-func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error) (*schemas.JobResult, error) {
+// stamped with the job, and its error if it failed, with every secret
+// redacted. It returns what it wrote.
+func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *redact.Redactor) (*schemas.JobResult, error) {
 	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: schemas.KindJobResult, Job: job.ID}
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
-		out.Drift, out.Health, out.Answer = res.Drift, res.Health, res.Answer
+		out.Drift, out.Health, out.Answer = redactReports(res, red)
+		if out.Outputs != nil {
+			v, err := schemas.WalkStrings(out.Outputs, "", func(_, s string) (any, error) { return red.String(s), nil })
+			if err != nil {
+				return nil, err
+			}
+			out.Outputs, _ = v.(map[string]any)
+		}
 	}
 	if runErr != nil {
-		out.Error = runErr.Error()
+		out.Error = red.String(runErr.Error())
 		out.Refused = errors.Is(runErr, debugcmd.ErrRefused)
 	}
 	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
 		return nil, err
 	}
 	return &out, atomicfile.WriteJSON(job.ResultFile, &out)
+}
+
+// redactReports returns copies of res's drift, health and debug answer
+// with every secret redacted: a debug answer may show an object whose
+// manifest had a secret substituted in, a drift diff or a health message
+// may quote a value.
+func redactReports(res *schemas.JobResult, red *redact.Redactor) ([]schemas.ResourceDrift, *schemas.Health, *schemas.Answer) {
+	var drift []schemas.ResourceDrift
+	for _, d := range res.Drift {
+		d.Diff = red.String(d.Diff)
+		fields := make([]string, len(d.Fields))
+		for i, f := range d.Fields {
+			fields[i] = red.String(f)
+		}
+		if d.Fields != nil {
+			d.Fields = fields
+		}
+		drift = append(drift, d)
+	}
+	var health *schemas.Health
+	if res.Health != nil {
+		h := *res.Health
+		h.Message = red.String(h.Message)
+		h.Resources = nil
+		for _, r := range res.Health.Resources {
+			r.Message = red.String(r.Message)
+			h.Resources = append(h.Resources, r)
+		}
+		health = &h
+	}
+	var answer *schemas.Answer
+	if res.Answer != nil {
+		a := *res.Answer
+		a.Output = red.String(a.Output)
+		answer = &a
+	}
+	return drift, health, answer
 }

@@ -28,15 +28,15 @@ const (
 // to the Kubernetes runner, which cannot read the pod's files: as the
 // last line of out, prefixed ResultLinePrefix, and as the container's
 // termination message when it fits. It returns Main's error.
-func PodMain(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer) error {
-	return podMain(ctx, manifestPath, plugins, artifacts, out, TerminationMessagePath)
+func PodMain(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, opts ...Option) error {
+	return podMain(ctx, manifestPath, plugins, artifacts, out, TerminationMessagePath, opts...)
 }
 
-func podMain(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, termination string) error {
+func podMain(ctx context.Context, manifestPath string, plugins map[string]reconciler.Plugin, artifacts reconciler.ArtifactSource, out io.Writer, termination string, opts ...Option) error {
 	if out == nil {
 		out = io.Discard
 	}
-	res, runErr := run(ctx, manifestPath, plugins, artifacts, out)
+	res, runErr := run(ctx, manifestPath, plugins, artifacts, out, opts)
 	if res == nil {
 		// No result: the manifest was invalid; the error is in the log.
 		return runErr

@@ -224,7 +224,7 @@ func jobsDeploy(t *testing.T, srv *kubetest.Server) {
 	})
 	api.Artifacts[0].Name = helm.ChartArtifact
 	api.Helm = &schemas.HelmSettings{Namespace: "shop"}
-	hp := &helm.Plugin{Config: cfg, LookupEnv: func(k string) (string, bool) { return "pw", k == "NUON_SECRET_DB_PASSWORD" }}
+	hp := &helm.Plugin{Config: cfg, LookupEnv: func(k string) (string, bool) { return "pw-12345678", k == "NUON_SECRET_DB_PASSWORD" }}
 	env.StateDir = t.TempDir()
 	res, err := hp.Apply(t.Context(), api, env)
 	if err != nil {

@@ -27,8 +27,9 @@
 // and ExtractFresh extracts it into an emptied directory, so nothing a
 // previous job left survives. ResolveSecrets replaces each
 // ${secrets.NAME} left in a job's inputs with the environment variable
-// SecretEnv(NAME) and returns the values it used, for the plugin to
-// redact from its output.
+// SecretEnv(NAME), and refuses a value too short to redact safely
+// (redact.MinLen). Plugins do not redact: the job process (package jobrun)
+// redacts everything they print and return before it leaves the job.
 //
 // # Operations beyond apply
 //

@@ -8,17 +8,20 @@ import (
 	"slices"
 	"strings"
 
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/schemas"
 )
-
-// SecretEnvPrefix starts the names of the environment variables that hold
-// secrets inside a job, for every plugin.
-const SecretEnvPrefix = "NUON_SECRET_"
 
 // ErrSecretMissing reports an input that references a secret the job's
 // environment does not hold. Retrying does not help: the install lacks the
 // secret.
 var ErrSecretMissing = errors.New("secret missing")
+
+// ErrSecretUnusable reports a secret whose value cannot be redacted
+// safely, so it is never handed to a plugin: it is shorter than
+// redact.MinLen bytes besides whitespace, or not UTF-8 text. Retrying
+// does not help: the secret must change.
+var ErrSecretUnusable = errors.New("secret unusable")
 
 // secretRef matches ${secrets.NAME}, the one reference left in a job's
 // inputs when the job starts. Any other ${…} is left alone: a plugin may
@@ -26,17 +29,21 @@ var ErrSecretMissing = errors.New("secret missing")
 var secretRef = regexp.MustCompile(`\$\{secrets\.([A-Za-z0-9_-]+)\}`)
 
 // SecretEnv is the environment variable that holds secret name:
-// ${secrets.db-password} comes from NUON_SECRET_DB_PASSWORD.
+// ${secrets.db-password} comes from NUON_SECRET_DB_PASSWORD (see
+// redact.EnvPrefix).
 func SecretEnv(name string) string {
-	return SecretEnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	return redact.EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // ResolveSecrets returns a copy of inputs with every ${secrets.NAME} in
 // its strings, at any depth, replaced by the value lookup gives for
-// SecretEnv(NAME), and the non-empty values it used, sorted, for
-// redaction. A reference is replaced once: a secret's value is never read
-// as a reference. Each reference lookup does not find is an error wrapping
-// ErrSecretMissing, joined in the order of their paths.
+// SecretEnv(NAME), and the non-empty values it used, sorted. A reference
+// is replaced once: a secret's value is never read as a reference. Each
+// reference lookup does not find is an error wrapping ErrSecretMissing;
+// each value too short to redact safely (fewer than redact.MinLen bytes
+// besides whitespace; empty is allowed) or not UTF-8 text is an error
+// wrapping ErrSecretUnusable that names the secret and the minimum, never
+// the value. The errors are joined in the order of their paths.
 //
 // inputs must hold what JSON decodes into (maps, slices, scalars); values
 // of other types are copied as they are, unresolved.
@@ -54,6 +61,10 @@ func ResolveSecrets(inputs map[string]any, lookup func(string) (string, bool)) (
 			val, ok := lookup(key)
 			if !ok {
 				errs = append(errs, missing{path, fmt.Errorf("input %s: %w: %s (%s is not set)", path, ErrSecretMissing, name, key)})
+				return ref
+			}
+			if err := redact.Check(name+" ("+key+")", val); err != nil {
+				errs = append(errs, missing{path, fmt.Errorf("input %s: %w: %w", path, ErrSecretUnusable, err)})
 				return ref
 			}
 			if val != "" {

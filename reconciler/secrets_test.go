@@ -26,8 +26,11 @@ func TestSecretEnv(t *testing.T) {
 
 func TestResolveSecrets(t *testing.T) {
 	env := map[string]string{
-		"NUON_SECRET_DB_PASS": "p@ss",
-		"NUON_SECRET_TOKEN":   "t",
+		"NUON_SECRET_DB_PASS": "p@ssw0rd",
+		"NUON_SECRET_TOKEN":   "t0ken-value",
+		"NUON_SECRET_SHORT":   "abc",
+		"NUON_SECRET_SPACES":  "a b c d e f g",
+		"NUON_SECRET_BINARY":  "\xff\xfe-not-text",
 		"NUON_SECRET_EMPTY":   "",
 		"NUON_SECRET_REF":     "${secrets.token}",
 	}
@@ -37,14 +40,15 @@ func TestResolveSecrets(t *testing.T) {
 		want        map[string]any
 		wantSecrets []string
 		wantErr     string
+		wantIs      error // default ErrSecretMissing
 	}{
 		{name: "nil", want: map[string]any{}},
 		{
 			name:   "everywhere in the tree",
 			inputs: map[string]any{"url": "postgres://u:${secrets.db-pass}@db", "list": []any{"${secrets.token}", 3.5}, "m": map[string]any{"k": []any{map[string]any{"v": "x${secrets.token}"}}}},
-			want:   map[string]any{"url": "postgres://u:p@ss@db", "list": []any{"t", 3.5}, "m": map[string]any{"k": []any{map[string]any{"v": "xt"}}}},
+			want:   map[string]any{"url": "postgres://u:p@ssw0rd@db", "list": []any{"t0ken-value", 3.5}, "m": map[string]any{"k": []any{map[string]any{"v": "xt0ken-value"}}}},
 			// Sorted, each once.
-			wantSecrets: []string{"p@ss", "t"},
+			wantSecrets: []string{"p@ssw0rd", "t0ken-value"},
 		},
 		{
 			name:   "other references and scalars kept",
@@ -63,6 +67,15 @@ func TestResolveSecrets(t *testing.T) {
 			wantSecrets: []string{"${secrets.token}"},
 		},
 		{
+			// Too short to redact safely: refused, named, never shown.
+			name:   "unusable, in path order",
+			inputs: map[string]any{"b": "${secrets.short}", "a": "${secrets.spaces} ${secrets.binary}"},
+			wantIs: ErrSecretUnusable,
+			wantErr: "input a: secret unusable: secret spaces (NUON_SECRET_SPACES): too short to redact: 7 bytes besides whitespace, the minimum is 8\n" +
+				"input a: secret unusable: secret binary (NUON_SECRET_BINARY): not UTF-8 text\n" +
+				"input b: secret unusable: secret short (NUON_SECRET_SHORT): too short to redact: 3 bytes besides whitespace, the minimum is 8",
+		},
+		{
 			name: "missing, in path order",
 			inputs: map[string]any{
 				"d": "${secrets.token}",
@@ -78,8 +91,11 @@ func TestResolveSecrets(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, secrets, err := ResolveSecrets(tt.inputs, lookupIn(env))
 			if tt.wantErr != "" {
-				if !errors.Is(err, ErrSecretMissing) {
-					t.Fatalf("ResolveSecrets error = %v, want ErrSecretMissing", err)
+				if tt.wantIs == nil {
+					tt.wantIs = ErrSecretMissing
+				}
+				if !errors.Is(err, tt.wantIs) {
+					t.Fatalf("ResolveSecrets error = %v, want %v", err, tt.wantIs)
 				}
 				if diff := cmp.Diff(tt.wantErr, err.Error()); diff != "" {
 					t.Errorf("error (-want +got):\n%s", diff)
@@ -101,7 +117,7 @@ func TestResolveSecrets(t *testing.T) {
 
 func TestResolveSecretsCopies(t *testing.T) {
 	inputs := map[string]any{"m": map[string]any{"k": "${secrets.token}"}, "l": []any{"${secrets.token}"}}
-	if _, _, err := ResolveSecrets(inputs, lookupIn(map[string]string{"NUON_SECRET_TOKEN": "t"})); err != nil {
+	if _, _, err := ResolveSecrets(inputs, lookupIn(map[string]string{"NUON_SECRET_TOKEN": "t0ken-value"})); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{"m": map[string]any{"k": "${secrets.token}"}, "l": []any{"${secrets.token}"}}

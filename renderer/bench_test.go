@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"nuon.dev/nuon/schemas"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,9 +181,9 @@ func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, s
 	who := fmt.Sprintf("nuon renderer <renderer@nuon.invalid> %d +0000", renderTime.Unix())
 	mark := 0
 	var rendered bytes.Buffer
-	trees := map[string]string{}
+	trees, commits := map[string]string{}, map[string]string{}
 	for _, in := range res.Installs {
-		trees[in.ID] = in.Tree
+		trees[in.ID], commits[in.ID] = in.Tree, in.Commit
 	}
 	for _, id := range src.InstallIDs() {
 		files, err := renderer.Install(src, id)
@@ -200,15 +201,18 @@ func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, s
 			fmt.Fprintf(&s, "blob\nmark :%d\n", mark)
 			data(files[name])
 		}
-		fmt.Fprintf(&s, "commit %s\ncommitter %s\n", renderer.InstallRef(id), who)
+		fmt.Fprintf(&s, "commit %s\ncommitter %s\n", plumbing.ReferenceName(schemas.InstallRef(id)), who)
 		data(fmt.Appendf(nil, "nuon: render %s generation 1\n\nNuon-Install: %s\nNuon-Generation: 1\nNuon-Source: %s\n", id, id, res.Source))
 		for i, name := range names {
 			fmt.Fprintf(&s, "M 100644 :%d %s\n", first+i, name)
 		}
 		s.WriteByte('\n')
-		fmt.Fprintf(&rendered, "M 040000 %s %s/%s\n", trees[id], renderer.InstallsDir, id)
+		fmt.Fprintf(&rendered, "M 040000 %s %s/%s\n", trees[id], schemas.InstallsDir, id)
+		// The renderer's record of what it issued (see schemas.IssuedDir).
+		record := fmt.Sprintf("1 %s\n", commits[id])
+		fmt.Fprintf(&rendered, "M 100644 inline %s/%s\ndata %d\n%s\n", schemas.IssuedDir, id, len(record), record)
 	}
-	fmt.Fprintf(&s, "commit %s\ncommitter %s\n", renderer.RenderedRef, who)
+	fmt.Fprintf(&s, "commit %s\ncommitter %s\n", plumbing.ReferenceName(schemas.RenderedRef), who)
 	data([]byte("nuon: render\n"))
 	s.Write(rendered.Bytes())
 	s.WriteString("\ndone\n")
@@ -228,13 +232,13 @@ func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, s
 	}
 	cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	for _, in := range res.Installs[:1] {
-		if got := gittest.Git(tb, target, "rev-parse", renderer.InstallRef(in.ID).String()+"^{tree}"); got != in.Tree {
+		if got := gittest.Git(tb, target, "rev-parse", plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()+"^{tree}"); got != in.Tree {
 			tb.Fatalf("fast-import wrote tree %s for %s, the renderer %s", got, in.ID, in.Tree)
 		}
 	}
 	_, commit, _ := res.Objects.Get(res.Rendered)
 	want := strings.TrimPrefix(strings.SplitN(string(commit), "\n", 2)[0], "tree ")
-	if got := gittest.Git(tb, target, "rev-parse", renderer.RenderedRef.String()+"^{tree}"); got != want {
+	if got := gittest.Git(tb, target, "rev-parse", plumbing.ReferenceName(schemas.RenderedRef).String()+"^{tree}"); got != want {
 		tb.Fatalf("fast-import wrote rendered tree %s, the renderer %s", got, want)
 	}
 	return wall, cpu

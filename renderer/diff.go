@@ -9,10 +9,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	fdiff "github.com/go-git/go-git/v5/plumbing/format/diff"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/utils/diff"
+
 	"github.com/sergi/go-diff/diffmatchpatch"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/schemas"
 )
 
 // diff returns a unified diff, paths as installs/<id>/…, from the install's
@@ -25,25 +27,13 @@ func (r *renderRun) diff(id string, prevTree plumbing.Hash, files Files) (string
 			return "", fmt.Errorf("render %s: read previous state: %w", id, err)
 		}
 	}
-	return UnifiedDiff(path.Join(InstallsDir, id), old, files)
+	return UnifiedDiff(path.Join(schemas.InstallsDir, id), old, files)
 }
 
-// ReadFiles reads an install's rendered tree back into Files.
+// ReadFiles reads an install's rendered tree back into Files, checking
+// every object's hash.
 func ReadFiles(st storer.EncodedObjectStorer, tree plumbing.Hash) (Files, error) {
-	t, err := object.GetTree(st, tree)
-	if err != nil {
-		return nil, err
-	}
-	files := Files{}
-	err = t.Files().ForEach(func(f *object.File) error {
-		data, err := readBlob(st, f.Blob.Hash)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.Name, err)
-		}
-		files[f.Name] = data
-		return nil
-	})
-	return files, err
+	return gitobj.ReadFiles(st, tree, 0)
 }
 
 // UnifiedDiff renders the difference between two file sets as a unified

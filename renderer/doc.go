@@ -27,15 +27,56 @@
 // An install removed from main leaves the rendered tree; its own ref stays
 // as it was. A render that changes nothing makes no commit.
 //
+// # Trusting only what it signed
+//
+// The renderer believes only commits signed by a key of [Options.Trust]
+// (by default its own): an install ref, a rendered ref, or a generation
+// trailer that any writer of the tenant repository could have made is
+// never taken at its word. Each rendered commit records, in the folder
+// issued/<id> of its tree, the last commit the renderer signed for every
+// install it ever rendered and that commit's generation: the renderer's own
+// signed memory, kept for removed installs too.
+//
+// An install ref that holds anything but the last commit issued for it (an
+// unsigned or foreign commit, a reset to an older signed commit, a deleted
+// ref) is reported as [Replaced] and gets a new signed commit whose
+// generation is one above the last issued, so an agent that applied that
+// generation moves on instead of refusing a replay. The new commit's first
+// parent is the last commit issued, its second the commit it replaces: the
+// ref moves forward and git history keeps what was there. A rendered ref
+// whose tip the renderer did not sign is handled the same way: the render
+// continues from the newest rendered commit it signed (first parents, a
+// bounded walk) and says so in [Result.Warnings]. A generation that would
+// overflow fails that install alone.
+//
+// # One bad install
+//
+// Problems confined to one install's file fail that install alone: it is
+// reported as [Failed] with its problems in [Result.Problems], keeps its
+// previous state and ref, and every other install is rendered. A problem
+// in nuon.yaml, a channel or a release concerns every install and fails
+// the render, moving no ref.
+//
+// # Freshness
+//
+// With a freshness bound in nuon.yaml (schemas.Freshness), every
+// per-install commit carries a signed Nuon-Expires trailer, validFor after
+// it was signed. A render within renewBefore of an install's expiry signs
+// the same tree again with the next generation ([Renewed]), so that an
+// agent can tell a ref that is current from one a git host froze. The
+// rendered commit records the earliest renewal time (Nuon-Renew-At): a
+// render before it reads no install commit for renewal.
+//
 // # Trusting the previous render
 //
 // Reading ten thousand install commits costs more than rendering, so a
-// render trusts the previous rendered commit: each install ref holds that
-// install's folder of the rendered tree. The rendered commit records, in
-// its Nuon-Install-Refs trailer, a digest of every install ref as the
-// render left them. When the refs found do not match it (a render stopped
-// between ref updates, or someone moved a ref), the render reads every
-// install's commit instead and moves each ref back to the tree main gives.
+// render trusts the previous rendered commit when the renderer signed it
+// and each install ref holds that install's folder of its tree: the
+// rendered commit records, in its Nuon-Install-Refs trailer, a digest of
+// every install ref as the render left them. When the refs found do not
+// match it (a render stopped between ref updates, or someone moved a
+// ref), the render checks every install against its issued record
+// instead.
 //
 // When the previous render is trusted, was made with the same [Format], and
 // its source and this one differ only in install files (nuon.yaml,

@@ -1,14 +1,14 @@
 package renderer_test
 
 import (
+	"github.com/go-git/go-git/v5/plumbing"
 	"io/fs"
+	"nuon.dev/nuon/schemas"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"nuon.dev/nuon/renderer"
 )
 
 // TestGolden renders the fixture tenant into a bare repository and
@@ -23,12 +23,12 @@ func TestGolden(t *testing.T) {
 		t.Fatal("no installs rendered")
 	}
 	for _, in := range res.Installs {
-		got := readTree(t, tn.dir, renderer.RenderedRef.String()+":"+renderer.InstallsDir+"/"+in.ID)
+		got := readTree(t, tn.dir, plumbing.ReferenceName(schemas.RenderedRef).String()+":"+schemas.InstallsDir+"/"+in.ID)
 		goldenDir(t, filepath.Join("testdata", "golden", in.ID), got)
 	}
-	goldenFile(t, filepath.Join("testdata", "commits", "rendered"), gitRaw(t, tn.dir, "cat-file", "commit", renderer.RenderedRef.String()))
+	goldenFile(t, filepath.Join("testdata", "commits", "rendered"), gitRaw(t, tn.dir, "cat-file", "commit", plumbing.ReferenceName(schemas.RenderedRef).String()))
 	for _, in := range res.Installs {
-		goldenFile(t, filepath.Join("testdata", "commits", "installs", in.ID), gitRaw(t, tn.dir, "cat-file", "commit", renderer.InstallRef(in.ID).String()))
+		goldenFile(t, filepath.Join("testdata", "commits", "installs", in.ID), gitRaw(t, tn.dir, "cat-file", "commit", plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()))
 	}
 }
 

@@ -3,6 +3,8 @@ package renderer_test
 import (
 	"context"
 	"errors"
+	"github.com/go-git/go-git/v5/plumbing"
+	"nuon.dev/nuon/schemas"
 	"strings"
 	"testing"
 
@@ -10,7 +12,6 @@ import (
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
-	"nuon.dev/nuon/renderer"
 )
 
 // TestRenderOverHTTP renders a repository reached by URL on a smart-HTTP
@@ -19,12 +20,12 @@ func TestRenderOverHTTP(t *testing.T) {
 	tn, srv := newServedTenant(t)
 	res := tn.render(options(t))
 	remote := lsRemote(t, srv.URL("tenant.git"))
-	if got := remote[renderer.RenderedRef.String()]; got != res.Rendered.String() {
-		t.Errorf("server %s = %q, want %s", renderer.RenderedRef, got, res.Rendered)
+	if got := remote[plumbing.ReferenceName(schemas.RenderedRef).String()]; got != res.Rendered.String() {
+		t.Errorf("server %s = %q, want %s", plumbing.ReferenceName(schemas.RenderedRef), got, res.Rendered)
 	}
 	for _, in := range res.Installs {
-		if got := remote[renderer.InstallRef(in.ID).String()]; got != in.Commit {
-			t.Errorf("server %s = %q, want %s", renderer.InstallRef(in.ID), got, in.Commit)
+		if got := remote[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()]; got != in.Commit {
+			t.Errorf("server %s = %q, want %s", plumbing.ReferenceName(schemas.InstallRef(in.ID)), got, in.Commit)
 		}
 	}
 	if pushes := receivePacks(srv); pushes != 1 {
@@ -66,7 +67,7 @@ func TestPushRace(t *testing.T) {
 	if len(res.Updates) < 2 {
 		t.Fatalf("want an install and the rendered ref to move, got %v", res.Updates)
 	}
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	other := gittest.Git(t, tn.dir, "commit-tree", rendered+"^{tree}", "-p", rendered, "-m", "another writer")
 	gittest.Git(t, tn.dir, "update-ref", rendered, other)
 	before := refs(t, tn.dir)
@@ -80,8 +81,13 @@ func TestPushRace(t *testing.T) {
 	}
 
 	res = tn.render(options(t))
-	if got := gittest.Git(t, tn.dir, "rev-parse", rendered+"^"); got != other {
-		t.Errorf("rendered parent %s, want the other writer's %s", got, other)
+	// The other writer did not sign: the renderer continues its own
+	// history and keeps the other commit as a second parent.
+	if got := gittest.Git(t, tn.dir, "rev-parse", rendered+"^2"); got != other {
+		t.Errorf("rendered second parent %s, want the other writer's %s", got, other)
+	}
+	if len(res.Warnings) == 0 {
+		t.Error("no warning about the rendered commit the renderer did not sign")
 	}
 	if res.ChangedCount() == 0 {
 		t.Error("the retry changed no install")

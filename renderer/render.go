@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"golang.org/x/crypto/ssh"
 	"io"
+	"io/fs"
+	"maps"
+	"nuon.dev/nuon/internal/signature"
 	"runtime"
 	"slices"
 	"strconv"
@@ -22,20 +26,6 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/schemas"
 )
-
-// Refs the renderer writes.
-const (
-	RenderedRef      plumbing.ReferenceName = "refs/heads/nuon/rendered"
-	InstallRefPrefix                        = "refs/heads/nuon/installs/"
-	// InstallsDir is the folder of the rendered tree that holds one
-	// folder per install.
-	InstallsDir = "installs"
-)
-
-// InstallRef is the ref an install's agent pulls.
-func InstallRef(id string) plumbing.ReferenceName {
-	return plumbing.ReferenceName(InstallRefPrefix + id)
-}
 
 // Signer signs a commit's encoding (see internal/signature).
 type Signer interface {
@@ -58,6 +48,11 @@ type Options struct {
 	// MaxListed bounds the installs named in the rendered commit's
 	// message; default 100.
 	MaxListed int
+	// Trust holds the keys whose commits the renderer takes for its own:
+	// the previous rendered commit and install commits are believed only
+	// when one of them signed. Default: the Signer's public key, when it
+	// has one (a key rotation lists the old key here too).
+	Trust *signature.AllowedSigners
 }
 
 func (o *Options) defaults() error {
@@ -78,6 +73,13 @@ func (o *Options) defaults() error {
 	}
 	if o.MaxListed <= 0 {
 		o.MaxListed = 100
+	}
+	if o.Trust == nil {
+		k, ok := o.Signer.(interface{ PublicKey() ssh.PublicKey })
+		if !ok {
+			return errors.New("no trusted render keys")
+		}
+		o.Trust = &signature.AllowedSigners{Signers: []signature.AllowedSigner{{Principals: []string{"nuon-render"}, Key: k.PublicKey()}}}
 	}
 	return nil
 }
@@ -100,6 +102,17 @@ const (
 	// Removed installs vanish from the rendered tree; their own ref is
 	// left as it was.
 	Removed Change = "removed"
+	// Replaced installs' refs held a commit the renderer did not sign (or
+	// not the last one it signed): a new signed commit, with a generation
+	// above every one issued, replaces it.
+	Replaced Change = "replaced"
+	// Renewed installs got a new signed commit of the same tree, because
+	// their freshness bound was near (schemas.Freshness).
+	Renewed Change = "renewed"
+	// Failed installs could not be rendered (their file has problems, or
+	// their state could not be made); they keep their previous state and
+	// ref, and the render reports them.
+	Failed Change = "failed"
 )
 
 // InstallResult is the outcome for one install.
@@ -112,6 +125,11 @@ type InstallResult struct {
 	Tree       string `json:"tree,omitempty"`
 	// Diff is a unified diff of the install's files (Options.Diff).
 	Diff string `json:"diff,omitempty"`
+	// Error says why a Failed install was not rendered.
+	Error string `json:"error,omitempty"`
+	// Replaced is the commit a Replaced install's ref held, and why it
+	// was not trusted.
+	Replaced string `json:"replaced,omitempty"`
 }
 
 // Update is one ref update: from Old (zero: create) to New.
@@ -133,17 +151,36 @@ type Result struct {
 	// Incremental is true when only the installs whose source changed
 	// were rendered, the others keeping their previous state.
 	Incremental bool
+	// Problems are those of the Failed installs' files.
+	Problems schemas.Problems
+	// Warnings are things the render repaired, for the operator to know:
+	// a rendered ref that held a commit the renderer did not sign.
+	Warnings []string
 }
 
-// ChangedCount is the number of installs added or changed.
+// moved reports whether a change writes a new commit on the install's ref.
+func (c Change) moved() bool { return c == Added || c == Changed || c == Replaced || c == Renewed }
+
+// ChangedCount is the number of installs that get a new commit.
 func (r *Result) ChangedCount() int {
 	n := 0
 	for _, in := range r.Installs {
-		if in.Change == Added || in.Change == Changed {
+		if in.Change.moved() {
 			n++
 		}
 	}
 	return n
+}
+
+// Failed returns the installs that could not be rendered.
+func (r *Result) Failed() []InstallResult {
+	var out []InstallResult
+	for _, in := range r.Installs {
+		if in.Change == Failed {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // Trailers the rendered commit carries beside those of schemas, so that
@@ -158,6 +195,10 @@ const (
 	TrailerInstallRefs = "Nuon-Install-Refs"
 	// TrailerFormat is the Format the render was made with.
 	TrailerFormat = "Nuon-Render-Format"
+	// TrailerRenewAt is when the next install's freshness bound comes
+	// within its renewal window: a render before then need not read every
+	// install's commit to find the ones to re-sign.
+	TrailerRenewAt = "Nuon-Renew-At"
 )
 
 // Format is the version of what the renderer writes for a given source.
@@ -165,7 +206,7 @@ const (
 // (including a change to the schemas types it encodes): a render re-renders
 // only the installs whose source changed when the previous render has the
 // same Format, and every install otherwise.
-const Format = 1
+const Format = 2
 
 // Render renders every install of the source commit on top of the previous
 // state. It reads objects from st and writes none: the new objects are in
@@ -181,6 +222,9 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 	r := &renderRun{
 		st: st, source: source, prev: prev, opts: opts, batch: gitobj.NewBatch(),
 		now: opts.Now().UTC().Truncate(time.Second),
+	}
+	if prev.Installs == nil {
+		r.prev.Installs = map[string]plumbing.Hash{}
 	}
 	for _, step := range []func(context.Context) error{
 		r.readPrevious,
@@ -204,12 +248,15 @@ type renderRun struct {
 	// now stamps every commit of the render.
 	now time.Time
 
-	// prevCommit is the previous rendered commit, nil when there is none.
+	// prevCommit is the newest rendered commit the renderer signed on the
+	// rendered ref, nil when there is none.
 	prevCommit *object.Commit
-	// prevTrees maps install id to its folder in the previous rendered tree.
-	prevTrees map[string]plumbing.Hash
-	// trusted is true when the install refs are as the previous render
-	// left them, so that each holds its folder of prevTrees.
+	// prevTrees maps install id to its folder in prevCommit's tree, and
+	// prevIssued to its issued record's blob.
+	prevTrees, prevIssued map[string]plumbing.Hash
+	// trusted is true when prevCommit is the rendered ref's tip and the
+	// install refs are as that render left them, so that each holds its
+	// folder of prevTrees and is the last commit issued for it.
 	trusted bool
 	// refIDs are the ids of prev.Installs, sorted.
 	refIDs []string
@@ -219,57 +266,123 @@ type renderRun struct {
 	// ones to render, the others keeping their previous state.
 	ids     []string
 	changed map[string]bool
+	// bad are the installs whose files have problems.
+	bad map[string]schemas.Problems
+
+	// validFor and renewBefore are the source's freshness bound (zero:
+	// off); renewAll asks every install's commit to be read for renewal;
+	// renewAt is the earliest renewal time known (zero: none).
+	validFor, renewBefore time.Duration
+	renewAll              bool
+	renewAt               time.Time
+	// nextRenew is renewAt for the next render.
+	nextRenew time.Time
 
 	trees  map[string]plumbing.Hash
+	issued map[string]issued
 	result *Result
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
-	r.prevTrees = map[string]plumbing.Hash{}
+	r.prevTrees, r.prevIssued = map[string]plumbing.Hash{}, map[string]plumbing.Hash{}
 	r.refIDs = refIDs(r.prev.Installs)
+	r.result = &Result{Source: r.source, Objects: r.batch}
 	if r.prev.Rendered.IsZero() {
 		return nil
 	}
-	c, err := object.GetCommit(r.st, r.prev.Rendered)
-	if err != nil {
-		return fmt.Errorf("read %s %s: %w", RenderedRef, r.prev.Rendered, err)
+	c, ok := r.newestOurs(r.prev.Rendered, "")
+	if !ok {
+		r.result.Warnings = append(r.result.Warnings, fmt.Sprintf(
+			"%s holds %s, and no commit the renderer signed is within %d first parents of it: rendering from the install refs' signed history",
+			schemas.RenderedRef, short(r.prev.Rendered), maxWalk))
+		return nil
+	}
+	if c.Hash != r.prev.Rendered {
+		r.result.Warnings = append(r.result.Warnings, fmt.Sprintf(
+			"%s holds %s, which the renderer did not sign: continuing from its own %s",
+			schemas.RenderedRef, short(r.prev.Rendered), short(c.Hash)))
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	r.trusted = digest == refsDigest(r.refIDs, func(id string) plumbing.Hash { return r.prev.Installs[id] })
-	root, err := object.GetTree(r.st, c.TreeHash)
+	r.trusted = c.Hash == r.prev.Rendered &&
+		digest == refsDigest(r.refIDs, func(id string) plumbing.Hash { return r.prev.Installs[id] })
+	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	installs, err := subtreeEntries(r.st, root, InstallsDir)
-	if err != nil {
-		return fmt.Errorf("read rendered installs: %w", err)
+	for dir, into := range map[string]map[string]plumbing.Hash{schemas.InstallsDir: r.prevTrees, schemas.IssuedDir: r.prevIssued} {
+		entries, err := subtreeEntries(r.st, root, dir)
+		if err != nil {
+			return fmt.Errorf("read rendered %s: %w", dir, err)
+		}
+		for id, e := range entries {
+			into[id] = e.hash
+		}
 	}
-	for id, e := range installs {
-		r.prevTrees[id] = e.hash
+	if at, ok := schemas.Trailer(c.Message, TrailerRenewAt); ok {
+		r.renewAt, _ = time.Parse(time.RFC3339, at)
 	}
 	return nil
 }
 
 func (r *renderRun) loadSource(context.Context) error {
 	ids, changed, installs, ok := r.sourceDelta()
-	if !ok {
-		src, err := LoadSource(r.st, r.source)
-		if err != nil {
+	var err error
+	if ok {
+		var fsys fs.FS
+		if fsys, err = sourceFS(r.st, r.source, changed, installs); err != nil {
 			return err
 		}
-		r.src, r.ids = src, src.InstallIDs()
+		r.src, err = schemas.Load(fsys)
+		slices.Sort(ids)
+		r.ids, r.changed = ids, changed
+	} else {
+		r.src, err = LoadSource(r.st, r.source)
+	}
+	if err := r.takeProblems(err); err != nil {
+		return err
+	}
+	if f := r.src.App.Freshness; f != nil {
+		r.validFor, r.renewBefore = f.Durations()
+		// Renew when the earliest bound is due, or when none is recorded
+		// (freshness was just turned on, or the previous render is not
+		// trusted).
+		r.renewAll = r.renewAt.IsZero() || !r.trusted || !r.now.Before(r.renewAt)
+	}
+	if r.renewAll && r.changed != nil {
+		r.src, err = LoadSource(r.st, r.source)
+		if err := r.takeProblems(err); err != nil {
+			return err
+		}
+		r.changed = nil
+	}
+	if r.changed == nil {
+		r.ids = r.src.InstallIDs()
+		for id := range r.bad {
+			r.ids = append(r.ids, id)
+		}
+		slices.Sort(r.ids)
+		r.ids = slices.Compact(r.ids)
+	}
+	return nil
+}
+
+// takeProblems keeps the installs whose own files have problems aside, so
+// that they fail alone; any other problem fails the render.
+func (r *renderRun) takeProblems(err error) error {
+	if err == nil {
 		return nil
 	}
-	fsys, err := sourceFS(r.st, r.source, changed, installs)
-	if err != nil {
+	var ps schemas.Problems
+	if !errors.As(err, &ps) {
 		return err
 	}
-	if r.src, err = schemas.Load(fsys); err != nil {
-		return err
+	bad, rest := ps.Split()
+	if len(rest) > 0 {
+		return ps
 	}
-	slices.Sort(ids)
-	r.ids, r.changed = ids, changed
+	r.bad = bad
+	r.src = r.src.Without(bad)
 	return nil
 }
 
@@ -283,9 +396,12 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 			}
 		}
 	}
-	results := make([]InstallResult, len(ids))
-	trees := make([]plumbing.Hash, len(ids))
-	errs := make([]error, len(ids))
+	type out struct {
+		res    InstallResult
+		tree   plumbing.Hash
+		issued issued
+	}
+	outs := make([]out, len(ids))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(r.opts.Workers, len(ids)) {
@@ -293,7 +409,12 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i], trees[i], errs[i] = r.renderInstall(ids[i])
+				o := &outs[i]
+				var err error
+				o.res, o.tree, o.issued, err = r.renderInstall(ids[i])
+				if err != nil {
+					o.res = InstallResult{ID: ids[i], Change: Failed, Error: err.Error()}
+				}
 			}
 		}()
 	}
@@ -310,99 +431,184 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	r.trees = make(map[string]plumbing.Hash, len(r.ids))
+	r.issued = make(map[string]issued, len(ids))
+	if !r.renewAll {
+		// Installs not read keep the earliest bound known before.
+		r.nextRenew = r.renewAt
+	}
+	results := make([]InstallResult, 0, len(r.ids))
 	for i, id := range ids {
-		r.trees[id] = trees[i]
+		o := outs[i]
+		results = append(results, o.res)
+		if o.res.Change == Failed {
+			// A failed install keeps its previous state, if it has one.
+			if h, ok := r.prevTrees[id]; ok {
+				r.trees[id] = h
+			}
+			continue
+		}
+		r.trees[id] = o.tree
+		if !o.issued.commit.IsZero() {
+			r.issued[id] = o.issued
+		}
+		if e := o.issued.expires; r.validFor > 0 && !e.IsZero() {
+			if at := e.Add(-r.renewBefore); r.nextRenew.IsZero() || at.Before(r.nextRenew) {
+				r.nextRenew = at
+			}
+		}
 	}
 	for _, id := range r.ids {
-		if _, ok := r.trees[id]; !ok {
+		if _, done := r.trees[id]; !done && !slices.Contains(ids, id) {
 			r.trees[id] = r.prevTrees[id]
 			results = append(results, InstallResult{ID: id, Change: Unchanged, Tree: r.prevTrees[id].String()})
 		}
 	}
 	for id := range r.prevTrees {
-		if _, ok := r.trees[id]; !ok {
+		if _, ok := r.trees[id]; !ok && !slices.Contains(ids, id) {
 			results = append(results, InstallResult{ID: id, Change: Removed})
 		}
 	}
 	slices.SortFunc(results, func(a, b InstallResult) int { return strings.Compare(a.ID, b.ID) })
-	r.result = &Result{Source: r.source, Installs: results, Objects: r.batch, Incremental: r.changed != nil}
+	r.result.Installs, r.result.Incremental = results, r.changed != nil
 	for _, in := range results {
-		if in.Change == Added || in.Change == Changed {
+		if in.Change.moved() {
 			r.result.Updates = append(r.result.Updates, Update{
-				Name: InstallRef(in.ID),
+				Name: plumbing.ReferenceName(schemas.InstallRef(in.ID)),
 				Old:  r.prev.Installs[in.ID],
 				New:  plumbing.NewHash(in.Commit),
 			})
 		}
 	}
+	for _, id := range slices.Sorted(maps.Keys(r.bad)) {
+		r.result.Problems = append(r.result.Problems, r.bad[id]...)
+	}
 	return nil
 }
 
 // renderInstall renders one install into trees and, when its tree differs
-// from what its ref holds, a signed commit. Only then do its objects join
-// the render's: an unchanged install's are in the repository already.
-func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, error) {
+// from what the renderer last issued for it, when its ref holds anything
+// else than that, or when its freshness bound is near, a signed commit.
+// Only then do its objects join the render's: an unchanged install's are
+// in the repository already. It returns the install's issued record after
+// the render.
+func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issued, error) {
+	if ps, bad := r.bad[id]; bad {
+		return InstallResult{}, plumbing.ZeroHash, issued{}, fmt.Errorf("%s", ps.Error())
+	}
 	files, err := Install(r.src, id)
 	if err != nil {
-		return InstallResult{}, plumbing.ZeroHash, err
+		return InstallResult{}, plumbing.ZeroHash, issued{}, err
 	}
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
-	prevCommit := r.prev.Installs[id]
-	if r.trusted && r.prevTrees[id] == tree && !prevCommit.IsZero() {
+	tip := r.prev.Installs[id]
+	if _, recorded := r.prevIssued[id]; recorded && r.trusted && !r.renewAll && r.prevTrees[id] == tree && !tip.IsZero() {
 		res.Change = Unchanged
-		return res, tree, nil
+		return res, tree, issued{}, nil
 	}
-	var gen int64
+	last, err := r.lastIssued(id)
+	if err != nil {
+		return res, tree, issued{}, err
+	}
 	// from is the tree the install's agent has: the diff starts there.
 	var from plumbing.Hash
-	if !prevCommit.IsZero() {
-		pc, err := object.GetCommit(r.st, prevCommit)
-		if err != nil {
-			return res, tree, fmt.Errorf("render %s: read %s: %w", id, InstallRef(id), err)
+	var replaced string
+	switch {
+	case tip != last.commit && !tip.IsZero():
+		replaced = fmt.Sprintf("%s: not the last commit the renderer signed for this install (%s)", tip, orNone(last.commit))
+	case tip != last.commit:
+		replaced = fmt.Sprintf("the ref was deleted; the renderer last signed %s", last.commit)
+	}
+	renew := false
+	if !last.commit.IsZero() {
+		lc, err := gitobj.ReadCommit(r.st, last.commit)
+		if err != nil && replaced == "" {
+			return res, tree, issued{}, fmt.Errorf("read %s: %w", schemas.InstallRef(id), err)
 		}
-		if pc.TreeHash == tree {
-			// The ref already holds this tree (an earlier render moved it
-			// but not the rendered ref): nothing new to sign.
-			res.Change = Unchanged
-			res.Commit = prevCommit.String()
-			res.Generation, _ = Generation(pc)
-			return res, tree, nil
+		if err == nil {
+			from = lc.TreeHash
+			renew = r.due(lc)
+			if replaced == "" && lc.TreeHash == tree && !renew {
+				res.Change, res.Commit, res.Generation = Unchanged, last.commit.String(), last.gen
+				last.expires, _, _ = schemas.Expires(lc.Message)
+				return res, tree, last, nil
+			}
 		}
-		if gen, err = Generation(pc); err != nil {
-			return res, tree, fmt.Errorf("render %s: %s: %w", id, prevCommit, err)
-		}
-		from = pc.TreeHash
+	}
+	gen, err := nextGeneration(last)
+	if err != nil {
+		return res, tree, issued{}, err
 	}
 	r.batch.Merge(objs)
-	res.Change = Changed
-	if prevCommit.IsZero() {
+	switch {
+	case replaced != "":
+		res.Change, res.Replaced = Replaced, replaced
+	case last.commit.IsZero():
 		res.Change = Added
+	case from == tree:
+		res.Change = Renewed
+	default:
+		res.Change = Changed
 	}
-	res.Generation = gen + 1
+	res.Generation = gen
 	if r.opts.Diff {
 		if res.Diff, err = r.diff(id, from, files); err != nil {
-			return res, tree, err
+			return res, tree, issued{}, err
 		}
 	}
-	msg := fmt.Sprintf("nuon: render %s generation %d\n\nRendered from main at %s.\n\n%s: %s\n%s: %d\n%s: %s\n",
-		id, res.Generation, short(r.source),
-		schemas.TrailerInstall, id, schemas.TrailerGeneration, res.Generation, schemas.TrailerSource, r.source)
-	var parents []plumbing.Hash
-	if !prevCommit.IsZero() {
-		parents = []plumbing.Hash{prevCommit}
+	var msg strings.Builder
+	fmt.Fprintf(&msg, "nuon: render %s generation %d\n\nRendered from main at %s.\n", id, gen, short(r.source))
+	if replaced != "" {
+		fmt.Fprintf(&msg, "Replaces %s\n", replaced)
 	}
-	commit, err := r.commit(tree, parents, msg)
+	fmt.Fprintf(&msg, "\n%s: %s\n%s: %d\n%s: %s\n", schemas.TrailerInstall, id, schemas.TrailerGeneration, gen, schemas.TrailerSource, r.source)
+	var expires time.Time
+	if r.validFor > 0 {
+		expires = r.now.Add(r.validFor)
+		fmt.Fprintf(&msg, "%s: %s\n", schemas.TrailerExpires, expires.Format(time.RFC3339))
+	}
+	if replaced != "" && !tip.IsZero() {
+		fmt.Fprintf(&msg, "%s: %s\n", schemas.TrailerReplaces, tip)
+	}
+	// The first parent continues the renderer's own history; a replaced
+	// commit becomes the second, so the ref still moves forward (a host or
+	// the tenant server may refuse anything else) and the commit stays in
+	// the audit log.
+	var parents []plumbing.Hash
+	if !last.commit.IsZero() {
+		if err := r.st.HasEncodedObject(last.commit); err == nil {
+			parents = append(parents, last.commit)
+		}
+	}
+	if !tip.IsZero() && tip != last.commit {
+		parents = append(parents, tip)
+	}
+	commit, err := r.commit(tree, parents, msg.String())
 	if err != nil {
-		return res, tree, fmt.Errorf("render %s: %w", id, err)
+		return res, tree, issued{}, fmt.Errorf("render %s: %w", id, err)
 	}
 	res.Commit = commit.String()
-	return res, tree, nil
+	return res, tree, issued{gen: gen, commit: commit, expires: expires}, nil
+}
+
+// due reports whether the install commit c must be re-signed for
+// freshness: it has no bound, or its bound falls within the renewal
+// window.
+func (r *renderRun) due(c *object.Commit) bool {
+	if r.validFor <= 0 {
+		return false
+	}
+	expires, ok, err := schemas.Expires(c.Message)
+	return !ok || err != nil || !r.now.Add(r.renewBefore).Before(expires)
+}
+
+func orNone(h plumbing.Hash) string {
+	if h.IsZero() {
+		return "none"
+	}
+	return h.String()
 }
 
 // writeFiles adds an install's blobs and trees to b and returns the
@@ -425,25 +631,7 @@ func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 
 func (r *renderRun) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
 	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.now}
-	c := &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: tree, ParentHashes: parents}
-	var unsigned plumbing.MemoryObject
-	if err := c.EncodeWithoutSignature(&unsigned); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	rd, err := unsigned.Reader()
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	sig, err := r.opts.Signer.Sign(rd)
-	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("sign commit: %w", err)
-	}
-	c.PGPSignature = string(sig)
-	var signed plumbing.MemoryObject
-	if err := c.Encode(&signed); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	return r.batch.AddEncoded(&signed)
+	return r.batch.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
@@ -456,13 +644,31 @@ func (r *renderRun) writeRendered(context.Context) error {
 	trees := gitobj.NewBatch()
 	var root []gitobj.Entry
 	if len(entries) > 0 {
-		root = append(root, gitobj.Entry{Name: InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
+		root = append(root, gitobj.Entry{Name: schemas.InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
+	}
+	// Every install ever issued keeps its record, removed ones included,
+	// so that one added again continues above its last generation.
+	records := make(map[string]plumbing.Hash, len(r.prevIssued)+len(r.issued))
+	maps.Copy(records, r.prevIssued)
+	for id, in := range r.issued {
+		records[id] = trees.Add(plumbing.BlobObject, in.bytes())
+	}
+	if len(records) > 0 {
+		issuedEntries := make([]gitobj.Entry, 0, len(records))
+		for id, h := range records {
+			issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: h})
+		}
+		root = append(root, gitobj.Entry{Name: schemas.IssuedDir, Mode: filemode.Dir, Hash: trees.Tree(issuedEntries)})
 	}
 	tree := trees.Tree(root)
+	renewAt := ""
+	if r.validFor > 0 && !r.nextRenew.IsZero() {
+		renewAt = r.nextRenew.UTC().Format(time.RFC3339)
+	}
 	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
 	ids := r.refIDs
 	for _, u := range r.result.Updates {
-		id := strings.TrimPrefix(u.Name.String(), InstallRefPrefix)
+		id := strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix)
 		moved[id] = u.New
 		if r.prev.Installs[id].IsZero() {
 			ids = append(slices.Clip(ids), id)
@@ -480,7 +686,8 @@ func (r *renderRun) writeRendered(context.Context) error {
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
-		if d == digest && f == strconv.Itoa(Format) {
+		at, _ := schemas.Trailer(pc.Message, TrailerRenewAt)
+		if d == digest && f == strconv.Itoa(Format) && at == renewAt && pc.Hash == r.prev.Rendered {
 			return nil
 		}
 	}
@@ -490,23 +697,31 @@ func (r *renderRun) writeRendered(context.Context) error {
 	fmt.Fprintf(&b, "%s: %s\n%s: %d\n", schemas.TrailerSource, r.source, schemas.TrailerChanged, changed)
 	listed := 0
 	for _, in := range r.result.Installs {
-		if (in.Change == Added || in.Change == Changed) && listed < r.opts.MaxListed {
+		if in.Change.moved() && listed < r.opts.MaxListed {
 			fmt.Fprintf(&b, "%s: %s\n", schemas.TrailerInstall, in.ID)
 			listed++
 		}
 	}
 	fmt.Fprintf(&b, "%s: %s\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format)
+	if renewAt != "" {
+		fmt.Fprintf(&b, "%s: %s\n", TrailerRenewAt, renewAt)
+	}
 	r.batch.Merge(trees)
+	// The first parent continues the renderer's own history; a rendered
+	// commit it did not sign becomes the second, as for install refs.
 	var parents []plumbing.Hash
-	if !r.prev.Rendered.IsZero() {
-		parents = []plumbing.Hash{r.prev.Rendered}
+	if r.prevCommit != nil {
+		parents = append(parents, r.prevCommit.Hash)
+	}
+	if !r.prev.Rendered.IsZero() && (r.prevCommit == nil || r.prevCommit.Hash != r.prev.Rendered) {
+		parents = append(parents, r.prev.Rendered)
 	}
 	commit, err := r.commit(tree, parents, b.String())
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
 	r.result.Rendered = commit
-	r.result.Updates = append(r.result.Updates, Update{Name: RenderedRef, Old: r.prev.Rendered, New: commit})
+	r.result.Updates = append(r.result.Updates, Update{Name: plumbing.ReferenceName(schemas.RenderedRef), Old: r.prev.Rendered, New: commit})
 	return nil
 }
 
@@ -535,19 +750,6 @@ func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
 	}
 	sum := sha256.Sum256(buf)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// Generation reads the generation trailer of a per-install commit.
-func Generation(c *object.Commit) (int64, error) {
-	v, ok := schemas.Trailer(c.Message, schemas.TrailerGeneration)
-	if !ok {
-		return 0, fmt.Errorf("commit has no %s trailer", schemas.TrailerGeneration)
-	}
-	g, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || g < 1 {
-		return 0, fmt.Errorf("bad %s trailer %q", schemas.TrailerGeneration, v)
-	}
-	return g, nil
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/go-git/go-git/v5/plumbing"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,11 +41,11 @@ func TestRenderIsDeterministic(t *testing.T) {
 	if diff := cmp.Diff(refs(t, a), refs(t, b)); diff != "" {
 		t.Errorf("refs differ between two renders (-first +second):\n%s", diff)
 	}
-	tree := renderer.RenderedRef.String() + "^{tree}"
+	tree := plumbing.ReferenceName(schemas.RenderedRef).String() + "^{tree}"
 	if ta, tb := gittest.Git(t, a, "rev-parse", tree), gittest.Git(t, b, "rev-parse", tree); ta != tb {
 		t.Errorf("rendered trees differ: %s, %s", ta, tb)
 	}
-	if diff := cmp.Diff(readTree(t, a, renderer.RenderedRef.String()), readTree(t, b, renderer.RenderedRef.String())); diff != "" {
+	if diff := cmp.Diff(readTree(t, a, plumbing.ReferenceName(schemas.RenderedRef).String()), readTree(t, b, plumbing.ReferenceName(schemas.RenderedRef).String())); diff != "" {
 		t.Errorf("rendered files differ (-first +second):\n%s", diff)
 	}
 
@@ -160,7 +161,7 @@ func TestPromotion(t *testing.T) {
 		t.Fatalf("changed installs (-want +got):\n%s", diff)
 	}
 	for _, in := range res.Installs {
-		ref := renderer.InstallRef(in.ID).String()
+		ref := plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()
 		if in.Change == renderer.Unchanged {
 			if after[ref] != before[ref] {
 				t.Errorf("%s moved from %s to %s", ref, before[ref], after[ref])
@@ -181,7 +182,7 @@ func TestPromotion(t *testing.T) {
 		}
 		goldenFile(t, filepath.Join("testdata", "diff", "promote-stable-api-"+in.ID+".diff"), []byte(in.Diff))
 	}
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	if got := gittest.Git(t, tn.dir, "rev-parse", rendered+"^"); got != before[rendered] {
 		t.Errorf("rendered parent %s, want %s", got, before[rendered])
 	}
@@ -198,7 +199,7 @@ func TestRemovedInstall(t *testing.T) {
 	tn := newTenant(t)
 	tn.render(options(t))
 	before := refs(t, tn.dir)
-	ref := renderer.InstallRef("globex").String()
+	ref := plumbing.ReferenceName(schemas.InstallRef("globex")).String()
 	content, err := os.ReadFile(filepath.Join(tn.src, "installs", "globex.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -210,19 +211,19 @@ func TestRemovedInstall(t *testing.T) {
 	if got := installsByID(res)["globex"].Change; got != renderer.Removed {
 		t.Errorf("globex: %s, want removed", got)
 	}
-	if got := gittest.Git(t, tn.dir, "ls-tree", "--name-only", renderer.RenderedRef.String()+":"+renderer.InstallsDir); strings.Contains(got, "globex") {
+	if got := gittest.Git(t, tn.dir, "ls-tree", "--name-only", plumbing.ReferenceName(schemas.RenderedRef).String()+":"+schemas.InstallsDir); strings.Contains(got, "globex") {
 		t.Errorf("the rendered tree still holds globex:\n%s", got)
 	}
 	after := refs(t, tn.dir)
 	for name, h := range before {
-		if name != renderer.RenderedRef.String() && name != "refs/heads/main" && after[name] != h {
+		if name != plumbing.ReferenceName(schemas.RenderedRef).String() && name != "refs/heads/main" && after[name] != h {
 			t.Errorf("%s moved from %s to %s", name, h, after[name])
 		}
 	}
 	if after[ref] != before[ref] {
 		t.Errorf("%s was %s, is %q", ref, before[ref], after[ref])
 	}
-	if after[renderer.RenderedRef.String()] == before[renderer.RenderedRef.String()] {
+	if after[plumbing.ReferenceName(schemas.RenderedRef).String()] == before[plumbing.ReferenceName(schemas.RenderedRef).String()] {
 		t.Error("the rendered ref did not move")
 	}
 	checkConsistent(t, tn.dir)
@@ -268,12 +269,12 @@ func TestConvergesAfterPartialApply(t *testing.T) {
 		if in.Commit != c.Commit {
 			t.Errorf("%s: commit %s, the interrupted render made %s", in.ID, in.Commit, c.Commit)
 		}
-		wasMoved := half[renderer.InstallRef(in.ID).String()] == c.Commit
+		wasMoved := half[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()] == c.Commit
 		if wasMoved && in.Change != renderer.Unchanged || !wasMoved && in.Change != renderer.Changed {
 			t.Errorf("%s: %s (its ref moved before the crash: %t)", in.ID, in.Change, wasMoved)
 		}
 	}
-	if got, want := gittest.Git(t, tn.dir, "rev-parse", renderer.RenderedRef.String()+"^{tree}"), gittest.Git(t, tn.dir, "rev-parse", crashed.Rendered.String()+"^{tree}"); got != want {
+	if got, want := gittest.Git(t, tn.dir, "rev-parse", plumbing.ReferenceName(schemas.RenderedRef).String()+"^{tree}"), gittest.Git(t, tn.dir, "rev-parse", crashed.Rendered.String()+"^{tree}"); got != want {
 		t.Errorf("rendered tree %s, the interrupted render's %s", got, want)
 	}
 	checkConsistent(t, tn.dir)
@@ -423,7 +424,9 @@ func TestIncrementalRender(t *testing.T) {
 		if res := full.render(options(t)); res.Incremental {
 			t.Fatalf("%s: the first render of a repository is incremental", step.name)
 		}
-		tree := renderer.RenderedRef.String() + "^{tree}"
+		// The installs' folders are the same; the issued records name
+		// each repository's own commits.
+		tree := plumbing.ReferenceName(schemas.RenderedRef).String() + ":" + schemas.InstallsDir
 		if got, want := gittest.Git(t, tn.dir, "rev-parse", tree), gittest.Git(t, full.dir, "rev-parse", tree); got != want {
 			t.Errorf("%s: rendered tree %s, a full render makes %s", step.name, got, want)
 		}
@@ -431,19 +434,32 @@ func TestIncrementalRender(t *testing.T) {
 }
 
 // TestIncrementalRenderReportsProblems breaks one install file: the render
-// that reads only that file reports its problems as a full one does.
+// that reads only that file reports its problems as a full one does, and
+// that install alone fails: it keeps its state and ref.
 func TestIncrementalRenderReportsProblems(t *testing.T) {
 	tn := newTenant(t)
 	tn.render(options(t))
+	before := refs(t, tn.dir)
 	tn.edit("installs/globex.yaml", "channel: beta", "channel: nightly")
 	tn.commit("globex on a channel that does not exist")
-	_, err := renderRepo(context.Background(), tn.open(), "main", options(t))
-	var ps schemas.Problems
-	if !errors.As(err, &ps) || len(ps) == 0 {
-		t.Fatalf("render: %v, want problems", err)
+	res, err := renderRepo(context.Background(), tn.open(), "main", options(t))
+	if err != nil {
+		t.Fatalf("render: %v, want the other installs rendered", err)
+	}
+	ps := res.Problems
+	if len(ps) == 0 {
+		t.Fatal("no problems reported")
 	}
 	if p := ps[0]; p.File != "installs/globex.yaml" || p.Line != 1 || !strings.Contains(p.Message, "nightly") {
 		t.Errorf("problem %s, want installs/globex.yaml:1 about channel nightly", p)
+	}
+	failed := res.Failed()
+	if len(failed) != 1 || failed[0].ID != "globex" || !strings.Contains(failed[0].Error, "nightly") {
+		t.Errorf("failed installs %+v, want globex", failed)
+	}
+	globex := plumbing.ReferenceName(schemas.InstallRef("globex")).String()
+	if got := refs(t, tn.dir)[globex]; got != before[globex] {
+		t.Errorf("%s moved to %s", globex, got)
 	}
 }
 

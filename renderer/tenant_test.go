@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"nuon.dev/nuon/schemas"
 	"os"
 	"os/exec"
 	"path"
@@ -179,15 +180,15 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 		return nil, err
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	if prev.Rendered, err = r.Ref(renderer.RenderedRef); err != nil {
+	if prev.Rendered, err = r.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := r.Refs(renderer.InstallRefPrefix)
+	refs, err := r.Refs(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
 	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
 	return renderer.Render(ctx, r.Storer(), src, prev, opts)
 }
@@ -325,20 +326,20 @@ func trailer(tb testing.TB, dir, rev, key string) string {
 // tree object of its folder in the rendered commit.
 func checkConsistent(tb testing.TB, dir string) {
 	tb.Helper()
-	listing := gittest.Git(tb, dir, "ls-tree", renderer.RenderedRef.String(), renderer.InstallsDir+"/")
+	listing := gittest.Git(tb, dir, "ls-tree", plumbing.ReferenceName(schemas.RenderedRef).String(), schemas.InstallsDir+"/")
 	if listing == "" {
 		return
 	}
 	trees := map[string]string{}
-	for _, line := range strings.Split(gittest.Git(tb, dir, "for-each-ref", "--format=%(refname) %(tree)", renderer.InstallRefPrefix), "\n") {
+	for _, line := range strings.Split(gittest.Git(tb, dir, "for-each-ref", "--format=%(refname) %(tree)", schemas.InstallRefPrefix), "\n") {
 		name, tree, _ := strings.Cut(line, " ")
-		trees[strings.TrimPrefix(name, renderer.InstallRefPrefix)] = tree
+		trees[strings.TrimPrefix(name, schemas.InstallRefPrefix)] = tree
 	}
 	for _, line := range strings.Split(listing, "\n") {
 		meta, name, _ := strings.Cut(line, "\t")
 		id := path.Base(name)
 		if f := strings.Fields(meta); trees[id] != f[2] {
-			tb.Errorf("%s is at tree %q, but %s holds %s for it", renderer.InstallRef(id), trees[id], name, f[2])
+			tb.Errorf("%s is at tree %q, but %s holds %s for it", plumbing.ReferenceName(schemas.InstallRef(id)), trees[id], name, f[2])
 		}
 	}
 }

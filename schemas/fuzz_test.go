@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 // seedFiles adds to f the content of file in the test tenant and in every
@@ -147,6 +148,21 @@ func FuzzValidateJSON(f *testing.F) {
 			if p.File == "" || p.Line < 0 || p.Column < 0 || p.Message == "" {
 				t.Errorf("problem without file, line or message: %#v", p)
 			}
+		}
+	})
+}
+
+func FuzzTrailers(f *testing.F) {
+	f.Add("nuon: render acme\n\nNuon-Install: acme\nNuon-Generation: 7\nNuon-Expires: 2026-11-30T00:00:00Z\n")
+	f.Add("x\n\nNuon-Generation: 007\n")
+	f.Add("x\n\nNuon-Generation: 99999999999999999999\nNuon-Expires: tomorrow\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, msg string) {
+		if g, err := Generation(msg); err == nil && g < 1 {
+			t.Fatalf("generation %d accepted", g)
+		}
+		if e, ok, err := Expires(msg); err == nil && ok && e.Location() != time.UTC {
+			t.Fatalf("expiry %v not in UTC", e)
 		}
 	})
 }

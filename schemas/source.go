@@ -36,7 +36,9 @@ type Source struct {
 
 // Load reads the source files from fsys (the root of a main checkout or
 // commit), validates each against its JSON Schema and then checks that they
-// agree with one another. It returns every problem found, as Problems.
+// agree with one another. It returns every problem found, as Problems,
+// together with the source as far as it loaded, so that a caller can go on
+// with the installs whose own files are sound (see Problems.Split).
 func Load(fsys fs.FS) (*Source, error) {
 	s := &Source{
 		Channels: map[string]Channel{},
@@ -84,10 +86,7 @@ func Load(fsys fs.FS) (*Source, error) {
 		}
 	}
 	ps = append(ps, s.check()...)
-	if err := ps.Err(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s, ps.Err()
 }
 
 // loadInto loads one file of a folder and, when it is valid, files it

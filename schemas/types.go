@@ -20,6 +20,29 @@ type App struct {
 	// Components in the order they are declared; the order has no meaning:
 	// dependsOn decides what runs first.
 	Components []Component `yaml:"components" json:"components"`
+	// Freshness bounds how long rendered state is trusted as current;
+	// nil: it never expires.
+	Freshness *Freshness `yaml:"freshness,omitempty" json:"freshness,omitempty"`
+}
+
+// Freshness is the tenant's freshness bound (see app.schema.json).
+type Freshness struct {
+	// ValidFor is how long a signed per-install commit is fresh.
+	ValidFor string `yaml:"validFor" json:"validFor"`
+	// RenewBefore is when, before expiry, the renderer re-signs; default
+	// a third of ValidFor.
+	RenewBefore string `yaml:"renewBefore,omitempty" json:"renewBefore,omitempty"`
+}
+
+// Durations returns ValidFor and RenewBefore (defaulted); f must have
+// passed the schema.
+func (f *Freshness) Durations() (validFor, renewBefore time.Duration) {
+	validFor, _ = time.ParseDuration(f.ValidFor)
+	renewBefore, _ = time.ParseDuration(f.RenewBefore)
+	if renewBefore <= 0 || renewBefore >= validFor {
+		renewBefore = validFor / 3
+	}
+	return validFor, renewBefore
 }
 
 // Component is one deployable part of the app.
@@ -297,25 +320,3 @@ const (
 	KindJob            = "Job"
 	KindStatus         = "InstallStatus"
 )
-
-// Trailers of the commits the renderer writes. A per-install commit carries
-// TrailerInstall, TrailerGeneration and TrailerSource; the rendered commit
-// carries TrailerSource, TrailerChanged and one TrailerInstall per changed
-// install (up to a limit).
-const (
-	TrailerInstall    = "Nuon-Install"
-	TrailerGeneration = "Nuon-Generation"
-	TrailerSource     = "Nuon-Source"
-	TrailerChanged    = "Nuon-Installs-Changed"
-)
-
-// Paths inside an install's rendered tree (installs/<id>/ in the rendered
-// commit, the whole tree of refs/heads/nuon/installs/<id>).
-const (
-	InstallStateFile = "install.json"
-	ComponentsDir    = "components"
-)
-
-// ComponentStateFile is the path of a component's file in an install's
-// rendered tree.
-func ComponentStateFile(name string) string { return ComponentsDir + "/" + name + ".json" }

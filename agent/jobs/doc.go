@@ -77,6 +77,13 @@
 // error then satisfies errors.Is with context.Canceled, or with
 // context.DeadlineExceeded and ErrJobFailed for a timeout.
 //
+// # Secrets
+//
+// A job's output and result are redacted inside the job process (package
+// jobrun), so dir/log and result.json hold no secret. Run's errors quote
+// the job's result and the end of its log; the agent redacts them again,
+// with the secrets it holds, before they leave it.
+//
 // # Errors
 //
 // ErrJobFailed means the job ran and failed: rerunning it as is fails

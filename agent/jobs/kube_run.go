@@ -2,8 +2,8 @@ package jobs
 
 import (
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/jobrun"
-	"nuon.dev/nuon/reconciler"
 
 	"bufio"
 	"bytes"
@@ -220,7 +220,7 @@ func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batch
 	var envFrom []corev1.EnvFromSource
 	if k.SecretName != "" {
 		envFrom = append(envFrom, corev1.EnvFromSource{
-			Prefix:    reconciler.SecretEnvPrefix,
+			Prefix:    redact.EnvPrefix,
 			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: k.SecretName}, Optional: ptr.To(true)},
 		})
 	}

@@ -238,10 +238,10 @@ func (p *pipeline) renderMain() {
 		p.t.Fatal(err)
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	prev.Rendered, _ = repo.Ref(renderer.RenderedRef)
-	refs, _ := repo.Refs(renderer.InstallRefPrefix)
+	prev.Rendered, _ = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef))
+	refs, _ := repo.Refs(schemas.InstallRefPrefix)
 	for n, h := range refs {
-		prev.Installs[strings.TrimPrefix(n.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(n.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{Signer: p.render, Now: time.Now})
 	if err != nil {

@@ -77,7 +77,7 @@ func TestArtifactsEndToEnd(t *testing.T) {
 
 	key := filepath.Join(root, "fixtures", "keys", "cosign.key")
 	env := []string{"COSIGN_PASSWORD=", "NUON_REGISTRY_PASSWORD=install-secret", "TF_CLI_CONFIG_FILE=" + tf,
-		"NUON_SECRET_LICENSE_KEY=e2e", "GIT_AUTHOR_NAME=Vendor CI", "GIT_AUTHOR_EMAIL=ci@vendor.example"}
+		"NUON_SECRET_LICENSE_KEY=e2e-license", "GIT_AUTHOR_NAME=Vendor CI", "GIT_AUTHOR_EMAIL=ci@vendor.example"}
 	appFile := filepath.Join(src, "nuon.yaml")
 	previous := nuon(t, env, 0, "build", "--app", appFile, "--src", filepath.Join(root, "fixtures", "previous"), "--key", key, "-o", "json",
 		"database", "api", "api-image", "dashboards")

@@ -49,7 +49,9 @@ The operation says what the plugin of the component's type does:
                    from a fixed allow-list (internal/debugcmd), and answer with
                    its output, bounded by debug.maxBytes
 
-The agent runs every job this way, each in its own process group, so a job can
+The install's secrets (NUON_SECRET_* variables) are redacted from everything the
+job prints, its tools included, and from its result (debug answers too). The
+agent runs every job this way, each in its own process group, so a job can
 be cancelled as a whole and cannot starve the agent. Run it by hand to replay a
 job from an agent's workdir (jobs/<id>/manifest.json).`,
 		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json
@@ -68,9 +70,9 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 				return err
 			}
 			if pod {
-				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
 			}
-			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
+			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")

@@ -80,6 +80,7 @@ type renderReport struct {
 	Changed  int                      `json:"changed"`
 	Installs []renderer.InstallResult `json:"installs"`
 	Problems schemas.Problems         `json:"problems,omitempty"`
+	Warnings []string                 `json:"warnings,omitempty"`
 }
 
 func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
@@ -105,8 +106,39 @@ func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
 		if err != nil {
 			return err
 		}
-		return printRender(g.Stdout, o, res)
+		for _, w := range res.Warnings {
+			log.Warn(w)
+		}
+		if err := printRender(g.Stdout, o, res); err != nil {
+			return err
+		}
+		return reportFailed(g, res)
 	}
+}
+
+// reportFailed names the installs that could not be rendered, with the
+// problems of their files: the others were rendered and their refs moved,
+// but the render exits non-zero.
+func reportFailed(g *cli.Globals, res *renderer.Result) error {
+	failed := res.Failed()
+	if len(failed) == 0 {
+		return nil
+	}
+	res.Problems.Sort()
+	for _, p := range res.Problems {
+		fmt.Fprintln(g.Stderr, p.String())
+	}
+	for _, in := range failed {
+		if len(res.Problems) == 0 {
+			fmt.Fprintf(g.Stderr, "install %s: %s\n", in.ID, in.Error)
+		}
+	}
+	ids := make([]string, len(failed))
+	for i, in := range failed {
+		ids[i] = in.ID
+	}
+	fmt.Fprintf(g.Stderr, "nuon: %d install(s) not rendered, keeping their previous state: %s\n", len(failed), strings.Join(ids, ", "))
+	return cli.ExitError{Code: 1}
 }
 
 func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o *renderOptions) (*renderer.Result, error) {
@@ -118,15 +150,15 @@ func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signe
 		return nil, err
 	}
 	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	if prev.Rendered, err = repo.Ref(renderer.RenderedRef); err != nil {
+	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := repo.Refs(renderer.InstallRefPrefix)
+	refs, err := repo.Refs(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
 	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), renderer.InstallRefPrefix)] = h
+		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
 		Signer: signer,
@@ -165,7 +197,7 @@ func reportProblems(g *cli.Globals, o *renderOptions, ps schemas.Problems) error
 
 func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if o.output == "json" {
-		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs}
+		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs, Problems: res.Problems, Warnings: res.Warnings}
 		if !res.Rendered.IsZero() && !o.dryRun {
 			rep.Rendered = res.Rendered.String()
 		}
@@ -181,7 +213,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, in := range res.Installs {
 		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
-		if in.Change == renderer.Added || in.Change == renderer.Changed {
+		if in.Commit != "" && in.Change != renderer.Unchanged {
 			line += fmt.Sprintf("\tgeneration %d", in.Generation)
 			if !o.dryRun {
 				line += "\tcommit " + in.Commit[:12]
@@ -201,7 +233,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if res.Rendered.IsZero() {
 		fmt.Fprintln(w, "nothing changed; no ref moved")
 	} else {
-		fmt.Fprintf(w, "%s → %s\n", renderer.RenderedRef, res.Rendered)
+		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/go-git/go-git/v5/plumbing"
 	"nuon.dev/nuon/cmd/internal/cli"
 
 	"bytes"
@@ -158,18 +159,18 @@ func TestRenderIntoBareRepository(t *testing.T) {
 		t.Errorf("output does not say %q:\n%s", want, out.stdout)
 	}
 
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	if got := gittest.Git(t, rt.dir, "cat-file", "-t", rendered); got != "commit" {
 		t.Fatalf("%s is a %s", rendered, got)
 	}
-	if got := strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+renderer.InstallsDir)); !cmp.Equal(got, ids) {
+	if got := strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+schemas.InstallsDir)); !cmp.Equal(got, ids) {
 		t.Errorf("rendered installs %v, want %v", got, ids)
 	}
 	refs := []string{rendered}
 	for _, id := range ids {
-		ref := renderer.InstallRef(id).String()
+		ref := plumbing.ReferenceName(schemas.InstallRef(id)).String()
 		refs = append(refs, ref)
-		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, renderer.InstallsDir+"/"+id)
+		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, schemas.InstallsDir+"/"+id)
 		own := gittest.Git(t, rt.dir, "rev-parse", ref+"^{tree}")
 		if f := strings.Fields(folder); len(f) < 3 || f[1] != "tree" || f[2] != own {
 			t.Errorf("%s: rendered tree entry %q, own tree %s", id, folder, own)
@@ -246,6 +247,34 @@ func TestRenderInvalidSource(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, gitRefs(t, rt.dir)); diff != "" {
 		t.Errorf("refs moved (-before +after):\n%s", diff)
+	}
+}
+
+// TestRenderOneBadInstall breaks one install's file: every other install
+// is rendered and its ref moves, the bad one keeps its ref, the problem is
+// named as FILE:LINE, and the command exits 1.
+func TestRenderOneBadInstall(t *testing.T) {
+	rt := localRenderTenant(t)
+	rt.mustRun(t, nil)
+	rt.edit(t, "installs/globex.yaml", "channel: beta", "channel: nightly")
+	rt.edit(t, "nuon.yaml", "timeout: 5m", "timeout: 6m")
+	before := gitRefs(t, rt.dir)
+
+	r := rt.run(t, nil)
+	var ee cli.ExitError
+	if !errors.As(r.err, &ee) || ee.Code != 1 {
+		t.Fatalf("nuon render: %v, want exit code 1\n%s", r.err, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "installs/globex.yaml:1:") || !strings.Contains(r.stderr, "not rendered") || !strings.Contains(r.stderr, "globex") {
+		t.Errorf("stderr does not name the bad install:\n%s", r.stderr)
+	}
+	after := gitRefs(t, rt.dir)
+	for _, id := range fixtureInstalls(t) {
+		ref := plumbing.ReferenceName(schemas.InstallRef(id)).String()
+		moved := after[ref] != before[ref]
+		if want := id != "globex"; moved != want {
+			t.Errorf("%s moved: %v, want %v", ref, moved, want)
+		}
 	}
 }
 
@@ -328,12 +357,12 @@ func TestRenderOverHTTP(t *testing.T) {
 	rt.mustRun(t, nil)
 	remote := lsRemote(t, srv.URL("tenant.git"))
 	for _, id := range fixtureInstalls(t) {
-		if remote[renderer.InstallRef(id).String()] == "" {
-			t.Errorf("the server has no %s", renderer.InstallRef(id))
+		if remote[plumbing.ReferenceName(schemas.InstallRef(id)).String()] == "" {
+			t.Errorf("the server has no %s", plumbing.ReferenceName(schemas.InstallRef(id)))
 		}
 	}
-	if remote[renderer.RenderedRef.String()] == "" {
-		t.Errorf("the server has no %s", renderer.RenderedRef)
+	if remote[plumbing.ReferenceName(schemas.RenderedRef).String()] == "" {
+		t.Errorf("the server has no %s", plumbing.ReferenceName(schemas.RenderedRef))
 	}
 	trusted := allowedSigners(t, "nuon-render", "render")
 	for name := range remote {
@@ -367,7 +396,7 @@ func TestRenderPushRace(t *testing.T) {
 	dir := srv.InitBare(t, "tenant.git")
 	rt := newRenderTenant(t, dir, srv.URL("tenant.git"))
 	rt.mustRun(t, nil)
-	rendered := renderer.RenderedRef.String()
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
 	other := gittest.Git(t, dir, "commit-tree", rendered+"^{tree}", "-p", rendered, "-m", "another writer")
 	armed := filepath.Join(t.TempDir(), "armed")
 	hook := fmt.Sprintf(`#!/bin/sh
@@ -416,10 +445,12 @@ exec git update-ref %[2]s %[3]s
 	if pushes != 2 {
 		t.Errorf("%d pushes, want a rejected one and a good one", pushes)
 	}
-	if got := gittest.Git(t, dir, "rev-parse", rendered+"^"); got != other {
-		t.Errorf("rendered parent %s, want the other writer's %s", got, other)
+	// The other writer did not sign: its commit is kept as the second
+	// parent, the renderer's own history continuing as the first.
+	if got := gittest.Git(t, dir, "rev-parse", rendered+"^2"); got != other {
+		t.Errorf("rendered second parent %s, want the other writer's %s", got, other)
 	}
-	if got := gittest.Git(t, dir, "rev-parse", renderer.InstallRef("acme").String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
+	if got := gittest.Git(t, dir, "rev-parse", plumbing.ReferenceName(schemas.InstallRef("acme")).String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
 		t.Errorf("acme's ref does not hold its rendered tree")
 	}
 }

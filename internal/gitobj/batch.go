@@ -27,16 +27,16 @@ import (
 // Batch collects new objects. It is safe for concurrent use.
 type Batch struct {
 	mu   sync.Mutex
-	objs map[plumbing.Hash]object
+	objs map[plumbing.Hash]newObject
 }
 
-type object struct {
+type newObject struct {
 	typ     plumbing.ObjectType
 	content []byte
 }
 
 // NewBatch returns an empty batch.
-func NewBatch() *Batch { return &Batch{objs: map[plumbing.Hash]object{}} }
+func NewBatch() *Batch { return &Batch{objs: map[plumbing.Hash]newObject{}} }
 
 // Hash returns the id git gives an object. It uses the plain SHA-1 of the
 // standard library: the objects hashed here are built by this process, so
@@ -61,7 +61,7 @@ func (b *Batch) Add(t plumbing.ObjectType, content []byte) plumbing.Hash {
 	h := Hash(t, content)
 	b.mu.Lock()
 	if _, ok := b.objs[h]; !ok {
-		b.objs[h] = object{typ: t, content: content}
+		b.objs[h] = newObject{typ: t, content: content}
 	}
 	b.mu.Unlock()
 	return h
@@ -185,7 +185,7 @@ const storeTreesFrom = 64 << 10
 func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 	b.mu.Lock()
 	hashes := make([]plumbing.Hash, 0, len(b.objs))
-	objs := make(map[plumbing.Hash]object, len(b.objs))
+	objs := make(map[plumbing.Hash]newObject, len(b.objs))
 	for h, o := range b.objs {
 		hashes = append(hashes, h)
 		objs[h] = o

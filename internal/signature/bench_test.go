@@ -3,7 +3,7 @@ package signature_test
 import (
 	"testing"
 
-	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/gitobj"
 )
 
 // BenchmarkVerifyCommit verifies one signed commit, as an agent does on
@@ -13,7 +13,7 @@ func BenchmarkVerifyCommit(b *testing.B) {
 	render := signer(b, "render")
 	as := trust(b, "acme "+signer(b, "acme").AuthorizedKey(), "nuon-render "+render.AuthorizedKey())
 	c := commit("nuon: render acme generation 7\n\nNuon-Install: acme\nNuon-Generation: 7\n")
-	if err := signature.SignCommit(c, render); err != nil {
+	if err := gitobj.Sign(c, render); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
@@ -29,7 +29,7 @@ func BenchmarkSignCommit(b *testing.B) {
 	render := signer(b, "render")
 	c := commit("nuon: render acme generation 7\n\nNuon-Install: acme\nNuon-Generation: 7\n")
 	for b.Loop() {
-		if err := signature.SignCommit(c, render); err != nil {
+		if err := gitobj.Sign(c, render); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 )
@@ -94,7 +95,7 @@ func TestVerifyCommit(t *testing.T) {
 	render := signer(t, "render")
 	as := trust(t, "nuon-render "+render.AuthorizedKey())
 	c := commit("signed\n")
-	if err := signature.SignCommit(c, render); err != nil {
+	if err := gitobj.Sign(c, render); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := as.VerifyCommit(c); err != nil {
@@ -113,7 +114,7 @@ func TestVerifyCommit(t *testing.T) {
 		t.Errorf("PGP-signed commit: %v, want ErrInvalid", err)
 	}
 	byAcme := commit("by acme\n")
-	if err := signature.SignCommit(byAcme, signer(t, "acme")); err != nil {
+	if err := gitobj.Sign(byAcme, signer(t, "acme")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := as.VerifyCommit(byAcme); !errors.Is(err, signature.ErrUntrusted) {
@@ -175,7 +176,7 @@ func TestGitVerifiesOurCommits(t *testing.T) {
 	dir, r := repo(t)
 	render := signer(t, "render")
 	c := commit("signed by nuon\n\nNuon-Install: acme\n")
-	if err := signature.SignCommit(c, render); err != nil {
+	if err := gitobj.Sign(c, render); err != nil {
 		t.Fatal(err)
 	}
 	h := store(t, r, c)
@@ -222,7 +223,7 @@ func TestAllowedSignersAgreeWithGit(t *testing.T) {
 	dir, r := repo(t)
 	render := signer(t, "render")
 	c := commit("which signers\n")
-	if err := signature.SignCommit(c, render); err != nil {
+	if err := gitobj.Sign(c, render); err != nil {
 		t.Fatal(err)
 	}
 	h := store(t, r, c)

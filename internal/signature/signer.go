@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 )
@@ -64,26 +62,6 @@ func (s *Signer) Sign(message io.Reader) ([]byte, error) {
 var _ interface {
 	Sign(io.Reader) ([]byte, error)
 } = (*Signer)(nil)
-
-// SignCommit signs c in place: it sets c.PGPSignature (git's gpgsig header)
-// to the signature of c encoded without a signature.
-func SignCommit(c *object.Commit, s *Signer) error {
-	c.PGPSignature = ""
-	var o plumbing.MemoryObject
-	if err := c.EncodeWithoutSignature(&o); err != nil {
-		return fmt.Errorf("encode commit: %w", err)
-	}
-	r, err := o.Reader()
-	if err != nil {
-		return err
-	}
-	sig, err := s.Sign(r)
-	if err != nil {
-		return err
-	}
-	c.PGPSignature = string(sig)
-	return nil
-}
 
 // fingerprint is a short, stable name for a key in messages.
 func fingerprint(k ssh.PublicKey) string { return ssh.FingerprintSHA256(k) }

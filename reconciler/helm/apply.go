@@ -43,16 +43,13 @@ func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env
 	return r.result, nil
 }
 
-// values resolves the job's inputs into the chart's values, and tells the
-// redactor the secrets it used.
+// values resolves the job's inputs into the chart's values.
 func (r *run) values(context.Context) error {
-	vals, secrets, err := chartValues(r.job.Inputs, r.p.lookup())
+	vals, err := chartValues(r.job.Inputs, r.p.lookup())
 	if err != nil {
 		return err
 	}
 	r.vals = vals
-	r.out.flush()
-	r.out = newRedactor(r.out.w, secrets)
 	return nil
 }
 
@@ -192,7 +189,7 @@ func (r *run) upgrade(ctx context.Context, spec string, deployed *release.Releas
 		r.report(rel, true)
 		return nil
 	}
-	fmt.Fprintf(r.out, "upgrade of release %s failed: %v; rolling back to revision %d\n", r.release, r.out.redactError(err), deployed.Version)
+	fmt.Fprintf(r.out, "upgrade of release %s failed: %v; rolling back to revision %d\n", r.release, err, deployed.Version)
 	rb := action.NewRollback(r.cfg)
 	rb.Version = deployed.Version
 	rb.Wait = r.p.Wait

@@ -150,7 +150,6 @@ func (p *Plugin) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env
 		fmt.Fprintf(r.out, "%s/%s/%s %s: %s %s\n", d.Kind, d.Namespace, d.Name, d.Action, strings.Join(d.Fields, ", "), d.Diff)
 	}
 	fmt.Fprintf(r.out, "helm %s: %d drifted\n", job.Component, len(res.Drift))
-	r.out.flush()
 	return res, nil
 }
 
@@ -361,8 +360,6 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 		}
 		return kube.Debug(ctx, cfg, cmd, out)
 	}
-	// Helm's own debug lines must not mix into the answer.
-	r.out = newRedactor(io.Discard, nil)
 	if err := r.do(ctx, step{"connect", r.connect}); err != nil {
 		return err
 	}

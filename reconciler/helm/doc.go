@@ -78,7 +78,7 @@
 // # Secrets
 //
 // Resolved secrets reach Helm in the values only, which Helm stores in the
-// release's Secret, as it always does. Helm's log lines and the errors the
-// plugin returns pass through a redactor that replaces their values with
-// Redacted.
+// release's Secret, as it always does. The job process (package jobrun)
+// redacts Helm's log lines and the errors the plugin returns with package
+// internal/redact before they leave the job.
 package helm

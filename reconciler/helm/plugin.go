@@ -80,7 +80,7 @@ type run struct {
 	job       *schemas.Job
 	env       reconciler.Env
 	logger    *slog.Logger
-	out       *redactor
+	out       io.Writer // the job's log; the job process redacts it
 	dir       string
 	release   string
 	namespace string
@@ -114,11 +114,10 @@ func (p *Plugin) start(ctx context.Context, job *schemas.Job, env reconciler.Env
 		r.logger = slog.New(slog.DiscardHandler)
 	}
 	r.logger = r.logger.With("plugin", schemas.TypeHelm, "job", job.ID, "component", job.Component)
-	log := env.Log
-	if log == nil {
-		log = io.Discard
+	r.out = env.Log
+	if r.out == nil {
+		r.out = io.Discard
 	}
-	r.out = newRedactor(log, nil)
 	var timeout string
 	if h := job.Helm; h != nil {
 		if h.Release != "" {
@@ -160,15 +159,14 @@ func helmTimeout(ctx context.Context, setting string) time.Duration {
 }
 
 // do runs the steps in order and stops at the first error, wrapped
-// "helm STEP COMPONENT: ..." with secrets redacted.
+// "helm STEP COMPONENT: ...".
 func (r *run) do(ctx context.Context, steps ...step) error {
-	defer func() { r.out.flush() }()
 	for _, s := range steps {
 		began := time.Now()
 		err := s.do(ctx)
 		r.logger.Info("helm step", "step", s.name, "duration", time.Since(began), "ok", err == nil)
 		if err != nil {
-			return fmt.Errorf("helm %s %s: %w", s.name, r.job.Component, r.out.redactError(err))
+			return fmt.Errorf("helm %s %s: %w", s.name, r.job.Component, err)
 		}
 	}
 	return nil

@@ -305,7 +305,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 	default:
 		return &debugcmd.Refusal{Command: cmd.Words(), Reason: "not a terraform command"}
 	}
-	_, err = io.WriteString(out, r.out.redact(b.String()))
+	_, err = out.Write(b.Bytes())
 	return err
 }
 

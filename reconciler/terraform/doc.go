@@ -70,10 +70,11 @@
 // Secrets reach terraform through the variables file only: the NUON_SECRET_
 // variables are removed from terraform's environment, and the variables
 // file and the saved plan are deleted when the job ends. Terraform prints
-// the value of any variable a module does not mark sensitive, so its output
-// passes through a redactor before it reaches reconciler.Env.Log, and so do
-// the errors the plugin returns, which carry terraform's stderr. The state
-// holds whatever terraform stores in it, secrets included.
+// the value of any variable a module does not mark sensitive, in its own
+// escaping and word-wrapped; the job process (package jobrun) redacts
+// everything terraform prints to reconciler.Env.Log and every error the
+// plugin returns, with package internal/redact, before it leaves the job.
+// The state holds whatever terraform stores in it, secrets included.
 //
 // # Cancellation
 //

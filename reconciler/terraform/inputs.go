@@ -11,14 +11,13 @@ import (
 )
 
 // resolveInputs is the inputs step: it resolves the job's secret
-// references and tells the redactor their values.
+// references.
 func (r *run) resolveInputs(context.Context) error {
-	vars, secrets, err := resolveInputs(r.job.Inputs, r.lookup)
+	vars, _, err := resolveInputs(r.job.Inputs, r.lookup)
 	if err != nil {
 		return err
 	}
 	r.vars = vars
-	r.out.secrets(secrets)
 	return nil
 }
 

@@ -22,7 +22,7 @@ func lookupIn(env map[string]string) func(string) (string, bool) {
 func TestExtractWritesFiles(t *testing.T) {
 	secrets := map[string]string{
 		"NUON_SECRET_DB_PASS": `p@ss"word`,
-		"NUON_SECRET_TOKEN":   "tok-123",
+		"NUON_SECRET_TOKEN":   "tok-12345",
 		"NUON_SECRET_EMPTY":   "",
 	}
 	tests := []struct {
@@ -77,11 +77,11 @@ func TestExtractWritesFiles(t *testing.T) {
   "empty": "",
   "nested": {
     "list": [
-      "tok-123",
+      "tok-12345",
       "x"
     ]
   },
-  "token": "tok-123",
+  "token": "tok-12345",
   "url": "postgres://app:p@ss\"word@db:5432/app",
   "vpc": "${components.network.outputs.vpc_id}"
 }
@@ -96,7 +96,7 @@ func TestExtractWritesFiles(t *testing.T) {
 				job:    job,
 				env:    reconciler.Env{StateDir: stateDir, Artifacts: dirSource{}},
 				lookup: lookupIn(secrets),
-				out:    newRedactor(io.Discard),
+				out:    io.Discard,
 				dir:    filepath.Join(stateDir, moduleDir),
 				state:  filepath.Join(stateDir, stateFile),
 			}
@@ -157,7 +157,7 @@ func TestResolveInputsMissing(t *testing.T) {
 		"b": map[string]any{"c": []any{"x-${secrets.two}"}},
 		"d": "${secrets.present}",
 	}
-	_, _, err := resolveInputs(inputs, lookupIn(map[string]string{"NUON_SECRET_PRESENT": "v"}))
+	_, _, err := resolveInputs(inputs, lookupIn(map[string]string{"NUON_SECRET_PRESENT": "present-value"}))
 	if !errors.Is(err, reconciler.ErrSecretMissing) {
 		t.Fatalf("resolveInputs error = %v, want reconciler.ErrSecretMissing", err)
 	}

@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
 
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -55,8 +57,9 @@ type run struct {
 	env    reconciler.Env
 	logger *slog.Logger
 	lookup func(string) (string, bool)
-	// out receives terraform's stdout and stderr, with secrets redacted.
-	out *redactor
+	// out receives terraform's stdout and stderr. The job process redacts
+	// secrets from everything it prints and returns (package jobrun).
+	out io.Writer
 	tf  *tfexec.Terraform
 
 	dir   string // the extracted module, terraform's working directory
@@ -96,7 +99,7 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	r.out = newRedactor(log)
+	r.out = &lockedWriter{w: log}
 
 	dir, err := reconciler.StateDir(job, env)
 	if err != nil {
@@ -142,7 +145,7 @@ func (p *Plugin) environ() map[string]string {
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, reconciler.SecretEnvPrefix) {
+		if strings.HasPrefix(k, redact.EnvPrefix) {
 			continue
 		}
 		env[k] = v
@@ -155,14 +158,14 @@ func (p *Plugin) environ() map[string]string {
 }
 
 // do runs the steps in order and stops at the first error, wrapped
-// "terraform STEP COMPONENT: ..." with secrets redacted.
+// "terraform STEP COMPONENT: ...".
 func (r *run) do(ctx context.Context, steps ...step) error {
 	for _, s := range steps {
 		began := time.Now()
 		err := s.do(ctx)
 		r.logger.Info("terraform step", "step", s.name, "duration", time.Since(began), "ok", err == nil)
 		if err != nil {
-			return fmt.Errorf("terraform %s %s: %w", s.name, r.job.Component, r.out.redactError(err))
+			return fmt.Errorf("terraform %s %s: %w", s.name, r.job.Component, err)
 		}
 	}
 	return nil
@@ -181,6 +184,19 @@ func (r *run) cleanup() {
 // init installs the module's providers and connects the state.
 func (r *run) init(ctx context.Context) error {
 	return r.tf.Init(ctx, tfexec.Upgrade(false))
+}
+
+// lockedWriter serialises terraform's stdout and stderr, which
+// terraform-exec copies from two goroutines, into one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // printfLogger hands terraform-exec's log lines (the commands it runs) to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 )
 
@@ -96,6 +98,10 @@ registries use --registry-username or the docker config file.`,
 
 func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	log := g.Logger()
+	// The agent redacts its own log; the runner's and the syncer's go
+	// through the same redactor here. The agent names unusable secrets.
+	red, _ := redact.FromEnviron(os.Environ())
+	partsLog := slog.New(red.Handler(log.Handler()))
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
@@ -118,7 +124,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			return err
 		}
 	}
-	syncer, err := o.sync.syncer(log)
+	syncer, err := o.sync.syncer(partsLog)
 	if err != nil {
 		return err
 	}
@@ -130,12 +136,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Workdir: workdir,
 		Runner: o.kube.runner(&jobs.Local{
 			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat})),
-			Logger:  log,
+			Logger:  partsLog,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
-		}, workdir, log),
+		}, workdir, partsLog),
 		Plugins:     JobPlugins,
 		Sync:        syncer,
 		Concurrency: o.concurrency,

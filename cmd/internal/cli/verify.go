@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/go-git/go-git/v5/plumbing"
+	"nuon.dev/nuon/schemas"
 
 	"github.com/spf13/cobra"
 
@@ -74,12 +76,12 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 		return err
 	}
 	rep := verifyReport{Install: o.install}
-	head, err := repo.Ref(agent.DesiredRef(o.install))
+	head, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(o.install)))
 	if err != nil {
 		return err
 	}
 	if head.IsZero() {
-		rep.Reason = fmt.Sprintf("no desired state: %s does not exist", agent.DesiredRef(o.install))
+		rep.Reason = fmt.Sprintf("no desired state: %s does not exist", plumbing.ReferenceName(schemas.InstallRef(o.install)))
 	} else {
 		rep.Commit = head.String()
 		d, err := agent.Verify(repo.Storer(), head, o.install, trust, agent.Applied{})

@@ -1,0 +1,161 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"golang.org/x/crypto/ssh"
+	"gopkg.in/yaml.v3"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// Install is what one install's agent reported; its JSON form is what
+// `nuon status -o json` prints.
+type Install struct {
+	Install    string           `json:"install"`
+	Commit     string           `json:"commit"`
+	Desired    string           `json:"desired"`
+	Applied    string           `json:"applied"`
+	Generation int64            `json:"generation"`
+	Phase      string           `json:"phase"`
+	Refusal    *schemas.Refusal `json:"refusal,omitempty"`
+	// Components are sorted by name.
+	Components []Component `json:"components"`
+	// Verified says whether the status commit is signed by the agentKey
+	// of the install on main; VerifyError says why not.
+	Verified    bool   `json:"verified"`
+	VerifyError string `json:"verifyError,omitempty"`
+	// Rendered is the install's desired ref now; InSync is whether the
+	// agent has reported on it.
+	Rendered string `json:"rendered,omitempty"`
+	InSync   bool   `json:"inSync"`
+}
+
+// Component is one component's reported status.
+type Component struct {
+	Name string `json:"name"`
+	schemas.ComponentStatus
+}
+
+// Repository is what Read needs of the tenant repository.
+type Repository interface {
+	Storer() storer.Storer
+	Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error)
+	Ref(name plumbing.ReferenceName) (plumbing.Hash, error)
+}
+
+// Read returns the reported status of every install that has a status
+// ref (only install, when it is not empty), sorted by install id, each
+// checked against keys (install id → agentKey, see AgentKeys).
+func Read(repo Repository, keys map[string]string, install string) ([]Install, error) {
+	refs, err := repo.Refs(schemas.StatusRefPrefix)
+	if err != nil {
+		return nil, err
+	}
+	rows := []Install{}
+	for name, h := range refs {
+		id := strings.TrimPrefix(name.String(), schemas.StatusRefPrefix)
+		if install != "" && id != install {
+			continue
+		}
+		row, err := readInstall(repo, id, h, keys[id])
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Install < rows[j].Install })
+	return rows, nil
+}
+
+func readInstall(repo Repository, id string, h plumbing.Hash, key string) (Install, error) {
+	row := Install{Install: id, Commit: h.String(), Components: []Component{}}
+	c, files, err := gitobj.ReadCommitFiles(repo.Storer(), h, 0)
+	if err != nil {
+		return row, fmt.Errorf("status of %s: %w", id, err)
+	}
+	var st schemas.Status
+	if err := json.Unmarshal(files[schemas.StatusFile], &st); err != nil {
+		return row, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
+	}
+	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal
+	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
+		row.Components = append(row.Components, Component{Name: name, ComponentStatus: st.Components[name]})
+	}
+	row.Verified, row.VerifyError = Verify(c, id, key)
+	if rendered, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(id))); err == nil && !rendered.IsZero() {
+		row.Rendered = rendered.String()
+		row.InSync = rendered.String() == st.Desired || (st.Refusal != nil && st.Refusal.Commit == rendered.String())
+	}
+	return row, nil
+}
+
+// Verify says whether the status commit c is signed by key, the agentKey
+// of install id, and why not.
+func Verify(c *object.Commit, id, key string) (bool, string) {
+	if key == "" {
+		return false, "no agentKey for this install on main"
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key))
+	if err != nil {
+		return false, "agentKey on main: " + err.Error()
+	}
+	trust := &signature.AllowedSigners{Signers: []signature.AllowedSigner{{Principals: []string{id}, Key: pub}}}
+	if _, err := trust.VerifyCommit(c); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+// AgentKeys reads each install's agentKey from installs/<id>.yaml in the
+// source commit. A file that does not parse gives no key, so that
+// install's rows are unverified rather than the whole fleet unreadable.
+func AgentKeys(st storer.EncodedObjectStorer, source plumbing.Hash) (map[string]string, error) {
+	keys := map[string]string{}
+	c, err := gitobj.ReadCommit(st, source)
+	if err != nil {
+		return keys, err
+	}
+	root, err := gitobj.ReadTree(st, c.TreeHash)
+	if err != nil {
+		return keys, err
+	}
+	e, err := root.FindEntry(schemas.InstallsDir)
+	if err != nil {
+		return keys, nil
+	}
+	dir, err := gitobj.ReadTree(st, e.Hash)
+	if err != nil {
+		return keys, err
+	}
+	for _, e := range dir.Entries {
+		id, ok := strings.CutSuffix(e.Name, ".yaml")
+		if !ok || !e.Mode.IsFile() {
+			continue
+		}
+		data, err := gitobj.ReadBlob(st, e.Hash, maxInstallFile)
+		if err != nil {
+			continue
+		}
+		var in struct {
+			AgentKey string `yaml:"agentKey"`
+		}
+		if yaml.Unmarshal(data, &in) == nil {
+			keys[id] = in.AgentKey
+		}
+	}
+	return keys, nil
+}
+
+// maxInstallFile bounds what AgentKeys reads of one installs/<id>.yaml.
+const maxInstallFile = 1 << 20

@@ -1,0 +1,142 @@
+package fleet
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// memRepo is a Repository over go-git's in-memory storage.
+type memRepo struct{ st *memory.Storage }
+
+func (m memRepo) Storer() storer.Storer { return m.st }
+
+func (m memRepo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
+	out := map[plumbing.ReferenceName]plumbing.Hash{}
+	iter, err := m.st.IterReferences()
+	if err != nil {
+		return nil, err
+	}
+	return out, iter.ForEach(func(r *plumbing.Reference) error {
+		if strings.HasPrefix(r.Name().String(), prefix) {
+			out[r.Name()] = r.Hash()
+		}
+		return nil
+	})
+}
+
+func (m memRepo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
+	r, err := m.st.Reference(name)
+	if err != nil {
+		return plumbing.ZeroHash, nil
+	}
+	return r.Hash(), nil
+}
+
+func loadKey(t *testing.T, name string) *signature.Signer {
+	t.Helper()
+	s, err := signature.LoadSigner("../fixtures/keys/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// commit writes a commit of files, signed by s, and returns it.
+func commit(t *testing.T, st storer.Storer, files map[string][]byte, s *signature.Signer) plumbing.Hash {
+	t.Helper()
+	b := gitobj.NewBatch()
+	dirs := map[string][]gitobj.Entry{}
+	var root []gitobj.Entry
+	for name, data := range files {
+		h := b.Add(plumbing.BlobObject, data)
+		if dir, base, ok := strings.Cut(name, "/"); ok {
+			dirs[dir] = append(dirs[dir], gitobj.Entry{Name: base, Mode: filemode.Regular, Hash: h})
+			continue
+		}
+		root = append(root, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
+	}
+	for dir, entries := range dirs {
+		root = append(root, gitobj.Entry{Name: dir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+	}
+	who := object.Signature{Name: "t", Email: "t@example.com", When: time.Unix(1e9, 0)}
+	var signer gitobj.Signer
+	if s != nil {
+		signer = s
+	}
+	h, err := b.Commit(gitobj.Commit{Tree: b.Tree(root), Author: who, Message: "m\n"}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(st); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestReadFlagsWrongKey: a status signed by another key than the
+// install's own is shown unverified, with the reason.
+func TestReadFlagsWrongKey(t *testing.T) {
+	st := memory.NewStorage()
+	acme, globex := loadKey(t, "acme"), loadKey(t, "globex")
+	main := commit(t, st, map[string][]byte{
+		"installs/acme.yaml":   []byte("agentKey: " + acme.AuthorizedKey() + "\n"),
+		"installs/globex.yaml": []byte("agentKey: " + globex.AuthorizedKey() + "\n"),
+	}, nil)
+	status := func(id string) []byte {
+		b, _ := json.Marshal(schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: id, Phase: schemas.InstallReady})
+		return b
+	}
+	tests := []struct {
+		install  string
+		signer   *signature.Signer
+		verified bool
+		reason   string
+	}{
+		{"acme", acme, true, ""},
+		{"globex", acme, false, "not trusted"},
+		{"initech", globex, false, "no agentKey"},
+		{"unsigned", nil, false, ""},
+	}
+	for _, tt := range tests {
+		h := commit(t, st, map[string][]byte{schemas.StatusFile: status(tt.install)}, tt.signer)
+		if err := st.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef(tt.install)), h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := AgentKeys(st, main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := Read(memRepo{st}, keys, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(tests) {
+		t.Fatalf("%d rows, want %d", len(rows), len(tests))
+	}
+	byID := map[string]Install{}
+	for _, r := range rows {
+		byID[r.Install] = r
+	}
+	for _, tt := range tests {
+		r := byID[tt.install]
+		if r.Verified != tt.verified {
+			t.Errorf("%s: verified %v, want %v (%s)", tt.install, r.Verified, tt.verified, r.VerifyError)
+		}
+		if !tt.verified && (r.VerifyError == "" || !strings.Contains(r.VerifyError, tt.reason)) {
+			t.Errorf("%s: verify error %q, want one mentioning %q", tt.install, r.VerifyError, tt.reason)
+		}
+	}
+}

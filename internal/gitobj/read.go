@@ -1,0 +1,111 @@
+package gitobj
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// ErrTooLarge marks an object larger than a reader's limit. It is checked
+// from the object's size before its content is read whole.
+var ErrTooLarge = errors.New("object too large")
+
+// ReadObject reads the object h of type t from st and checks that its
+// content hashes to h: a store whose files were edited is caught here,
+// not trusted. A positive limit refuses, with ErrTooLarge, an object whose
+// size is above it before reading it.
+func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, limit int64) (plumbing.EncodedObject, []byte, error) {
+	o, err := st.EncodedObject(t, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if limit > 0 && o.Size() > limit {
+		return nil, nil, fmt.Errorf("%s %s: %w: %d bytes, the limit is %d", t, h, ErrTooLarge, o.Size(), limit)
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if got := Hash(t, content); got != h {
+		return nil, nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+	}
+	return o, content, nil
+}
+
+// ReadCommit reads and decodes the commit h, checking its hash.
+func ReadCommit(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Commit, error) {
+	o, _, err := ReadObject(st, plumbing.CommitObject, h, 0)
+	if err != nil {
+		return nil, err
+	}
+	return object.DecodeCommit(st, o)
+}
+
+// ReadTree reads and decodes the tree h, checking its hash.
+func ReadTree(st storer.EncodedObjectStorer, h plumbing.Hash) (*object.Tree, error) {
+	o, _, err := ReadObject(st, plumbing.TreeObject, h, 0)
+	if err != nil {
+		return nil, err
+	}
+	return object.DecodeTree(st, o)
+}
+
+// ReadBlob reads the blob h, checking its hash; a positive limit bounds
+// its size as ReadObject does.
+func ReadBlob(st storer.EncodedObjectStorer, h plumbing.Hash, limit int64) ([]byte, error) {
+	_, content, err := ReadObject(st, plumbing.BlobObject, h, limit)
+	return content, err
+}
+
+// ReadFiles reads every file under the tree h, by slash-separated path,
+// checking every object's hash. A positive limit bounds each file's size.
+// Submodules are an error: nothing nuon writes or reads holds one.
+func ReadFiles(st storer.EncodedObjectStorer, h plumbing.Hash, limit int64) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	var walk func(prefix string, h plumbing.Hash) error
+	walk = func(prefix string, h plumbing.Hash) error {
+		t, err := ReadTree(st, h)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			p := path.Join(prefix, e.Name)
+			switch {
+			case e.Mode == 0o040000:
+				if err := walk(p, e.Hash); err != nil {
+					return err
+				}
+			case e.Mode.IsFile():
+				data, err := ReadBlob(st, e.Hash, limit)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				files[p] = data
+			default:
+				return fmt.Errorf("%s: unexpected tree entry of mode %s", p, e.Mode)
+			}
+		}
+		return nil
+	}
+	return files, walk("", h)
+}
+
+// ReadCommitFiles reads the files of the commit h's tree.
+func ReadCommitFiles(st storer.EncodedObjectStorer, h plumbing.Hash, limit int64) (*object.Commit, map[string][]byte, error) {
+	c, err := ReadCommit(st, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := ReadFiles(st, c.TreeHash, limit)
+	return c, files, err
+}
