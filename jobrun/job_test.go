@@ -60,7 +60,7 @@ func TestMainRejectsManifest(t *testing.T) {
 		{name: "unknown field", edit: set("timout", "1m"), wantMsg: `timout: unknown field "timout"; did you mean "timeout"?`},
 		{name: "api version", edit: set("apiVersion", "nuon.dev/v0"), wantMsg: `:1:15: apiVersion: must be "nuon.dev/v1", not "nuon.dev/v0"`},
 		{name: "kind", edit: set("kind", "Status"), wantMsg: `kind: must be "Job", not "Status"`},
-		{name: "operation", edit: set("operation", "upsert"), wantMsg: `operation: must be one of create, update or delete, not "upsert"`},
+		{name: "operation", edit: set("operation", "upsert"), wantMsg: `operation: must be one of create, update, delete, drift, health or debug, not "upsert"`},
 		{name: "zero timeout", edit: set("timeout", "0s"), wantMsg: `manifest.json: timeout "0s" is not a positive duration`},
 		{name: "no timeout", edit: set("timeout", ""), wantMsg: `timeout: "" is not a duration`},
 		{name: "negative timeout", edit: set("timeout", "-1s"), wantMsg: `timeout: "-1s" is not a duration`},
