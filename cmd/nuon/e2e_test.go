@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -89,29 +90,12 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// tfConfig finds the offline provider mirror `make tf-providers` builds.
-func tfConfig(tb testing.TB) string {
-	tb.Helper()
-	for _, c := range []string{os.Getenv("NUON_TF_CLI_CONFIG"), os.Getenv("TF_CLI_CONFIG_FILE")} {
-		if c != "" {
-			if _, err := os.Stat(c); err == nil {
-				return c
-			}
-		}
-	}
-	if os.Getenv("CI") != "" {
-		tb.Fatal("no terraform provider mirror: run `make tf-providers`")
-	}
-	tb.Skip("no terraform provider mirror: run `make tf-providers`")
-	return ""
-}
-
 // TestEndToEnd renders the sample tenant over a real smart-HTTP git server,
 // runs the acme agent binary, which applies the terraform components with
 // the real terraform, reads `nuon status --output json`, then promotes a
 // version and checks that only that component's job runs.
 func TestEndToEnd(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	root := repoRoot()
 	srv := gittest.NewServer(t)
 	bare := srv.InitBare(t, "tenant.git")
