@@ -49,17 +49,17 @@ bench: tf-providers kube-binaries registry ## run the benchmarks (figures in BEN
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
-# A real kube-apiserver and etcd, built from the Go module proxy in their own
-# module (tools/kube) and cached outside the clone by version. Tests find them
-# through NUON_KUBE_ASSETS (internal/kubetest); the demo starts one with
-# kube-up.
+# A real kube-apiserver and etcd, and kubectl of the same version, built from
+# the Go module proxy in their own module (tools/kube) and cached outside the
+# clone by version. Tests and benchmarks find them through NUON_KUBE_ASSETS
+# (internal/kubetest); the demo starts one with kube-up.
 KUBE_VERSION := v1.37.1
 KUBE_ASSETS  := $(CACHE)/kube/$(KUBE_VERSION)
 KUBE_DIR     ?= $(DEMO_DIR)/kube
 export NUON_KUBE_ASSETS := $(KUBE_ASSETS)
 
 .PHONY: kube-binaries
-kube-binaries: ## build kube-apiserver and etcd for tests (cached in $(CACHE); ~11 min cold)
+kube-binaries: ## build kube-apiserver, etcd and kubectl of one version for tests and benchmarks (cached in $(CACHE); ~11 min cold)
 	hack/kube-binaries.sh $(KUBE_ASSETS)
 
 .PHONY: kube-up
