@@ -126,7 +126,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	agentArgs := []string{"agent", "--once", "--repo", url, "--install", "acme", "--trust", trust,
 		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
-		"--artifacts", filepath.Join(root, "fixtures", "modules"), "-o", "json"}
+		"--artifacts", fixtureLayout(t), "-o", "json"}
 	nuon(t, env, 0, agentArgs...)
 
 	rows := statusJSON(t, env, url, cache)

@@ -40,8 +40,19 @@ the component's type creates, updates or deletes it, and the result (outputs;
 sensitive outputs by name only) is written to the manifest's resultFile. The
 agent runs every job this way, each in its own process group, so a job can be
 cancelled as a whole and cannot starve the agent. Run it by hand to replay a
-job from an agent's workdir (jobs/<id>/manifest.json).`,
-		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json`,
+job from an agent's workdir (jobs/<id>/manifest.json).
+
+Artifacts come from the install registry, by the digests the manifest pins.
+For development and air-gapped tests, not production, --artifacts DIR reads
+them from an OCI image layout instead (the directory 'crane pull
+--format=oci' or 'skopeo copy ... oci:DIR' writes); every manifest and layer
+read from it must hash to its digest, as from a registry, or the job fails
+before the plugin runs.`,
+		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json
+
+  # replay a job against artifacts copied to local disk
+  crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
+  nuon job run --artifacts ./artifacts ./work/jobs/network-g3-update-1a2b3c/manifest.json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := reg.ArtifactSource(artifacts)
@@ -54,7 +65,7 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout)
 		},
 	}
-	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")
+	run.Flags().StringVar(&artifacts, "artifacts", "", cli.ArtifactsHelp)
 	reg.Flags(run.Flags())
 	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
 	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")

@@ -50,8 +50,8 @@ With --vendor-key (the vendor's cosign.pub), before a component's job the agent
 copies its artifacts by digest from the vendor registry into the install's
 registry, each with its signature, after verifying that the vendor key signed
 it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
-read their artifacts from the install registry only (or from --artifacts, a
-local fallback). Amazon ECR registries get their credentials from
+read their artifacts from the install registry only (or with --artifacts from
+an OCI image layout on local disk, for development and air-gapped tests). Amazon ECR registries get their credentials from
 GetAuthorizationToken and their repositories created as needed; other
 registries use --registry-username or the docker config file.`,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
@@ -79,7 +79,7 @@ registries use --registry-username or the docker config file.`,
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
-	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
+	f.StringVar(&o.artifacts, "artifacts", "", ArtifactsHelp)
 	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")

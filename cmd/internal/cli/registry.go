@@ -15,7 +15,6 @@ import (
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/agent/sync"
 	"nuon.dev/nuon/internal/oci"
-	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 )
 
@@ -127,11 +126,17 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 	return sy, nil
 }
 
-// artifactSource is what a job reads artifacts from: the install registry,
-// or with dir the directories under it (a local fallback).
-func (r *RegistryOptions) ArtifactSource(dir string) (reconciler.ArtifactSource, error) {
-	if dir != "" {
-		return jobrun.DirArtifacts{Root: dir}, nil
+// ArtifactsHelp is the help of --artifacts, for the agent and for `nuon job
+// run`.
+const ArtifactsHelp = "development and air-gapped tests only, not production: jobs read artifacts from DIR, an OCI image layout " +
+	"(as `crane pull --format=oci` writes one), instead of the install registry; every manifest and layer is checked against the digest the desired state pins"
+
+// ArtifactSource is what a job reads artifacts from: the install
+// registry, or with layout an OCI image layout on local disk. Both check
+// every digest they read (see oci.Source and oci.Layout).
+func (r *RegistryOptions) ArtifactSource(layout string) (reconciler.ArtifactSource, error) {
+	if layout != "" {
+		return oci.Layout{Path: layout}, nil
 	}
 	c, _, err := r.Client()
 	if err != nil {
