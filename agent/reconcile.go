@@ -87,10 +87,16 @@ func (r *reconcile) loadStatus(ctx context.Context) error {
 	if r.localHead.IsZero() {
 		r.rec = newRecord(a.cfg.Install)
 		r.changed = true
-		return nil
+	} else if r.rec, err = a.loadRecord(r.localHead); err != nil {
+		return err
 	}
-	r.rec, err = a.loadRecord(r.localHead)
-	return err
+	// Whether this agent verifies artifacts is part of its status; a
+	// change is worth a commit of its own.
+	if p := a.artifactPolicy(); r.rec.Status.Artifacts != p {
+		r.rec.Status.Artifacts = p
+		r.changed = true
+	}
+	return nil
 }
 
 // pendingJob is a journal entry: written before a job starts, removed once

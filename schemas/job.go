@@ -89,9 +89,24 @@ type Status struct {
 	Generation int64  `json:"generation"`
 	Phase      string `json:"phase"`
 	// Refusal says why the agent refused the desired commit, if it did.
-	Refusal    *Refusal                   `json:"refusal,omitempty"`
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// Artifacts says whether the agent that wrote the status verifies
+	// artifacts before it deploys them: ArtifactsVerified, or
+	// ArtifactsUnverified when it runs with verification switched off.
+	// Empty in statuses written before agents reported it.
+	Artifacts  string                     `json:"artifacts,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
 }
+
+// Artifact verification of an agent, in a status.
+const (
+	// ArtifactsVerified: every artifact is deployed only after its
+	// signature by the vendor's key was verified.
+	ArtifactsVerified = "Verified"
+	// ArtifactsUnverified: the agent was told to deploy artifacts without
+	// verifying them (--insecure-skip-artifact-verification).
+	ArtifactsUnverified = "Unverified"
+)
 
 // Refusal records a desired commit the agent would not apply.
 type Refusal struct {

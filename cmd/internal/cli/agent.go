@@ -46,14 +46,21 @@ restarted agent waits for a job that outlived it, records its outcome and does
 not run a finished job again. SIGTERM stops the running jobs cleanly, writes
 the status and exits.
 
-With --vendor-key (the vendor's cosign.pub), before a component's job the agent
-copies its artifacts by digest from the vendor registry into the install's
-registry, each with its signature, after verifying that the vendor key signed
-it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
-read their artifacts from the install registry only (or with --artifacts from
-an OCI image layout on local disk, for development and air-gapped tests). Amazon ECR registries get their credentials from
-GetAuthorizationToken and their repositories created as needed; other
-registries use --registry-username or the docker config file.`,
+Artifacts fail closed. With --vendor-key (the vendor's cosign.pub), before a
+component's job the agent copies its artifacts by digest from the vendor
+registry into the install's registry, each with its signature, after verifying
+that the vendor key signed it; an unsigned or wrongly signed artifact is
+refused and no job starts. Without --vendor-key every component that has
+artifacts fails with "no vendor artifact key" and nothing of it is synced or
+applied, unless --insecure-skip-artifact-verification (development only) lets
+jobs deploy unverified artifacts; every status the agent then writes says
+artifacts: Unverified, and 'nuon status' shows it.
+
+Jobs read their artifacts from the install registry only, or with --artifacts
+from an OCI image layout on local disk (development and air-gapped tests; the
+digests are checked as from a registry). Amazon ECR registries get their
+credentials from GetAuthorizationToken and their repositories created as
+needed; other registries use --registry-username or the docker config file.`,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
@@ -64,7 +71,12 @@ registries use --registry-username or the docker config file.`,
   # verify and copy artifacts into the install's ECR before each job
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon \
-      --vendor-key /etc/nuon/cosign.pub`,
+      --vendor-key /etc/nuon/cosign.pub
+
+  # development: artifacts from a local OCI image layout, unverified
+  crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
+  nuon agent --repo ./tenant.git --install acme --trust allowed_signers --key acme.key \
+      --workdir ./work --once --artifacts ./artifacts --insecure-skip-artifact-verification`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -142,6 +154,9 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Interval:    o.interval,
 		MaxBackoff:  o.maxBackoff,
 		Logger:      log,
+		// Without --vendor-key the agent refuses every artifact, unless
+		// told otherwise.
+		InsecureSkipArtifactVerification: o.sync.insecure,
 	})
 	if err != nil {
 		return err

@@ -92,11 +92,13 @@ func (r *RegistryOptions) Client() (*oci.Client, *sync.ECRRegistries, error) {
 // syncOptions are the agent's flags for artifact sync.
 type syncOptions struct {
 	vendorKey string
+	insecure  bool
 	registry  RegistryOptions
 }
 
 func (s *syncOptions) flags(f *pflag.FlagSet) {
-	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job")
+	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job; without it no component with artifacts is applied")
+	f.BoolVar(&s.insecure, "insecure-skip-artifact-verification", false, "development only: without --vendor-key, deploy artifacts nobody verified (the status says artifacts: Unverified)")
 	s.registry.Flags(f)
 }
 
@@ -105,10 +107,18 @@ func (s *syncOptions) jobArgs(argv []string) []string {
 	return append(argv, s.registry.args()...)
 }
 
-// syncer returns the agent's Syncer; nil (no sync) without --vendor-key.
+// syncer returns the agent's Syncer; nil (no sync) without --vendor-key,
+// when the agent refuses every artifact unless --insecure-skip-artifact-
+// verification says otherwise.
 func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
-	if s.vendorKey == "" {
-		log.Warn("no --vendor-key: artifacts are not verified nor copied; jobs read what the install registry (or --artifacts) holds")
+	switch {
+	case s.vendorKey != "" && s.insecure:
+		return nil, errors.New("--vendor-key and --insecure-skip-artifact-verification contradict each other: verify with the key, or drop it")
+	case s.insecure:
+		log.Warn("--insecure-skip-artifact-verification: artifacts are NOT verified nor copied; jobs deploy whatever the install registry (or --artifacts) holds, and the status says artifacts: Unverified")
+		return nil, nil
+	case s.vendorKey == "":
+		log.Warn("no --vendor-key: artifacts cannot be verified, so no component with artifacts is synced or applied")
 		return nil, nil
 	}
 	key, err := oci.LoadPublicKey(s.vendorKey)

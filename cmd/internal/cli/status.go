@@ -37,6 +37,9 @@ func NewStatusCmd(g *Globals) *cobra.Command {
 shows each install's desired and applied commits, generation, phase and failing
 components. Each status commit's signature is checked against the agentKey of
 installs/<id>.yaml on main: VERIFIED says whether the install's own agent wrote it.
+ARTIFACTS is what the agent says of its artifacts: verified (each signature
+checked against the vendor key before deploying), or UNVERIFIED when it runs
+with --insecure-skip-artifact-verification.
 Status history ('git log refs/heads/nuon/status/<id>') is the install's audit log.`,
 		Example: `  nuon status --repo ./tenant.git
   nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
@@ -76,6 +79,11 @@ type installStatus struct {
 	// agent has reported on it.
 	Rendered string `json:"rendered,omitempty"`
 	InSync   bool   `json:"inSync"`
+
+	// Artifacts is the agent's artifact verification, as its status says:
+	// Verified, Unverified (--insecure-skip-artifact-verification), or
+	// empty from an agent that predates the field.
+	Artifacts string `json:"artifacts,omitempty"`
 }
 
 type componentStatus struct {
@@ -185,7 +193,7 @@ func readStatus(repo *gitrepo.Repo, id string, h plumbing.Hash, key string) (ins
 	if err := json.Unmarshal([]byte(data), &st); err != nil {
 		return row, fmt.Errorf("status of %s: %s: %w", id, path.Join(agent.StatusRef(id).String(), "status.json"), err)
 	}
-	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal
+	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal, row.Artifacts = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal, st.Artifacts
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
 		row.Components = append(row.Components, componentStatus{Name: name, ComponentStatus: st.Components[name]})
 	}
@@ -217,7 +225,7 @@ func verifyStatus(c *object.Commit, id, key string) (bool, string) {
 
 func printStatus(w io.Writer, rows []installStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tPHASE\tSYNCED\tVERIFIED\tFAILING")
+	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tPHASE\tSYNCED\tVERIFIED\tARTIFACTS\tFAILING")
 	for _, r := range rows {
 		var failing []string
 		for _, c := range r.Components {
@@ -228,10 +236,24 @@ func printStatus(w io.Writer, rows []installStatus) {
 		if r.Refusal != nil {
 			failing = append([]string{"refused " + shortID(r.Refusal.Commit) + ": " + r.Refusal.Reason}, failing...)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
-			r.Phase, yesNo(r.InSync), yesNo(r.Verified), strings.Join(failing, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
+			r.Phase, yesNo(r.InSync), yesNo(r.Verified), artifactsColumn(r.Artifacts), strings.Join(failing, " "))
 	}
 	tw.Flush()
+}
+
+// artifactsColumn shows an agent's artifact verification; UNVERIFIED
+// stands out.
+func artifactsColumn(s string) string {
+	switch s {
+	case schemas.ArtifactsVerified:
+		return "verified"
+	case schemas.ArtifactsUnverified:
+		return "UNVERIFIED"
+	case "":
+		return "-"
+	}
+	return s
 }
 
 func shortID(s string) string {
