@@ -29,7 +29,7 @@ demo: build tf-providers kube-binaries registry ## render the sample tenant and 
 
 .PHONY: test
 test: tf-providers kube-binaries registry ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
-	$(GO) test -race -count=1 -timeout 30m ./...
+	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 .PHONY: vet
 vet: ## gofmt and go vet
@@ -38,15 +38,12 @@ vet: ## gofmt and go vet
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## run every fuzz target for FUZZTIME each
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$t"; $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg; \
-	  done; done
+fuzz: ## run every fuzz target on its own for FUZZTIME each (CI: FUZZTIME=10s)
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
 bench: tf-providers kube-binaries registry ## run the benchmarks (figures in BENCHMARKS.md)
-	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
+	NUON_REQUIRE_TOOLS=1 $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
 # A real kube-apiserver and etcd, and kubectl of the same version, built from
@@ -75,12 +72,13 @@ kube-down: ## stop the kube-apiserver kube-up started
 # Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
 # tests: internal/oci/ocitest starts it on loopback, with TLS and basic auth as
 # ECR has them (openssl, htpasswd). Without it those tests skip, unless CI is
-# set, when they fail.
+# set or they run under make test or make bench, when they fail
+# (internal/testenv).
 .PHONY: registry
 registry: ## install docker-registry, htpasswd and openssl for the registry tests (apt-get)
 	hack/registry.sh install
 
 .PHONY: bench-sync
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts
-	NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
+	NUON_REQUIRE_TOOLS=1 NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
 

@@ -7,21 +7,26 @@ import (
 	"testing"
 )
 
-// CI reports whether the tests run in CI, where every real component must
-// be present: CI is set, and not to "false" or "0".
-func CI() bool {
+// RequireTools is the environment variable `make test` and `make bench`
+// set to 1: they provision every tool first, so a missing one is a
+// failure there too.
+const RequireTools = "NUON_REQUIRE_TOOLS"
+
+// Required reports whether every real component must be present: in CI
+// (CI set, and not to "false" or "0"), or with RequireTools=1.
+func Required() bool {
 	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
+	return ci != "" && ci != "false" && ci != "0" || os.Getenv(RequireTools) == "1"
 }
 
-// Missing reports a missing component: it skips t, or under CI fails it.
-// The message should name what is missing and the make target that
-// provides it.
+// Missing reports a missing component: it skips t, or fails it when
+// Required. The message should name what is missing and the make target
+// that provides it.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if CI() {
-		t.Fatalf("%s (CI=%s: a missing tool is a failure here)", msg, os.Getenv("CI"))
+	if Required() {
+		t.Fatalf("%s (CI=%q %s=%q: every tool must be present)", msg, os.Getenv("CI"), RequireTools, os.Getenv(RequireTools))
 	}
 	t.Skip(msg)
 }

@@ -40,12 +40,13 @@ func TestMissingInCI(t *testing.T) {
 		wantFail  bool
 		want      string
 	}{
-		{name: "missing, locally", run: "TestChildMissing", env: []string{"CI="}, want: "--- SKIP"},
-		{name: "missing, CI=false", run: "TestChildMissing", env: []string{"CI=false"}, want: "--- SKIP"},
-		{name: "missing, CI=0", run: "TestChildMissing", env: []string{"CI=0"}, want: "--- SKIP"},
-		{name: "missing, in CI", run: "TestChildMissing", env: []string{"CI=true"}, wantFail: true, want: "no frobnicator: run `make frobnicator` (CI=true"},
-		{name: "no mirror, locally", run: "TestChildTerraformConfig", env: []string{"CI=", "NUON_TF_CLI_CONFIG=/nonexistent", "TF_CLI_CONFIG_FILE=", noCache}, want: "--- SKIP"},
-		{name: "no mirror, in CI", run: "TestChildTerraformConfig", env: []string{"CI=1", "NUON_TF_CLI_CONFIG=/nonexistent", "TF_CLI_CONFIG_FILE=", noCache}, wantFail: true, want: "run `make tf-providers` (CI=1"},
+		{name: "missing, locally", run: "TestChildMissing", env: []string{"CI=", RequireTools + "="}, want: "--- SKIP"},
+		{name: "missing, CI=false", run: "TestChildMissing", env: []string{"CI=false", RequireTools + "="}, want: "--- SKIP"},
+		{name: "missing, CI=0", run: "TestChildMissing", env: []string{"CI=0", RequireTools + "="}, want: "--- SKIP"},
+		{name: "missing, in CI", run: "TestChildMissing", env: []string{"CI=true"}, wantFail: true, want: "no frobnicator: run `make frobnicator` (CI=\"true\""},
+		{name: "missing, make test", run: "TestChildMissing", env: []string{"CI=", RequireTools + "=1"}, wantFail: true, want: "no frobnicator"},
+		{name: "no mirror, locally", run: "TestChildTerraformConfig", env: []string{"CI=", RequireTools + "=", "NUON_TF_CLI_CONFIG=/nonexistent", "TF_CLI_CONFIG_FILE=", noCache}, want: "--- SKIP"},
+		{name: "no mirror, in CI", run: "TestChildTerraformConfig", env: []string{"CI=1", "NUON_TF_CLI_CONFIG=/nonexistent", "TF_CLI_CONFIG_FILE=", noCache}, wantFail: true, want: "run `make tf-providers` (CI=\"1\""},
 		{name: "mirror", run: "TestChildTerraformConfig", env: []string{"CI=1", "NUON_TF_CLI_CONFIG=", "TF_CLI_CONFIG_FILE=" + cfg, noCache}, want: "config: " + cfg},
 	}
 	for _, tt := range tests {
