@@ -138,8 +138,8 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 
 // ArtifactsHelp is the help of --artifacts, for the agent and for `nuon job
 // run`.
-const ArtifactsHelp = "development and air-gapped tests only, not production: jobs read artifacts from DIR, an OCI image layout " +
-	"(as `crane pull --format=oci` writes one), instead of the install registry; every manifest and layer is checked against the digest the desired state pins"
+const ArtifactsHelp = "development and air-gapped tests only, not production: jobs read artifacts from `DIR`, an OCI image layout " +
+	"(as 'crane pull --format=oci' writes one), instead of the install registry; every manifest and layer must hash to the digest the desired state pins"
 
 // ArtifactSource is what a job reads artifacts from: the install
 // registry, or with layout an OCI image layout on local disk. Both check
