@@ -21,9 +21,12 @@
 //     dependencies, at most Config.Concurrency at once. A component's inputs
 //     are resolved from the outputs of the components it depends on and its
 //     resolved spec hashed: an unchanged hash runs no job. Otherwise its
-//     artifacts are synced (Config.Sync) and its job runs as its own process
-//     (Config.Runner). A failure blocks the component's dependents, not its
-//     siblings.
+//     artifacts are verified and synced (Config.Sync) and its job runs as
+//     its own process (Config.Runner). Without a Syncer artifacts fail
+//     closed: the component fails with ErrNoArtifactKey, unless
+//     Config.InsecureSkipArtifactVerification, and status.json's artifacts
+//     field says which. A failure blocks the component's dependents, not
+//     its siblings.
 //  7. writeStatus: a commit signed with the install's key on the local status
 //     ref: status.json, applied/<component>.json (the resolved spec of each
 //     component's last job) and jobs/<id>.json (the manifests this pass ran).
