@@ -53,7 +53,7 @@ before the plugin runs.`,
   # replay a job against artifacts copied to local disk
   crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
   nuon job run --artifacts ./artifacts ./work/jobs/network-g3-update-1a2b3c/manifest.json`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := reg.ArtifactSource(artifacts)
 			if err != nil {
