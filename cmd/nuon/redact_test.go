@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"nuon.dev/nuon/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 // NUON_REDACT_SECRETS sets how many secrets to try (default 2) and
 // NUON_REDACT_SEED the seed (default: the time, logged).
 func TestSecretsNeverReachGitE2E(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	kube := kubetest.Shared(t)
 	n := 2
 	if v, err := strconv.Atoi(os.Getenv("NUON_REDACT_SECRETS")); err == nil && v > 0 {
