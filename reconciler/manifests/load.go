@@ -104,7 +104,7 @@ func decode(name string, r io.Reader) ([]*unstructured.Unstructured, error) {
 					return fmt.Errorf("item %d is itself a list", item)
 				}
 				if err := named(u); err != nil {
-					return fmt.Errorf("item %d: %w", item, err)
+					return fmt.Errorf("item %d (%s): %w", item, u.GetKind(), err)
 				}
 				objs = append(objs, u)
 				return nil
@@ -115,7 +115,7 @@ func decode(name string, r io.Reader) ([]*unstructured.Unstructured, error) {
 			continue
 		}
 		if err := named(obj); err != nil {
-			return nil, fmt.Errorf("%w: %s: document %d: %w", ErrInvalid, name, doc, err)
+			return nil, fmt.Errorf("%w: %s: document %d (%s): %w", ErrInvalid, name, doc, obj.GetKind(), err)
 		}
 		objs = append(objs, obj)
 	}
@@ -125,9 +125,9 @@ func decode(name string, r io.Reader) ([]*unstructured.Unstructured, error) {
 func named(obj *unstructured.Unstructured) error {
 	switch {
 	case obj.GetName() == "" && obj.GetGenerateName() != "":
-		return fmt.Errorf("(%s) metadata.generateName cannot be applied again; set metadata.name", obj.GetKind())
+		return errors.New("metadata.generateName cannot be applied again; set metadata.name")
 	case obj.GetName() == "":
-		return fmt.Errorf("(%s) no metadata.name", obj.GetKind())
+		return errors.New("no metadata.name")
 	}
 	return nil
 }
