@@ -62,6 +62,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
+	// Observe, when set, is called by Run after every pass with its
+	// report and error (metrics, readiness); it must not block.
+	Observe func(*Report, error)
 }
 
 // Syncer copies artifacts, by digest, from the vendor registry into the
@@ -172,7 +175,10 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	failures := 0
 	for {
-		_, err := a.Reconcile(ctx)
+		rep, err := a.Reconcile(ctx)
+		if a.cfg.Observe != nil && ctx.Err() == nil {
+			a.cfg.Observe(rep, err)
+		}
 		wait := a.cfg.Interval
 		switch {
 		case ctx.Err() != nil:

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -108,6 +109,11 @@ type Server struct {
 
 	renderMu sync.Mutex
 	rendered plumbing.Hash // the main commit last rendered (or refused)
+
+	metrics *metrics
+	// ready is set once main has been checked (a writer) or the mirror
+	// refreshed from the writer (a replica): see readyz.
+	ready atomic.Bool
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -134,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		wake: make(chan struct{}, 1),
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
+		metrics:  newMetrics(),
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
@@ -143,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Upstream != "" {
-		s.mirror = newMirror(dir, cfg.Upstream, s.log)
+		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
 	}
 	s.routes()
 	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream))
@@ -161,6 +168,8 @@ func (s *Server) routes() {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /hooks/main", s.webhook)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.metrics.handler())
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)
@@ -187,6 +196,7 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 	install, err := s.verifier.Verify(r)
 	if err != nil {
 		s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
+		s.metrics.refused(authReason(err))
 		w.Header().Set("WWW-Authenticate", request.Scheme)
 		http.Error(w, "nuon: "+refusalText(err), http.StatusUnauthorized)
 		return
@@ -230,10 +240,37 @@ func refusalText(err error) string {
 	return "request refused"
 }
 
-// refuse logs a refused git operation.
-func (s *Server) refuse(install, ref, reason string) {
+// refuse logs and counts a refused git operation; code is one of the
+// fixed reasons (reasonForeignRef…), reason says more in the log.
+func (s *Server) refuse(install, ref, code, reason string) {
 	s.log.Warn("git request refused", "install", install, "ref", ref, "reason", reason)
+	s.metrics.refused(code)
 }
+
+// readyz answers 200 once the server can serve what agents ask of it: the
+// ref table is loaded (New) and main has been checked once since start
+// (Sync; so install keys and renders are current), or, on a read replica,
+// its mirror has been refreshed from the writer once. Until then, and
+// while a replica has not refreshed for three poll intervals, it answers
+// 503 so that a load balancer sends polls elsewhere.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.readiness(); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// readiness is nil when the server is ready (see readyz).
+func (s *Server) readiness() error {
+	if !s.ready.Load() {
+		return errors.New("main not checked yet")
+	}
+	return nil
+}
+
+// Metrics serves the server's Prometheus metrics (also on /metrics).
+func (s *Server) Metrics() http.Handler { return s.metrics.handler() }
 
 // writeHook writes a hooks directory whose pre-receive runs command.
 func writeHook(command []string) (string, error) {

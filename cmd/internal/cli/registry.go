@@ -107,7 +107,7 @@ func (s *syncOptions) jobArgs(argv []string) []string {
 }
 
 // syncer returns the agent's Syncer; nil (no sync) without --vendor-key.
-func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
+func (s *syncOptions) syncer(log *slog.Logger, copied func(int64)) (agent.Syncer, error) {
 	if s.vendorKey == "" {
 		log.Warn("no --vendor-key: artifacts are not verified nor copied; jobs read what the install registry (or --artifacts) holds")
 		return nil, nil
@@ -120,7 +120,7 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log})
+	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log, Copied: copied})
 	if err != nil {
 		return nil, err
 	}
