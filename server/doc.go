@@ -60,6 +60,33 @@
 // 60–110 ms (jsonschema, go-openapi): a small dedicated hook binary, or a
 // check served in-process over a socket, is the next step.
 //
+// # Fleet view
+//
+// With a ViewToken the server serves the vendor's operators HTML pages on
+// /fleet (html/template, embedded templates and CSS, no JavaScript): every
+// install × component (desired and applied version, phase, last status and
+// its age, errors, drift, refusals, whether the status is signed by the
+// install's key), filtered by ?channel= and ?phase=, and /fleet/installs/<id>
+// with the install's audit log (status commits: when, signed by whom,
+// verified or not) and the rendered diff of each generation. The data is
+// package fleet's, read from a snapshot that is rebuilt when the ref table
+// or main moved, re-reading only the installs whose refs moved. The pages
+// need the operators' token (a bearer token, or the HttpOnly session
+// cookie /fleet/login sets); an install's request signature never opens
+// them. Status is redacted by the agents before it is committed, so no
+// secret reaches the page.
+//
+// # Observability
+//
+// /metrics (Prometheus): renders (count, duration, installs changed), main
+// polls and agent polls by result, fetches, pushes by result and their
+// duration, refusals by a fixed set of reasons, upstream mirror pushes,
+// installs by state, installs whose status is stale and a histogram of
+// status age over the fleet (never a series per install), Go and build
+// info. /healthz answers while the process serves; /readyz answers 200
+// once main was checked since start (on a read replica: once its mirror
+// was refreshed from the writer, and not after three missed refreshes).
+//
 // # Following main
 //
 // Run checks main every PollInterval and when /hooks/main is posted: with an

@@ -31,6 +31,7 @@ const (
 	reasonNotAccepted    = "push_not_accepted"
 	reasonWriterRefused  = "writer_refused"
 	reasonOther          = "other"
+	reasonViewLogin      = "view_login"
 	resultOK             = "ok"
 	resultRefused        = "refused"
 	resultError          = "error"
@@ -156,4 +157,62 @@ func (m *metrics) refused(reason string) { m.refusals.WithLabelValues(reason).In
 func (m *metrics) observePush(result string, start time.Time) {
 	m.pushes.WithLabelValues(result).Inc()
 	m.pushDuration.Observe(time.Since(start).Seconds())
+}
+
+// fleetCollector reports installs by state and the age of their newest
+// status from the fleet view's snapshot, which is rebuilt only when refs
+// moved: a handful of series whatever the size of the fleet.
+type fleetCollector struct{ v *view }
+
+var (
+	installsDesc = prometheus.NewDesc("nuon_server_installs",
+		"Installs by state (the agent's reported phase, Stale, or Unreported before the first status).", []string{"state"}, nil)
+	staleDesc = prometheus.NewDesc("nuon_server_installs_status_stale",
+		"Installs whose newest status is older than the view's stale age (ViewStaleAfter), or that never reported.", nil, nil)
+	ageDesc = prometheus.NewDesc("nuon_server_status_age_seconds",
+		"Age of each install's newest status commit, as a histogram over the fleet.", nil, nil)
+	statusAgeBuckets = []float64{30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
+)
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- installsDesc
+	ch <- staleDesc
+	ch <- ageDesc
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	snap, err := c.v.snapshot()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(installsDesc, err)
+		return
+	}
+	now := c.v.s.cfg.Now()
+	states := map[string]int{}
+	buckets := make(map[float64]uint64, len(statusAgeBuckets))
+	var count uint64
+	var sum float64
+	stale := 0
+	for _, in := range snap.installs {
+		states[in.State()]++
+		if in.Status == nil {
+			stale++
+			continue
+		}
+		age := now.Sub(in.Status.Time).Seconds()
+		if age > c.v.s.cfg.ViewStaleAfter.Seconds() {
+			stale++
+		}
+		count++
+		sum += age
+		for _, b := range statusAgeBuckets {
+			if age <= b {
+				buckets[b]++
+			}
+		}
+	}
+	for st, n := range states {
+		ch <- prometheus.MustNewConstMetric(installsDesc, prometheus.GaugeValue, float64(n), st)
+	}
+	ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(stale))
+	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
 }

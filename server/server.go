@@ -54,6 +54,14 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets every refusal and every change; default discards.
 	Logger *slog.Logger
+	// ViewToken is the operators' token for the fleet view on /fleet
+	// (sent as "Authorization: Bearer TOKEN" or entered once on
+	// /fleet/login, which sets a session cookie). Empty: no fleet view.
+	// An install's request signature never opens the view.
+	ViewToken string
+	// ViewStaleAfter is the age past which the fleet view marks an
+	// install's last status stale; default 10m.
+	ViewStaleAfter time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -81,6 +89,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ViewStaleAfter <= 0 {
+		c.ViewStaleAfter = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -111,6 +122,7 @@ type Server struct {
 	rendered plumbing.Hash // the main commit last rendered (or refused)
 
 	metrics *metrics
+	view    *view // pages only with a ViewToken; the snapshot feeds metrics
 	// ready is set once main has been checked (a writer) or the mirror
 	// refreshed from the writer (a replica): see readyz.
 	ready atomic.Bool
@@ -152,6 +164,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Upstream != "" {
 		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
 	}
+	if s.view, err = newView(s, cfg.ViewToken); err != nil {
+		return nil, err
+	}
+	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
 	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream))
 	return s, nil
@@ -170,6 +186,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.metrics.handler())
+	if s.cfg.ViewToken != "" {
+		s.view.routes(s.mux)
+	}
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)

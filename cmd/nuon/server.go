@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,8 @@ type serverOptions struct {
 	repo, listen, renderKey, upstream string
 	pollInterval, maxSkew             time.Duration
 	tlsCert, tlsKey                   string
+	viewTokenFile                     string
+	viewStaleAfter                    time.Duration
 }
 
 func newServerCmd(g *cli.Globals) *cobra.Command {
@@ -49,6 +52,18 @@ does. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
 front): request signatures do not cover bodies.
 
+Operators see the fleet on /fleet: every install × component with its
+desired and applied version, phase, last status and staleness, errors,
+drift and refusals, filtered by channel and phase (?channel=beta&phase=Failed,
+a URL to share), and each install's audit log and rendered diffs. It is on
+only with --view-token-file: a file holding the operators' token (never on
+the command line). Scripts send it as "Authorization: Bearer TOKEN"; a
+browser signs in once on /fleet/login and keeps an HttpOnly session cookie.
+An install's key never opens it.
+
+/metrics serves Prometheus metrics; /healthz answers while the process
+serves; /readyz answers 200 once main has been checked since start.
+
 'nuon server pre-receive' is the check git receive-pack runs for each push;
 it is not meant to be run by hand.`,
 		Example: `  # serve and render a local repository
@@ -58,6 +73,11 @@ it is not meant to be run by hand.`,
   # follow the vendor's git host; its push webhook posts to /hooks/main
   nuon server --repo /srv/tenant.git --render-key render.key \
       --upstream https://git.example.com/vendor/tenant.git --poll-interval 1m
+
+  # with the fleet view for operators on https://nuon.example.com/fleet
+  head -c 32 /dev/urandom | base64 > /etc/nuon/view-token
+  nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
+      --tls-cert tls.crt --tls-key tls.key --view-token-file /etc/nuon/view-token
 
   # an agent of install acme
   nuon-agent agent --repo https://nuon.example.com/tenant.git --server-auth \
@@ -76,6 +96,8 @@ it is not meant to be run by hand.`,
 	f.DurationVar(&o.maxSkew, "max-skew", request.DefaultMaxSkew, "largest clock difference accepted in a request signature")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve HTTPS)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file")
+	f.StringVar(&o.viewTokenFile, "view-token-file", "", "file with the operators' token for the fleet view on /fleet (empty: no fleet view)")
+	f.DurationVar(&o.viewStaleAfter, "view-stale-after", 10*time.Minute, "age past which the fleet view marks an install's last status stale")
 	_ = cmd.MarkFlagRequired("repo")
 	cmd.AddCommand(&cobra.Command{
 		Use:    "pre-receive",
@@ -100,6 +122,18 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		PollInterval: o.pollInterval,
 		MaxSkew:      o.maxSkew,
 		Logger:       log,
+
+		ViewStaleAfter: o.viewStaleAfter,
+	}
+	if o.viewTokenFile != "" {
+		b, err := os.ReadFile(o.viewTokenFile)
+		if err != nil {
+			return fmt.Errorf("fleet view token: %w", err)
+		}
+		cfg.ViewToken = strings.TrimSpace(string(b))
+		if len(cfg.ViewToken) < 16 {
+			return fmt.Errorf("fleet view token in %s: shorter than 16 characters", o.viewTokenFile)
+		}
 	}
 	if o.renderKey != "" {
 		k, err := signature.LoadSigner(o.renderKey)
