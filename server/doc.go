@@ -85,7 +85,27 @@
 // status age over the fleet (never a series per install), Go and build
 // info. /healthz answers while the process serves; /readyz answers 200
 // once main was checked since start (on a read replica: once its mirror
-// was refreshed from the writer, and not after three missed refreshes).
+// was first refreshed from the writer; it stays ready while the writer is
+// down, serving its mirror as it is, and
+// nuon_server_replica_last_refresh_timestamp_seconds says how old that is).
+//
+// # Read replicas
+//
+// One writer (Mode ModeWriter) owns the repository: it renders, accepts
+// status pushes and mirrors upstream. With a ReplicaToken it also serves
+// its whole repository read-only on /replica/ (git upload-pack) and
+// /replica/version (boot id, ref table version, main), to replicas only.
+// A replica (ModeReplica) keeps Dir a mirror: every PollInterval, after
+// each push it forwarded and on /hooks/main it asks the writer's version
+// and, when it moved, fetches refs/heads/ (--prune) and reloads its ref
+// table and install keys. Polls and fetches are answered from the mirror
+// exactly as on the writer. A status push is authenticated on the replica
+// and then forwarded unchanged to the writer, which checks the install's
+// request signature again (it covers method and path, not the host) and
+// runs the pre-receive check: a replica holds no key and cannot push what
+// the install could not. With the writer down, replicas keep answering
+// polls and fetches from their mirror and answer pushes 502; agents keep
+// their applied state and retry with backoff.
 //
 // # Following main
 //

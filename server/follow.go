@@ -42,6 +42,9 @@ func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
 // fetches main from upstream (if any), renders a new main and mirrors the
 // refs that moved upstream.
 func (s *Server) Run(ctx context.Context) error {
+	if s.writer != nil {
+		return s.runReplica(ctx)
+	}
 	if s.mirror != nil {
 		// What was accepted before a restart but not yet mirrored goes
 		// up with the first push: the whole namespace, once.

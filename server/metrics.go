@@ -32,6 +32,7 @@ const (
 	reasonWriterRefused  = "writer_refused"
 	reasonOther          = "other"
 	reasonViewLogin      = "view_login"
+	reasonReplicaToken   = "replica_token"
 	resultOK             = "ok"
 	resultRefused        = "refused"
 	resultError          = "error"
@@ -76,6 +77,8 @@ type metrics struct {
 	refusals       *prometheus.CounterVec
 	mirrors        *prometheus.CounterVec
 	replicaSyncs   *prometheus.CounterVec
+	replicaLast    prometheus.Gauge
+	forwarded      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -127,13 +130,21 @@ func newMetrics() *metrics {
 			Name: "nuon_server_replica_refreshes_total",
 			Help: "A read replica's refreshes of its mirror from the writer, by result (ok, error).",
 		}, []string{"result"}),
+		replicaLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_replica_last_refresh_timestamp_seconds",
+			Help: "Unix time of a read replica's last successful refresh from the writer.",
+		}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_pushes_forwarded_total",
+			Help: "Status pushes a read replica forwarded to the writer, by result (ok: the writer answered, error).",
+		}, []string{"result"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
-		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs,
+		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded,
 	)
 	// Zero series for the results a dashboard alerts on, so that rate()
 	// works before the first event.

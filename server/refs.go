@@ -129,3 +129,12 @@ func (t *refTable) stamp() uint64 {
 	defer t.mu.RUnlock()
 	return t.version
 }
+
+// replace takes every ref of u, a freshly loaded table (a replica's
+// refresh).
+func (t *refTable) replace(u *refTable) {
+	t.mu.Lock()
+	t.refs = u.refs
+	t.version++
+	t.mu.Unlock()
+}

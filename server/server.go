@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,11 +63,31 @@ type Config struct {
 	// ViewStaleAfter is the age past which the fleet view marks an
 	// install's last status stale; default 10m.
 	ViewStaleAfter time.Duration
+	// Mode is ModeWriter (default) or ModeReplica: a read replica keeps
+	// Dir a mirror of Writer's repository, refreshed every PollInterval
+	// and after each forwarded push, answers polls and fetches from it,
+	// and forwards status pushes to Writer after checking the install's
+	// signature. A replica neither renders nor mirrors upstream.
+	Mode string
+	// Writer is the writer's base URL (replica only), e.g.
+	// http://nuon-server-writer:8080.
+	Writer string
+	// ReplicaToken authenticates replicas to the writer's /replica/
+	// endpoints (the whole repository, read-only). On a writer, empty
+	// means no replicas; a replica needs it.
+	ReplicaToken string
 }
 
 func (c *Config) defaults() error {
 	if c.Dir == "" {
 		return errors.New("server: no repository")
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeWriter
+	case ModeWriter, ModeReplica:
+	default:
+		return fmt.Errorf("server: mode %q: want %s or %s", c.Mode, ModeWriter, ModeReplica)
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 30 * time.Second
@@ -122,7 +143,14 @@ type Server struct {
 	rendered plumbing.Hash // the main commit last rendered (or refused)
 
 	metrics *metrics
-	view    *view // pages only with a ViewToken; the snapshot feeds metrics
+	boot    string // names this start, in /replica/version
+
+	// A replica's writer, its HTTP client and the writer version its
+	// mirror was last refreshed to.
+	writer *url.URL
+	client *http.Client
+	seen   string
+	view   *view // pages only with a ViewToken; the snapshot feeds metrics
 	// ready is set once main has been checked (a writer) or the mirror
 	// refreshed from the writer (a replica): see readyz.
 	ready atomic.Bool
@@ -140,6 +168,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Dir = dir
+	var writer *url.URL
+	if cfg.Mode == ModeReplica {
+		if writer, err = initReplica(ctx, &cfg); err != nil {
+			return nil, err
+		}
+	}
 	refs, err := loadRefs(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -153,6 +187,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
 		metrics:  newMetrics(),
+		boot:     bootID(),
+		writer:   writer,
+		client:   &http.Client{Timeout: 30 * time.Second},
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
@@ -189,6 +226,9 @@ func (s *Server) routes() {
 	if s.cfg.ViewToken != "" {
 		s.view.routes(s.mux)
 	}
+	if s.cfg.Mode == ModeWriter && s.cfg.ReplicaToken != "" {
+		s.replicaRoutes()
+	}
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)
@@ -218,6 +258,10 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		s.metrics.refused(authReason(err))
 		w.Header().Set("WWW-Authenticate", request.Scheme)
 		http.Error(w, "nuon: "+refusalText(err), http.StatusUnauthorized)
+		return
+	}
+	if s.writer != nil && (endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
+		s.forward(w, r, install)
 		return
 	}
 	switch endpoint {
@@ -283,6 +327,9 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // readiness is nil when the server is ready (see readyz).
 func (s *Server) readiness() error {
 	if !s.ready.Load() {
+		if s.writer != nil {
+			return errors.New("mirror not refreshed from the writer yet")
+		}
 		return errors.New("main not checked yet")
 	}
 	return nil

@@ -24,6 +24,7 @@ type serverOptions struct {
 	tlsCert, tlsKey                   string
 	viewTokenFile                     string
 	viewStaleAfter                    time.Duration
+	mode, writer, replicaTokenFile    string
 }
 
 func newServerCmd(g *cli.Globals) *cobra.Command {
@@ -61,6 +62,15 @@ the command line). Scripts send it as "Authorization: Bearer TOKEN"; a
 browser signs in once on /fleet/login and keeps an HttpOnly session cookie.
 An install's key never opens it.
 
+Beyond one machine: one writer (the default --mode writer) owns the
+repository, renders and accepts pushes; with --replica-token-file it also
+serves its whole repository, read-only, to read replicas. A replica
+(--mode replica --writer URL --replica-token-file FILE, --repo an empty or
+missing directory) keeps its own mirror, refreshed every --poll-interval and
+after each push it forwards; it answers polls and fetches from the mirror
+and forwards an install's status push, after checking its signature, to the
+writer, which checks it again and runs the pre-receive check.
+
 /metrics serves Prometheus metrics; /healthz answers while the process
 serves; /readyz answers 200 once main has been checked since start.
 
@@ -78,6 +88,12 @@ it is not meant to be run by hand.`,
   head -c 32 /dev/urandom | base64 > /etc/nuon/view-token
   nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
       --tls-cert tls.crt --tls-key tls.key --view-token-file /etc/nuon/view-token
+
+  # a writer serving two read replicas (see manifests/server/)
+  nuon server --repo /srv/tenant.git --render-key render.key --listen :8080 \
+      --replica-token-file /etc/nuon/replica-token
+  nuon server --mode replica --writer http://writer:8080 --repo /var/lib/nuon/mirror.git \
+      --replica-token-file /etc/nuon/replica-token --listen :8080 --poll-interval 5s
 
   # an agent of install acme
   nuon-agent agent --repo https://nuon.example.com/tenant.git --server-auth \
@@ -97,6 +113,9 @@ it is not meant to be run by hand.`,
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve HTTPS)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file")
 	f.StringVar(&o.viewTokenFile, "view-token-file", "", "file with the operators' token for the fleet view on /fleet (empty: no fleet view)")
+	f.StringVar(&o.mode, "mode", server.ModeWriter, "writer (owns the repository, renders, accepts pushes) or replica (serves a mirror, forwards pushes to --writer)")
+	f.StringVar(&o.writer, "writer", "", "with --mode replica: the writer's base URL, e.g. http://nuon-server-writer:8080")
+	f.StringVar(&o.replicaTokenFile, "replica-token-file", "", "file with the token replicas present to the writer (on the writer: serve replicas; on a replica: required)")
 	f.DurationVar(&o.viewStaleAfter, "view-stale-after", 10*time.Minute, "age past which the fleet view marks an install's last status stale")
 	_ = cmd.MarkFlagRequired("repo")
 	cmd.AddCommand(&cobra.Command{
@@ -124,6 +143,18 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		Logger:       log,
 
 		ViewStaleAfter: o.viewStaleAfter,
+		Mode:           o.mode,
+		Writer:         o.writer,
+	}
+	if o.replicaTokenFile != "" {
+		b, err := os.ReadFile(o.replicaTokenFile)
+		if err != nil {
+			return fmt.Errorf("replica token: %w", err)
+		}
+		cfg.ReplicaToken = strings.TrimSpace(string(b))
+		if len(cfg.ReplicaToken) < 16 {
+			return fmt.Errorf("replica token in %s: shorter than 16 characters", o.replicaTokenFile)
+		}
 	}
 	if o.viewTokenFile != "" {
 		b, err := os.ReadFile(o.viewTokenFile)
