@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
-	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream))
+	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode, "hook", cfg.HookCommand[0])
 	return s, nil
 }
 

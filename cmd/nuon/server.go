@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -75,7 +76,9 @@ writer, which checks it again and runs the pre-receive check.
 serves; /readyz answers 200 once main has been checked since start.
 
 'nuon server pre-receive' is the check git receive-pack runs for each push;
-it is not meant to be run by hand.`,
+it is not meant to be run by hand. When nuon-prereceive (make build) lies
+beside nuon, the server runs it instead: the same check, in a binary a
+tenth the size that starts about ten times faster.`,
 		Example: `  # serve and render a local repository
   nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
       --tls-cert tls.crt --tls-key tls.key
@@ -142,6 +145,7 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		MaxSkew:      o.maxSkew,
 		Logger:       log,
 
+		HookCommand:    hookCommand(),
 		ViewStaleAfter: o.viewStaleAfter,
 		Mode:           o.mode,
 		Writer:         o.writer,
@@ -210,4 +214,20 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		err = nil
 	}
 	return err
+}
+
+// hookCommand is the pre-receive check git receive-pack runs per push:
+// nuon-prereceive beside this binary when it is there (it starts about
+// ten times faster than the whole nuon), else nil: `nuon server
+// pre-receive`, the server's default.
+func hookCommand() []string {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	hook := filepath.Join(filepath.Dir(self), "nuon-prereceive")
+	if fi, err := os.Stat(hook); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return []string{hook}
+	}
+	return nil
 }
