@@ -41,14 +41,14 @@ cfnspec: ## fetch the CloudFormation resource specification for the stack tests 
 
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
-	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
+	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent ./cmd/nuon-prereceive
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
 	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 
@@ -107,6 +107,10 @@ bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB)
 .PHONY: bench-server
 bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change
 	NUON_BENCH_PUSH_SECONDS=$${NUON_BENCH_PUSH_SECONDS:-60} $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 30m ./server
+
+.PHONY: chromium
+chromium: ## install Debian's chromium for the fleet view's headless browser test (apt-get)
+	hack/chromium.sh install
 
 # ---- Git over SSH -----------------------------------------------------------
 # Debian's openssh-server for the SSH git tests: internal/gittest starts sshd

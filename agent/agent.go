@@ -71,6 +71,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
+	// Observe, when set, is called by Run after every pass with its
+	// report and error (metrics, readiness); it must not block.
+	Observe func(*Report, error)
 }
 
 // ErrNoArtifactKey fails a component whose artifacts the agent cannot
@@ -212,7 +215,10 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	failures := 0
 	for {
-		_, err := a.Reconcile(ctx)
+		rep, err := a.Reconcile(ctx)
+		if a.cfg.Observe != nil && ctx.Err() == nil {
+			a.cfg.Observe(rep, err)
+		}
 		wait := a.cfg.Interval
 		switch {
 		case ctx.Err() != nil:

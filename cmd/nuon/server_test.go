@@ -125,7 +125,7 @@ func TestServerDownIsHarmless(t *testing.T) {
 	_, agentLog := startProcess(t, env, agentBin, "agent", "--server-auth",
 		"--repo", "http://"+addr+"/tenant.git", "--install", "acme", "--trust", trust,
 		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
-		"--artifacts", filepath.Join(root, "fixtures", "modules"),
+		"--artifacts", fixtureLayout(t), "--insecure-skip-artifact-verification",
 		"--interval", "500ms", "--max-backoff", "2s")
 	logs := func() string { return "server:\n" + srvLog.String() + "\nagent:\n" + agentLog.String() }
 	generation := func() string {

@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"nuon.dev/nuon/agent"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/agent/metrics"
 	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/redact"
@@ -28,6 +32,7 @@ type agentOptions struct {
 	interval, maxBackoff                                  time.Duration
 	concurrency                                           int
 	jobCommand                                            string
+	metricsAddr                                           string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
 }
@@ -127,6 +132,7 @@ install's agentKey on main. No token or password is needed.
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
 	o.sync.flags(f)
 	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
@@ -163,7 +169,8 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			return err
 		}
 	}
-	syncer, err := o.sync.syncer(partsLog)
+	met := metrics.New()
+	syncer, err := o.sync.syncer(partsLog, met.Copied)
 	if err != nil {
 		return err
 	}
@@ -182,18 +189,18 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, remoteOpts...),
+		Remote:  met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
-		Runner: o.kube.runner(&jobs.Local{
+		Runner: met.Runner(o.kube.runner(&jobs.Local{
 			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat})),
 			Logger:  partsLog,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
-		}, workdir, partsLog),
+		}, workdir, partsLog)),
 		Plugins:     JobPlugins,
 		Sync:        syncer,
 		Concurrency: o.concurrency,
@@ -203,6 +210,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		// Without --vendor-key the agent refuses every artifact, unless
 		// told otherwise.
 		InsecureSkipArtifactVerification: o.sync.insecure,
+		Observe:                          met.Observe,
 	})
 	if err != nil {
 		return err
@@ -211,6 +219,13 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return o.kube.err
 	}
 	if !o.once {
+		if o.metricsAddr != "" {
+			stop, err := serveMetrics(ctx, o.metricsAddr, met.Handler(), log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		log.Info("agent started", "install", o.install, "repo", gitproto.Redact(o.repo), "git_auth", gitAuth, "interval", o.interval)
 		return a.Run(ctx)
 	}
@@ -259,4 +274,20 @@ func jobBinary(flag string) (string, error) {
 	// Not here: fine for the Kubernetes runner, whose jobs run nuon from
 	// the job image; the local runner reports it when a job starts.
 	return "nuon", nil
+}
+
+// serveMetrics serves h on addr until stop is called.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() { _ = hs.Close() }, nil
 }

@@ -110,7 +110,7 @@ func (s *syncOptions) jobArgs(argv []string) []string {
 // syncer returns the agent's Syncer; nil (no sync) without --vendor-key,
 // when the agent refuses every artifact unless --insecure-skip-artifact-
 // verification says otherwise.
-func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
+func (s *syncOptions) syncer(log *slog.Logger, copied func(int64)) (agent.Syncer, error) {
 	switch {
 	case s.vendorKey != "" && s.insecure:
 		return nil, errors.New("--vendor-key and --insecure-skip-artifact-verification contradict each other: verify with the key, or drop it")
@@ -129,7 +129,7 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log})
+	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log, Copied: copied})
 	if err != nil {
 		return nil, err
 	}
