@@ -46,6 +46,14 @@ type Config struct {
 	Sync Syncer
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
+	// DriftConcurrency bounds the drift checks running at once in the
+	// install, whatever their components' schedules; default 2.
+	DriftConcurrency int
+	// Heartbeat is the longest the agent goes without a status commit:
+	// when nothing else changed for that long it writes one carrying only
+	// the time, so the fleet can tell a quiet install from a dead one
+	// (fleet.StateUnreachable). Default 10m; negative turns it off.
+	Heartbeat time.Duration
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
 	// Failed components are retried 4 intervals after a pass in which
 	// they failed, doubling while they keep failing, up to MaxBackoff.
@@ -86,6 +94,12 @@ type Agent struct {
 	// retry is when failed components are tried again without a new
 	// desired commit, and how many passes in a row they failed.
 	retry jobRetry
+	// current is the newest verified desired state, for what runs between
+	// renders (drift checks, the operations veto, requests).
+	current *Desired
+	// checked is when each component was last compared with its desired
+	// state (an apply counts); see drift.
+	checked map[string]time.Time
 }
 
 // jobRetry is the schedule failing jobs retry on: 4 intervals after the
@@ -114,6 +128,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
+	}
+	if cfg.DriftConcurrency <= 0 {
+		cfg.DriftConcurrency = 2
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Minute
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
@@ -153,11 +173,12 @@ func New(cfg Config) (*Agent, error) {
 		log.Warn("secrets that cannot be redacted safely are not used", "error", err)
 	}
 	return &Agent{
-		cfg:   cfg,
-		repo:  repo,
-		store: repo.Storer,
-		log:   log,
-		red:   red,
+		cfg:     cfg,
+		repo:    repo,
+		store:   repo.Storer,
+		log:     log,
+		red:     red,
+		checked: map[string]time.Time{},
 	}, nil
 }
 

@@ -80,8 +80,23 @@ func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env)
 	if err := record(job, "done"); err != nil {
 		return nil, err
 	}
-	return &schemas.JobResult{Outputs: outs, Sensitive: []string{"token"}, Changed: true}, nil
+	return &schemas.JobResult{Outputs: outs, Sensitive: []string{"token"}, Changed: true, Health: &schemas.Health{Status: schemas.HealthReady}}, nil
 }
+
+// Drift records the call and reports drift while the file
+// NUON_TEST_DRIFT/<component> exists: its content names the resource.
+func (recorder) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if err := record(job, "drift"); err != nil {
+		return nil, err
+	}
+	res := &schemas.JobResult{Health: &schemas.Health{Status: schemas.HealthReady}}
+	if data, err := os.ReadFile(filepath.Join(os.Getenv("NUON_TEST_DRIFT"), job.Component)); err == nil {
+		res.Drift = []schemas.ResourceDrift{{Address: strings.TrimSpace(string(data)), Action: schemas.DriftChanged, Fields: []string{"content"}}}
+	}
+	return res, nil
+}
+
+var _ reconciler.DriftChecker = recorder{}
 
 func (recorder) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
 	return record(job, "delete")

@@ -230,9 +230,30 @@ type Status struct {
 	Expires *time.Time `json:"expires,omitempty"`
 	// Forged names a status commit on the status ref that this install's
 	// key did not sign, which the agent replaced.
-	Forged     *Forged                    `json:"forged,omitempty"`
-	Components map[string]ComponentStatus `json:"components"`
+	Forged *Forged `json:"forged,omitempty"`
+	// Vetoed lists the kinds of operations (RequestLogs, RequestDebug,
+	// RequestDrift) the install's own `operations:` settings turned off,
+	// so whoever reads the status sees the customer did, not a fault.
+	Vetoed []string `json:"vetoed,omitempty"`
+	// Heartbeat is set by a status commit the agent wrote only to show it
+	// is alive (nothing else changed for HeartbeatEvery); the commit's own
+	// time is the proof, this field makes its tree differ.
+	Heartbeat *time.Time `json:"heartbeat,omitempty"`
+	// HeartbeatEvery is the agent's heartbeat interval, as a Go duration:
+	// it writes a status commit at least that often, and the fleet calls
+	// an install whose last status commit is older than twice that
+	// Unreachable. Empty when the agent sends no heartbeat.
+	HeartbeatEvery string                     `json:"heartbeatEvery,omitempty"`
+	Components     map[string]ComponentStatus `json:"components"`
 }
+
+// Kinds of operations an install's `operations:` settings can turn off,
+// and of requests an operator can file.
+const (
+	RequestLogs  = "logs"
+	RequestDebug = "debug"
+	RequestDrift = "drift"
+)
 
 // Forged records a commit the agent found on its status ref that it did
 // not write. The agent's next status commit is a merge whose first parent
@@ -269,4 +290,7 @@ type ComponentStatus struct {
 	// Drift is what differed from the desired state at the last drift
 	// check; empty when nothing did.
 	Drift []ResourceDrift `json:"drift,omitempty"`
+	// Corrected says the Drift above was corrected: the component's mode
+	// is correct and the agent re-applied its applied spec.
+	Corrected bool `json:"corrected,omitempty"`
 }

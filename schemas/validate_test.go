@@ -163,6 +163,7 @@ func samples() map[string]any {
 			Refusal: &Refusal{Commit: testCommit, Reason: "generation 6 is older than the applied 7"},
 			Stale:   true, Expires: &testExpires,
 			Forged: &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
+			Vetoed: []string{RequestDebug}, Heartbeat: &testExpires, HeartbeatEvery: "10m0s",
 			Components: map[string]ComponentStatus{"api": {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},
@@ -170,7 +171,8 @@ func samples() map[string]any {
 				Health: &Health{Status: HealthProgressing, Message: "1 of 2 ready", Resources: []ResourceHealth{{
 					Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api", Status: HealthProgressing, Message: "Available: 0/2",
 				}}},
-				Drift: []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
+				Drift:     []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
+				Corrected: true,
 			}},
 		},
 	}
