@@ -35,6 +35,7 @@ const (
 	SchemaJob            = "job.schema.json"
 	SchemaJobResult      = "job-result.schema.json"
 	SchemaStatus         = "status.schema.json"
+	SchemaRequest        = "request.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -157,6 +157,11 @@ func samples() map[string]any {
 			}}},
 			Answer: &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
 		},
+		SchemaRequest: Request{
+			APIVersion: APIVersion, Kind: KindRequest, ID: "r-1", Install: "acme", Type: RequestLogs, Component: "api",
+			Requester: "alice", Created: testExpires, Deadline: testExpires.Add(time.Hour),
+			Logs: &LogsRequest{Since: "1h", Tail: 100}, Command: []string{"get", "pods"},
+		},
 		SchemaStatus: Status{
 			APIVersion: APIVersion, Kind: KindStatus, Install: "acme", Desired: testCommit, Applied: testCommit,
 			Generation: 7, Phase: InstallRefused,
