@@ -55,6 +55,34 @@ type LogsRequest struct {
 	Tail int `json:"tail,omitempty"`
 }
 
+// KindInstallRequests is the kind of an InstallRequests.
+const KindInstallRequests = "InstallRequests"
+
+// InstallRequests is installs/<id>/requests.json in the rendered tree: the
+// install's pending requests, sorted by id. The renderer writes it only
+// when there is at least one.
+type InstallRequests struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Requests   []SignedRequest `json:"requests"`
+}
+
+// SignedRequest is one entry of an install's rendered requests.json: the
+// request file as filed and the raw commit that filed it, signed by the
+// operator. It carries its own proof, so the agent checks the requester's
+// signature too (package requests), not only the renderer's.
+type SignedRequest struct {
+	// File is the request file's content, exactly as committed.
+	File string `json:"file"`
+	// Commit is the filing commit's raw object (headers, gpgsig and
+	// message), whose trailers pin File's path and SHA-256.
+	Commit string `json:"commit"`
+}
+
+// MaxRequestLife bounds a request's deadline after it was made: the
+// renderer looks back no further for pending ones.
+const MaxRequestLife = 24 * time.Hour
+
 // ErrInvalidRequest marks a request file that is malformed: it is dropped,
 // never retried.
 var ErrInvalidRequest = errors.New("invalid request")
@@ -113,6 +141,7 @@ func (r *Request) Validate() error {
 	check(r.Install != "" && !strings.ContainsAny(r.Install, "/\\\x00") && r.Install != "." && r.Install != "..", "install %q is not an install id", r.Install)
 	check(r.Requester != "", "requester is empty")
 	check(!r.Created.IsZero() && r.Deadline.After(r.Created), "deadline %s is not after created %s", r.Deadline.Format(time.RFC3339), r.Created.Format(time.RFC3339))
+	check(r.Deadline.Sub(r.Created) <= MaxRequestLife, "deadline %s is more than %s after created", r.Deadline.Format(time.RFC3339), MaxRequestLife)
 	switch r.Type {
 	case RequestLogs:
 		check(len(r.Command) == 0, "a logs request takes no command")

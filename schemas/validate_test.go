@@ -162,6 +162,7 @@ func samples() map[string]any {
 			Requester: "alice", Created: testExpires, Deadline: testExpires.Add(time.Hour),
 			Logs: &LogsRequest{Since: "1h", Tail: 100}, Command: []string{"get", "pods"},
 		},
+		SchemaInstallRequests: InstallRequests{APIVersion: APIVersion, Kind: KindInstallRequests, Requests: []SignedRequest{{File: "{}", Commit: "tree 0"}}},
 		SchemaStatus: Status{
 			APIVersion: APIVersion, Kind: KindStatus, Install: "acme", Desired: testCommit, Applied: testCommit,
 			Generation: 7, Phase: InstallRefused,
