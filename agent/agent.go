@@ -30,6 +30,10 @@ type Config struct {
 	Remote Remote
 	// Trust holds the keys allowed to sign desired state.
 	Trust *signature.AllowedSigners
+	// RequestTrust holds the operator keys trusted for requests (logs,
+	// debug commands). The agent verifies every request's own signature
+	// against it, not only the renderer's; nil refuses every request.
+	RequestTrust *signature.AllowedSigners
 	// Key signs status commits.
 	Key *signature.Signer
 	// Workdir keeps the agent's local repository, journal, job

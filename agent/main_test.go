@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/redact/redacttest"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
@@ -97,6 +99,21 @@ func (recorder) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env)
 }
 
 var _ reconciler.DriftChecker = recorder{}
+
+// Debug records the call and answers with the parsed command and, when
+// NUON_SECRET_LEAK is set, that secret (which the agent must redact).
+func (recorder) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
+	if err := record(job, "debug"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: %s\n", job.Component, strings.Join(cmd.Words(), " "))
+	if s, ok := os.LookupEnv("NUON_SECRET_LEAK"); ok {
+		fmt.Fprintf(out, "token=%s\n", s)
+	}
+	return nil
+}
+
+var _ reconciler.Debugger = recorder{}
 
 func (recorder) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
 	return record(job, "delete")

@@ -243,8 +243,51 @@ type Status struct {
 	// it writes a status commit at least that often, and the fleet calls
 	// an install whose last status commit is older than twice that
 	// Unreachable. Empty when the agent sends no heartbeat.
-	HeartbeatEvery string                     `json:"heartbeatEvery,omitempty"`
-	Components     map[string]ComponentStatus `json:"components"`
+	HeartbeatEvery string `json:"heartbeatEvery,omitempty"`
+	// Requests are the operators' requests the agent answered or refused,
+	// by id: each runs once, and a restarted agent does not run it again.
+	// An entry stays until a day after the request's deadline.
+	Requests   map[string]RequestState    `json:"requests,omitempty"`
+	Components map[string]ComponentStatus `json:"components"`
+}
+
+// States of a request, in the status and in `nuon requests`.
+const (
+	// RequestPending: filed, not answered yet.
+	RequestPending = "pending"
+	// RequestAnswered: the agent ran it; the answer is in the status tree.
+	RequestAnswered = "answered"
+	// RequestRefused: the agent would not run it; Reason says why.
+	RequestRefused = "refused"
+	// RequestExpired: its deadline passed before the agent saw it.
+	RequestExpired = "expired"
+)
+
+// AnswersDir is the folder of the status tree that holds request
+// answers, answers/<id>.txt: large answers are blobs, never in the commit
+// message.
+const AnswersDir = "answers"
+
+// RequestState is how the agent dealt with one request.
+type RequestState struct {
+	// State is answered or refused.
+	State     string    `json:"state"`
+	Type      string    `json:"type"`
+	Component string    `json:"component,omitempty"`
+	Requester string    `json:"requester"`
+	Deadline  time.Time `json:"deadline"`
+	// At is when the agent answered or refused.
+	At time.Time `json:"at"`
+	// Reason says why it was refused.
+	Reason string `json:"reason,omitempty"`
+	// Answer is the answer's path in the status tree
+	// (answers/<id>.txt); Bytes its size before truncation, Truncated
+	// whether it was cut at the request's bound.
+	Answer    string `json:"answer,omitempty"`
+	Bytes     int    `json:"bytes,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// Job is the debug job that answered.
+	Job string `json:"job,omitempty"`
 }
 
 // Kinds of operations an install's `operations:` settings can turn off,

@@ -170,6 +170,8 @@ func samples() map[string]any {
 			Stale:   true, Expires: &testExpires,
 			Forged: &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
 			Vetoed: []string{RequestDebug}, Heartbeat: &testExpires, HeartbeatEvery: "10m0s",
+			Requests: map[string]RequestState{"r-1": {State: RequestAnswered, Type: RequestLogs, Component: "api", Requester: "alice",
+				Deadline: testExpires, At: testExpires, Reason: "x", Answer: "answers/r-1.txt", Bytes: 10, Truncated: true, Job: "api-debug-1"}},
 			Components: map[string]ComponentStatus{"api": {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},

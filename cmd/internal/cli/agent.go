@@ -24,6 +24,7 @@ import (
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
+	requestTrust                                          string
 	once, serverAuth                                      bool
 	interval, maxBackoff, heartbeat                       time.Duration
 	concurrency, driftConcurrency                         int
@@ -54,6 +55,13 @@ check that finds nothing new writes no commit. When nothing changed for
 'nuon status' can tell a quiet install from one whose agent is gone
 (Unreachable). An install's own operations: settings can turn drift checks
 off; the status then says so.
+
+Operators' requests ('nuon logs', 'nuon debug') arrive with the desired state.
+Each runs once: the agent checks the requester's signature against
+--request-trust (as well as the renderer did), the install, the deadline, the
+install's operations settings and the plugin's read-only allow-list, then
+answers in the status tree (answers/<id>.txt), redacted, or refuses with the
+reason.
 
 A refused commit is recorded in the status and nothing is applied. While the
 repository is unreachable the agent backs off and the install keeps running
@@ -115,6 +123,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.requestTrust, "request-trust", "", "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug); without it every request is refused")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
 	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
@@ -144,6 +153,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
+	}
+	var requestTrust *signature.AllowedSigners
+	if o.requestTrust != "" {
+		if requestTrust, err = signature.LoadAllowedSigners(o.requestTrust); err != nil {
+			return err
+		}
 	}
 	key, err := signature.LoadSigner(o.key)
 	if err != nil {
@@ -195,6 +210,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			KillGrace: 90 * time.Second,
 		}, workdir, partsLog),
 		Plugins:          JobPlugins,
+		RequestTrust:     requestTrust,
 		Sync:             syncer,
 		Concurrency:      o.concurrency,
 		DriftConcurrency: o.driftConcurrency,
