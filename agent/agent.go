@@ -176,14 +176,16 @@ func New(cfg Config) (*Agent, error) {
 		// Jobs refuse to resolve these (reconciler.ResolveSecrets).
 		log.Warn("secrets that cannot be redacted safely are not used", "error", err)
 	}
-	return &Agent{
+	a := &Agent{
 		cfg:     cfg,
 		repo:    repo,
 		store:   repo.Storer,
 		log:     log,
 		red:     red,
 		checked: map[string]time.Time{},
-	}, nil
+	}
+	a.loadChecked()
+	return a, nil
 }
 
 // Run polls and reconciles until ctx ends, branching on each pass's

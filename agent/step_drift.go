@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"nuon.dev/nuon/schemas"
 )
@@ -47,8 +50,8 @@ func (p *pass) drift(ctx context.Context) error {
 		}
 		last, ok := a.checked[name]
 		if !ok {
-			// First seen by this process: the schedule starts now, so a
-			// restart does not check every component at once.
+			// Never checked nor applied by this workdir's agent: the
+			// schedule starts now.
 			a.checked[name] = now
 			continue
 		}
@@ -57,6 +60,7 @@ func (p *pass) drift(ctx context.Context) error {
 		}
 		due = append(due, spec)
 	}
+	defer a.saveChecked()
 	if len(due) == 0 {
 		return nil
 	}
@@ -225,4 +229,30 @@ func equalJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// checkedFile keeps, in the workdir, when each component was last checked
+// for drift, so a restart (or `nuon agent --once`) keeps the schedules.
+const checkedFile = "drift.json"
+
+func (a *Agent) loadChecked() {
+	data, err := os.ReadFile(filepath.Join(a.cfg.Workdir, checkedFile))
+	if err != nil {
+		return
+	}
+	_ = json.Unmarshal(data, &a.checked)
+	if a.checked == nil {
+		a.checked = map[string]time.Time{}
+	}
+}
+
+func (a *Agent) saveChecked() {
+	data, err := json.Marshal(a.checked)
+	if err != nil {
+		return
+	}
+	tmp := filepath.Join(a.cfg.Workdir, checkedFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err == nil {
+		_ = os.Rename(tmp, filepath.Join(a.cfg.Workdir, checkedFile))
+	}
 }

@@ -157,3 +157,48 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestList: each request's state comes from the renderer's check, the
+// install's status and its deadline.
+func TestList(t *testing.T) {
+	st := memory.NewStorage()
+	alice, mallory := key(t, "acme"), key(t, "globex")
+	trust, _ := signature.ParseAllowedSigners([]byte("alice " + alice.AuthorizedKey() + "\n"))
+	b := gitobj.NewBatch()
+	var head plumbing.Hash
+	var err error
+	for _, f := range []struct {
+		id string
+		s  *signature.Signer
+	}{{"r-answered", alice}, {"r-refused", alice}, {"r-pending", alice}, {"r-dropped", mallory}} {
+		if head, err = File(b, request(f.id, "acme", "alice"), head, f.s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Flush(st); err != nil {
+		t.Fatal(err)
+	}
+	filed, err := Read(st, head, trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := &schemas.Status{Requests: map[string]schemas.RequestState{
+		"r-answered": {State: schemas.RequestAnswered, Answer: "answers/r-answered.txt"},
+		"r-refused":  {State: schemas.RequestRefused, Reason: "turned off"},
+	}}
+	states := func(now time.Time) map[string]string {
+		out := map[string]string{}
+		for _, l := range List(filed, func(string) *schemas.Status { return status }, now) {
+			out[l.ID] = l.State
+		}
+		return out
+	}
+	want := map[string]string{"r-answered": "answered", "r-refused": "refused", "r-pending": "pending", "r-dropped": "refused"}
+	if diff := cmp.Diff(want, states(created)); diff != "" {
+		t.Errorf("states (-want +got):\n%s", diff)
+	}
+	want["r-pending"] = "expired"
+	if diff := cmp.Diff(want, states(created.Add(2*time.Hour))); diff != "" {
+		t.Errorf("states later (-want +got):\n%s", diff)
+	}
+}
