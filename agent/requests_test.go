@@ -246,6 +246,9 @@ func TestRequestsRefused(t *testing.T) {
 			t.Errorf("%s: %+v, want refused: %s", id, rs, want)
 		}
 	}
+	if !slices.Equal(st.Vetoed, []string{schemas.RequestDebug}) {
+		t.Errorf("vetoed = %v, want [debug]", st.Vetoed)
+	}
 	if rs, ok := st.Requests["r-late"]; !ok || rs.State != schemas.RequestAnswered {
 		t.Errorf("r-late before its deadline: %+v", rs)
 	}

@@ -33,11 +33,12 @@ func (p *pass) drift(ctx context.Context) error {
 		return nil // nothing verified to compare with yet
 	}
 	st := &p.rec.Status
+	for _, kind := range []string{schemas.RequestLogs, schemas.RequestDebug, schemas.RequestDrift} {
+		p.veto(kind, !d.Install.Operations.Allows(kind))
+	}
 	if !d.Install.Operations.Allows(schemas.RequestDrift) {
-		p.veto(schemas.RequestDrift, true)
 		return nil
 	}
-	p.veto(schemas.RequestDrift, false)
 	now := a.cfg.Now()
 	var due []*schemas.ComponentState
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
