@@ -1,10 +1,13 @@
 package agent_test
 
 import (
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,4 +194,35 @@ func TestHeartbeat(t *testing.T) {
 	if when := tn.git("log", "-1", "--format=%aI", schemas.StatusRef("acme")); when != "2030-01-01T00:10:00+00:00" {
 		t.Fatalf("heartbeat commit time %s", when)
 	}
+}
+
+// TestFreshWorkdirVerifiesCurrent: an agent on a fresh workdir adopts the
+// remote status, whose desired commit did not move, so it fetches no
+// desired state in the pass; it still gets and verifies that commit for
+// what runs between renders (the veto, drift checks, requests).
+func TestFreshWorkdirVerifiesCurrent(t *testing.T) {
+	tn, dir := driftTenant(t, "report", "5m", "{debug: false}")
+	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	driftAgent(tn, clk, dir).reconcile(t)
+	var log strings.Builder
+	b := tn.agent("acme", func(c *agent.Config) {
+		c.Now = clk.Now
+		c.Heartbeat = -1
+		c.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil))
+	})
+	rep := b.reconcile(t)
+	if strings.Contains(log.String(), "does not verify") || !slices.Equal(rep.Status.Vetoed, []string{schemas.RequestDebug}) {
+		t.Fatalf("fresh workdir: vetoed %v\n%s", rep.Status.Vetoed, log.String())
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -45,7 +45,7 @@ func (p *pass) answer(ctx context.Context) {
 			p.rec.dirty = true
 		}
 	}
-	d := p.current()
+	d := p.current(ctx)
 	if d == nil {
 		return
 	}

@@ -28,7 +28,7 @@ import (
 // the customer did.
 func (p *pass) drift(ctx context.Context) error {
 	a := p.agent
-	d := p.current()
+	d := p.current(ctx)
 	if d == nil {
 		return nil // nothing verified to compare with yet
 	}
@@ -158,7 +158,7 @@ func (p *pass) check(ctx context.Context, d *Desired, spec *schemas.ComponentSta
 // verified again from the local store. Nil when there is none, so nothing
 // runs on a state the agent cannot verify: the customer's veto cannot be
 // skipped by a restart.
-func (p *pass) current() *Desired {
+func (p *pass) current(ctx context.Context) *Desired {
 	a := p.agent
 	if p.desired != nil {
 		a.current = p.desired
@@ -171,6 +171,13 @@ func (p *pass) current() *Desired {
 		return nil
 	}
 	d, err := Verify(a.store, h, a.cfg.Install, a.cfg.Trust, Applied{})
+	if err != nil && h == p.desiredHead && a.store.HasEncodedObject(h) != nil {
+		// A fresh workdir that adopted the remote status has not fetched
+		// the desired commit it names.
+		if ferr := a.cfg.Remote.Fetch(ctx, a.store, h); ferr == nil {
+			d, err = Verify(a.store, h, a.cfg.Install, a.cfg.Trust, Applied{})
+		}
+	}
 	if err != nil {
 		p.log.Warn("the recorded desired state does not verify; nothing runs between renders", "commit", short(h), "error", err)
 		return nil
