@@ -108,6 +108,9 @@ type Server struct {
 
 	renderMu sync.Mutex
 	rendered plumbing.Hash // the main commit last rendered (or refused)
+	// renderedRequests is the requests.Ref tip of that render: a new
+	// request renders again, so it reaches its install.
+	renderedRequests plumbing.Hash
 }
 
 var _ http.Handler = (*Server)(nil)
