@@ -247,7 +247,12 @@ type Status struct {
 	// Requests are the operators' requests the agent answered or refused,
 	// by id: each runs once, and a restarted agent does not run it again.
 	// An entry stays until a day after the request's deadline.
-	Requests   map[string]RequestState    `json:"requests,omitempty"`
+	Requests map[string]RequestState `json:"requests,omitempty"`
+	// Artifacts says whether the agent that wrote the status verifies
+	// artifacts before it deploys them: ArtifactsVerified, or
+	// ArtifactsUnverified when it runs with verification switched off.
+	// Empty in statuses written before agents reported it.
+	Artifacts  string                     `json:"artifacts,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
 }
 
@@ -307,6 +312,16 @@ type Forged struct {
 	Commit string `json:"commit"`
 	Reason string `json:"reason"`
 }
+
+// Artifact verification of an agent, in a status.
+const (
+	// ArtifactsVerified: every artifact is deployed only after its
+	// signature by the vendor's key was verified.
+	ArtifactsVerified = "Verified"
+	// ArtifactsUnverified: the agent was told to deploy artifacts without
+	// verifying them (--insecure-skip-artifact-verification).
+	ArtifactsUnverified = "Unverified"
+)
 
 // Refusal records a desired commit the agent would not apply.
 type Refusal struct {

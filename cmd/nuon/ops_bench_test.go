@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/testenv"
 )
 
 // BenchmarkLogRequestRoundTrip measures a log request from `nuon logs` to
@@ -19,7 +20,7 @@ import (
 // moves (checked every 500 ms). Expect about one agent interval plus one
 // CLI poll at worst.
 func BenchmarkLogRequestRoundTrip(b *testing.B) {
-	tf := tfConfig(b)
+	tf := testenv.TerraformConfig(b)
 	root := repoRoot()
 	srv := gittest.NewServer(b)
 	bare := srv.InitBare(b, "tenant.git")
@@ -50,9 +51,10 @@ func BenchmarkLogRequestRoundTrip(b *testing.B) {
 	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=bench-license", "CHECKPOINT_DISABLE=1"}
 	cache := "--cache-dir=" + filepath.Join(work, "cache")
 	render := func() { nuon(b, env, 0, "render", "--repo", url, "--key", filepath.Join(keys, "render"), cache) }
+	layout := fixtureLayout(b)
 	agentArgs := []string{"agent", "--repo", url, "--install", "acme", "--trust", trust, "--request-trust", requestTrust,
 		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
-		"--artifacts", filepath.Join(root, "fixtures", "modules")}
+		"--artifacts", layout, "--insecure-skip-artifact-verification"}
 	render()
 	nuon(b, env, 0, append(agentArgs, "--once")...)
 

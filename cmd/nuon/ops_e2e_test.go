@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -23,7 +24,7 @@ import (
 // request for another install never reaches this one; and an agent that
 // stops is shown Unreachable once its heartbeat is late.
 func TestOperateEndToEnd(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	root := repoRoot()
 	srv := gittest.NewServer(t)
 	bare := srv.InitBare(t, "tenant.git")
@@ -63,7 +64,7 @@ func TestOperateEndToEnd(t *testing.T) {
 	render := func() { nuon(t, env, 0, "render", "--repo", url, "--key", filepath.Join(keys, "render"), cache) }
 	agentArgs := []string{"agent", "--once", "--repo", url, "--install", "acme", "--trust", trust, "--request-trust", requestTrust,
 		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--heartbeat", "3s",
-		"--artifacts", filepath.Join(root, "fixtures", "modules"), "-o", "json"}
+		"--artifacts", fixtureLayout(t), "--insecure-skip-artifact-verification", "-o", "json"}
 	agent := func() schemas.Status {
 		var rep struct {
 			Status schemas.Status `json:"status"`

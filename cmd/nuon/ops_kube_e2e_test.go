@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -20,7 +24,7 @@ import (
 // drift check (server-side apply dry-run against the inventory) finds it,
 // reports the object, and corrects it by re-applying the applied spec.
 func TestConfigMapDriftE2E(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	kube := kubetest.Shared(t)
 	ns := kube.Namespace(t)
 	root := repoRoot()
@@ -28,6 +32,23 @@ func TestConfigMapDriftE2E(t *testing.T) {
 	writeFiles(t, art, map[string]string{
 		"settings/objects.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  greeting: hello\n",
 	})
+	// The manifests as an OCI image layout, as a registry would hold them.
+	layoutDir := filepath.Join(t.TempDir(), "layout")
+	lp, err := layout.Write(layoutDir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := oci.Package(oci.Manifests, filepath.Join(art, "settings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := gittest.NewServer(t)
 	bare := srv.InitBare(t, "tenant.git")
 	src := t.TempDir()
@@ -45,7 +66,7 @@ components:
     drift: {mode: correct, schedule: 1s}
 `, ns),
 		"channels/stable.yaml":   "components: {settings: 1.0.0}\n",
-		"releases/settings.yaml": fmt.Sprintf("component: settings\nversions:\n  - version: 1.0.0\n    artifacts:\n      manifests:\n        digest: sha256:%064x\n", 1),
+		"releases/settings.yaml": fmt.Sprintf("component: settings\nversions:\n  - version: 1.0.0\n    artifacts:\n      manifests:\n        digest: %s\n", digest),
 		"installs/acme.yaml":     string(acme),
 	})
 	gittest.CommitDir(t, bare, "main", src, "one ConfigMap")
@@ -64,7 +85,7 @@ components:
 			Status schemas.Status `json:"status"`
 		}
 		out := nuon(t, env, 0, "agent", "--once", "--repo", url, "--install", "acme", "--trust", trust,
-			"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--artifacts", art, "-o", "json")
+			"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--artifacts", layoutDir, "--insecure-skip-artifact-verification", "-o", "json")
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}

@@ -39,10 +39,10 @@ func TestPrintStatus(t *testing.T) {
 		got = append(got, strings.Fields(line))
 	}
 	want := [][]string{
-		{"INSTALL", "GEN", "DESIRED", "APPLIED", "STATE", "SYNCED", "VERIFIED", "FAILING"},
-		{"acme", "3", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Stale", "yes", "yes", "desired", "state", "expired", "2030-01-01T01:00:00Z"},
-		{"globex", "2", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Ready", "yes", "yes", "replaced", "forged", "status", "bbbbbbbbbbbb"},
-		{"initech", "4", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Unreachable", "yes", "yes", "no", "status", "commit", "since", "2030-01-01T01:00:00Z",
+		{"INSTALL", "GEN", "DESIRED", "APPLIED", "STATE", "SYNCED", "VERIFIED", "ARTIFACTS", "FAILING"},
+		{"acme", "3", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Stale", "yes", "yes", "-", "desired", "state", "expired", "2030-01-01T01:00:00Z"},
+		{"globex", "2", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Ready", "yes", "yes", "-", "replaced", "forged", "status", "bbbbbbbbbbbb"},
+		{"initech", "4", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Unreachable", "yes", "yes", "-", "no", "status", "commit", "since", "2030-01-01T01:00:00Z",
 			"(heartbeat", "10m0s)", "api(health", "Progressing,", "drift", "2", "corrected)", "turned", "off", "by", "the", "customer:", "debug"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
