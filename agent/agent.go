@@ -31,6 +31,10 @@ type Config struct {
 	Remote Remote
 	// Trust holds the keys allowed to sign desired state.
 	Trust *signature.AllowedSigners
+	// RequestTrust holds the operator keys trusted for requests (logs,
+	// debug commands). The agent verifies every request's own signature
+	// against it, not only the renderer's; nil refuses every request.
+	RequestTrust *signature.AllowedSigners
 	// Key signs status commits.
 	Key *signature.Signer
 	// Workdir keeps the agent's local repository, journal, job
@@ -55,6 +59,14 @@ type Config struct {
 	InsecureSkipArtifactVerification bool
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
+	// DriftConcurrency bounds the drift checks running at once in the
+	// install, whatever their components' schedules; default 2.
+	DriftConcurrency int
+	// Heartbeat is the longest the agent goes without a status commit:
+	// when nothing else changed for that long it writes one carrying only
+	// the time, so the fleet can tell a quiet install from a dead one
+	// (fleet.StateUnreachable). Default 10m; negative turns it off.
+	Heartbeat time.Duration
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
 	// Failed components are retried 4 intervals after a pass in which
 	// they failed, doubling while they keep failing, up to MaxBackoff.
@@ -126,6 +138,12 @@ type Agent struct {
 	// retry is when failed components are tried again without a new
 	// desired commit, and how many passes in a row they failed.
 	retry jobRetry
+	// current is the newest verified desired state, for what runs between
+	// renders (drift checks, the operations veto, requests).
+	current *Desired
+	// checked is when each component was last compared with its desired
+	// state (an apply counts); see drift.
+	checked map[string]time.Time
 }
 
 // jobRetry is the schedule failing jobs retry on: 4 intervals after the
@@ -154,6 +172,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
+	}
+	if cfg.DriftConcurrency <= 0 {
+		cfg.DriftConcurrency = 2
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Minute
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
@@ -195,13 +219,16 @@ func New(cfg Config) (*Agent, error) {
 		// Jobs refuse to resolve these (reconciler.ResolveSecrets).
 		log.Warn("secrets that cannot be redacted safely are not used", "error", err)
 	}
-	return &Agent{
-		cfg:   cfg,
-		repo:  repo,
-		store: repo.Storer,
-		log:   log,
-		red:   red,
-	}, nil
+	a := &Agent{
+		cfg:     cfg,
+		repo:    repo,
+		store:   repo.Storer,
+		log:     log,
+		red:     red,
+		checked: map[string]time.Time{},
+	}
+	a.loadChecked()
+	return a, nil
 }
 
 // Run polls and reconciles until ctx ends, branching on each pass's

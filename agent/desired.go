@@ -56,6 +56,9 @@ type Desired struct {
 	// Expires is the commit's signed freshness bound (schemas.Expires);
 	// zero when its tenant sets none.
 	Expires time.Time
+	// Requests are the install's pending operator requests
+	// (schemas.RequestsFile), each still to be verified (package requests).
+	Requests []schemas.SignedRequest
 }
 
 // Expired reports whether d is past its expiry at now.
@@ -155,6 +158,13 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 			return nil, refuse(commit, nil, "%s names component %q", schemas.ComponentStateFile(name), cs.Name)
 		}
 		d.Components[name] = &cs
+	}
+	if data, ok := files[schemas.RequestsFile]; ok {
+		var ir schemas.InstallRequests
+		if err := decodeStrict(data, &ir); err != nil {
+			return nil, refuse(commit, err, "%s: %v", schemas.RequestsFile, err)
+		}
+		d.Requests = ir.Requests
 	}
 	for _, cs := range d.Components {
 		for _, dep := range cs.DependsOn {

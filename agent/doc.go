@@ -40,10 +40,39 @@
 //     intervals, doubling while it keeps failing, up to MaxBackoff).
 //  8. write: a commit signed with the install's key on the local status
 //     ref: status.json, applied/<component>.json (the resolved spec of each
-//     component's last job) and jobs/<id>.json (the manifests of the jobs
-//     it records, a recovered one included), when the record changed.
+//     component's last job), jobs/<id>.json (the manifests of the jobs it
+//     records, a recovered one included) and answers/<request>.txt, when
+//     the record changed, or (heartbeat) when nothing changed for
+//     Config.Heartbeat: then the commit carries only the time, and the
+//     fleet calls an install whose newest status commit is older than
+//     twice the announced interval Unreachable. Measured: about 1.2 KB of
+//     objects per heartbeat, 176 KiB per install per day at 10m
+//     (BenchmarkHeartbeat).
 //  9. push: to refs/heads/nuon/status/<id>, the only ref the agent writes,
 //     whenever the remote lacks the local status, even on an idle pass.
+//
+// Between steps 7 and 8, unless a step failed, the pass operates the
+// install between renders, whatever the desired ref did:
+//
+//   - drift (step_drift.go): every applied component whose drift mode is
+//     not off and whose last check or apply (kept in WORKDIR/drift.json) is
+//     older than its schedule gets a read-only drift job, at most
+//     Config.DriftConcurrency at once. What differs, per resource, and the
+//     component's health go into its status; mode correct re-applies the
+//     applied spec once and marks the drift corrected. A check that finds
+//     what the status already says changes nothing, so it writes no
+//     commit. The install's operations: {drift: false} stops every check;
+//     status.json's vetoed says the customer did.
+//
+//   - answer (step_answer.go): operators' requests that came with the
+//     desired state (requests.json) run once each; see package requests.
+//     The agent checks the requester's signature against
+//     Config.RequestTrust itself, then the install, the deadline, the
+//     install's operations settings and the plugin's allow-list; a logs
+//     request answers with the end of the component's last job log, a
+//     debug request runs as a bounded debug job. The answer, redacted, is
+//     answers/<id>.txt in the status tree; status.json's requests records
+//     each request's state, so nothing runs twice across restarts.
 //
 // A new kind of work (a log request, a drift check, a heartbeat) is a new
 // step in that list with its own outcome, not a special case in another.

@@ -19,6 +19,7 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -146,7 +147,8 @@ func (tn *tenant) renderMain() *renderer.Result {
 	for n, h := range refs {
 		prev.Installs[strings.TrimPrefix(n.String(), schemas.InstallRefPrefix)] = h
 	}
-	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now})
+	reqs, _ := repo.Ref(plumbing.ReferenceName(requests.Ref))
+	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now, Requests: reqs})
 	if err != nil {
 		tn.t.Fatal(err)
 	}

@@ -90,6 +90,15 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		{"verify", p.verify},
 		{"apply", p.apply},
 	})
+	if err == nil {
+		// Between renders the install is still operated: drift checks
+		// run on their schedules, whatever the desired ref did.
+		err = p.drift(ctx)
+	}
+	if err == nil {
+		// Operators' requests that came with the desired state.
+		p.answer(ctx)
+	}
 	// Whatever ended the pass, what it learned is committed locally: a
 	// recovered job's outcome is not lost to a fetch that failed.
 	if werr := p.write(ctx); werr != nil && err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/redact/redacttest"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
@@ -80,8 +82,38 @@ func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env)
 	if err := record(job, "done"); err != nil {
 		return nil, err
 	}
-	return &schemas.JobResult{Outputs: outs, Sensitive: []string{"token"}, Changed: true}, nil
+	return &schemas.JobResult{Outputs: outs, Sensitive: []string{"token"}, Changed: true, Health: &schemas.Health{Status: schemas.HealthReady}}, nil
 }
+
+// Drift records the call and reports drift while the file
+// NUON_TEST_DRIFT/<component> exists: its content names the resource.
+func (recorder) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if err := record(job, "drift"); err != nil {
+		return nil, err
+	}
+	res := &schemas.JobResult{Health: &schemas.Health{Status: schemas.HealthReady}}
+	if data, err := os.ReadFile(filepath.Join(os.Getenv("NUON_TEST_DRIFT"), job.Component)); err == nil {
+		res.Drift = []schemas.ResourceDrift{{Address: strings.TrimSpace(string(data)), Action: schemas.DriftChanged, Fields: []string{"content"}}}
+	}
+	return res, nil
+}
+
+var _ reconciler.DriftChecker = recorder{}
+
+// Debug records the call and answers with the parsed command and, when
+// NUON_SECRET_LEAK is set, that secret (which the agent must redact).
+func (recorder) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env, cmd debugcmd.Command, out io.Writer) error {
+	if err := record(job, "debug"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: %s\n", job.Component, strings.Join(cmd.Words(), " "))
+	if s, ok := os.LookupEnv("NUON_SECRET_LEAK"); ok {
+		fmt.Fprintf(out, "token=%s\n", s)
+	}
+	return nil
+}
+
+var _ reconciler.Debugger = recorder{}
 
 func (recorder) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
 	return record(job, "delete")

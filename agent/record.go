@@ -22,6 +22,9 @@ type record struct {
 	Applied map[string]*schemas.ComponentState
 	// Jobs are the manifests of the jobs of the reconcile that wrote it.
 	Jobs []*schemas.Job
+	// Answers are request answers by request id, redacted: answers/<id>.txt
+	// in the status tree, kept as long as Status.Requests names them.
+	Answers map[string][]byte
 
 	// dirty says the record changed since it was read and needs a commit;
 	// summary is that commit's message body, one line per change.
@@ -38,6 +41,7 @@ func newRecord(install string) *record {
 			Components: map[string]schemas.ComponentStatus{},
 		},
 		Applied: map[string]*schemas.ComponentState{},
+		Answers: map[string][]byte{},
 	}
 }
 
@@ -55,6 +59,10 @@ func (a *Agent) loadRecord(h plumbing.Hash) (*record, error) {
 		rec.Status.Components = map[string]schemas.ComponentStatus{}
 	}
 	for p, data := range files {
+		if id, ok := strings.CutPrefix(p, schemas.AnswersDir+"/"); ok {
+			rec.Answers[strings.TrimSuffix(id, ".txt")] = data
+			continue
+		}
 		name, ok := strings.CutPrefix(p, schemas.AppliedDir+"/")
 		if !ok {
 			continue
@@ -108,6 +116,14 @@ func (a *Agent) commitRecord(rec *record, parent, replace plumbing.Hash, summary
 			entries = append(entries, gitobj.Entry{Name: j.ID + ".json", Mode: filemode.Regular, Hash: h})
 		}
 		root = append(root, gitobj.Entry{Name: schemas.JobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+	}
+	if len(rec.Answers) > 0 {
+		var entries []gitobj.Entry
+		for id, data := range rec.Answers {
+			h := b.Add(plumbing.BlobObject, a.red.Bytes(data))
+			entries = append(entries, gitobj.Entry{Name: id + ".txt", Mode: filemode.Regular, Hash: h})
+		}
+		root = append(root, gitobj.Entry{Name: schemas.AnswersDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	tree := b.Tree(root)
 	if !parent.IsZero() && replace.IsZero() {

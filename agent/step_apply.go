@@ -226,7 +226,10 @@ func (p *pass) record(job *schemas.Job, spec *schemas.ComponentState, action str
 		Sensitive: res.Sensitive,
 		Job:       job.ID,
 		Digests:   map[string]string{},
+		Health:    res.Health,
 	}
+	// An apply is as good as a drift check: the schedule starts again.
+	p.agent.checked[name] = p.agent.cfg.Now()
 	for _, art := range job.Artifacts {
 		cs.Digests[art.Name] = art.Digest
 	}

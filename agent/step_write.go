@@ -10,6 +10,7 @@ import (
 // write commits the record locally when it changed, then clears the
 // journal entries it records.
 func (p *pass) write(context.Context) error {
+	p.heartbeat()
 	if p.rec == nil || !p.rec.dirty {
 		return nil
 	}

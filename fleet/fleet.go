@@ -50,6 +50,19 @@ type Install struct {
 	// agent has reported on it.
 	Rendered string `json:"rendered,omitempty"`
 	InSync   bool   `json:"inSync"`
+	// Vetoed lists the kinds of operations the install's own settings
+	// turned off (see schemas.Status).
+	Vetoed []string `json:"vetoed,omitempty"`
+	// Drifted is how many components the last drift checks found
+	// different from their desired state (each component's Drift says
+	// how).
+	Drifted int `json:"drifted"`
+	// LastSeen is the time of the newest status commit: the agent writes
+	// one at least every HeartbeatEvery. Unreachable is set when it is
+	// older than twice that.
+	LastSeen       time.Time `json:"lastSeen"`
+	HeartbeatEvery string    `json:"heartbeatEvery,omitempty"`
+	Unreachable    bool      `json:"unreachable"`
 	// Artifacts is the agent's artifact verification, as its status says:
 	// Verified, Unverified (--insecure-skip-artifact-verification), or
 	// empty from an agent that predates the field.
@@ -58,6 +71,17 @@ type Install struct {
 	// time): how fresh the report is.
 	Time time.Time `json:"time"`
 }
+
+// StateUnreachable is Install.State when the agent's heartbeat is late:
+// its newest status commit is older than twice the heartbeat interval it
+// announced. It says nothing about the desired state (see StateStale);
+// the rest of the row is what the agent last said.
+const StateUnreachable = "Unreachable"
+
+// lateFactor is how many heartbeat intervals may pass without a status
+// commit before an install is Unreachable: one beat may be lost to a
+// poll's jitter or a failed push.
+const lateFactor = 2
 
 // StateStale is Install.State while the agent reports its desired state
 // past its signed expiry: a frozen or withheld ref, or a renderer that
@@ -79,8 +103,14 @@ type Repository interface {
 
 // Read returns the reported status of every install that has a status
 // ref (only install, when it is not empty), sorted by install id, each
-// checked against keys (install id → agentKey, see AgentKeys).
+// checked against keys (install id → agentKey, see AgentKeys). Heartbeats
+// are judged at the time of the call (see ReadAt).
 func Read(repo Repository, keys map[string]string, install string) ([]Install, error) {
+	return ReadAt(repo, keys, install, time.Now())
+}
+
+// ReadAt is Read with heartbeats judged at now.
+func ReadAt(repo Repository, keys map[string]string, install string, now time.Time) ([]Install, error) {
 	refs, err := repo.Refs(schemas.StatusRefPrefix)
 	if err != nil {
 		return nil, err
@@ -91,7 +121,7 @@ func Read(repo Repository, keys map[string]string, install string) ([]Install, e
 		if install != "" && id != install {
 			continue
 		}
-		row, err := readInstall(repo, id, h, keys[id])
+		row, err := readInstall(repo, id, h, keys[id], now)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +131,7 @@ func Read(repo Repository, keys map[string]string, install string) ([]Install, e
 	return rows, nil
 }
 
-func readInstall(repo Repository, id string, h plumbing.Hash, key string) (Install, error) {
+func readInstall(repo Repository, id string, h plumbing.Hash, key string, now time.Time) (Install, error) {
 	row := Install{Install: id, Commit: h.String(), Components: []Component{}}
 	c, files, err := gitobj.ReadCommitFiles(repo.Storer(), h, 0)
 	if err != nil {
@@ -119,7 +149,16 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string) (Insta
 		row.State = StateStale
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
-		row.Components = append(row.Components, Component{Name: name, ComponentStatus: st.Components[name]})
+		cs := st.Components[name]
+		row.Components = append(row.Components, Component{Name: name, ComponentStatus: cs})
+		if len(cs.Drift) > 0 {
+			row.Drifted++
+		}
+	}
+	row.Vetoed, row.HeartbeatEvery, row.LastSeen = st.Vetoed, st.HeartbeatEvery, c.Author.When.UTC()
+	if every, err := time.ParseDuration(st.HeartbeatEvery); err == nil && every > 0 && now.Sub(row.LastSeen) > lateFactor*every {
+		row.Unreachable = true
+		row.State = StateUnreachable
 	}
 	row.Verified, row.VerifyError = Verify(c, id, key)
 	if rendered, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(id))); err == nil && !rendered.IsZero() {

@@ -140,3 +140,50 @@ func TestReadFlagsWrongKey(t *testing.T) {
 		}
 	}
 }
+
+// TestReadHeartbeat: an install whose newest status commit is older than
+// twice the heartbeat it announced is Unreachable, distinct from Stale
+// desired state; an agent that announces no heartbeat is never judged.
+// The test commits are dated time.Unix(1e9, 0).
+func TestReadHeartbeat(t *testing.T) {
+	seen := time.Unix(1e9, 0)
+	tests := []struct {
+		name  string
+		every string
+		stale bool
+		now   time.Time
+		state string
+	}{
+		{"on time", "10m0s", false, seen.Add(19 * time.Minute), schemas.InstallReady},
+		{"late", "10m0s", false, seen.Add(21 * time.Minute), StateUnreachable},
+		{"stale but alive", "10m0s", true, seen.Add(5 * time.Minute), StateStale},
+		{"stale and late", "10m0s", true, seen.Add(time.Hour), StateUnreachable},
+		{"no heartbeat", "", false, seen.Add(24 * time.Hour), schemas.InstallReady},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := memory.NewStorage()
+			b, _ := json.Marshal(schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: "acme",
+				Phase: schemas.InstallReady, Stale: tt.stale, HeartbeatEvery: tt.every, Vetoed: []string{schemas.RequestDebug},
+				Components: map[string]schemas.ComponentStatus{
+					"api": {Phase: schemas.PhaseApplied, Drift: []schemas.ResourceDrift{{Kind: "ConfigMap", Name: "settings", Action: schemas.DriftChanged}}},
+					"db":  {Phase: schemas.PhaseApplied},
+				}})
+			h := commit(t, st, map[string][]byte{schemas.StatusFile: b}, loadKey(t, "acme"))
+			if err := st.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(schemas.StatusRef("acme")), h)); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := ReadAt(memRepo{st}, nil, "", tt.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rows[0]
+			if r.State != tt.state || r.Unreachable != (tt.state == StateUnreachable) || !r.LastSeen.Equal(seen) {
+				t.Errorf("state %s unreachable %v lastSeen %v, want %s", r.State, r.Unreachable, r.LastSeen, tt.state)
+			}
+			if r.Drifted != 1 || len(r.Vetoed) != 1 {
+				t.Errorf("drifted %d vetoed %v, want 1 and [debug]", r.Drifted, r.Vetoed)
+			}
+		})
+	}
+}

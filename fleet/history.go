@@ -19,9 +19,10 @@ import (
 // ReadInstall reads one install's row from its status commit h, checked
 // against key, as Read does for every install. It lets a caller that
 // already knows the refs (the tenant server's ref table) refresh only the
-// installs whose status moved.
-func ReadInstall(repo Repository, id string, h plumbing.Hash, key string) (Install, error) {
-	return readInstall(repo, id, h, key)
+// installs whose status moved. now decides whether its heartbeat is late
+// (Unreachable).
+func ReadInstall(repo Repository, id string, h plumbing.Hash, key string, now time.Time) (Install, error) {
+	return readInstall(repo, id, h, key, now)
 }
 
 // Desired is what an install's rendered desired state says, for the fleet

@@ -53,6 +53,10 @@ type Options struct {
 	// when one of them signed. Default: the Signer's public key, when it
 	// has one (a key rotation lists the old key here too).
 	Trust *signature.AllowedSigners
+	// Requests is the tip of requests.Ref: the install's pending requests
+	// signed by a key trust/requests on main lists go into its rendered
+	// state (installs/<id>/requests.json). Zero: no requests.
+	Requests plumbing.Hash
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
@@ -232,6 +236,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 	for _, step := range []func(context.Context) error{
 		r.readPrevious,
 		r.loadSource,
+		r.loadRequests,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -284,6 +289,8 @@ type renderRun struct {
 	trees  map[string]plumbing.Hash
 	issued map[string]issued
 	result *Result
+	// requests are the installs' requests.json, by install id.
+	requests map[string][]byte
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
@@ -502,6 +509,9 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	files, err := Install(r.src, id)
 	if err != nil {
 		return InstallResult{}, plumbing.ZeroHash, issued{}, err
+	}
+	if data, ok := r.requests[id]; ok {
+		files[schemas.RequestsFile] = data
 	}
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)

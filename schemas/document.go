@@ -26,15 +26,17 @@ var Files embed.FS
 
 // Schema names, one per file kind.
 const (
-	SchemaApp            = "app.schema.json"
-	SchemaChannel        = "channel.schema.json"
-	SchemaRelease        = "release.schema.json"
-	SchemaInstall        = "install.schema.json"
-	SchemaInstallState   = "install-state.schema.json"
-	SchemaComponentState = "component-state.schema.json"
-	SchemaJob            = "job.schema.json"
-	SchemaJobResult      = "job-result.schema.json"
-	SchemaStatus         = "status.schema.json"
+	SchemaApp             = "app.schema.json"
+	SchemaChannel         = "channel.schema.json"
+	SchemaRelease         = "release.schema.json"
+	SchemaInstall         = "install.schema.json"
+	SchemaInstallState    = "install-state.schema.json"
+	SchemaComponentState  = "component-state.schema.json"
+	SchemaJob             = "job.schema.json"
+	SchemaJobResult       = "job-result.schema.json"
+	SchemaStatus          = "status.schema.json"
+	SchemaRequest         = "request.schema.json"
+	SchemaInstallRequests = "install-requests.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -231,6 +231,23 @@ type Status struct {
 	// Forged names a status commit on the status ref that this install's
 	// key did not sign, which the agent replaced.
 	Forged *Forged `json:"forged,omitempty"`
+	// Vetoed lists the kinds of operations (RequestLogs, RequestDebug,
+	// RequestDrift) the install's own `operations:` settings turned off,
+	// so whoever reads the status sees the customer did, not a fault.
+	Vetoed []string `json:"vetoed,omitempty"`
+	// Heartbeat is set by a status commit the agent wrote only to show it
+	// is alive (nothing else changed for HeartbeatEvery); the commit's own
+	// time is the proof, this field makes its tree differ.
+	Heartbeat *time.Time `json:"heartbeat,omitempty"`
+	// HeartbeatEvery is the agent's heartbeat interval, as a Go duration:
+	// it writes a status commit at least that often, and the fleet calls
+	// an install whose last status commit is older than twice that
+	// Unreachable. Empty when the agent sends no heartbeat.
+	HeartbeatEvery string `json:"heartbeatEvery,omitempty"`
+	// Requests are the operators' requests the agent answered or refused,
+	// by id: each runs once, and a restarted agent does not run it again.
+	// An entry stays until a day after the request's deadline.
+	Requests map[string]RequestState `json:"requests,omitempty"`
 	// Artifacts says whether the agent that wrote the status verifies
 	// artifacts before it deploys them: ArtifactsVerified, or
 	// ArtifactsUnverified when it runs with verification switched off.
@@ -238,6 +255,53 @@ type Status struct {
 	Artifacts  string                     `json:"artifacts,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
 }
+
+// States of a request, in the status and in `nuon requests`.
+const (
+	// RequestPending: filed, not answered yet.
+	RequestPending = "pending"
+	// RequestAnswered: the agent ran it; the answer is in the status tree.
+	RequestAnswered = "answered"
+	// RequestRefused: the agent would not run it; Reason says why.
+	RequestRefused = "refused"
+	// RequestExpired: its deadline passed before the agent saw it.
+	RequestExpired = "expired"
+)
+
+// AnswersDir is the folder of the status tree that holds request
+// answers, answers/<id>.txt: large answers are blobs, never in the commit
+// message.
+const AnswersDir = "answers"
+
+// RequestState is how the agent dealt with one request.
+type RequestState struct {
+	// State is answered or refused.
+	State     string    `json:"state"`
+	Type      string    `json:"type"`
+	Component string    `json:"component,omitempty"`
+	Requester string    `json:"requester"`
+	Deadline  time.Time `json:"deadline"`
+	// At is when the agent answered or refused.
+	At time.Time `json:"at"`
+	// Reason says why it was refused.
+	Reason string `json:"reason,omitempty"`
+	// Answer is the answer's path in the status tree
+	// (answers/<id>.txt); Bytes its size before truncation, Truncated
+	// whether it was cut at the request's bound.
+	Answer    string `json:"answer,omitempty"`
+	Bytes     int    `json:"bytes,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// Job is the debug job that answered.
+	Job string `json:"job,omitempty"`
+}
+
+// Kinds of operations an install's `operations:` settings can turn off,
+// and of requests an operator can file.
+const (
+	RequestLogs  = "logs"
+	RequestDebug = "debug"
+	RequestDrift = "drift"
+)
 
 // Forged records a commit the agent found on its status ref that it did
 // not write. The agent's next status commit is a merge whose first parent
@@ -284,4 +348,7 @@ type ComponentStatus struct {
 	// Drift is what differed from the desired state at the last drift
 	// check; empty when nothing did.
 	Drift []ResourceDrift `json:"drift,omitempty"`
+	// Corrected says the Drift above was corrected: the component's mode
+	// is correct and the agent re-applied its applied spec.
+	Corrected bool `json:"corrected,omitempty"`
 }

@@ -76,6 +76,9 @@ const (
 	// JobsDir holds <job id>.json, the manifests of the jobs the status
 	// commit reports.
 	JobsDir = "jobs"
+	// The status tree's answers/<request id>.txt are request answers
+	// (AnswersDir); an install's rendered tree may hold requests.json, its
+	// pending requests (RequestsFile).
 )
 
 // Generation reads the generation trailer of a commit message: a positive

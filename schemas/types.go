@@ -235,11 +235,11 @@ func (o *Operations) Allows(kind string) bool {
 	}
 	var v *bool
 	switch kind {
-	case "logs":
+	case RequestLogs:
 		v = o.Logs
-	case "debug":
+	case RequestDebug:
 		v = o.Debug
-	case "drift":
+	case RequestDrift:
 		v = o.Drift
 	default:
 		return false

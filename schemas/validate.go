@@ -20,15 +20,17 @@ import (
 
 // goTypes makes a value of the Go type of each schema's files.
 var goTypes = map[string]func() any{
-	SchemaApp:            func() any { return new(App) },
-	SchemaChannel:        func() any { return new(Channel) },
-	SchemaRelease:        func() any { return new(Release) },
-	SchemaInstall:        func() any { return new(Install) },
-	SchemaInstallState:   func() any { return new(InstallState) },
-	SchemaComponentState: func() any { return new(ComponentState) },
-	SchemaJob:            func() any { return new(Job) },
-	SchemaJobResult:      func() any { return new(JobResult) },
-	SchemaStatus:         func() any { return new(Status) },
+	SchemaApp:             func() any { return new(App) },
+	SchemaChannel:         func() any { return new(Channel) },
+	SchemaRelease:         func() any { return new(Release) },
+	SchemaInstall:         func() any { return new(Install) },
+	SchemaInstallState:    func() any { return new(InstallState) },
+	SchemaComponentState:  func() any { return new(ComponentState) },
+	SchemaJob:             func() any { return new(Job) },
+	SchemaJobResult:       func() any { return new(JobResult) },
+	SchemaStatus:          func() any { return new(Status) },
+	SchemaRequest:         func() any { return new(Request) },
+	SchemaInstallRequests: func() any { return new(InstallRequests) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas
@@ -347,6 +349,7 @@ func (b *problemBuilder) typeName(t string) string {
 
 // patternHelp says in words what each pattern of the schemas accepts.
 var patternHelp = map[string]string{
+	`^[a-z0-9][a-z0-9-]{0,62}$`:                             "a request id (lower-case letters, digits and -, at most 63 characters)",
 	`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`:                  "a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)",
 	`^[A-Za-z_][A-Za-z0-9_]*$`:                              "an identifier (letters, digits and _, not starting with a digit)",
 	`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`:                   "a version (letters, digits, ., _, + and -, at most 128 characters)",

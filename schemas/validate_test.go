@@ -157,6 +157,12 @@ func samples() map[string]any {
 			}}},
 			Answer: &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
 		},
+		SchemaRequest: Request{
+			APIVersion: APIVersion, Kind: KindRequest, ID: "r-1", Install: "acme", Type: RequestLogs, Component: "api",
+			Requester: "alice", Created: testExpires, Deadline: testExpires.Add(time.Hour),
+			Logs: &LogsRequest{Since: "1h", Tail: 100}, Command: []string{"get", "pods"},
+		},
+		SchemaInstallRequests: InstallRequests{APIVersion: APIVersion, Kind: KindInstallRequests, Requests: []SignedRequest{{File: "{}", Commit: "tree 0"}}},
 		SchemaStatus: Status{
 			APIVersion: APIVersion, Kind: KindStatus, Install: "acme", Desired: testCommit, Applied: testCommit,
 			Generation: 7, Phase: InstallRefused,
@@ -164,6 +170,9 @@ func samples() map[string]any {
 			Stale:   true, Expires: &testExpires,
 			Forged:    &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
 			Artifacts: ArtifactsUnverified,
+			Vetoed:    []string{RequestDebug}, Heartbeat: &testExpires, HeartbeatEvery: "10m0s",
+			Requests: map[string]RequestState{"r-1": {State: RequestAnswered, Type: RequestLogs, Component: "api", Requester: "alice",
+				Deadline: testExpires, At: testExpires, Reason: "x", Answer: "answers/r-1.txt", Bytes: 10, Truncated: true, Job: "api-debug-1"}},
 			Components: map[string]ComponentStatus{"api": {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},
@@ -171,7 +180,8 @@ func samples() map[string]any {
 				Health: &Health{Status: HealthProgressing, Message: "1 of 2 ready", Resources: []ResourceHealth{{
 					Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api", Status: HealthProgressing, Message: "Available: 0/2",
 				}}},
-				Drift: []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
+				Drift:     []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
+				Corrected: true,
 			}},
 		},
 	}

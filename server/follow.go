@@ -20,6 +20,7 @@ import (
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/publish"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -93,7 +94,10 @@ func (s *Server) Sync(ctx context.Context) error {
 func (s *Server) sync(ctx context.Context) (string, error) {
 	if s.cfg.Upstream != "" {
 		u, env := upstreamURL(s.cfg.Upstream)
-		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef); err != nil {
+		// Operators' requests too (a pattern, so a missing ref is no
+		// error): a new one renders its install again.
+		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef,
+			"+"+requests.Ref+"*:"+requests.Ref+"*"); err != nil {
 			return "", fmt.Errorf("fetch main from upstream: %w", err)
 		}
 	}
@@ -102,7 +106,8 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		return "", err
 	}
 	s.keys.reset(main)
-	if main == s.rendered || s.cfg.RenderKey == nil {
+	reqs, _ := revParse(ctx, s.cfg.Dir, requests.Ref) // zero: none filed
+	if (main == s.rendered && reqs == s.renderedRequests) || s.cfg.RenderKey == nil {
 		return resultUnchanged, nil
 	}
 	start := time.Now()
@@ -127,7 +132,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 			s.metrics.renders.WithLabelValues(resultError).Inc()
 			return "", fmt.Errorf("render %s: %w", main, err)
 		}
-		s.rendered = main
+		s.rendered, s.renderedRequests = main, reqs
 		for _, w := range res.Warnings {
 			s.log.Warn("render: "+w, "commit", main.String())
 		}

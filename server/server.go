@@ -154,6 +154,9 @@ type Server struct {
 	// ready is set once main has been checked (a writer) or the mirror
 	// refreshed from the writer (a replica): see readyz.
 	ready atomic.Bool
+	// renderedRequests is the requests.Ref tip of that render: a new
+	// request renders again, so it reaches its install.
+	renderedRequests plumbing.Hash
 }
 
 var _ http.Handler = (*Server)(nil)

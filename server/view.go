@@ -360,7 +360,7 @@ func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id st
 		in.Desired = d
 	}
 	if !status.IsZero() {
-		row, err := fleet.ReadInstall(repo, id, status, key)
+		row, err := fleet.ReadInstall(repo, id, status, key, time.Now())
 		if err != nil {
 			errs = append(errs, err.Error())
 		} else {

@@ -19,7 +19,7 @@ import (
 // the previous versions, into one OCI image layout, as `nuon build` would
 // push them (the builds are reproducible, so the digests are those of
 // fixtures/tenant/releases). It returns the layout's path.
-func fixtureLayout(t *testing.T) string {
+func fixtureLayout(t testing.TB) string {
 	path, _ := moduleLayout(t, filepath.Join(repoRoot(), "fixtures", "modules", "*"), filepath.Join(repoRoot(), "fixtures", "previous", "modules", "*"))
 	return path
 }
@@ -27,7 +27,7 @@ func fixtureLayout(t *testing.T) string {
 // moduleLayout packages each directory the globs match as a terraform
 // module into a new OCI image layout; it returns its path and the digests
 // by directory.
-func moduleLayout(t *testing.T, globs ...string) (string, map[string]v1.Hash) {
+func moduleLayout(t testing.TB, globs ...string) (string, map[string]v1.Hash) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "artifacts")
 	p, err := layout.Write(path, empty.Index)

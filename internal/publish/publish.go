@@ -11,6 +11,7 @@ import (
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -56,7 +57,14 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	for name, h := range refs {
 		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
+	// Operators' requests (refs/heads/nuon/requests) join the installs'
+	// state; the ref is absent until the first request.
+	reqs, err := repo.Ref(plumbing.ReferenceName(requests.Ref))
+	if err != nil {
+		return nil, err
+	}
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
+		Requests:    reqs,
 		Signer:      signer,
 		Now:         opts.Now,
 		MaxFileSize: opts.MaxFileSize,

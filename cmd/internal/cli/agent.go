@@ -28,9 +28,10 @@ import (
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
+	requestTrust                                          string
 	once, serverAuth                                      bool
-	interval, maxBackoff                                  time.Duration
-	concurrency                                           int
+	interval, maxBackoff, heartbeat                       time.Duration
+	concurrency, driftConcurrency                         int
 	jobCommand                                            string
 	metricsAddr                                           string
 	kube                                                  kubeJobOptions
@@ -49,6 +50,23 @@ fetches that ref only, verifies the commit against the allowed_signers in
 applied, runs each component's job as its own process ('nuon job run'),
 dependencies first and independent components in parallel, and writes a signed
 status commit (--key) to refs/heads/nuon/status/<ID>.
+
+Between renders the agent checks each applied component for drift on the
+component's own schedule (drift: {mode, schedule} in nuon.yaml), at most
+--drift-concurrency at once: a read-only drift job whose findings, per
+resource, go into the status; mode correct re-applies the applied spec. A
+check that finds nothing new writes no commit. When nothing changed for
+--heartbeat the agent writes a status commit carrying only the time, so
+'nuon status' can tell a quiet install from one whose agent is gone
+(Unreachable). An install's own operations: settings can turn drift checks
+off; the status then says so.
+
+Operators' requests ('nuon logs', 'nuon debug') arrive with the desired state.
+Each runs once: the agent checks the requester's signature against
+--request-trust (as well as the renderer did), the install, the deadline, the
+install's operations settings and the plugin's read-only allow-list, then
+answers in the status tree (answers/<id>.txt), redacted, or refuses with the
+reason.
 
 A refused commit is recorded in the status and nothing is applied. While the
 repository is unreachable the agent backs off and the install keeps running
@@ -122,6 +140,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.requestTrust, "request-trust", "", "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug); without it every request is refused")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
 	f.StringVar(&o.artifacts, "artifacts", "", ArtifactsHelp)
@@ -130,6 +149,8 @@ install's agentKey on main. No token or password is needed.
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
+	f.IntVar(&o.driftConcurrency, "drift-concurrency", 2, "most drift checks running at once")
+	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without a status commit; 0 sends no heartbeat")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
@@ -150,6 +171,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
+	}
+	var requestTrust *signature.AllowedSigners
+	if o.requestTrust != "" {
+		if requestTrust, err = signature.LoadAllowedSigners(o.requestTrust); err != nil {
+			return err
+		}
 	}
 	key, err := signature.LoadSigner(o.key)
 	if err != nil {
@@ -201,12 +228,15 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			// writing its state.
 			KillGrace: 90 * time.Second,
 		}, workdir, partsLog)),
-		Plugins:     JobPlugins,
-		Sync:        syncer,
-		Concurrency: o.concurrency,
-		Interval:    o.interval,
-		MaxBackoff:  o.maxBackoff,
-		Logger:      log,
+		Plugins:          JobPlugins,
+		RequestTrust:     requestTrust,
+		Sync:             syncer,
+		Concurrency:      o.concurrency,
+		DriftConcurrency: o.driftConcurrency,
+		Heartbeat:        heartbeatOrOff(o.heartbeat),
+		Interval:         o.interval,
+		MaxBackoff:       o.maxBackoff,
+		Logger:           log,
 		// Without --vendor-key the agent refuses every artifact, unless
 		// told otherwise.
 		InsecureSkipArtifactVerification: o.sync.insecure,
@@ -274,6 +304,14 @@ func jobBinary(flag string) (string, error) {
 	// Not here: fine for the Kubernetes runner, whose jobs run nuon from
 	// the job image; the local runner reports it when a job starts.
 	return "nuon", nil
+}
+
+// heartbeatOrOff maps the flag's 0 (no heartbeat) to the agent's negative.
+func heartbeatOrOff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // serveMetrics serves h on addr until stop is called.

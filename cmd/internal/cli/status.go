@@ -29,7 +29,15 @@ func NewStatusCmd(g *Globals) *cobra.Command {
 shows each install's desired and applied commits, generation, phase and failing
 components. Each status commit's signature is checked against the agentKey of
 installs/<id>.yaml on main: VERIFIED says whether the install's own agent wrote it.
-Status history ('git log refs/heads/nuon/status/<id>') is the install's audit log.`,
+Status history ('git log refs/heads/nuon/status/<id>') is the install's audit log.
+
+STATE is the install's phase (Ready, Degraded, Refused), Stale while its desired
+state is past its signed expiry, or Unreachable when its newest status commit is
+older than twice the heartbeat interval its agent announced: the agent is gone,
+and the rest of the row is only what it last said. The last column lists what
+needs a look: failing components, unhealthy ones ("health Progressing"), drift
+found by scheduled drift checks ("drift 2", "drift 1 corrected"), and kinds of
+operations the install's own settings turned off.`,
 		Example: `  nuon status --repo ./tenant.git
   nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
 		Args: cobra.NoArgs,
@@ -85,10 +93,30 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tSTATE\tSYNCED\tVERIFIED\tARTIFACTS\tFAILING")
 	for _, r := range rows {
 		var failing []string
+		if r.Unreachable {
+			failing = append(failing, "no status commit since "+r.LastSeen.Format(time.RFC3339)+" (heartbeat "+r.HeartbeatEvery+")")
+		}
 		for _, c := range r.Components {
+			var notes []string
 			if c.Phase != schemas.PhaseApplied {
-				failing = append(failing, c.Name+"("+c.Phase+")")
+				notes = append(notes, c.Phase)
 			}
+			if c.Health != nil && c.Health.Status != schemas.HealthReady {
+				notes = append(notes, "health "+c.Health.Status)
+			}
+			if n := len(c.Drift); n > 0 {
+				d := fmt.Sprintf("drift %d", n)
+				if c.Corrected {
+					d += " corrected"
+				}
+				notes = append(notes, d)
+			}
+			if len(notes) > 0 {
+				failing = append(failing, c.Name+"("+strings.Join(notes, ", ")+")")
+			}
+		}
+		if len(r.Vetoed) > 0 {
+			failing = append(failing, "turned off by the customer: "+strings.Join(r.Vetoed, ","))
 		}
 		if r.Stale && r.Expires != nil {
 			failing = append([]string{"desired state expired " + r.Expires.Format(time.RFC3339)}, failing...)

@@ -1,0 +1,103 @@
+package renderer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/requests"
+	"nuon.dev/nuon/schemas"
+)
+
+// loadRequests reads the requests filed on requests.Ref (Options.Requests)
+// and keeps, per install of the source, the ones signed by a key that
+// trust/requests on main lists and not past their deadline: each such
+// install gets installs/<id>/requests.json and is rendered. A request that
+// does not verify, or names no install of the source, is dropped and the
+// render warns. Without trust/requests on main no request is accepted.
+func (r *renderRun) loadRequests(context.Context) error {
+	if r.opts.Requests.IsZero() {
+		return nil
+	}
+	trust, err := r.requestTrust()
+	if err != nil {
+		return err
+	}
+	filed, err := requests.Read(r.st, r.opts.Requests, trust)
+	if err != nil {
+		return err
+	}
+	known := r.ids
+	for _, f := range filed {
+		if f.Err != nil && f.Request != nil && !f.Request.Expired(r.now) {
+			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("request %s to %s (%s) dropped: %v", f.Request.ID, f.Request.Install, short(f.Commit), f.Err))
+		} else if f.Err != nil && f.Request == nil {
+			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("request commit %s dropped: %v", short(f.Commit), f.Err))
+		}
+	}
+	r.requests = map[string][]byte{}
+	reload := false
+	for id, rs := range requests.Pending(filed, r.now) {
+		if !slices.Contains(known, id) {
+			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("%d requests to %s dropped: no such install on main", len(rs), id))
+			continue
+		}
+		if r.requests[id], err = requests.Encode(rs); err != nil {
+			return err
+		}
+		if r.changed != nil && !r.changed[id] {
+			// An install whose source did not change is rendered too; the
+			// incremental load read only the changed installs' files.
+			r.changed, reload = nil, true
+		}
+	}
+	if reload {
+		src, err := LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
+		if err := r.takeProblems(err); err != nil {
+			return err
+		}
+		r.src = src
+		r.ids = r.src.InstallIDs()
+		for id := range r.bad {
+			r.ids = append(r.ids, id)
+		}
+		slices.Sort(r.ids)
+		r.ids = slices.Compact(r.ids)
+	}
+	return nil
+}
+
+// requestTrust reads trust/requests from the source commit; nil when main
+// has none.
+func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
+	c, err := gitobj.ReadCommit(r.st, r.source)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := gitobj.ReadTree(r.st, c.TreeHash)
+	if err != nil {
+		return nil, err
+	}
+	e, err := tree.FindEntry(requests.TrustFile)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+		r.result.Warnings = append(r.result.Warnings, "no "+requests.TrustFile+" on main: no request is accepted")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	data, err := gitobj.ReadBlob(r.st, e.Hash, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	trust, err := signature.ParseAllowedSigners(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s on main: %w", requests.TrustFile, err)
+	}
+	return trust, nil
+}

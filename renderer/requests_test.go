@@ -1,0 +1,88 @@
+package renderer_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/requests"
+	"nuon.dev/nuon/schemas"
+)
+
+// TestRenderRequests: the pending requests signed by an operator key that
+// trust/requests on main lists go into their install's rendered state;
+// an untrusted one, an expired one and one for an unknown install do not,
+// and the render says why. An install whose source did not change is
+// rendered when it has requests (incremental renders too).
+func TestRenderRequests(t *testing.T) {
+	tn := newTenant(t)
+	tn.render(options(t))
+	alice, mallory := loadSigner(t, "acme"), loadSigner(t, "globex")
+	tn.write(requests.TrustFile, "alice "+alice.AuthorizedKey()+"\n")
+	tn.commit("trust alice for requests")
+	tn.render(options(t))
+
+	r := tn.open()
+	b := gitobj.NewBatch()
+	var head plumbing.Hash
+	file := func(id, install string, s gitobj.Signer, created time.Time) {
+		var err error
+		req := &schemas.Request{APIVersion: schemas.APIVersion, Kind: schemas.KindRequest, ID: id, Install: install,
+			Type: schemas.RequestLogs, Component: "api", Requester: "alice", Created: created, Deadline: created.Add(time.Hour)}
+		if head, err = requests.File(b, req, head, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file("r-ok", "acme", alice, renderTime.Add(-time.Minute))
+	file("r-untrusted", "acme", mallory, renderTime.Add(-time.Minute))
+	file("r-old", "acme", alice, renderTime.Add(-2*time.Hour))
+	file("r-nobody", "nobody", alice, renderTime.Add(-time.Minute))
+	if err := b.Flush(r.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	opts := options(t)
+	opts.Requests = head
+	res, err := renderRepo(t.Context(), r, "main", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(t.Context(), r, res, res.Updates); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range res.Installs {
+		if want := map[bool]string{true: "changed", false: "unchanged"}[in.ID == "acme"]; string(in.Change) != want {
+			t.Errorf("%s: %s, want %s", in.ID, in.Change, want)
+		}
+	}
+	warnings := strings.Join(res.Warnings, "\n")
+	for _, want := range []string{"request r-untrusted to acme", "not trusted", "requests to nobody dropped: no such install"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings do not say %q:\n%s", want, warnings)
+		}
+	}
+	data := gittest.Git(t, tn.dir, "show", schemas.InstallRef("acme")+":"+schemas.RequestsFile)
+	if err := schemas.ValidateJSON(schemas.SchemaInstallRequests, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	var got schemas.InstallRequests
+	if err := json.Unmarshal([]byte(data), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Requests) != 1 {
+		t.Fatalf("acme has %d requests, want 1:\n%s", len(got.Requests), data)
+	}
+	trust, _ := requestTrust(t, alice.AuthorizedKey())
+	if req, err := requests.Verify(got.Requests[0], trust); err != nil || req.ID != "r-ok" {
+		t.Fatalf("rendered request: %v %+v", err, req)
+	}
+}
+
+func requestTrust(t *testing.T, key string) (*signature.AllowedSigners, error) {
+	return signature.ParseAllowedSigners([]byte("alice " + key + "\n"))
+}
