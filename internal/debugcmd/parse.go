@@ -141,6 +141,9 @@ func Parse(plugin string, words []string) (Command, error) {
 		if len(w) > maxWordBytes {
 			return refuse("a word longer than %d bytes", maxWordBytes)
 		}
+		if w == "" {
+			return refuse("an empty word")
+		}
 	}
 	allowed, ok := Allowed[plugin]
 	if !ok {
