@@ -24,11 +24,13 @@ for b in etcd kube-apiserver; do
 		exit 1
 	fi
 done
-if [[ -f $dir/kube-apiserver.pid ]] && kill -0 "$(cat "$dir/kube-apiserver.pid")" 2>/dev/null; then
+if [[ -f $dir/kube-apiserver.pid && -f $dir/kubeconfig ]] && kill -0 "$(cat "$dir/kube-apiserver.pid")" 2>/dev/null; then
 	echo "kube-up: already running in $dir" >&2
 	echo "$dir/kubeconfig"
 	exit 0
 fi
+# What a start killed half way left: stop it and start again.
+"$(dirname "$0")/kube-down.sh" "$dir" >/dev/null 2>&1 || true
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/lifecycle"
+)
+
+type installOptions struct {
+	lifecycle.Options
+	author, output string
+}
+
+// progress prints each phase's event as text or, with -o json, as one JSON
+// object a line.
+func (o *installOptions) progress(g *cli.Globals) (func(lifecycle.Event), error) {
+	switch o.output {
+	case "text":
+		return func(e lifecycle.Event) {
+			fmt.Fprintf(g.Stdout, "%-13s %-9s %5.1fs  %s\n", e.Phase, e.Result, e.Seconds, e.Detail)
+		}, nil
+	case "json":
+		enc := json.NewEncoder(g.Stdout)
+		return func(e lifecycle.Event) { _ = enc.Encode(e) }, nil
+	}
+	return nil, fmt.Errorf("--output must be text or json, not %q", o.output)
+}
+
+func (o *installOptions) common(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Repo, "repo", "", "tenant repository: a path or a URL (required)")
+	f.StringVar(&o.Dir, "dir", "", "the install's directory: its keys, the sandbox's state, the agent's pid file and log; never committed (required)")
+	f.StringVar(&o.Cloud, "cloud", lifecycle.CloudLocal, "where the install runs: local (the local sandbox) or aws")
+	f.StringVar(&o.TFCLIConfig, "tf-cli-config", os.Getenv("NUON_TF_CLI_CONFIG"), "terraform CLI configuration, for the offline provider mirror (default $NUON_TF_CLI_CONFIG)")
+	f.StringVar(&o.Terraform, "terraform", "terraform", "the terraform binary")
+	f.StringVarP(&o.output, "output", "o", "text", "progress as text, or json: one object per phase")
+	_ = cmd.MarkFlagRequired("repo")
+	_ = cmd.MarkFlagRequired("dir")
+}
+
+func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
+	o := &installOptions{}
+	cmd := &cobra.Command{
+		Use:   "create ID --repo REPO --dir DIR --channel CHANNEL --render-key FILE.pub",
+		Short: "Create install ID: keys, sandbox, installs/ID.yaml, agent",
+		Long: `Create install ID, phase by phase, printing each phase as it ends:
+
+  keys          the install's ed25519 key pair (DIR/agent.key, .pub) and the
+                agent's trust file (DIR/trust) from the render public key
+  sandbox       the sandbox applied with terraform (--cloud local: a local
+                kube-apiserver and a registry with TLS and basic auth; state
+                and outputs in DIR/sandbox)
+  install-file  installs/ID.yaml as a commit on the branch nuon/install/ID
+                for review, or on main with --commit; its registry is the
+                sandbox's registry output and its agentKey the install's key
+  agent         nuon-agent started as a process (pid in DIR/agent.pid, log
+                in DIR/agent.log); on the local sandbox no kubelet runs it
+
+Each phase first looks at what exists: after a failure or a kill, run the
+same command again and it continues, with nothing made twice. Nothing in
+DIR is committed; the private key never leaves it. The agent converges the
+install once its desired state is rendered (nuon render, or the tenant
+server after the branch is merged).
+
+--cloud aws is not supported by this version.`,
+		Example: `  # a local install for development, committed on main, rendered at once
+  nuon install create acme --cloud local --repo tenant.git --dir ~/.nuon/acme \
+      --channel stable --render-key keys/render.pub --commit \
+      --input cidr=10.10.0.0/16 --input domain=acme.localhost \
+      --agent-flag=--vendor-key=keys/cosign.pub
+  nuon render --repo tenant.git --key keys/render
+
+  # the same for a script: one JSON object per phase
+  nuon install create acme ... -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ID = args[0]
+			var err error
+			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
+				return err
+			}
+			if o.Progress, err = o.progress(g); err != nil {
+				return err
+			}
+			o.Logger = g.Logger()
+			return lifecycle.Create(cmd.Context(), o.Options)
+		},
+	}
+	o.common(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Channel, "channel", "", "the install's channel (required)")
+	f.StringToStringVar(&o.Inputs, "input", nil, "an install input, NAME=VALUE (repeatable)")
+	f.StringVar(&o.RenderKey, "render-key", "", "the render public key the agent trusts (required)")
+	f.BoolVar(&o.Commit, "commit", false, "commit installs/ID.yaml on main instead of the branch nuon/install/ID")
+	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
+	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
+	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
+	_ = cmd.MarkFlagRequired("channel")
+	_ = cmd.MarkFlagRequired("render-key")
+	return cmd
+}
+
+// installAuthor parses --author as release does.
+func installAuthor(author string) (string, string, error) {
+	if author == "" && os.Getenv("GIT_AUTHOR_NAME") == "" {
+		return "nuon install", "install@nuon.invalid", nil
+	}
+	return releaseAuthor(author)
+}
+
