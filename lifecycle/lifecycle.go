@@ -22,7 +22,7 @@ const (
 const (
 	KeyFile      = "agent.key" // and agent.key.pub
 	TrustFile    = "trust"
-	SandboxDir   = "sandbox"   // the module, its .terraform and its state
+	SandboxDir   = "sandbox" // the module, its .terraform and its state
 	OutputsFile  = "sandbox/outputs.json"
 	RuntimeDir   = "sandbox/run" // the local sandbox's processes
 	AgentDir     = "agent"       // the agent's workdir

@@ -113,4 +113,3 @@ func installAuthor(author string) (string, string, error) {
 	}
 	return releaseAuthor(author)
 }
-
