@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/lifecycle"
+	"nuon.dev/nuon/schemas"
 )
 
 type installOptions struct {
@@ -112,4 +117,59 @@ func installAuthor(author string) (string, string, error) {
 		return "nuon install", "install@nuon.invalid", nil
 	}
 	return releaseAuthor(author)
+}
+
+func newInstallDeleteCmd(g *cli.Globals) *cobra.Command {
+	o := &installOptions{}
+	var renderKey string
+	cmd := &cobra.Command{
+		Use:   "delete ID --repo REPO --dir DIR",
+		Short: "Delete install ID: its components, agent and sandbox; keep its history",
+		Long: `Delete install ID, phase by phase, printing each phase as it ends:
+
+  mark-deleted  installs/ID.yaml gets deleted: true on main: the install
+                renders with no component (with --render KEY this command
+                renders; otherwise the tenant server does on push)
+  components    waits (--timeout) until the agent's signed status, on that
+                desired state, lists no component: it deleted every one in
+                reverse dependency order
+  agent         stops the agent process
+  sandbox       destroys the sandbox (terraform destroy); DIR keeps only
+                the sandbox's state
+  archive       removes installs/ID.yaml from main and moves the install's
+                refs (nuon/installs/ID, nuon/status/ID) under
+                refs/nuon/archive/ID/: its history stays as the audit log
+
+Re-run it after a failure or a kill: each phase checks first.`,
+		Example: `  nuon install delete acme --repo tenant.git --dir ~/.nuon/acme --render keys/render
+  git -C tenant.git log refs/nuon/archive/acme/status`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ID = args[0]
+			var err error
+			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
+				return err
+			}
+			if o.Progress, err = o.progress(g); err != nil {
+				return err
+			}
+			o.Logger = g.Logger()
+			var render func(context.Context) error
+			if renderKey != "" {
+				quiet := *g
+				quiet.Stdout = io.Discard
+				render = func(ctx context.Context) error {
+					return runRender(ctx, &quiet, &renderOptions{repo: o.Repo, key: renderKey, source: "refs/heads/main",
+						output: "text", retries: 3, maxFileSize: schemas.DefaultMaxFileSize, now: time.Now})
+				}
+			}
+			return lifecycle.Delete(cmd.Context(), o.Options, render)
+		},
+	}
+	o.common(cmd)
+	f := cmd.Flags()
+	f.StringVar(&renderKey, "render", "", "render with this private key after marking the install deleted (when no tenant server renders on push)")
+	f.DurationVar(&o.DeleteTimeout, "timeout", 10*time.Minute, "how long to wait for the agent to delete every component")
+	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	return cmd
 }

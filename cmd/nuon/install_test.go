@@ -82,11 +82,14 @@ func processesUnder(dir string) []int {
 	return pids
 }
 
-// TestInstallCreateLocal runs `nuon install create --cloud local` for
-// real: killed in the middle of its sandbox phase and run again (one API
-// server, one registry, one agent), a third time with nothing to do; then
-// the install is rendered and its agent process applies every component.
-func TestInstallCreateLocal(t *testing.T) {
+// TestInstallLocal runs `nuon install create --cloud local` for real:
+// killed in the middle of its sandbox phase and run again (one API server,
+// one registry, one agent), a third time with nothing to do; then the
+// install is rendered and its agent process applies every component. Then
+// `nuon install delete`: the agent deletes every component, the agent and
+// the sandbox go (no process, no file but the state), and the install's
+// history stays under refs/nuon/archive/acme/.
+func TestInstallLocal(t *testing.T) {
 	tf := tfCLIConfig(t)
 	ocitest.Require(t, "docker-registry", "htpasswd", "openssl", "python3", "curl")
 	assets, err := kubetest.Assets()
@@ -183,6 +186,63 @@ func TestInstallCreateLocal(t *testing.T) {
 		t.Fatalf("component phases (-want +got):\n%s\nagent log:\n%s", d, tail(string(log), 4000))
 	}
 	t.Logf("install create to every component applied: %s", time.Since(start).Round(100*time.Millisecond))
+
+	start = time.Now()
+	del := []string{"install", "delete", "acme", "--repo", bare, "--dir", dir, "--render", filepath.Join(root, "fixtures", "keys", "render"),
+		"--timeout", "3m", "--log-level", "warn", "-o", "json"}
+	phases = nil
+	for _, e := range installEvents(t, nuon(t, env, 0, del...)) {
+		phases = append(phases, e.Phase+" "+e.Result)
+	}
+	t.Logf("install delete: %s", time.Since(start).Round(100*time.Millisecond))
+	if d := cmp.Diff([]string{"mark-deleted done", "components done", "agent done", "sandbox done", "archive done"}, phases); d != "" {
+		t.Errorf("delete phases (-want +got):\n%s", d)
+	}
+	if pids := processesUnder(dir); len(pids) != 0 {
+		t.Errorf("processes left after delete: %v", pids)
+	}
+	var left []string
+	entries, _ := os.ReadDir(filepath.Join(dir, "sandbox"))
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".tfstate") || strings.HasSuffix(e.Name(), ".tfstate.backup") {
+			left = append(left, e.Name())
+		}
+		if e.Name() == "run" {
+			t.Error("the sandbox's run directory is left")
+		}
+	}
+	if len(left) == 0 {
+		t.Error("the sandbox's state is gone")
+	}
+	if out := gittest.Git(t, bare, "ls-tree", "--name-only", "main", "installs/"); strings.Contains(out, "acme.yaml") {
+		t.Error("installs/acme.yaml is still on main")
+	}
+	refs := gittest.Git(t, bare, "for-each-ref", "--format=%(refname)")
+	for _, r := range []string{"refs/nuon/archive/acme/installs", "refs/nuon/archive/acme/status"} {
+		if !strings.Contains(refs, r+"\n") && !strings.HasSuffix(refs, r) {
+			t.Errorf("%s missing; refs:\n%s", r, refs)
+		}
+	}
+	for _, r := range []string{"refs/heads/nuon/installs/acme", "refs/heads/nuon/status/acme"} {
+		if strings.Contains(refs, r) {
+			t.Errorf("%s is still there", r)
+		}
+	}
+	// The history: the last status lists no component, an earlier one all five.
+	last := gittest.Git(t, bare, "show", "refs/nuon/archive/acme/status:status.json")
+	var st struct{ Components map[string]any }
+	if err := json.Unmarshal([]byte(last), &st); err != nil || len(st.Components) != 0 {
+		t.Errorf("last archived status (%v):\n%s", err, last)
+	}
+	if n := strings.Count(gittest.Git(t, bare, "log", "--format=%H", "refs/nuon/archive/acme/status"), "\n") + 1; n < 2 {
+		t.Errorf("archived status history has %d commits", n)
+	}
+	// Again: nothing to do.
+	for _, e := range installEvents(t, nuon(t, env, 0, del...)) {
+		if e.Result != "unchanged" {
+			t.Errorf("delete again: %s %s (%s)", e.Phase, e.Result, e.Detail)
+		}
+	}
 }
 
 // waitPhases polls nuon status until acme's component phases are want, or
