@@ -52,6 +52,11 @@ func (o *Options) agentBinary() (string, error) {
 // runs already: on the local sandbox no kubelet runs the agent's
 // Deployment.
 func startAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
+	if o.Cloud == CloudAWS {
+		// The bootstrap on EKS applies manifests/ by server-side apply from
+		// inside the VPC (the API endpoint is private): not built yet.
+		return "", "", fmt.Errorf("the agent bootstrap on EKS: %w", ErrUnsupported)
+	}
 	if pid := agentPID(o); pid != 0 {
 		return Unchanged, fmt.Sprintf("pid %d, log %s", pid, o.path(AgentLogFile)), nil
 	}

@@ -40,6 +40,12 @@ func Delete(ctx context.Context, o Options, render func(context.Context) error) 
 	if err := o.defaults(false); err != nil {
 		return err
 	}
+	if o.Cloud == CloudAWS {
+		// Destroying an EKS sandbox first needs the check for
+		// controller-made load balancers and the removal of the agent's
+		// ECR repositories (sandboxes/README.md, teardown order).
+		return fmt.Errorf("install %s: delete on aws: %w", o.ID, ErrUnsupported)
+	}
 	if render == nil {
 		render = func(context.Context) error { return nil }
 	}

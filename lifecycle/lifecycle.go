@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +98,33 @@ type Options struct {
 	DeleteTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// AWS is what CloudAWS needs.
+	AWS AWSOptions
+}
+
+// AWSOptions are the customer's account as its stack (nuon install stack)
+// set it up, and the tenant's own AWS configuration.
+type AWSOptions struct {
+	// Account is the customer's 12-digit account; the provision and
+	// deprovision roles are nuon-<id>-provision and -deprovision in it.
+	Account string
+	// ExternalID is the install's ExternalId from the stack.
+	ExternalID string
+	// Region, AvailabilityZones and Domain are the sandbox's inputs.
+	Region            string
+	AvailabilityZones []string
+	Domain            string
+	// StateBucket is the stack's state bucket; the sandbox's state is
+	// s3://StateBucket/sandbox/terraform.tfstate, locked with use_lockfile.
+	StateBucket string
+	// Tenant is the tenant's SDK configuration (its own credentials),
+	// which assumes the roles.
+	Tenant aws.Config
+	// STSEndpoint overrides STS's endpoint (a VPC endpoint, or a test's
+	// stand-in); default the SDK's resolution.
+	STSEndpoint string
+	// Timeout bounds each STS call; default stack.DefaultTimeout.
+	Timeout time.Duration
 }
 
 // ErrUnsupported is returned for what this package cannot do yet.
@@ -128,7 +157,13 @@ func (o *Options) defaults(create bool) error {
 			return fmt.Errorf("install %s: the local sandbox needs the kube assets (etcd, kube-apiserver)", o.ID)
 		}
 	case CloudAWS:
-		return fmt.Errorf("install %s: --cloud aws: %w", o.ID, ErrUnsupported)
+		a := o.AWS
+		if a.Account == "" || a.ExternalID == "" || a.Region == "" || a.StateBucket == "" {
+			return fmt.Errorf("install %s: --cloud aws needs the account, ExternalId, region and state bucket of its stack", o.ID)
+		}
+		if create && (len(a.AvailabilityZones) < 2 || a.Domain == "") {
+			return fmt.Errorf("install %s: --cloud aws needs 2 or 3 availability zones and a domain", o.ID)
+		}
 	default:
 		return fmt.Errorf("install %s: unknown cloud %q (local or aws)", o.ID, o.Cloud)
 	}

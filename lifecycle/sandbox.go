@@ -83,9 +83,12 @@ func (o *Options) sandboxVars() []string {
 // killed a moment ago can still hold while its terraform finishes.
 const lockWait = "5m"
 
-// sandbox applies the sandbox module when its plan has changes and records
-// its outputs.
+// sandbox applies the install's sandbox module when its plan has changes
+// and records its outputs.
 func sandbox(ctx context.Context, o *Options, st *state) (string, string, error) {
+	if o.Cloud == CloudAWS {
+		return awsSandbox(ctx, o, st)
+	}
 	tf, err := o.terraform()
 	if err != nil {
 		return "", "", err
@@ -93,12 +96,18 @@ func sandbox(ctx context.Context, o *Options, st *state) (string, string, error)
 	if err := tf.Init(ctx, tfexec.Upgrade(false)); err != nil {
 		return "", "", fmt.Errorf("terraform init: %w", err)
 	}
+	return applyAndRecord(ctx, o, st, tf, o.sandboxVars(), o.deadPieces()...)
+}
+
+// applyAndRecord plans with vars (replacing the resources replace names),
+// applies when the plan has changes and records the outputs.
+func applyAndRecord(ctx context.Context, o *Options, st *state, tf *tfexec.Terraform, vars []string, replace ...string) (string, string, error) {
 	plan := o.path(SandboxDir + "/tfplan")
 	popts := []tfexec.PlanOption{tfexec.Out(plan), tfexec.LockTimeout(lockWait)}
-	for _, addr := range o.deadPieces() {
+	for _, addr := range replace {
 		popts = append(popts, tfexec.Replace(addr))
 	}
-	for _, v := range o.sandboxVars() {
+	for _, v := range vars {
 		popts = append(popts, tfexec.Var(v))
 	}
 	changes, err := tf.Plan(ctx, popts...)
