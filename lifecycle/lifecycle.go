@@ -3,9 +3,9 @@ package lifecycle
 import (
 	"context"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"errors"
 	"fmt"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"io"
 	"log/slog"
 	"os"
