@@ -2,16 +2,16 @@ package lifecycle
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // Clouds.
