@@ -25,7 +25,12 @@
 //
 // Each phase reports an [Event] when it ends. [Delete] reverses it.
 //
-// Only the local cloud is done here; --cloud aws (the provision role,
-// sandboxes/aws-eks with the S3 state from the stack, manifests/ by
-// server-side apply) is not yet.
+// On CloudAWS the sandbox phase assumes the install's provision role
+// (stack.AssumeRole: ExternalId, a deadline on every call) and applies
+// sandboxes/aws-eks with only that role's credentials in terraform's
+// environment, its state in the stack's S3 bucket. Not built yet, and
+// refused with [ErrUnsupported]: the agent bootstrap on EKS (manifests/ by
+// server-side apply from inside the VPC) and Delete on AWS (the check for
+// controller-made load balancers, the agent's ECR repositories, destroy
+// with the deprovision role).
 package lifecycle
