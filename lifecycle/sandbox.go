@@ -185,6 +185,10 @@ func destroySandbox(ctx context.Context, o *Options) (string, error) {
 	if err := tf.Destroy(ctx, dopts...); err != nil {
 		return "", fmt.Errorf("terraform destroy: %w", err)
 	}
+	// The outputs named what is gone now.
+	if err := os.Remove(o.path(OutputsFile)); err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
 	return Done, nil
 }
 

@@ -214,6 +214,9 @@ func TestInstallLocal(t *testing.T) {
 	if len(left) == 0 {
 		t.Error("the sandbox's state is gone")
 	}
+	if _, err := os.Stat(filepath.Join(dir, "sandbox", "outputs.json")); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's outputs are left (%v)", err)
+	}
 	if out := gittest.Git(t, bare, "ls-tree", "--name-only", "main", "installs/"); strings.Contains(out, "acme.yaml") {
 		t.Error("installs/acme.yaml is still on main")
 	}
