@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluxcd/pkg/ssa"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"nuon.dev/nuon/internal/atomicfile"
 )
 
@@ -53,9 +56,13 @@ func (o *Options) agentBinary() (string, error) {
 // Deployment.
 func startAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
 	if o.Cloud == CloudAWS {
-		// The bootstrap on EKS applies manifests/ by server-side apply from
-		// inside the VPC (the API endpoint is private): not built yet.
+		// ApplyAgent does the bootstrap, but EKS's API endpoint is private:
+		// reaching it from inside the VPC with an access entry for the
+		// applying principal is not built yet.
 		return "", "", fmt.Errorf("the agent bootstrap on EKS: %w", ErrUnsupported)
+	}
+	if o.AgentMode == AgentKubernetes {
+		return applyAgent(ctx, o, st)
 	}
 	if pid := agentPID(o); pid != 0 {
 		return Unchanged, fmt.Sprintf("pid %d, log %s", pid, o.path(AgentLogFile)), nil
@@ -140,4 +147,53 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// applyAgent applies manifests/ to the sandbox's cluster with the
+// install's key, trust file and registry (see ApplyAgent).
+func applyAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
+	outs := st.outputs
+	if outs == nil {
+		var err error
+		if outs, err = readOutputs(o); err != nil {
+			return "", "", fmt.Errorf("sandbox outputs: %w", err)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", outs.Cluster.Kubeconfig)
+	if err != nil {
+		return "", "", fmt.Errorf("the sandbox's kubeconfig: %w", err)
+	}
+	b := Bootstrap{Install: o.ID, Repo: o.Repo, Registry: outs.Registry.URL, RegistryUsername: outs.Registry.Username}
+	if b.Key, err = os.ReadFile(o.path(KeyFile)); err != nil {
+		return "", "", err
+	}
+	if b.Trust, err = os.ReadFile(o.path(TrustFile)); err != nil {
+		return "", "", err
+	}
+	if outs.Registry.PasswordFile != "" {
+		pw, err := os.ReadFile(outs.Registry.PasswordFile)
+		if err != nil {
+			return "", "", err
+		}
+		b.RegistryPassword = strings.TrimSpace(string(pw))
+	}
+	if outs.Registry.CAFile != "" {
+		if b.RegistryCA, err = os.ReadFile(outs.Registry.CAFile); err != nil {
+			return "", "", err
+		}
+	}
+	cs, err := ApplyAgent(ctx, cfg, b)
+	if err != nil {
+		return "", "", err
+	}
+	changed := 0
+	for _, e := range cs.Entries {
+		if e.Action != ssa.UnchangedAction {
+			changed++
+		}
+	}
+	if changed == 0 {
+		return Unchanged, fmt.Sprintf("%d objects in %s", len(cs.Entries), outs.Cluster.Endpoint), nil
+	}
+	return Done, fmt.Sprintf("%d of %d objects applied to %s", changed, len(cs.Entries), outs.Cluster.Endpoint), nil
 }

@@ -21,7 +21,11 @@
 //  4. agent: on the local sandbox (no kubelet) nuon-agent runs as a process
 //     in its own session, with a pid file and its log in the install's
 //     directory, reading the registry password from the sandbox's
-//     password file into its environment (never argv).
+//     password file into its environment (never argv). With
+//     [AgentKubernetes], manifests/ are applied to the sandbox's cluster
+//     by server-side apply ([ApplyAgent], fluxcd/pkg/ssa) with the install
+//     key and registry password as Secrets, the trust file and registry CA
+//     as ConfigMaps.
 //
 // Each phase reports an [Event] when it ends. [Delete] reverses it.
 //

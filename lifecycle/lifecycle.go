@@ -14,6 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
+// Agent modes.
+const (
+	AgentProcess    = "process"
+	AgentKubernetes = "kubernetes"
+)
+
 // Clouds.
 const (
 	CloudLocal = "local"
@@ -89,6 +95,11 @@ type Options struct {
 	// AgentFlags are added to the agent's command line (for example
 	// --vendor-key FILE, --interval 5s).
 	AgentFlags []string
+	// AgentMode is how the agent runs: AgentProcess (default), a process
+	// beside the sandbox (the local sandbox has no kubelet), or
+	// AgentKubernetes, manifests/ applied to the sandbox's cluster by
+	// server-side apply with the install's key, trust file and registry.
+	AgentMode string
 	// Progress receives an Event as each phase ends; default none.
 	Progress func(Event)
 	// Logger; default slog's default.

@@ -65,7 +65,11 @@ func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
                 for review, or on main with --commit; its registry is the
                 sandbox's registry output and its agentKey the install's key
   agent         nuon-agent started as a process (pid in DIR/agent.pid, log
-                in DIR/agent.log); on the local sandbox no kubelet runs it
+                in DIR/agent.log), since no kubelet runs on the local
+                sandbox; or, with --agent-mode kubernetes, manifests/
+                applied to the sandbox's cluster by server-side apply with
+                the install key as a Secret, the trust file, the registry
+                and its password (a Secret)
 
 Each phase first looks at what exists: after a failure or a kill, run the
 same command again and it continues, with nothing made twice. Nothing in
@@ -118,6 +122,7 @@ not built yet: the agent phase says so and stops.`,
 	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
 	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
 	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
+	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
 	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
 	f.StringVar(&o.AWS.Account, "account", "", "aws: the customer's account, where the stack made the install's roles")
 	f.StringVar(&o.AWS.ExternalID, "external-id", "", "aws: the install's ExternalId (from nuon install stack)")
