@@ -66,7 +66,7 @@ func Delete(ctx context.Context, o Options, render func(context.Context) error) 
 	})
 }
 
-func (o *Options) openRepo() (*gitrepo.Repo, error) { return gitrepo.Open(o.Repo) }
+func (o *Options) openRepo() (*gitrepo.Repo, error) { return o.OpenRepo(o.Repo) }
 
 // editMain applies edit to main's tree and commits the result, retrying
 // when main moved; edit returns the new root or the old one for no change.

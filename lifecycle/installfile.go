@@ -69,7 +69,7 @@ func commitInstallFile(ctx context.Context, o *Options, st *state) (string, stri
 		target = ReviewRef(o.ID)
 	}
 	file := path.Join(schemas.InstallsDir, o.ID+".yaml")
-	repo, err := gitrepo.Open(o.Repo)
+	repo, err := o.openRepo()
 	if err != nil {
 		return "", "", err
 	}

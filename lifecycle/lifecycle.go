@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"nuon.dev/nuon/internal/gitrepo"
 )
 
 // Agent modes.
@@ -102,7 +104,10 @@ type Options struct {
 	AgentMode string
 	// Progress receives an Event as each phase ends; default none.
 	Progress func(Event)
-	// Logger; default slog's default.
+	// OpenRepo opens the tenant repository (with the operator's git
+	// credentials); default gitrepo.Open without any.
+	OpenRepo func(location string) (*gitrepo.Repo, error)
+	// Logger; default none.
 	Logger *slog.Logger
 	// DeleteTimeout bounds how long Delete waits for the agent to report
 	// every component deleted; default 10 minutes.
@@ -201,6 +206,9 @@ func (o *Options) defaults(create bool) error {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.OpenRepo == nil {
+		o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return gitrepo.Open(location) }
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/lifecycle"
 	"nuon.dev/nuon/schemas"
 )
@@ -103,6 +104,7 @@ not built yet: the agent phase says so and stops.`,
 				return err
 			}
 			o.Logger = g.Logger()
+			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
 			if o.Cloud == lifecycle.CloudAWS {
 				// The tenant's own credentials, from the SDK's default chain;
 				// they only assume the install's roles.
@@ -179,6 +181,7 @@ Re-run it after a failure or a kill: each phase checks first.`,
 				return err
 			}
 			o.Logger = g.Logger()
+			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
 			var render func(context.Context) error
 			if renderKey != "" {
 				quiet := *g

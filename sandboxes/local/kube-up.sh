@@ -24,6 +24,10 @@ for b in etcd kube-apiserver; do
 		exit 1
 	fi
 done
+# One start at a time per DIR: a start killed with its caller (a terraform
+# killed half way) may still be running when the next begins.
+exec 9>"$dir/.kube-up.lock"
+flock 9
 if [[ -f $dir/kube-apiserver.pid && -f $dir/kubeconfig ]] && kill -0 "$(cat "$dir/kube-apiserver.pid")" 2>/dev/null; then
 	echo "kube-up: already running in $dir" >&2
 	echo "$dir/kubeconfig"
@@ -59,7 +63,7 @@ setsid "$assets/etcd" \
 	--initial-cluster="default=http://127.0.0.1:$peer_port" \
 	--unsafe-no-fsync \
 	--log-level=error \
-	>"$dir/etcd.log" 2>&1 </dev/null &
+	>"$dir/etcd.log" 2>&1 </dev/null 9>&- &
 echo $! >"$dir/etcd.pid"
 
 setsid "$assets/kube-apiserver" \
@@ -76,7 +80,7 @@ setsid "$assets/kube-apiserver" \
 	--authorization-mode=RBAC \
 	--token-auth-file="$dir/tokens.csv" \
 	--profiling=false \
-	>"$dir/apiserver.log" 2>&1 </dev/null &
+	>"$dir/apiserver.log" 2>&1 </dev/null 9>&- &
 echo $! >"$dir/kube-apiserver.pid"
 
 server="https://127.0.0.1:$api_port"

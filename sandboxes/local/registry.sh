@@ -16,6 +16,9 @@ up() {
 	local dir=$1
 	mkdir -p "$dir/data"
 	dir=$(cd "$dir" && pwd)
+	# One start at a time per DIR (see kube-up.sh).
+	exec 9>"$dir/.up.lock"
+	flock 9
 	if [[ -f $dir/pid && -f $dir/host ]] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
 		return 0
 	fi
@@ -44,7 +47,7 @@ up() {
 		echo "auth: {htpasswd: {realm: nuon, path: $dir/htpasswd}}"
 	} >"$dir/config.yml"
 	chmod 600 "$dir/config.yml"
-	setsid docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 </dev/null &
+	setsid docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 </dev/null 9>&- &
 	echo $! >"$dir/pid"
 	for _ in $(seq 200); do
 		case $(curl -s -o /dev/null -w '%{http_code}' --cacert "$dir/cert.pem" "https://127.0.0.1:$port/v2/" || true) in
