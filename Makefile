@@ -41,15 +41,15 @@ cfnspec: ## fetch the CloudFormation resource specification for the stack tests 
 
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
-	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
+	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent ./cmd/nuon-prereceive
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
 	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 
 .PHONY: vet
@@ -59,28 +59,25 @@ vet: ## gofmt and go vet
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## run every fuzz target for FUZZTIME each
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$t"; $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg; \
-	  done; done
+fuzz: ## run every fuzz target on its own for FUZZTIME each (CI: FUZZTIME=10s)
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
 bench: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run the benchmarks (figures in BENCHMARKS.md)
-	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
+	NUON_REQUIRE_TOOLS=1 $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
-# A real kube-apiserver and etcd, built from the Go module proxy in their own
-# module (tools/kube) and cached outside the clone by version. Tests find them
-# through NUON_KUBE_ASSETS (internal/kubetest); the demo starts one with
-# kube-up.
+# A real kube-apiserver and etcd, and kubectl of the same version, built from
+# the Go module proxy in their own module (tools/kube) and cached outside the
+# clone by version. Tests and benchmarks find them through NUON_KUBE_ASSETS
+# (internal/kubetest); the demo starts one with kube-up.
 KUBE_VERSION := v1.37.1
 KUBE_ASSETS  := $(CACHE)/kube/$(KUBE_VERSION)
 KUBE_DIR     ?= $(DEMO_DIR)/kube
 export NUON_KUBE_ASSETS := $(KUBE_ASSETS)
 
 .PHONY: kube-binaries
-kube-binaries: ## build kube-apiserver and etcd for tests (cached in $(CACHE); ~11 min cold)
+kube-binaries: ## build kube-apiserver, etcd and kubectl of one version for tests and benchmarks (cached in $(CACHE); ~11 min cold)
 	hack/kube-binaries.sh $(KUBE_ASSETS)
 
 .PHONY: kube-up
@@ -96,19 +93,24 @@ kube-down: ## stop the kube-apiserver kube-up started
 # Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
 # tests: internal/oci/ocitest starts it on loopback, with TLS and basic auth as
 # ECR has them (openssl, htpasswd). Without it those tests skip, unless CI is
-# set, when they fail.
+# set or they run under make test or make bench, when they fail
+# (internal/testenv).
 .PHONY: registry
 registry: ## install docker-registry, htpasswd and openssl for the registry tests (apt-get)
 	hack/registry.sh install
 
 .PHONY: bench-sync
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts
-	NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
+	NUON_REQUIRE_TOOLS=1 NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
 
 
 .PHONY: bench-server
 bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change
 	NUON_BENCH_PUSH_SECONDS=$${NUON_BENCH_PUSH_SECONDS:-60} $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 30m ./server
+
+.PHONY: chromium
+chromium: ## install Debian's chromium for the fleet view's headless browser test (apt-get)
+	hack/chromium.sh install
 
 # ---- Git over SSH -----------------------------------------------------------
 # Debian's openssh-server for the SSH git tests: internal/gittest starts sshd

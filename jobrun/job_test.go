@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -166,7 +167,7 @@ func TestMainResult(t *testing.T) {
 				ctx = context.Background()
 			}
 			var out bytes.Buffer
-			err := Main(ctx, writeManifestFile(t, data), testPlugins, DirArtifacts{}, &out)
+			err := Main(ctx, writeManifestFile(t, data), testPlugins, oci.Layout{}, &out)
 			if !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v, want %v", err, tt.wantIs)
 			}
@@ -200,7 +201,7 @@ func TestMainStateDir(t *testing.T) {
 		}),
 	}
 	data, _ := manifest(t, "env", func(m map[string]any) { m["stateDir"] = state })
-	arts := DirArtifacts{Root: "/artifacts"}
+	arts := oci.Layout{Path: "/artifacts"}
 	var out bytes.Buffer
 	if err := Main(context.Background(), writeManifestFile(t, data), plugins, arts, &out); err != nil {
 		t.Fatal(err)

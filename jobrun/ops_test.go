@@ -134,7 +134,7 @@ func TestMainOperations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			data, result := manifest(t, "ops", tt.edit)
 			var out bytes.Buffer
-			err := Main(t.Context(), writeManifestFile(t, data), plugins, DirArtifacts{}, &out)
+			err := Main(t.Context(), writeManifestFile(t, data), plugins, nil, &out)
 			if !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v, want %v\n%s", err, tt.wantIs, out.String())
 			}

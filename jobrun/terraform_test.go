@@ -3,6 +3,7 @@ package jobrun
 import (
 	"encoding/json"
 	"errors"
+	"nuon.dev/nuon/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,20 +21,14 @@ import (
 // hand edit, a debug command whose answer holds a secret (redacted) and
 // a refused one.
 func TestTerraformOperations(t *testing.T) {
-	cfg := os.Getenv("NUON_TF_CLI_CONFIG")
-	if cfg == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("NUON_TF_CLI_CONFIG is not set: run `make tf-providers`")
-		}
-		t.Skip("NUON_TF_CLI_CONFIG is not set: run `make tf-providers`")
-	}
+	cfg := testenv.TerraformConfig(t)
 	if _, err := exec.LookPath("terraform"); err != nil {
 		t.Fatalf("terraform: %v", err)
 	}
 	const license = "lic-SECRET-7f3a9c"
 	t.Setenv("NUON_SECRET_LICENSE", license)
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{CLIConfig: cfg}}
-	artifacts := DirArtifacts{Root: filepath.Join("..", "fixtures", "modules")}
+	artifacts := dirArtifacts{root: filepath.Join("..", "fixtures", "modules")}
 	stateDir, dataDir := t.TempDir(), t.TempDir()
 
 	runJob := func(t *testing.T, op string, dbg *schemas.DebugRequest) (*schemas.JobResult, string, error) {

@@ -230,7 +230,12 @@ type Status struct {
 	Expires *time.Time `json:"expires,omitempty"`
 	// Forged names a status commit on the status ref that this install's
 	// key did not sign, which the agent replaced.
-	Forged     *Forged                    `json:"forged,omitempty"`
+	Forged *Forged `json:"forged,omitempty"`
+	// Artifacts says whether the agent that wrote the status verifies
+	// artifacts before it deploys them: ArtifactsVerified, or
+	// ArtifactsUnverified when it runs with verification switched off.
+	// Empty in statuses written before agents reported it.
+	Artifacts  string                     `json:"artifacts,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
 }
 
@@ -243,6 +248,16 @@ type Forged struct {
 	Commit string `json:"commit"`
 	Reason string `json:"reason"`
 }
+
+// Artifact verification of an agent, in a status.
+const (
+	// ArtifactsVerified: every artifact is deployed only after its
+	// signature by the vendor's key was verified.
+	ArtifactsVerified = "Verified"
+	// ArtifactsUnverified: the agent was told to deploy artifacts without
+	// verifying them (--insecure-skip-artifact-verification).
+	ArtifactsUnverified = "Unverified"
+)
 
 // Refusal records a desired commit the agent would not apply.
 type Refusal struct {

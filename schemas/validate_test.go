@@ -162,7 +162,8 @@ func samples() map[string]any {
 			Generation: 7, Phase: InstallRefused,
 			Refusal: &Refusal{Commit: testCommit, Reason: "generation 6 is older than the applied 7"},
 			Stale:   true, Expires: &testExpires,
-			Forged: &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
+			Forged:    &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
+			Artifacts: ArtifactsUnverified,
 			Components: map[string]ComponentStatus{"api": {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},
@@ -314,6 +315,7 @@ const (
   "install": "acme",
   "generation": 7,
   "phase": "Ready",
+  "artifacts": "Verified",
   "components": {
     "api": {"phase": "Applied", "version": "2.4.0"}
   }
@@ -403,19 +405,25 @@ func TestValidateJSONRejects(t *testing.T) {
 			doc:    installStatus, old: `{
     "api": {"phase": "Applied", "version": "2.4.0"}
   }`, new: `null`,
-			want: []string{`status.json:7:17: components: has no value; want an object`},
+			want: []string{`status.json:8:17: components: has no value; want an object`},
+		},
+		{
+			name:   "unknown artifact verification",
+			schema: SchemaStatus,
+			doc:    installStatus, old: `"artifacts": "Verified"`, new: `"artifacts": "Skipped"`,
+			want: []string{`status.json:7:16: artifacts: must be one of Verified or Unverified, not "Skipped"`},
 		},
 		{
 			name:   "bad component phase",
 			schema: SchemaStatus,
 			doc:    installStatus, old: `"Applied"`, new: `"Running"`,
-			want: []string{`status.json:8:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted or Unsupported, not "Running"`},
+			want: []string{`status.json:9:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted or Unsupported, not "Running"`},
 		},
 		{
 			name:   "component name that is not a label",
 			schema: SchemaStatus,
 			doc:    installStatus, old: `"api":`, new: `"API":`,
-			want: []string{`status.json:8:5: components.API: key "API" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
+			want: []string{`status.json:9:5: components.API: key "API" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
 		},
 		{
 			name:   "string for a boolean",

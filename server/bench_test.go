@@ -122,7 +122,13 @@ func cpuTime() time.Duration {
 // serve starts the server for dir on a counting loopback listener.
 func serve(tb testing.TB, dir string) (*server.Server, string, *countingListener) {
 	tb.Helper()
-	srv, err := server.New(context.Background(), server.Config{Dir: dir, HookCommand: hookCommand(tb)})
+	hook := hookCommand(tb)
+	if h := os.Getenv("NUON_BENCH_HOOK"); h != "" {
+		// The pre-receive check to measure, e.g. "bin/nuon-prereceive"
+		// or "bin/nuon server pre-receive"; default this test binary.
+		hook = strings.Fields(h)
+	}
+	srv, err := server.New(context.Background(), server.Config{Dir: dir, HookCommand: hook})
 	if err != nil {
 		tb.Fatal(err)
 	}

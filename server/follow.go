@@ -42,6 +42,9 @@ func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
 // fetches main from upstream (if any), renders a new main and mirrors the
 // refs that moved upstream.
 func (s *Server) Run(ctx context.Context) error {
+	if s.writer != nil {
+		return s.runReplica(ctx)
+	}
 	if s.mirror != nil {
 		// What was accepted before a restart but not yet mirrored goes
 		// up with the first push: the whole namespace, once.
@@ -76,25 +79,37 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Sync(ctx context.Context) error {
 	s.renderMu.Lock()
 	defer s.renderMu.Unlock()
+	result, err := s.sync(ctx)
+	if err != nil {
+		result = resultError
+	} else {
+		s.ready.Store(true)
+	}
+	s.metrics.mainChecks.WithLabelValues(result).Inc()
+	return err
+}
+
+// sync is one step of Sync; it returns what happened as a metrics result.
+func (s *Server) sync(ctx context.Context) (string, error) {
 	if s.cfg.Upstream != "" {
 		u, env := upstreamURL(s.cfg.Upstream)
 		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef); err != nil {
-			return fmt.Errorf("fetch main from upstream: %w", err)
+			return "", fmt.Errorf("fetch main from upstream: %w", err)
 		}
 	}
 	main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef)
 	if err != nil {
-		return err
+		return "", err
 	}
 	s.keys.reset(main)
 	if main == s.rendered || s.cfg.RenderKey == nil {
-		return nil
+		return resultUnchanged, nil
 	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		repo, err := gitrepo.Open(s.cfg.Dir)
 		if err != nil {
-			return err
+			return "", err
 		}
 		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now})
 		var ps schemas.Problems
@@ -102,13 +117,15 @@ func (s *Server) Sync(ctx context.Context) error {
 			// Not retried: main must change first.
 			s.rendered = main
 			s.log.Error("main does not render", "commit", main.String(), "problems", len(ps), "error", ps.Error())
-			return nil
+			s.metrics.renders.WithLabelValues(resultProblems).Inc()
+			return resultProblems, nil
 		}
 		if errors.Is(err, gitrepo.ErrStale) && attempt < renderRetries {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("render %s: %w", main, err)
+			s.metrics.renders.WithLabelValues(resultError).Inc()
+			return "", fmt.Errorf("render %s: %w", main, err)
 		}
 		s.rendered = main
 		for _, w := range res.Warnings {
@@ -130,7 +147,10 @@ func (s *Server) Sync(ctx context.Context) error {
 			s.mirror.add(moved...)
 			s.mirror.kick()
 		}
-		return nil
+		s.metrics.renders.WithLabelValues(resultRendered).Inc()
+		s.metrics.renderDuration.Observe(time.Since(start).Seconds())
+		s.metrics.renderChanged.Add(float64(res.ChangedCount()))
+		return resultRendered, nil
 	}
 }
 
@@ -172,6 +192,7 @@ func gitEnv(ctx context.Context, dir string, env []string, args ...string) error
 type mirror struct {
 	dir, upstream string
 	log           *slog.Logger
+	metrics       *metrics
 
 	mu       sync.Mutex
 	dirty    map[string]bool
@@ -183,8 +204,8 @@ type mirror struct {
 // whole refs/heads/nuon/ namespace.
 const maxMirrorArgs = 1000
 
-func newMirror(dir, upstream string, log *slog.Logger) *mirror {
-	return &mirror{dir: dir, upstream: upstream, log: log, dirty: map[string]bool{}, kickc: make(chan struct{}, 1)}
+func newMirror(dir, upstream string, log *slog.Logger, m *metrics) *mirror {
+	return &mirror{dir: dir, upstream: upstream, log: log, metrics: m, dirty: map[string]bool{}, kickc: make(chan struct{}, 1)}
 }
 
 func (m *mirror) add(refs ...string) {
@@ -269,8 +290,10 @@ func (m *mirror) push(ctx context.Context) error {
 		// The named refs are tried again; the whole namespace is not (a
 		// diverged ref upstream would fail it every time).
 		m.add(refs...)
+		m.metrics.mirrors.WithLabelValues(resultError).Inc()
 		return err
 	}
+	m.metrics.mirrors.WithLabelValues(resultOK).Inc()
 	m.log.Info("mirrored upstream", "refs", len(refs))
 	return nil
 }

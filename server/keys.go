@@ -136,3 +136,10 @@ func (k *keyTable) read(install string) ssh.PublicKey {
 	}
 	return key
 }
+
+// mainCommit is the main commit the table reads keys from.
+func (k *keyTable) mainCommit() plumbing.Hash {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.main
+}

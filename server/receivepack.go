@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -109,6 +110,7 @@ func (s *Server) installLock(install string) *sync.Mutex {
 // receive-pack with the pre-receive check, which verifies fast-forward and
 // every new commit's signature before the ref moves.
 func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install string) {
+	start := time.Now()
 	var rd io.Reader = http.MaxBytesReader(w, r.Body, 256<<20)
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		raw, err := body(r)
@@ -121,7 +123,8 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	br := bufio.NewReaderSize(rd, 64<<10)
 	cmds, caps, raw, err := readCommands(br)
 	if err != nil {
-		s.refuse(install, "", "malformed push: "+err.Error())
+		s.refuse(install, "", reasonMalformed, "malformed push: "+err.Error())
+		s.metrics.observePush(resultRefused, start)
 		http.Error(w, "nuon: malformed push", http.StatusBadRequest)
 		return
 	}
@@ -131,17 +134,18 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	defer mu.Unlock()
 	cur, _ := s.refs.get(own)
 	for _, c := range cmds {
-		reason := ""
+		reason, code := "", ""
 		switch {
 		case c.ref != own:
-			reason = "an install may push only its own status ref " + own
+			reason, code = "an install may push only its own status ref "+own, reasonForeignRef
 		case c.new.IsZero():
-			reason = "deleting the status ref is not allowed"
+			reason, code = "deleting the status ref is not allowed", reasonDelete
 		case c.old != cur:
-			reason = "stale: the status ref moved; fetch and push again"
+			reason, code = "stale: the status ref moved; fetch and push again", reasonStale
 		}
 		if reason != "" {
-			s.refuse(install, c.ref, reason)
+			s.refuse(install, c.ref, code, reason)
+			s.metrics.observePush(resultRefused, start)
 			drain(br)
 			reportRefusal(w, caps, cmds, reason)
 			return
@@ -153,7 +157,8 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	}
 	key, ok := s.keys.lookup(install)
 	if !ok {
-		s.refuse(install, own, "no agent key on main")
+		s.refuse(install, own, reasonNoKey, "no agent key on main")
+		s.metrics.observePush(resultRefused, start)
 		drain(br)
 		reportRefusal(w, caps, cmds, "install has no agent key")
 		return
@@ -204,13 +209,15 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		if s.mirror != nil {
 			s.mirror.add(own)
 		}
+		s.metrics.observePush(resultAccepted, start)
 		return
 	}
 	reason := strings.TrimSpace(stderr.String())
 	if runErr != nil && reason == "" {
 		reason = runErr.Error()
 	}
-	s.refuse(install, own, "push not accepted: "+reason)
+	s.refuse(install, own, reasonNotAccepted, "push not accepted: "+reason)
+	s.metrics.observePush(resultRefused, start)
 }
 
 // reportRefusal answers a push with git's report-status, every command

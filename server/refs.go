@@ -23,6 +23,9 @@ import (
 type refTable struct {
 	mu   sync.RWMutex
 	refs map[string]plumbing.Hash
+	// version grows with every change: the fleet view rebuilds its
+	// snapshot when it moved.
+	version uint64
 }
 
 // loadRefs reads the install and status refs of the repository at dir with
@@ -65,6 +68,7 @@ func (t *refTable) set(name string, h plumbing.Hash) {
 	} else {
 		t.refs[name] = h
 	}
+	t.version++
 	t.mu.Unlock()
 }
 
@@ -106,4 +110,31 @@ func readLooseRef(dir, name string) (plumbing.Hash, bool) {
 		return plumbing.ZeroHash, false
 	}
 	return plumbing.NewHash(s), true
+}
+
+// snapshot returns a copy of every ref and the table's version.
+func (t *refTable) snapshot() (map[string]plumbing.Hash, uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]plumbing.Hash, len(t.refs))
+	for k, v := range t.refs {
+		out[k] = v
+	}
+	return out, t.version
+}
+
+// stamp is the table's version.
+func (t *refTable) stamp() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
+// replace takes every ref of u, a freshly loaded table (a replica's
+// refresh).
+func (t *refTable) replace(u *refTable) {
+	t.mu.Lock()
+	t.refs = u.refs
+	t.version++
+	t.mu.Unlock()
 }

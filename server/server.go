@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -53,11 +55,39 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets every refusal and every change; default discards.
 	Logger *slog.Logger
+	// ViewToken is the operators' token for the fleet view on /fleet
+	// (sent as "Authorization: Bearer TOKEN" or entered once on
+	// /fleet/login, which sets a session cookie). Empty: no fleet view.
+	// An install's request signature never opens the view.
+	ViewToken string
+	// ViewStaleAfter is the age past which the fleet view marks an
+	// install's last status stale; default 10m.
+	ViewStaleAfter time.Duration
+	// Mode is ModeWriter (default) or ModeReplica: a read replica keeps
+	// Dir a mirror of Writer's repository, refreshed every PollInterval
+	// and after each forwarded push, answers polls and fetches from it,
+	// and forwards status pushes to Writer after checking the install's
+	// signature. A replica neither renders nor mirrors upstream.
+	Mode string
+	// Writer is the writer's base URL (replica only), e.g.
+	// http://nuon-server-writer:8080.
+	Writer string
+	// ReplicaToken authenticates replicas to the writer's /replica/
+	// endpoints (the whole repository, read-only). On a writer, empty
+	// means no replicas; a replica needs it.
+	ReplicaToken string
 }
 
 func (c *Config) defaults() error {
 	if c.Dir == "" {
 		return errors.New("server: no repository")
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeWriter
+	case ModeWriter, ModeReplica:
+	default:
+		return fmt.Errorf("server: mode %q: want %s or %s", c.Mode, ModeWriter, ModeReplica)
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 30 * time.Second
@@ -80,6 +110,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ViewStaleAfter <= 0 {
+		c.ViewStaleAfter = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -108,6 +141,19 @@ type Server struct {
 
 	renderMu sync.Mutex
 	rendered plumbing.Hash // the main commit last rendered (or refused)
+
+	metrics *metrics
+	boot    string // names this start, in /replica/version
+
+	// A replica's writer, its HTTP client and the writer version its
+	// mirror was last refreshed to.
+	writer *url.URL
+	client *http.Client
+	seen   string
+	view   *view // pages only with a ViewToken; the snapshot feeds metrics
+	// ready is set once main has been checked (a writer) or the mirror
+	// refreshed from the writer (a replica): see readyz.
+	ready atomic.Bool
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -122,6 +168,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Dir = dir
+	var writer *url.URL
+	if cfg.Mode == ModeReplica {
+		if writer, err = initReplica(ctx, &cfg); err != nil {
+			return nil, err
+		}
+	}
 	refs, err := loadRefs(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -134,6 +186,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		wake: make(chan struct{}, 1),
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
+		metrics:  newMetrics(),
+		boot:     bootID(),
+		writer:   writer,
+		client:   &http.Client{Timeout: 30 * time.Second},
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
@@ -143,10 +199,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Upstream != "" {
-		s.mirror = newMirror(dir, cfg.Upstream, s.log)
+		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
 	}
+	if s.view, err = newView(s, cfg.ViewToken); err != nil {
+		return nil, err
+	}
+	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
-	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream))
+	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode, "hook", cfg.HookCommand[0])
 	return s, nil
 }
 
@@ -161,6 +221,14 @@ func (s *Server) routes() {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /hooks/main", s.webhook)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.metrics.handler())
+	if s.cfg.ViewToken != "" {
+		s.view.routes(s.mux)
+	}
+	if s.cfg.Mode == ModeWriter && s.cfg.ReplicaToken != "" {
+		s.replicaRoutes()
+	}
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)
@@ -187,8 +255,13 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 	install, err := s.verifier.Verify(r)
 	if err != nil {
 		s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
+		s.metrics.refused(authReason(err))
 		w.Header().Set("WWW-Authenticate", request.Scheme)
 		http.Error(w, "nuon: "+refusalText(err), http.StatusUnauthorized)
+		return
+	}
+	if s.writer != nil && (endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
+		s.forward(w, r, install)
 		return
 	}
 	switch endpoint {
@@ -230,10 +303,40 @@ func refusalText(err error) string {
 	return "request refused"
 }
 
-// refuse logs a refused git operation.
-func (s *Server) refuse(install, ref, reason string) {
+// refuse logs and counts a refused git operation; code is one of the
+// fixed reasons (reasonForeignRef…), reason says more in the log.
+func (s *Server) refuse(install, ref, code, reason string) {
 	s.log.Warn("git request refused", "install", install, "ref", ref, "reason", reason)
+	s.metrics.refused(code)
 }
+
+// readyz answers 200 once the server can serve what agents ask of it: the
+// ref table is loaded (New) and main has been checked once since start
+// (Sync; so install keys and renders are current), or, on a read replica,
+// its mirror has been refreshed from the writer once. Until then, and
+// while a replica has not refreshed for three poll intervals, it answers
+// 503 so that a load balancer sends polls elsewhere.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.readiness(); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// readiness is nil when the server is ready (see readyz).
+func (s *Server) readiness() error {
+	if !s.ready.Load() {
+		if s.writer != nil {
+			return errors.New("mirror not refreshed from the writer yet")
+		}
+		return errors.New("main not checked yet")
+	}
+	return nil
+}
+
+// Metrics serves the server's Prometheus metrics (also on /metrics).
+func (s *Server) Metrics() http.Handler { return s.metrics.handler() }
 
 // writeHook writes a hooks directory whose pre-receive runs command.
 func writeHook(command []string) (string, error) {

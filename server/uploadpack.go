@@ -33,7 +33,8 @@ var v2Capabilities = func() []byte {
 // running git. Protocol v0 is refused: it would advertise every ref.
 func (s *Server) advertiseUpload(w http.ResponseWriter, r *http.Request, install string) {
 	if !strings.Contains(r.Header.Get("Git-Protocol"), "version=2") {
-		s.refuse(install, "", "protocol v0 fetch")
+		s.refuse(install, "", reasonProtocolV0, "protocol v0 fetch")
+		s.metrics.polls.WithLabelValues(resultRefused).Inc()
 		http.Error(w, "nuon: git protocol version 2 is required (git 2.26 or later, or -c protocol.version=2)", http.StatusForbidden)
 		return
 	}
@@ -103,17 +104,18 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install stri
 	}
 	req, err := parseV2Request(bytes.NewReader(raw))
 	if err != nil {
-		s.refuse(install, "", "malformed request: "+err.Error())
+		s.refuse(install, "", reasonMalformed, "malformed request: "+err.Error())
 		http.Error(w, "nuon: malformed protocol v2 request (protocol version 2 is required)", http.StatusBadRequest)
 		return
 	}
 	switch req.command {
 	case "ls-refs":
 		s.lsRefs(w, req, install)
+		s.metrics.polls.WithLabelValues(resultOK).Inc()
 	case "fetch":
 		s.fetch(w, r, req, raw, install)
 	default:
-		s.refuse(install, "", "command "+req.command)
+		s.refuse(install, "", reasonCommand, "command "+req.command)
 		gitError(w, "upload-pack", "command "+req.command+" is not served")
 	}
 }
@@ -158,14 +160,16 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, ra
 		case strings.HasPrefix(a, "want "):
 			h := strings.TrimPrefix(a, "want ")
 			if !ownsTip(own, h) {
-				s.refuse(install, "", "want "+h+" is not the tip of its refs")
+				s.refuse(install, "", reasonWant, "want "+h+" is not the tip of its refs")
+				s.metrics.fetches.WithLabelValues(resultRefused).Inc()
 				gitError(w, "upload-pack", "not our ref "+h)
 				return
 			}
 		case strings.HasPrefix(a, "want-ref "):
 			name := strings.TrimPrefix(a, "want-ref ")
 			if !ownsRef(own, name) {
-				s.refuse(install, "", "want-ref outside its refs")
+				s.refuse(install, "", reasonWant, "want-ref outside its refs")
+				s.metrics.fetches.WithLabelValues(resultRefused).Inc()
 				gitError(w, "upload-pack", "unknown ref")
 				return
 			}
@@ -186,7 +190,10 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, ra
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		s.log.Error("upload-pack failed", "install", install, "error", err, "stderr", strings.TrimSpace(stderr.String()))
+		s.metrics.fetches.WithLabelValues(resultError).Inc()
+		return
 	}
+	s.metrics.fetches.WithLabelValues(resultOK).Inc()
 }
 
 func ownsTip(own []ownRef, h string) bool {

@@ -75,6 +75,9 @@ func (r *syncRun) once(ctx context.Context, a schemas.Artifact) error {
 	stop := r.progress(log, local, m, &read, start)
 	err = r.copy(ctx, p, local, entity, oci.SignatureTag(local.Context(), d), sigEntity)
 	stop()
+	if s.cfg.Copied != nil {
+		s.cfg.Copied(read.Load())
+	}
 	if err != nil {
 		return err
 	}

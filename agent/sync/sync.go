@@ -52,6 +52,9 @@ type Config struct {
 	Progress time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Copied, when set, is told the bytes read from the vendor registry
+	// by each artifact copy, finished or not (metrics); it must not block.
+	Copied func(bytes int64)
 }
 
 // Defaults of a Config.

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +23,9 @@ type serverOptions struct {
 	repo, listen, renderKey, upstream string
 	pollInterval, maxSkew             time.Duration
 	tlsCert, tlsKey                   string
+	viewTokenFile                     string
+	viewStaleAfter                    time.Duration
+	mode, writer, replicaTokenFile    string
 }
 
 func newServerCmd(g *cli.Globals) *cobra.Command {
@@ -49,8 +54,31 @@ does. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
 front): request signatures do not cover bodies.
 
+Operators see the fleet on /fleet: every install × component with its
+desired and applied version, phase, last status and staleness, errors,
+drift and refusals, filtered by channel and phase (?channel=beta&phase=Failed,
+a URL to share), and each install's audit log and rendered diffs. It is on
+only with --view-token-file: a file holding the operators' token (never on
+the command line). Scripts send it as "Authorization: Bearer TOKEN"; a
+browser signs in once on /fleet/login and keeps an HttpOnly session cookie.
+An install's key never opens it.
+
+Beyond one machine: one writer (the default --mode writer) owns the
+repository, renders and accepts pushes; with --replica-token-file it also
+serves its whole repository, read-only, to read replicas. A replica
+(--mode replica --writer URL --replica-token-file FILE, --repo an empty or
+missing directory) keeps its own mirror, refreshed every --poll-interval and
+after each push it forwards; it answers polls and fetches from the mirror
+and forwards an install's status push, after checking its signature, to the
+writer, which checks it again and runs the pre-receive check.
+
+/metrics serves Prometheus metrics; /healthz answers while the process
+serves; /readyz answers 200 once main has been checked since start.
+
 'nuon server pre-receive' is the check git receive-pack runs for each push;
-it is not meant to be run by hand.`,
+it is not meant to be run by hand. When nuon-prereceive (make build) lies
+beside nuon, the server runs it instead: the same check, in a binary a
+tenth the size that starts about ten times faster.`,
 		Example: `  # serve and render a local repository
   nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
       --tls-cert tls.crt --tls-key tls.key
@@ -58,6 +86,17 @@ it is not meant to be run by hand.`,
   # follow the vendor's git host; its push webhook posts to /hooks/main
   nuon server --repo /srv/tenant.git --render-key render.key \
       --upstream https://git.example.com/vendor/tenant.git --poll-interval 1m
+
+  # with the fleet view for operators on https://nuon.example.com/fleet
+  head -c 32 /dev/urandom | base64 > /etc/nuon/view-token
+  nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
+      --tls-cert tls.crt --tls-key tls.key --view-token-file /etc/nuon/view-token
+
+  # a writer serving two read replicas (see manifests/server/)
+  nuon server --repo /srv/tenant.git --render-key render.key --listen :8080 \
+      --replica-token-file /etc/nuon/replica-token
+  nuon server --mode replica --writer http://writer:8080 --repo /var/lib/nuon/mirror.git \
+      --replica-token-file /etc/nuon/replica-token --listen :8080 --poll-interval 5s
 
   # an agent of install acme
   nuon-agent agent --repo https://nuon.example.com/tenant.git --server-auth \
@@ -76,6 +115,11 @@ it is not meant to be run by hand.`,
 	f.DurationVar(&o.maxSkew, "max-skew", request.DefaultMaxSkew, "largest clock difference accepted in a request signature")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve HTTPS)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file")
+	f.StringVar(&o.viewTokenFile, "view-token-file", "", "file with the operators' token for the fleet view on /fleet (empty: no fleet view)")
+	f.StringVar(&o.mode, "mode", server.ModeWriter, "writer (owns the repository, renders, accepts pushes) or replica (serves a mirror, forwards pushes to --writer)")
+	f.StringVar(&o.writer, "writer", "", "with --mode replica: the writer's base URL, e.g. http://nuon-server-writer:8080")
+	f.StringVar(&o.replicaTokenFile, "replica-token-file", "", "file with the token replicas present to the writer (on the writer: serve replicas; on a replica: required)")
+	f.DurationVar(&o.viewStaleAfter, "view-stale-after", 10*time.Minute, "age past which the fleet view marks an install's last status stale")
 	_ = cmd.MarkFlagRequired("repo")
 	cmd.AddCommand(&cobra.Command{
 		Use:    "pre-receive",
@@ -100,6 +144,31 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		PollInterval: o.pollInterval,
 		MaxSkew:      o.maxSkew,
 		Logger:       log,
+
+		HookCommand:    hookCommand(),
+		ViewStaleAfter: o.viewStaleAfter,
+		Mode:           o.mode,
+		Writer:         o.writer,
+	}
+	if o.replicaTokenFile != "" {
+		b, err := os.ReadFile(o.replicaTokenFile)
+		if err != nil {
+			return fmt.Errorf("replica token: %w", err)
+		}
+		cfg.ReplicaToken = strings.TrimSpace(string(b))
+		if len(cfg.ReplicaToken) < 16 {
+			return fmt.Errorf("replica token in %s: shorter than 16 characters", o.replicaTokenFile)
+		}
+	}
+	if o.viewTokenFile != "" {
+		b, err := os.ReadFile(o.viewTokenFile)
+		if err != nil {
+			return fmt.Errorf("fleet view token: %w", err)
+		}
+		cfg.ViewToken = strings.TrimSpace(string(b))
+		if len(cfg.ViewToken) < 16 {
+			return fmt.Errorf("fleet view token in %s: shorter than 16 characters", o.viewTokenFile)
+		}
 	}
 	if o.renderKey != "" {
 		k, err := signature.LoadSigner(o.renderKey)
@@ -145,4 +214,20 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		err = nil
 	}
 	return err
+}
+
+// hookCommand is the pre-receive check git receive-pack runs per push:
+// nuon-prereceive beside this binary when it is there (it starts about
+// ten times faster than the whole nuon), else nil: `nuon server
+// pre-receive`, the server's default.
+func hookCommand() []string {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	hook := filepath.Join(filepath.Dir(self), "nuon-prereceive")
+	if fi, err := os.Stat(hook); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return []string{hook}
+	}
+	return nil
 }

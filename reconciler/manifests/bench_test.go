@@ -62,10 +62,7 @@ spec:
 func BenchmarkApply500(b *testing.B) {
 	const n, changed = 500, 50
 	srv := kubetest.Shared(b)
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		b.Skip("no kubectl")
-	}
+	kubectl := kubetest.Kubectl(b)
 	v1, v2 := b.TempDir(), b.TempDir()
 	benchObjects(b, v1, n, 0)
 	benchObjects(b, v2, n, changed)

@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"nuon.dev/nuon/agent"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/agent/metrics"
 	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/redact"
@@ -28,6 +32,7 @@ type agentOptions struct {
 	interval, maxBackoff                                  time.Duration
 	concurrency                                           int
 	jobCommand                                            string
+	metricsAddr                                           string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
 }
@@ -52,14 +57,21 @@ restarted agent waits for a job that outlived it, records its outcome and does
 not run a finished job again. SIGTERM stops the running jobs cleanly, writes
 the status and exits.
 
-With --vendor-key (the vendor's cosign.pub), before a component's job the agent
-copies its artifacts by digest from the vendor registry into the install's
-registry, each with its signature, after verifying that the vendor key signed
-it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
-read their artifacts from the install registry only (or from --artifacts, a
-local fallback). Amazon ECR registries get their credentials from
-GetAuthorizationToken and their repositories created as needed; other
-registries use --registry-username or the docker config file.
+Artifacts fail closed. With --vendor-key (the vendor's cosign.pub), before a
+component's job the agent copies its artifacts by digest from the vendor
+registry into the install's registry, each with its signature, after verifying
+that the vendor key signed it; an unsigned or wrongly signed artifact is
+refused and no job starts. Without --vendor-key every component that has
+artifacts fails with "no vendor artifact key" and nothing of it is synced or
+applied, unless --insecure-skip-artifact-verification (development only) lets
+jobs deploy unverified artifacts; every status the agent then writes says
+artifacts: Unverified, and 'nuon status' shows it.
+
+Jobs read their artifacts from the install registry only, or with --artifacts
+from an OCI image layout on local disk (development and air-gapped tests; the
+digests are checked as from a registry). Amazon ECR registries get their
+credentials from GetAuthorizationToken and their repositories created as
+needed; other registries use --registry-username or the docker config file.
 
 With --server-auth the agent talks to a tenant server ('nuon server') rather
 than a git host: every HTTP request it sends to --repo is signed with --key
@@ -92,7 +104,12 @@ install's agentKey on main. No token or password is needed.
   # over HTTPS with a token read from a file (or from $NUON_GIT_TOKEN)
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --git-token-file /run/secrets/git-token \
-      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon`,
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # development: artifacts from a local OCI image layout, unverified
+  crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
+  nuon agent --repo ./tenant.git --install acme --trust allowed_signers --key acme.key \
+      --workdir ./work --once --artifacts ./artifacts --insecure-skip-artifact-verification`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -107,7 +124,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
-	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
+	f.StringVar(&o.artifacts, "artifacts", "", ArtifactsHelp)
 	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
 	f.BoolVar(&o.serverAuth, "server-auth", false, "sign every request to an http(s) --repo with --key, for a tenant server (nuon server)")
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
@@ -115,6 +132,7 @@ install's agentKey on main. No token or password is needed.
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
 	o.sync.flags(f)
 	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
@@ -151,7 +169,8 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			return err
 		}
 	}
-	syncer, err := o.sync.syncer(partsLog)
+	met := metrics.New()
+	syncer, err := o.sync.syncer(partsLog, met.Copied)
 	if err != nil {
 		return err
 	}
@@ -170,24 +189,28 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, remoteOpts...),
+		Remote:  met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
-		Runner: o.kube.runner(&jobs.Local{
+		Runner: met.Runner(o.kube.runner(&jobs.Local{
 			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat})),
 			Logger:  partsLog,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
-		}, workdir, partsLog),
+		}, workdir, partsLog)),
 		Plugins:     JobPlugins,
 		Sync:        syncer,
 		Concurrency: o.concurrency,
 		Interval:    o.interval,
 		MaxBackoff:  o.maxBackoff,
 		Logger:      log,
+		// Without --vendor-key the agent refuses every artifact, unless
+		// told otherwise.
+		InsecureSkipArtifactVerification: o.sync.insecure,
+		Observe:                          met.Observe,
 	})
 	if err != nil {
 		return err
@@ -196,6 +219,13 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return o.kube.err
 	}
 	if !o.once {
+		if o.metricsAddr != "" {
+			stop, err := serveMetrics(ctx, o.metricsAddr, met.Handler(), log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		log.Info("agent started", "install", o.install, "repo", gitproto.Redact(o.repo), "git_auth", gitAuth, "interval", o.interval)
 		return a.Run(ctx)
 	}
@@ -244,4 +274,20 @@ func jobBinary(flag string) (string, error) {
 	// Not here: fine for the Kubernetes runner, whose jobs run nuon from
 	// the job image; the local runner reports it when a job starts.
 	return "nuon", nil
+}
+
+// serveMetrics serves h on addr until stop is called.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() { _ = hs.Close() }, nil
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"net/http"
+	"nuon.dev/nuon/internal/testenv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/schemas"
+)
+
+// scrapeMetrics reads a Prometheus text exposition: series → value; nil
+// when the endpoint does not answer.
+func scrapeMetrics(url string) map[string]float64 {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+func httpStatus(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestMetricsEndpoints runs nuon server and nuon-agent --metrics-addr and
+// scrapes both: the agent's polls, jobs and reconciles and the server's
+// polls and accepted pushes move as the agent converges; both are healthy
+// and ready.
+func TestMetricsEndpoints(t *testing.T) {
+	tf := testenv.TerraformConfig(t)
+	root := repoRoot()
+	keys := filepath.Join(root, "fixtures", "keys")
+	nuonBin, agentBin := nuonBinary(t), agentBinary(t)
+	hook := hookBinary(t)
+	work := t.TempDir()
+	repo := filepath.Join(work, "tenant.git")
+	gittest.InitBare(t, repo)
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
+		t.Fatal(err)
+	}
+	gittest.CommitDir(t, repo, "main", src, "shop")
+	trust := filepath.Join(work, "allowed_signers")
+	pub, _ := os.ReadFile(filepath.Join(keys, "render.pub"))
+	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
+	addr, agentAddr := freeAddr(t), freeAddr(t)
+	_, srvLog := startProcess(t, env, nuonBin, "server", "--repo", repo, "--render-key", filepath.Join(keys, "render"),
+		"--listen", addr, "--poll-interval", "200ms")
+	srvURL := "http://" + addr
+	waitFor(t, "the server to be ready", 30*time.Second, srvLog.String, func() bool { return httpStatus(srvURL+"/readyz") == 200 })
+	server0 := scrapeMetrics(srvURL + "/metrics")
+
+	_, agentLog := startProcess(t, env, agentBin, "agent", "--server-auth",
+		"--repo", srvURL+"/tenant.git", "--install", "acme", "--trust", trust,
+		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
+		"--artifacts", fixtureLayout(t), "--insecure-skip-artifact-verification",
+		"--interval", "500ms", "--metrics-addr", agentAddr)
+	logs := func() string { return "server:\n" + srvLog.String() + "\nagent:\n" + agentLog.String() }
+	agentURL := "http://" + agentAddr
+	if c := httpStatus(agentURL + "/readyz"); c == 200 {
+		t.Logf("agent ready before its first pass? /readyz %d", c)
+	}
+	status := func() string {
+		out, _ := gittest.Run(repo, nil, "rev-parse", "--verify", "--quiet", schemas.StatusRef("acme"))
+		return out
+	}
+	waitFor(t, "acme's status through the server", 3*time.Minute, logs, func() bool { return status() != "" })
+	waitFor(t, "the agent to be ready", time.Minute, logs, func() bool { return httpStatus(agentURL+"/readyz") == 200 })
+	if c := httpStatus(agentURL + "/healthz"); c != 200 {
+		t.Fatalf("agent /healthz %d", c)
+	}
+
+	a := scrapeMetrics(agentURL + "/metrics")
+	for _, s := range []string{
+		`nuon_agent_polls_total{result="ok"}`,
+		`nuon_agent_fetches_total{result="ok"}`,
+		`nuon_agent_status_pushes_total{result="ok"}`,
+		`nuon_agent_reconciles_total{outcome="applied"}`,
+		`nuon_agent_jobs_total{plugin="terraform",result="ok"}`,
+		`nuon_agent_job_duration_seconds_count{plugin="terraform"}`,
+		`nuon_agent_last_reconcile_success_timestamp_seconds`,
+	} {
+		if a[s] <= 0 {
+			t.Errorf("agent %s = %v, want > 0", s, a[s])
+		}
+	}
+	if ts := a[`nuon_agent_last_reconcile_success_timestamp_seconds`]; time.Since(time.Unix(int64(ts), 0)) > time.Minute {
+		t.Errorf("last successful reconcile at %v", time.Unix(int64(ts), 0))
+	}
+	// Polls keep coming: the counter moves between two scrapes.
+	polls := a[`nuon_agent_polls_total{result="ok"}`]
+	waitFor(t, "the agent's next poll", 30*time.Second, logs, func() bool {
+		return scrapeMetrics(agentURL + "/metrics")[`nuon_agent_polls_total{result="ok"}`] > polls
+	})
+
+	if !strings.Contains(srvLog.String(), "hook="+hook) {
+		t.Errorf("the server does not use %s as its pre-receive check:\n%s", hook, srvLog.String())
+	}
+	s := scrapeMetrics(srvURL + "/metrics")
+	for _, k := range []string{`nuon_server_polls_total{result="ok"}`, `nuon_server_pushes_total{result="accepted"}`, `nuon_server_fetches_total{result="ok"}`} {
+		if s[k] <= server0[k] {
+			t.Errorf("server %s did not move: %v → %v", k, server0[k], s[k])
+		}
+	}
+}
+
+// hookBinary builds cmd/nuon-prereceive beside the nuon binary, where nuon
+// server finds it.
+func hookBinary(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(filepath.Dir(nuonBinary(tb)), "nuon-prereceive")
+	if out, err := exec.Command("go", "build", "-o", bin, "../nuon-prereceive").CombinedOutput(); err != nil {
+		tb.Fatalf("go build nuon-prereceive: %v\n%s", err, out)
+	}
+	return bin
+}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"nuon.dev/nuon/internal/signature/request"
+)
+
+// Refusal reasons, the label values of nuon_server_refusals_total: a
+// fixed set, so a hostile client cannot grow the series.
+const (
+	reasonNoAuth         = "no_auth"
+	reasonMalformedAuth  = "malformed_auth"
+	reasonExpired        = "expired"
+	reasonUnknownInstall = "unknown_install"
+	reasonBadSignature   = "bad_signature"
+	reasonProtocolV0     = "protocol_v0"
+	reasonMalformed      = "malformed_request"
+	reasonCommand        = "command"
+	reasonWant           = "want_not_own"
+	reasonForeignRef     = "foreign_ref"
+	reasonDelete         = "delete"
+	reasonStale          = "stale"
+	reasonNoKey          = "no_agent_key"
+	reasonNotAccepted    = "push_not_accepted"
+	reasonWriterRefused  = "writer_refused"
+	reasonOther          = "other"
+	reasonViewLogin      = "view_login"
+	reasonReplicaToken   = "replica_token"
+	resultOK             = "ok"
+	resultRefused        = "refused"
+	resultError          = "error"
+	resultRendered       = "rendered"
+	resultUnchanged      = "unchanged"
+	resultProblems       = "problems"
+	resultAccepted       = "accepted"
+)
+
+// authReason is the refusal reason of a request whose signature failed.
+func authReason(err error) string {
+	switch {
+	case errors.Is(err, request.ErrNoAuth):
+		return reasonNoAuth
+	case errors.Is(err, request.ErrMalformed):
+		return reasonMalformedAuth
+	case errors.Is(err, request.ErrExpired):
+		return reasonExpired
+	case errors.Is(err, request.ErrUnknownInstall):
+		return reasonUnknownInstall
+	case errors.Is(err, request.ErrBadSignature):
+		return reasonBadSignature
+	}
+	return reasonOther
+}
+
+// metrics are the server's Prometheus series. Nothing is labelled by
+// install: a fleet of 100,000 installs is as many series as one of ten.
+// Installs by phase and status age come from the fleet view's snapshot
+// (fleetCollector), computed when refs move, not on every scrape.
+type metrics struct {
+	reg *prometheus.Registry
+
+	renders        *prometheus.CounterVec
+	renderDuration prometheus.Histogram
+	renderChanged  prometheus.Counter
+	mainChecks     *prometheus.CounterVec
+	polls          *prometheus.CounterVec
+	fetches        *prometheus.CounterVec
+	pushes         *prometheus.CounterVec
+	pushDuration   prometheus.Histogram
+	refusals       *prometheus.CounterVec
+	mirrors        *prometheus.CounterVec
+	replicaSyncs   *prometheus.CounterVec
+	replicaLast    prometheus.Gauge
+	forwarded      *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		renders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_renders_total",
+			Help: "Renders of a new main, by result (rendered, problems: main does not render, error).",
+		}, []string{"result"}),
+		renderDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "nuon_server_render_duration_seconds",
+			Help:    "Time to render a new main into install refs.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
+		}),
+		renderChanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nuon_server_render_installs_changed_total",
+			Help: "Installs whose desired state a render changed.",
+		}),
+		mainChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_main_polls_total",
+			Help: "Checks of main (poll interval or webhook; with an upstream, a fetch), by result (unchanged, rendered, problems, error).",
+		}, []string{"result"}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_polls_total",
+			Help: "Agent polls (protocol v2 ls-refs) answered from the ref table, by result (ok, refused).",
+		}, []string{"result"}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_fetches_total",
+			Help: "Agent fetches (git upload-pack), by result (ok, refused, error).",
+		}, []string{"result"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_pushes_total",
+			Help: "Agent status pushes, by result (accepted, refused, error).",
+		}, []string{"result"}),
+		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "nuon_server_push_duration_seconds",
+			Help:    "Time to accept or refuse a status push, receive-pack and pre-receive check included.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_refusals_total",
+			Help: "Requests refused, by reason (a fixed set; each refusal is also logged with its install).",
+		}, []string{"reason"}),
+		mirrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_mirror_pushes_total",
+			Help: "Pushes of rendered and status refs to the upstream git host, by result (ok, error).",
+		}, []string{"result"}),
+		replicaSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_replica_refreshes_total",
+			Help: "A read replica's refreshes of its mirror from the writer, by result (ok, error).",
+		}, []string{"result"}),
+		replicaLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_replica_last_refresh_timestamp_seconds",
+			Help: "Unix time of a read replica's last successful refresh from the writer.",
+		}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_pushes_forwarded_total",
+			Help: "Status pushes a read replica forwarded to the writer, by result (ok: the writer answered, error).",
+		}, []string{"result"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
+		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded,
+	)
+	// Zero series for the results a dashboard alerts on, so that rate()
+	// works before the first event.
+	for _, r := range []string{resultOK, resultRefused} {
+		m.polls.WithLabelValues(r)
+	}
+	for _, r := range []string{resultAccepted, resultRefused, resultError} {
+		m.pushes.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// refused counts a refusal.
+func (m *metrics) refused(reason string) { m.refusals.WithLabelValues(reason).Inc() }
+
+// observePush counts a push that ended with result after start.
+func (m *metrics) observePush(result string, start time.Time) {
+	m.pushes.WithLabelValues(result).Inc()
+	m.pushDuration.Observe(time.Since(start).Seconds())
+}
+
+// fleetCollector reports installs by state and the age of their newest
+// status from the fleet view's snapshot, which is rebuilt only when refs
+// moved: a handful of series whatever the size of the fleet.
+type fleetCollector struct{ v *view }
+
+var (
+	installsDesc = prometheus.NewDesc("nuon_server_installs",
+		"Installs by state (the agent's reported phase, Stale, or Unreported before the first status).", []string{"state"}, nil)
+	staleDesc = prometheus.NewDesc("nuon_server_installs_status_stale",
+		"Installs whose newest status is older than the view's stale age (ViewStaleAfter), or that never reported.", nil, nil)
+	ageDesc = prometheus.NewDesc("nuon_server_status_age_seconds",
+		"Age of each install's newest status commit, as a histogram over the fleet.", nil, nil)
+	statusAgeBuckets = []float64{30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
+)
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- installsDesc
+	ch <- staleDesc
+	ch <- ageDesc
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	snap, err := c.v.snapshot()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(installsDesc, err)
+		return
+	}
+	now := c.v.s.cfg.Now()
+	states := map[string]int{}
+	buckets := make(map[float64]uint64, len(statusAgeBuckets))
+	var count uint64
+	var sum float64
+	stale := 0
+	for _, in := range snap.installs {
+		states[in.State()]++
+		if in.Status == nil {
+			stale++
+			continue
+		}
+		age := now.Sub(in.Status.Time).Seconds()
+		if age > c.v.s.cfg.ViewStaleAfter.Seconds() {
+			stale++
+		}
+		count++
+		sum += age
+		for _, b := range statusAgeBuckets {
+			if age <= b {
+				buckets[b]++
+			}
+		}
+	}
+	for st, n := range states {
+		ch <- prometheus.MustNewConstMetric(installsDesc, prometheus.GaugeValue, float64(n), st)
+	}
+	ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(stale))
+	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
+}

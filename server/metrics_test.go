@@ -1,0 +1,135 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/schemas"
+)
+
+// scrape reads a Prometheus text exposition: series (name and labels, as
+// written) → value.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func getStatus(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestMetrics drives polls, fetches, pushes and refusals through the
+// server and checks that each moves its series on /metrics.
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	before := scrape(t, e.http.URL+"/metrics")
+	for _, s := range []string{
+		`nuon_server_renders_total{result="rendered"}`,
+		`nuon_server_main_polls_total{result="rendered"}`,
+		`nuon_server_render_duration_seconds_count`,
+		`nuon_server_render_installs_changed_total`,
+	} {
+		if before[s] < 1 {
+			t.Errorf("%s = %v after the first render, want ≥ 1", s, before[s])
+		}
+	}
+	if !hasPrefix(before, "go_build_info{") {
+		t.Error("no go_build_info")
+	}
+	if code, body := getStatus(t, e.http.URL+"/healthz"); code != 200 {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := getStatus(t, e.http.URL+"/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+
+	ctx := context.Background()
+	r := agent.NewRemote(e.http.URL+"/tenant.git", agent.WithRequestSigner(&request.Signer{Install: "acme", Key: e.keys["acme"]}))
+	own := plumbing.ReferenceName(schemas.InstallRef("acme"))
+	heads, err := r.Heads(ctx, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Fetch(ctx, memory.NewStorage(), heads[own]); err != nil {
+		t.Fatal(err)
+	}
+	// Another install's state: refused.
+	_ = r.Fetch(ctx, memory.NewStorage(), plumbing.NewHash(e.serverRef(schemas.InstallRef("globex"))))
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	stale.n = 100
+	_ = stale.push(ctx)
+	// Unsigned.
+	if code, _ := getStatus(t, e.http.URL+"/tenant.git/info/refs?service=git-upload-pack"); code != http.StatusUnauthorized {
+		t.Fatalf("unsigned request answered %d", code)
+	}
+
+	after := scrape(t, e.http.URL+"/metrics")
+	for s, want := range map[string]float64{
+		`nuon_server_polls_total{result="ok"}`:              1,
+		`nuon_server_fetches_total{result="ok"}`:            1,
+		`nuon_server_fetches_total{result="refused"}`:       1,
+		`nuon_server_pushes_total{result="accepted"}`:       1,
+		`nuon_server_pushes_total{result="refused"}`:        1,
+		`nuon_server_push_duration_seconds_count`:           2,
+		`nuon_server_refusals_total{reason="want_not_own"}`: 1,
+		`nuon_server_refusals_total{reason="stale"}`:        1,
+		`nuon_server_refusals_total{reason="no_auth"}`:      1,
+	} {
+		if got := after[s] - before[s]; got != want {
+			t.Errorf("%s moved by %v, want %v", s, got, want)
+		}
+	}
+}
+
+func hasPrefix(m map[string]float64, p string) bool {
+	for k := range m {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}

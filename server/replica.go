@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// Modes of a Server.
+const (
+	// ModeWriter is the default: the server owns the repository, renders
+	// and accepts status pushes.
+	ModeWriter = "writer"
+	// ModeReplica serves polls and fetches from its own mirror of the
+	// writer's repository and forwards status pushes to the writer.
+	ModeReplica = "replica"
+)
+
+// replicaPath is where a writer serves its whole repository, read-only, to
+// its replicas (with the replica token): git smart HTTP under
+// /replica/, and /replica/version, which says whether anything moved.
+const replicaPath = "/replica"
+
+// replicaRoutes adds, on a writer with a ReplicaToken, the endpoints its
+// replicas refresh from.
+func (s *Server) replicaRoutes() {
+	s.mux.HandleFunc("GET "+replicaPath+"/version", s.replicaOnly(s.replicaVersion))
+	s.mux.HandleFunc("GET "+replicaPath+"/info/refs", s.replicaOnly(s.replicaAdvertise))
+	s.mux.HandleFunc("POST "+replicaPath+"/git-upload-pack", s.replicaOnly(s.replicaUploadPack))
+}
+
+// replicaOnly lets through requests that carry the replica token as a
+// bearer token. An install's key or the view token never does.
+func (s *Server) replicaOnly(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.ReplicaToken)) != 1 {
+			s.log.Warn("replica request refused", "remote", r.RemoteAddr, "path", r.URL.Path)
+			s.metrics.refused(reasonReplicaToken)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nuon replica"`)
+			http.Error(w, "nuon: the replica endpoint needs the replica token", http.StatusUnauthorized)
+			return
+		}
+		next(w, r)
+	}
+}
+
+// replicaVersion names the state of the writer's refs: its boot, its ref
+// table's version and main. A replica fetches only when it changed.
+func (s *Server) replicaVersion(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "no-cache")
+	fmt.Fprintf(w, "%s %d %s\n", s.boot, s.refs.stamp(), s.keys.mainCommit())
+}
+
+// replicaAdvertise is git upload-pack's advertisement of the whole
+// repository (protocol v2 capabilities).
+func (s *Server) replicaAdvertise(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("service") != "git-upload-pack" {
+		http.Error(w, "nuon: replicas only fetch", http.StatusForbidden)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+	w.Header().Set("Cache-Control", "no-cache")
+	s.runUploadPack(w, r, nil, true)
+}
+
+func (s *Server) replicaUploadPack(w http.ResponseWriter, r *http.Request) {
+	raw, err := body(r)
+	if err != nil {
+		http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
+	w.Header().Set("Cache-Control", "no-cache")
+	s.runUploadPack(w, r, raw, false)
+}
+
+// runUploadPack runs git upload-pack on the whole repository for a replica.
+func (s *Server) runUploadPack(w http.ResponseWriter, r *http.Request, in []byte, advertise bool) {
+	release, err := s.gitSlot(r.Context())
+	if err != nil {
+		return
+	}
+	defer release()
+	args := []string{"upload-pack", "--stateless-rpc"}
+	if advertise {
+		args = append(args, "--advertise-refs")
+	}
+	cmd := exec.CommandContext(r.Context(), "git", append(args, s.cfg.Dir)...)
+	cmd.Env = os.Environ()
+	if p := r.Header.Get("Git-Protocol"); p != "" {
+		cmd.Env = append(cmd.Env, "GIT_PROTOCOL="+p)
+	}
+	if advertise && !strings.Contains(r.Header.Get("Git-Protocol"), "version=2") {
+		// Protocol v0 wants the service line first.
+		w.Write(append(pkt(nil, "# service=git-upload-pack\n"), pktFlush...))
+	}
+	cmd.Stdin = strings.NewReader(string(in))
+	cmd.Stdout = w
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil && r.Context().Err() == nil {
+		s.log.Error("replica upload-pack failed", "error", err, "stderr", strings.TrimSpace(stderr.String()))
+	}
+}
+
+// forward sends an install's receive-pack request, already authenticated
+// here, to the writer unchanged: the writer checks the install's request
+// signature again (it covers the method and path, not the host) and runs
+// the pre-receive check, so a replica cannot push anything an install
+// could not. After an accepted push the replica refreshes at once.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, install string) {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(s.writer)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = s.writer.Path+r.URL.Path, ""
+			pr.Out.URL.RawQuery = r.URL.RawQuery
+			pr.Out.Host = s.writer.Host
+		},
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if r.Method == http.MethodPost {
+				result := resultOK
+				if resp.StatusCode != http.StatusOK {
+					result = resultError
+				}
+				s.metrics.forwarded.WithLabelValues(result).Inc()
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			s.log.Error("forward push to the writer", "install", install, "error", err)
+			s.metrics.forwarded.WithLabelValues(resultError).Inc()
+			http.Error(w, "nuon: the writer is unreachable; try again later", http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r)
+	if r.Method == http.MethodPost {
+		// The writer has answered in full: its ref moved, or not.
+		s.kickRefresh()
+	}
+}
+
+func (s *Server) kickRefresh() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Refresh brings a replica's mirror up to the writer: when the writer's
+// version moved, one git fetch of refs/heads/ (with --prune), then the ref
+// table and the install keys are reloaded from the mirror.
+func (s *Server) Refresh(ctx context.Context) error {
+	s.renderMu.Lock()
+	defer s.renderMu.Unlock()
+	err := s.refresh(ctx)
+	result := resultOK
+	if err != nil {
+		result = resultError
+	} else {
+		s.ready.Store(true)
+		s.metrics.replicaLast.SetToCurrentTime()
+	}
+	s.metrics.replicaSyncs.WithLabelValues(result).Inc()
+	return err
+}
+
+func (s *Server) refresh(ctx context.Context) error {
+	version, err := s.writerVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if version == s.seen {
+		return nil
+	}
+	u := s.writer.JoinPath(replicaPath).String()
+	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Bearer " + s.cfg.ReplicaToken}
+	if err := gitEnv(ctx, s.cfg.Dir, env, "-c", "protocol.version=2", "fetch", "--quiet", "--prune", "--no-tags", u, "+refs/heads/*:refs/heads/*"); err != nil {
+		return fmt.Errorf("refresh from the writer: %w", err)
+	}
+	refs, err := loadRefs(ctx, s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	s.refs.replace(refs)
+	if main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef); err == nil {
+		s.keys.reset(main)
+	}
+	s.seen = version
+	return nil
+}
+
+// writerVersion asks the writer for its version.
+func (s *Server) writerVersion(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.writer.JoinPath(replicaPath, "version").String(), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.cfg.ReplicaToken)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("ask the writer: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("ask the writer: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// runReplica refreshes the mirror every PollInterval, and at once after a
+// forwarded push or a webhook, until ctx ends.
+func (s *Server) runReplica(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("refresh from the writer; serving the mirror as it is", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// initReplica checks a replica's configuration and makes its mirror
+// repository when there is none yet.
+func initReplica(ctx context.Context, cfg *Config) (*url.URL, error) {
+	if cfg.Writer == "" {
+		return nil, errors.New("server: a replica needs the writer's URL")
+	}
+	if cfg.RenderKey != nil || cfg.Upstream != "" {
+		return nil, errors.New("server: a replica neither renders nor mirrors upstream; the writer does")
+	}
+	if cfg.ReplicaToken == "" {
+		return nil, errors.New("server: a replica needs the replica token")
+	}
+	w, err := url.Parse(cfg.Writer)
+	if err != nil || (w.Scheme != "http" && w.Scheme != "https") || w.Host == "" {
+		return nil, fmt.Errorf("server: writer URL %q: want http(s)://host[:port]", cfg.Writer)
+	}
+	w.Path = strings.TrimSuffix(w.Path, "/")
+	if _, err := os.Stat(cfg.Dir); errors.Is(err, os.ErrNotExist) {
+		if err := exec.CommandContext(ctx, "git", "init", "--quiet", "--bare", cfg.Dir).Run(); err != nil {
+			return nil, fmt.Errorf("server: make the replica's mirror %s: %w", cfg.Dir, err)
+		}
+	}
+	return w, nil
+}
+
+// bootID names one start of a server.
+func bootID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
