@@ -8,7 +8,11 @@
 # (terraform, helm and manifests against a local API server), then
 # `nuon status`. Then a
 # promotion: a pull request's worth of change to a channel pin, rendered, and
-# the agents on that channel updating just that component.
+# the agents on that channel updating just that component. Each install is
+# made by `nuon install create --cloud local`: its keys, its local sandbox
+# (kube-apiserver, a registry with TLS and basic auth), installs/<id>.yaml on
+# main, and its agent as a process; the last step deletes one install with
+# `nuon install delete`.
 set -euo pipefail
 
 nuon=$(realpath "$1")
@@ -28,7 +32,9 @@ git init --quiet --bare --initial-branch=main "$demo/tenant.git"
 git clone --quiet "$demo/tenant.git" "$demo/main" 2>/dev/null
 cp -R "$root/fixtures/tenant/." "$demo/main/"
 git -C "$demo/main" add --all
-git -C "$demo/main" commit --quiet -m "shop: first version of the app, two channels, three installs"
+# The installs are made below by nuon install create, not written by hand.
+git -C "$demo/main" rm --quiet -r --cached installs && rm -r "$demo/main/installs"
+git -C "$demo/main" commit --quiet -m "shop: first version of the app, two channels"
 git -C "$demo/main" push --quiet origin HEAD:main
 git -C "$demo/main" log --oneline
 
@@ -36,15 +42,25 @@ git -C "$demo/main" log --oneline
 # Vendor CI builds, signs and releases the components; each agent verifies the
 # signatures and copies the artifacts into its install's own registry before
 # the jobs, which read them from there.
-step "registries: the vendor's, and the installs' (TLS and basic auth, as ECR)"
+step "the vendor's registry (each install gets its own from its sandbox)"
 "$root/hack/registry.sh" install
 vendor_reg=$("$root/hack/registry.sh" serve "$demo/registries/vendor")
-install_reg=$("$root/hack/registry.sh" serve "$demo/registries/install" nuon:demo-registry-secret)
-trap '"$root/hack/registry.sh" stop "$demo/registries/vendor"; "$root/hack/registry.sh" stop "$demo/registries/install"' EXIT
+installs=(acme globex initech)
+# On exit: stop the vendor registry and what the installs left running
+# (their agents and sandboxes; `nuon install create` with the same
+# arguments starts them again).
+cleanup() {
+	for id in "${installs[@]}"; do
+		d=$demo/installs/$id
+		[[ -f $d/agent.pid ]] && kill -- -"$(cat "$d/agent.pid")" 2>/dev/null || true
+		[[ -x $d/sandbox/kube-down.sh ]] && "$d/sandbox/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
+		[[ -x $d/sandbox/registry.sh ]] && "$d/sandbox/registry.sh" down "$d/sandbox/run/registry" || true
+	done
+	"$root/hack/registry.sh" stop "$demo/registries/vendor"
+}
+trap cleanup EXIT
 echo "  vendor registry   $vendor_reg  (stands in for registry.vendor.example)"
-echo "  install registry  $install_reg  (stands in for each install's ECR: nuon-<install>/...)"
 sed -i "s#registry\.vendor\.example#$vendor_reg#" "$demo/main/nuon.yaml"
-sed -i -E "s#^registry: .*/(nuon-[a-z0-9-]+)\$#registry: $install_reg/\1#" "$demo/main/installs/"*.yaml
 git -C "$demo/main" rm --quiet -r releases
 git -C "$demo/main" commit --quiet -am "shop: the demo's registries; vendor CI records the releases"
 git -C "$demo/main" push --quiet origin HEAD:main
@@ -68,30 +84,51 @@ diff -r "$root/fixtures/tenant/releases" "$demo/main/releases" &&
 step "a released version never changes"
 "$nuon" release database --repo "$demo/tenant.git" --version 1.1.0 --from "$demo/build-previous.json" 2>&1 | sed 's/^/  /' || true
 
-# Agents verify each artifact with the vendor's public key and copy it, with
-# its signature, into their install's registry.
-export NUON_REGISTRY_PASSWORD=demo-registry-secret
-artifact_flags=(--vendor-key "$root/fixtures/keys/cosign.pub" --registry "$install_reg"
-	--registry-ca "$demo/registries/install/cert.pem" --registry-username nuon)
 # ---- end of artifacts ---------------------------------------------------------
 
-# ---- Kubernetes (reconciler/helm, reconciler/manifests) -------------------------
-# A real kube-apiserver and etcd on loopback for each install stand in for
-# the installs' clusters (no kubelet: objects are stored and served, Pods
-# never run).
-step "a local Kubernetes API server per install, for the helm and manifests components"
-cleanup() {
-	for id in acme globex initech; do "$root/hack/kube-down.sh" "$demo/kube/$id" >/dev/null 2>&1 || true; done
-	"$root/hack/registry.sh" stop "$demo/registries/vendor"
-	"$root/hack/registry.sh" stop "$demo/registries/install"
-}
-trap cleanup EXIT
-declare -A kubeconfig
-for id in acme globex initech; do
-	kubeconfig[$id]=$("$root/hack/kube-up.sh" "$NUON_KUBE_ASSETS" "$demo/kube/$id")
-	echo "  $id: ${kubeconfig[$id]}"
+# Secrets resolve inside the install, from the agent's environment; they
+# never reach git.
+export NUON_SECRET_LICENSE_KEY=demo-license-4242 NUON_SECRET_DB_PASSWORD=demo-db-password
+
+# ---- the installs (lifecycle/, sandboxes/local) ---------------------------------
+# Each install: its own key pair and trust file (never committed), its local
+# sandbox (a real kube-apiserver and etcd, no kubelet: objects are stored and
+# served, Pods never run; a registry with TLS and basic auth standing in for
+# ECR), installs/<id>.yaml committed on main with the sandbox's registry, and
+# its agent as a process that verifies each artifact with the vendor's key
+# and copies it, with its signature, into the install's registry.
+step "nuon install create --cloud local, for each install"
+for id in "${installs[@]}"; do
+	f=$root/fixtures/tenant/installs/$id.yaml
+	echo "  $id:"
+	"$nuon" install create "$id" --cloud local --repo "$demo/tenant.git" --dir "$demo/installs/$id" --commit \
+		--channel "$(sed -n 's/^channel: //p' "$f")" \
+		--input "cidr=$(sed -n 's/^  cidr: //p' "$f")" --input "domain=$(sed -n 's/^  domain: //p' "$f")" \
+		--render-key "$root/fixtures/keys/render.pub" \
+		--agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub" \
+		--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn --log-level warn |
+		sed 's/^/    /'
 done
-# ---- end of Kubernetes --------------------------------------------------------
+git -C "$demo/main" pull --quiet --ff-only
+git -C "$demo/main" log --format='  %h %s' -3
+# ---- end of the installs --------------------------------------------------------
+
+# converge waits until every install's agent reported on its current desired
+# state with every component applied.
+converge() {
+	for _ in $(seq 600); do
+		if "$nuon" status --repo "$demo/tenant.git" -o json | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+ok = rows and all(r["inSync"] and r["components"] and all(c["phase"] == "Applied" for c in r["components"]) for r in rows)
+sys.exit(0 if ok else 1)'; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	echo "demo: the agents did not converge within 5 minutes; their logs: $demo/installs/*/agent.log" >&2
+	return 1
+}
 
 step "nuon render: every install's desired state as signed commits"
 "$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render"
@@ -101,29 +138,17 @@ step "stock git verifies the renderer's signature"
 echo "renderer $(cut -d' ' -f1,2 "$root/fixtures/keys/render.pub")" > "$demo/allowed_signers"
 git -C "$demo/tenant.git" -c gpg.ssh.allowedSignersFile="$demo/allowed_signers" verify-commit refs/heads/nuon/installs/acme 2>&1 | sed 's/^/  /'
 
-# Secrets resolve inside the install, from the agent's environment; they
-# never reach git.
-export NUON_SECRET_LICENSE_KEY=demo-license-4242 NUON_SECRET_DB_PASSWORD=demo-db-password
-
-# Each agent is the small nuon-agent binary; it runs jobs with nuon beside it.
-agents() {
-	for id in acme globex initech; do
-		"$(dirname "$nuon")/nuon-agent" agent --once --repo "$demo/tenant.git" --install "$id" \
-			--trust "$demo/allowed_signers" --key "$root/fixtures/keys/$id" \
-			--workdir "$demo/agents/$id" "${artifact_flags[@]}" --kubeconfig "${kubeconfig[$id]}" \
-			--log-format text --log-level warn
-	done
-}
-
-step "one agent per install: verify, sync artifacts, run terraform, helm and manifests jobs, write signed status"
-agents
+step "each install's agent: verify, sync artifacts, run terraform, helm and manifests jobs, write signed status"
+converge
 
 # ---- artifacts ----------------------------------------------------------------
-step "the install registry holds what the agents deployed, each artifact beside its signature"
-curl -s --cacert "$demo/registries/install/cert.pem" -u "nuon:$NUON_REGISTRY_PASSWORD" "https://$install_reg/v2/_catalog" |
+step "acme's registry (from its sandbox) holds what its agent deployed, each artifact beside its signature"
+acme_reg=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["registry"]["url"])' "$demo/installs/acme/sandbox/outputs.json")
+acme_curl=(curl -s --cacert "$demo/installs/acme/sandbox/run/registry/cert.pem" -u "nuon:$(cat "$demo/installs/acme/sandbox/run/registry/password")")
+"${acme_curl[@]}" "https://$acme_reg/v2/_catalog" |
 	tr -d '{}[]"' | sed 's/^repositories://' | tr ',' '\n' | sed 's/^/  /'
-curl -s --cacert "$demo/registries/install/cert.pem" -u "nuon:$NUON_REGISTRY_PASSWORD" "https://$install_reg/v2/nuon-acme/shop/network/tags/list" |
-	sed 's/^/  nuon-acme\/shop\/network tags: /'
+"${acme_curl[@]}" "https://$acme_reg/v2/nuon/acme/shop/network/tags/list" |
+	sed 's/^/  nuon\/acme\/shop\/network tags: /'
 echo
 # ---- end of artifacts ---------------------------------------------------------
 
@@ -131,7 +156,7 @@ step "nuon status"
 "$nuon" status --repo "$demo/tenant.git"
 if command -v kubectl >/dev/null; then
 	step "what acme's helm and manifests jobs applied (kubectl; no kubelet runs the Pods)"
-	kubectl --kubeconfig "${kubeconfig[acme]}" get deployments,configmaps,secrets -n shop 2>/dev/null |
+	kubectl --kubeconfig "$demo/installs/acme/sandbox/run/kube/kubeconfig" get deployments,configmaps,secrets -n shop 2>/dev/null |
 		grep -v kube-root-ca | sed 's/^/  acme: /' || true
 fi
 
@@ -143,11 +168,17 @@ git -C "$demo/main" push --quiet origin HEAD:main
 "$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render"
 
 step "agents: only the stable installs' database job runs"
-agents
+converge
 "$nuon" status --repo "$demo/tenant.git"
 
 step "the audit log of acme: git log refs/heads/nuon/status/acme"
 git -C "$demo/tenant.git" log --format='  %h %s' refs/heads/nuon/status/acme
-echo "agent $(cut -d' ' -f1,2 "$root/fixtures/keys/acme.pub")" > "$demo/acme_signers"
+echo "agent $(cut -d' ' -f1,2 "$demo/installs/acme/agent.key.pub")" > "$demo/acme_signers"
 git -C "$demo/tenant.git" -c gpg.ssh.allowedSignersFile="$demo/acme_signers" verify-commit refs/heads/nuon/status/acme 2>&1 | sed 's/^/  /'
+step "nuon install delete initech: its agent deletes every component, then its agent and sandbox go; its history stays"
+"$nuon" install delete initech --repo "$demo/tenant.git" --dir "$demo/installs/initech" \
+	--render "$root/fixtures/keys/render" --timeout 5m --log-level warn | sed 's/^/  /'
+git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/nuon/archive/initech
+git -C "$demo/tenant.git" log --format='  %h %s' -3 refs/nuon/archive/initech/status
+
 printf '\ndemo state is in %s\n' "$demo"

@@ -25,6 +25,11 @@ func Install(src *schemas.Source, id string) (Files, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", id, err)
 	}
+	components := src.App.Components
+	if in.Deleted {
+		// Nothing is desired: the agent deletes what it applied.
+		order, components = []string{}, nil
+	}
 	files := Files{}
 	state := schemas.InstallState{
 		APIVersion: schemas.APIVersion,
@@ -37,11 +42,12 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		Registry:   in.Registry,
 		Components: order,
 		Operations: in.Operations,
+		Deleted:    in.Deleted,
 	}
 	if files[schemas.InstallStateFile], err = encode(state); err != nil {
 		return nil, fmt.Errorf("render %s: %w", id, err)
 	}
-	for _, c := range src.App.Components {
+	for _, c := range components {
 		cs, err := component(src, id, in, c)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: component %s: %w", id, c.Name, err)

@@ -5,8 +5,14 @@
 // same outputs contract (README.md), which the agent feeds into
 // components as ${install.sandbox.outputs.…}.
 //
-// The Go code here is only the tests that check the modules for real,
-// without AWS: `terraform validate` and `terraform test` with
-// mock_provider "aws" against the real hashicorp/aws 6.25.0 schema, served
-// by the schema-only provider `make tf-aws` builds (NUON_TF_AWS_CLI_CONFIG).
+// The modules are embedded: [Extract] writes one out, so that the nuon
+// binary carries the sandboxes it creates.
+//
+// The tests check the modules for real. aws-eks without AWS: `terraform
+// validate` and `terraform test` with mock_provider "aws" against the real
+// hashicorp/aws 6.25.0 schema, served by the schema-only provider `make
+// tf-aws` builds (NUON_TF_AWS_CLI_CONFIG). local by applying it: a real
+// etcd and kube-apiserver (NUON_KUBE_ASSETS) and docker-registry start,
+// a second apply changes nothing, and destroy leaves no process and no file
+// but the state.
 package sandboxes

@@ -213,6 +213,10 @@ type Install struct {
 	// Operations is the customer's veto on what the vendor may do in the
 	// install besides applying its desired state; absent allows all.
 	Operations *Operations `yaml:"operations,omitempty" json:"operations,omitempty"`
+	// Deleted, set by `nuon install delete`, renders the install with no
+	// components: its agent deletes every component it applied, in
+	// reverse dependency order, and reports each in its status.
+	Deleted bool `yaml:"deleted,omitempty" json:"deleted,omitempty"`
 }
 
 // Operations turns kinds of vendor requests on or off for one install. A
@@ -280,6 +284,8 @@ type InstallState struct {
 	// Operations is the install's veto on vendor requests, as
 	// installs/<id>.yaml says.
 	Operations *Operations `json:"operations,omitempty"`
+	// Deleted says the install is being deleted; Components is then empty.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // ComponentState is installs/<id>/components/<name>.json in the rendered

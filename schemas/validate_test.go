@@ -128,7 +128,7 @@ func samples() map[string]any {
 		SchemaInstallState: InstallState{
 			APIVersion: APIVersion, Kind: KindInstallState, Install: "acme", App: "shop", Channel: "stable",
 			Cloud: cloud, Sandbox: sandbox, Registry: "111111111111.dkr.ecr.us-east-1.amazonaws.com/nuon-acme",
-			Components: []string{"network", "database", "api"}, Operations: operations,
+			Components: []string{"network", "database", "api"}, Operations: operations, Deleted: true,
 		},
 		SchemaComponentState: ComponentState{
 			APIVersion: APIVersion, Kind: KindComponentState, Name: "api", Type: TypeHelm, Version: "2.4.0",

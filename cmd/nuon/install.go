@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/spf13/cobra"
+
+	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/lifecycle"
+	"nuon.dev/nuon/schemas"
+)
+
+type installOptions struct {
+	lifecycle.Options
+	author, output string
+}
+
+// progress prints each phase's event as text or, with -o json, as one JSON
+// object a line.
+func (o *installOptions) progress(g *cli.Globals) (func(lifecycle.Event), error) {
+	switch o.output {
+	case "text":
+		return func(e lifecycle.Event) {
+			fmt.Fprintf(g.Stdout, "%-13s %-9s %5.1fs  %s\n", e.Phase, e.Result, e.Seconds, e.Detail)
+		}, nil
+	case "json":
+		enc := json.NewEncoder(g.Stdout)
+		return func(e lifecycle.Event) { _ = enc.Encode(e) }, nil
+	}
+	return nil, fmt.Errorf("--output must be text or json, not %q", o.output)
+}
+
+func (o *installOptions) common(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Repo, "repo", "", "tenant repository: a path or a URL (required)")
+	f.StringVar(&o.Dir, "dir", "", "the install's directory: its keys, the sandbox's state, the agent's pid file and log; never committed (required)")
+	f.StringVar(&o.Cloud, "cloud", lifecycle.CloudLocal, "where the install runs: local (the local sandbox) or aws")
+	f.StringVar(&o.TFCLIConfig, "tf-cli-config", os.Getenv("NUON_TF_CLI_CONFIG"), "terraform CLI configuration, for the offline provider mirror (default $NUON_TF_CLI_CONFIG)")
+	f.StringVar(&o.Terraform, "terraform", "terraform", "the terraform binary")
+	f.StringVarP(&o.output, "output", "o", "text", "progress as text, or json: one object per phase")
+	_ = cmd.MarkFlagRequired("repo")
+	_ = cmd.MarkFlagRequired("dir")
+}
+
+func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
+	o := &installOptions{}
+	cmd := &cobra.Command{
+		Use:   "create ID --repo REPO --dir DIR --channel CHANNEL --render-key FILE.pub",
+		Short: "Create install ID: keys, sandbox, installs/ID.yaml, agent",
+		Long: `Create install ID, phase by phase, printing each phase as it ends:
+
+  keys          the install's ed25519 key pair (DIR/agent.key, .pub) and the
+                agent's trust file (DIR/trust) from the render public key
+  sandbox       the sandbox applied with terraform (--cloud local: a local
+                kube-apiserver and a registry with TLS and basic auth; state
+                and outputs in DIR/sandbox)
+  install-file  installs/ID.yaml as a commit on the branch nuon/install/ID
+                for review, or on main with --commit; its registry is the
+                sandbox's registry output and its agentKey the install's key
+  agent         nuon-agent started as a process (pid in DIR/agent.pid, log
+                in DIR/agent.log), since no kubelet runs on the local
+                sandbox; or, with --agent-mode kubernetes, manifests/
+                applied to the sandbox's cluster by server-side apply with
+                the install key as a Secret, the trust file, the registry
+                and its password (a Secret)
+
+Each phase first looks at what exists: after a failure or a kill, run the
+same command again and it continues, with nothing made twice. Nothing in
+DIR is committed; the private key never leaves it. The agent converges the
+install once its desired state is rendered (nuon render, or the tenant
+server after the branch is merged).
+
+--cloud aws: the sandbox phase assumes the install's provision role
+(nuon-ID-provision in --account, with --external-id, a deadline on every
+STS call) and applies sandboxes/aws-eks with its credentials, in the
+environment only, its state in the stack's --state-bucket. The agent
+bootstrap on EKS (manifests/ by server-side apply from inside the VPC) is
+not built yet: the agent phase says so and stops.`,
+		Example: `  # a local install for development, committed on main, rendered at once
+  nuon install create acme --cloud local --repo tenant.git --dir ~/.nuon/acme \
+      --channel stable --render-key keys/render.pub --commit \
+      --input cidr=10.10.0.0/16 --input domain=acme.localhost \
+      --agent-flag=--vendor-key=keys/cosign.pub
+  nuon render --repo tenant.git --key keys/render
+
+  # the same for a script: one JSON object per phase
+  nuon install create acme ... -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ID = args[0]
+			var err error
+			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
+				return err
+			}
+			if o.Progress, err = o.progress(g); err != nil {
+				return err
+			}
+			o.Logger = g.Logger()
+			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
+			if o.Cloud == lifecycle.CloudAWS {
+				// The tenant's own credentials, from the SDK's default chain;
+				// they only assume the install's roles.
+				if o.AWS.Tenant, err = config.LoadDefaultConfig(cmd.Context(), config.WithRegion(o.AWS.Region)); err != nil {
+					return fmt.Errorf("aws configuration: %w", err)
+				}
+			}
+			return lifecycle.Create(cmd.Context(), o.Options)
+		},
+	}
+	o.common(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Channel, "channel", "", "the install's channel (required)")
+	f.StringToStringVar(&o.Inputs, "input", nil, "an install input, NAME=VALUE (repeatable)")
+	f.StringVar(&o.RenderKey, "render-key", "", "the render public key the agent trusts (required)")
+	f.BoolVar(&o.Commit, "commit", false, "commit installs/ID.yaml on main instead of the branch nuon/install/ID")
+	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
+	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
+	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
+	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
+	f.StringVar(&o.AWS.Account, "account", "", "aws: the customer's account, where the stack made the install's roles")
+	f.StringVar(&o.AWS.ExternalID, "external-id", "", "aws: the install's ExternalId (from nuon install stack)")
+	f.StringVar(&o.AWS.Region, "region", "", "aws: the sandbox's region")
+	f.StringSliceVar(&o.AWS.AvailabilityZones, "availability-zones", nil, "aws: 2 or 3 zones, comma-separated")
+	f.StringVar(&o.AWS.Domain, "domain", "", "aws: the install's public domain")
+	f.StringVar(&o.AWS.StateBucket, "state-bucket", "", "aws: the stack's state bucket (the sandbox's state goes there)")
+	f.StringVar(&o.AWS.STSEndpoint, "sts-endpoint", "", "aws: STS endpoint (default: the SDK's, e.g. a VPC endpoint)")
+	_ = cmd.MarkFlagRequired("channel")
+	_ = cmd.MarkFlagRequired("render-key")
+	return cmd
+}
+
+// installAuthor parses --author as release does.
+func installAuthor(author string) (string, string, error) {
+	if author == "" && os.Getenv("GIT_AUTHOR_NAME") == "" {
+		return "nuon install", "install@nuon.invalid", nil
+	}
+	return releaseAuthor(author)
+}
+
+func newInstallDeleteCmd(g *cli.Globals) *cobra.Command {
+	o := &installOptions{}
+	var renderKey string
+	cmd := &cobra.Command{
+		Use:   "delete ID --repo REPO --dir DIR",
+		Short: "Delete install ID: its components, agent and sandbox; keep its history",
+		Long: `Delete install ID, phase by phase, printing each phase as it ends:
+
+  mark-deleted  installs/ID.yaml gets deleted: true on main: the install
+                renders with no component (with --render KEY this command
+                renders; otherwise the tenant server does on push)
+  components    waits (--timeout) until the agent's signed status, on that
+                desired state, lists no component: it deleted every one in
+                reverse dependency order
+  agent         stops the agent process
+  sandbox       destroys the sandbox (terraform destroy); DIR keeps only
+                the sandbox's state
+  archive       removes installs/ID.yaml from main and moves the install's
+                refs (nuon/installs/ID, nuon/status/ID) under
+                refs/nuon/archive/ID/: its history stays as the audit log
+
+Re-run it after a failure or a kill: each phase checks first.`,
+		Example: `  nuon install delete acme --repo tenant.git --dir ~/.nuon/acme --render keys/render
+  git -C tenant.git log refs/nuon/archive/acme/status`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ID = args[0]
+			var err error
+			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
+				return err
+			}
+			if o.Progress, err = o.progress(g); err != nil {
+				return err
+			}
+			o.Logger = g.Logger()
+			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
+			var render func(context.Context) error
+			if renderKey != "" {
+				quiet := *g
+				quiet.Stdout = io.Discard
+				render = func(ctx context.Context) error {
+					return runRender(ctx, &quiet, &renderOptions{repo: o.Repo, key: renderKey, source: "refs/heads/main",
+						output: "text", retries: 3, maxFileSize: schemas.DefaultMaxFileSize, now: time.Now})
+				}
+			}
+			return lifecycle.Delete(cmd.Context(), o.Options, render)
+		},
+	}
+	o.common(cmd)
+	f := cmd.Flags()
+	f.StringVar(&renderKey, "render", "", "render with this private key after marking the install deleted (when no tenant server renders on push)")
+	f.DurationVar(&o.DeleteTimeout, "timeout", 10*time.Minute, "how long to wait for the agent to delete every component")
+	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	return cmd
+}

@@ -1,0 +1,298 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/fleet"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/schemas"
+)
+
+// ArchivePrefix is where Delete moves an install's refs: its desired
+// state and status history stay as the audit log.
+const ArchivePrefix = "refs/nuon/archive/"
+
+// Delete deletes install o.ID, phase by phase:
+//
+//  1. mark-deleted: installs/<id>.yaml gets deleted: true on main, which
+//     renders the install with no component (o.Render renders it when no
+//     tenant server does on push);
+//  2. components: waits, up to o.DeleteTimeout, until the agent's signed
+//     status is on that desired state and lists no component: the agent
+//     deleted every one in reverse dependency order;
+//  3. agent: stops the agent process;
+//  4. sandbox: destroys the sandbox;
+//  5. archive: removes installs/<id>.yaml from main and moves the
+//     install's refs under refs/nuon/archive/<id>/.
+//
+// Like Create, each phase checks first and a re-run continues.
+func Delete(ctx context.Context, o Options, render func(context.Context) error) error {
+	if err := o.defaults(false); err != nil {
+		return err
+	}
+	if o.Cloud == CloudAWS {
+		// Destroying an EKS sandbox first needs the check for
+		// controller-made load balancers and the removal of the agent's
+		// ECR repositories (sandboxes/README.md, teardown order).
+		return fmt.Errorf("install %s: delete on aws: %w", o.ID, ErrUnsupported)
+	}
+	if render == nil {
+		render = func(context.Context) error { return nil }
+	}
+	return runPhases(ctx, &o, []phase{
+		{"mark-deleted", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+			return markDeleted(ctx, o, render)
+		}},
+		{"components", waitDeleted},
+		{"agent", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+			res, err := stopAgent(ctx, o, 30*time.Second)
+			return res, "", err
+		}},
+		{"sandbox", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+			res, err := destroySandbox(ctx, o)
+			return res, "", err
+		}},
+		{"archive", archive},
+	})
+}
+
+func (o *Options) openRepo() (*gitrepo.Repo, error) { return o.OpenRepo(o.Repo) }
+
+// editMain applies edit to main's tree and commits the result, retrying
+// when main moved; edit returns the new root or the old one for no change.
+func editMain(ctx context.Context, o *Options, msg string, edit func(b *gitobj.Batch, root *object.Tree) (plumbing.Hash, error)) (bool, error) {
+	repo, err := o.openRepo()
+	if err != nil {
+		return false, err
+	}
+	for attempt := 0; ; attempt++ {
+		if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+			return false, err
+		}
+		head, err := repo.Ref(MainRef)
+		if err != nil || head.IsZero() {
+			return false, fmt.Errorf("%s has no main branch (%v)", o.Repo, err)
+		}
+		c, err := repo.Git().CommitObject(head)
+		if err != nil {
+			return false, err
+		}
+		root, err := c.Tree()
+		if err != nil {
+			return false, err
+		}
+		b := gitobj.NewBatch()
+		tree, err := edit(b, root)
+		if err != nil {
+			return false, err
+		}
+		if tree == root.Hash {
+			return false, nil
+		}
+		who := object.Signature{Name: o.AuthorName, Email: o.AuthorEmail, When: o.Now()}
+		h, err := b.Commit(gitobj.Commit{Tree: tree, Parents: []plumbing.Hash{head}, Author: who, Message: msg}, nil)
+		if err != nil {
+			return false, err
+		}
+		if err := b.Flush(repo.Storer()); err != nil {
+			return false, err
+		}
+		err = repo.Apply(ctx, []gitrepo.Update{{Name: MainRef, Old: head, New: h}})
+		if err == nil || attempt >= 5 || !isStale(err) {
+			return err == nil, err
+		}
+	}
+}
+
+func isStale(err error) bool { return errors.Is(err, gitrepo.ErrStale) }
+
+func installPath(id string) string { return path.Join(schemas.InstallsDir, id+".yaml") }
+
+// markDeleted adds deleted: true to installs/<id>.yaml on main and renders.
+func markDeleted(ctx context.Context, o *Options, render func(context.Context) error) (string, string, error) {
+	file := installPath(o.ID)
+	changed, err := editMain(ctx, o, o.ID+": delete the install\n\nWritten by nuon install delete: with deleted: true the install renders\nwith no component and its agent deletes every component it applied.\n",
+		func(b *gitobj.Batch, root *object.Tree) (plumbing.Hash, error) {
+			f, err := root.File(file)
+			if err != nil {
+				// Gone from main already: a re-run after the archive phase.
+				return root.Hash, nil
+			}
+			s, err := f.Contents()
+			if err != nil {
+				return plumbing.ZeroHash, err
+			}
+			if strings.Contains("\n"+s, "\ndeleted: true\n") {
+				return root.Hash, nil
+			}
+			if !strings.HasSuffix(s, "\n") {
+				s += "\n"
+			}
+			return setFile(b, root, file, []byte(s+"deleted: true\n"))
+		})
+	if err != nil {
+		return "", "", err
+	}
+	if err := render(ctx); err != nil {
+		return "", "", fmt.Errorf("render: %w", err)
+	}
+	if changed {
+		return Done, "installs/" + o.ID + ".yaml: deleted: true on main", nil
+	}
+	return Unchanged, "", nil
+}
+
+// waitDeleted waits until the agent reports, on the current desired
+// state, no component left.
+func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, error) {
+	repo, err := o.openRepo()
+	if err != nil {
+		return "", "", err
+	}
+	deadline := time.Now().Add(o.DeleteTimeout)
+	last := "no status yet"
+	for {
+		if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+			return "", "", err
+		}
+		desired, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(o.ID)))
+		if err != nil {
+			return "", "", err
+		}
+		if desired.IsZero() {
+			// Never rendered, or archived already: nothing was applied.
+			return Unchanged, "no desired state", nil
+		}
+		main, err := repo.Ref(MainRef)
+		if err != nil {
+			return "", "", err
+		}
+		keys, err := fleet.AgentKeys(repo.Storer(), main)
+		if err != nil {
+			return "", "", err
+		}
+		rows, err := fleet.Read(repo, keys, o.ID)
+		if err != nil {
+			return "", "", err
+		}
+		if len(rows) == 1 {
+			r := rows[0]
+			var names []string
+			for _, c := range r.Components {
+				names = append(names, c.Name+" "+c.Phase)
+			}
+			last = fmt.Sprintf("generation %d, phase %s, in sync %v, components [%s]", r.Generation, r.Phase, r.InSync, strings.Join(names, ", "))
+			if r.Verified && r.InSync && len(r.Components) == 0 {
+				return Done, "every component deleted (" + last + ")", nil
+			}
+		} else if !pidAliveAgent(o) {
+			return Unchanged, "no status and no agent: nothing was applied", nil
+		}
+		if time.Now().After(deadline) {
+			return "", "", fmt.Errorf("the agent did not report every component deleted within %s: %s", o.DeleteTimeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func pidAliveAgent(o *Options) bool { return agentPID(o) != 0 }
+
+// archive removes installs/<id>.yaml from main and moves the install's
+// refs under ArchivePrefix<id>/.
+func archive(ctx context.Context, o *Options, _ *state) (string, string, error) {
+	file := installPath(o.ID)
+	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+ArchivePrefix+o.ID+"/.\n",
+		func(b *gitobj.Batch, root *object.Tree) (plumbing.Hash, error) {
+			sub, err := root.Tree(schemas.InstallsDir)
+			if err != nil {
+				return root.Hash, nil
+			}
+			var es []gitobj.Entry
+			found := false
+			for _, e := range entries(sub) {
+				if e.Name == path.Base(file) {
+					found = true
+					continue
+				}
+				es = append(es, e)
+			}
+			if !found {
+				return root.Hash, nil
+			}
+			var top []gitobj.Entry
+			for _, e := range entries(root) {
+				if e.Name == schemas.InstallsDir {
+					if len(es) == 0 {
+						continue
+					}
+					e = gitobj.Entry{Name: e.Name, Mode: filemode.Dir, Hash: b.Tree(es)}
+				}
+				top = append(top, e)
+			}
+			return b.Tree(top), nil
+		})
+	if err != nil {
+		return "", "", err
+	}
+	repo, err := o.openRepo()
+	if err != nil {
+		return "", "", err
+	}
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return "", "", err
+	}
+	var updates []gitrepo.Update
+	var moved []string
+	var gone []plumbing.ReferenceName
+	for _, name := range []string{schemas.InstallRef(o.ID), schemas.StatusRef(o.ID)} {
+		h, err := repo.Ref(plumbing.ReferenceName(name))
+		if err != nil {
+			return "", "", err
+		}
+		if h.IsZero() {
+			continue
+		}
+		to := plumbing.ReferenceName(ArchivePrefix + o.ID + "/" + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
+		old, err := repo.Ref(to)
+		if err != nil {
+			return "", "", err
+		}
+		if old != h {
+			updates = append(updates, gitrepo.Update{Name: to, Old: old, New: h})
+		}
+		gone = append(gone, plumbing.ReferenceName(name))
+		moved = append(moved, name+" -> "+to.String())
+	}
+	if err := repo.Apply(ctx, updates); err != nil {
+		return "", "", err
+	}
+	// gitrepo moves refs forward only; the originals are removed here, on
+	// a local repository. On a remote one they stay beside their archive
+	// copies (the renderer leaves the ref of an install gone from main
+	// alone) until removed by hand.
+	if !repo.Remote {
+		for _, name := range gone {
+			if err := repo.Git().Storer.RemoveReference(name); err != nil {
+				return "", "", fmt.Errorf("remove %s: %w", name, err)
+			}
+		}
+	}
+	if !removed && len(moved) == 0 {
+		return Unchanged, "", nil
+	}
+	return Done, strings.Join(moved, ", "), nil
+}

@@ -1,0 +1,243 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"nuon.dev/nuon/internal/gitrepo"
+)
+
+// Agent modes.
+const (
+	AgentProcess    = "process"
+	AgentKubernetes = "kubernetes"
+)
+
+// Clouds.
+const (
+	CloudLocal = "local"
+	CloudAWS   = "aws"
+)
+
+// Files and folders in the install's directory.
+const (
+	KeyFile      = "agent.key" // and agent.key.pub
+	TrustFile    = "trust"
+	SandboxDir   = "sandbox" // the module, its .terraform and its state
+	OutputsFile  = "sandbox/outputs.json"
+	RuntimeDir   = "sandbox/run" // the local sandbox's processes
+	AgentDir     = "agent"       // the agent's workdir
+	AgentPIDFile = "agent.pid"
+	AgentLogFile = "agent.log"
+)
+
+// Event is the end of one phase.
+type Event struct {
+	Install string `json:"install"`
+	Phase   string `json:"phase"`
+	// Result is "done" when the phase changed something, "unchanged" when
+	// everything it makes was there already.
+	Result  string  `json:"result"`
+	Detail  string  `json:"detail,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Results of a phase.
+const (
+	Done      = "done"
+	Unchanged = "unchanged"
+)
+
+// Options are what Create and Delete need. Zero values take the
+// documented defaults.
+type Options struct {
+	// ID is the install's id (3-32 of [a-z0-9-]); required.
+	ID string
+	// Repo is the tenant repository: a path or a URL; required.
+	Repo string
+	// Dir is the install's directory, where its keys, the sandbox's state
+	// and the agent's pid file and log live; required. Nothing in it is
+	// committed.
+	Dir string
+	// Cloud is CloudLocal (default) or CloudAWS.
+	Cloud string
+	// Channel is the install's channel; required by Create.
+	Channel string
+	// Inputs are the install's inputs (installs/<id>.yaml inputs).
+	Inputs map[string]string
+	// RenderKey is the render public key file the agent trusts; required
+	// by Create.
+	RenderKey string
+	// Commit writes installs/<id>.yaml on main instead of the branch
+	// nuon/install/<id>.
+	Commit bool
+	// AuthorName and AuthorEmail sign the install file's commit; default
+	// "nuon install" <install@nuon.invalid>.
+	AuthorName, AuthorEmail string
+	// Terraform is the terraform binary; default "terraform" on PATH.
+	Terraform string
+	// TFCLIConfig is terraform's CLI configuration (the offline provider
+	// mirror); default: terraform's own.
+	TFCLIConfig string
+	// KubeAssets holds etcd and kube-apiserver for the local sandbox;
+	// required for CloudLocal.
+	KubeAssets string
+	// Agent is the nuon-agent binary; default nuon-agent beside this
+	// executable, else on PATH.
+	Agent string
+	// AgentFlags are added to the agent's command line (for example
+	// --vendor-key FILE, --interval 5s).
+	AgentFlags []string
+	// AgentMode is how the agent runs: AgentProcess (default), a process
+	// beside the sandbox (the local sandbox has no kubelet), or
+	// AgentKubernetes, manifests/ applied to the sandbox's cluster by
+	// server-side apply with the install's key, trust file and registry.
+	AgentMode string
+	// Progress receives an Event as each phase ends; default none.
+	Progress func(Event)
+	// OpenRepo opens the tenant repository (with the operator's git
+	// credentials); default gitrepo.Open without any.
+	OpenRepo func(location string) (*gitrepo.Repo, error)
+	// Logger; default none.
+	Logger *slog.Logger
+	// DeleteTimeout bounds how long Delete waits for the agent to report
+	// every component deleted; default 10 minutes.
+	DeleteTimeout time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// AWS is what CloudAWS needs.
+	AWS AWSOptions
+}
+
+// AWSOptions are the customer's account as its stack (nuon install stack)
+// set it up, and the tenant's own AWS configuration.
+type AWSOptions struct {
+	// Account is the customer's 12-digit account; the provision and
+	// deprovision roles are nuon-<id>-provision and -deprovision in it.
+	Account string
+	// ExternalID is the install's ExternalId from the stack.
+	ExternalID string
+	// Region, AvailabilityZones and Domain are the sandbox's inputs.
+	Region            string
+	AvailabilityZones []string
+	Domain            string
+	// StateBucket is the stack's state bucket; the sandbox's state is
+	// s3://StateBucket/sandbox/terraform.tfstate, locked with use_lockfile.
+	StateBucket string
+	// Tenant is the tenant's SDK configuration (its own credentials),
+	// which assumes the roles.
+	Tenant aws.Config
+	// STSEndpoint overrides STS's endpoint (a VPC endpoint, or a test's
+	// stand-in); default the SDK's resolution.
+	STSEndpoint string
+	// Timeout bounds each STS call; default stack.DefaultTimeout.
+	Timeout time.Duration
+}
+
+// ErrUnsupported is returned for what this package cannot do yet.
+var ErrUnsupported = errors.New("not supported yet")
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$`)
+
+func (o *Options) defaults(create bool) error {
+	if !idPattern.MatchString(o.ID) {
+		return fmt.Errorf("install id %q: must be 3-32 of [a-z0-9-], starting and ending with a letter or digit", o.ID)
+	}
+	if o.Repo == "" || o.Dir == "" {
+		return fmt.Errorf("install %s: repository and directory are required", o.ID)
+	}
+	var err error
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return err
+	}
+	if _, err := os.Stat(o.Repo); err == nil {
+		if o.Repo, err = filepath.Abs(o.Repo); err != nil {
+			return err
+		}
+	}
+	if o.Cloud == "" {
+		o.Cloud = CloudLocal
+	}
+	switch o.Cloud {
+	case CloudLocal:
+		if create && o.KubeAssets == "" {
+			return fmt.Errorf("install %s: the local sandbox needs the kube assets (etcd, kube-apiserver)", o.ID)
+		}
+	case CloudAWS:
+		a := o.AWS
+		if a.Account == "" || a.ExternalID == "" || a.Region == "" || a.StateBucket == "" {
+			return fmt.Errorf("install %s: --cloud aws needs the account, ExternalId, region and state bucket of its stack", o.ID)
+		}
+		if create && (len(a.AvailabilityZones) < 2 || a.Domain == "") {
+			return fmt.Errorf("install %s: --cloud aws needs 2 or 3 availability zones and a domain", o.ID)
+		}
+	default:
+		return fmt.Errorf("install %s: unknown cloud %q (local or aws)", o.ID, o.Cloud)
+	}
+	if create && (o.Channel == "" || o.RenderKey == "") {
+		return fmt.Errorf("install %s: channel and render key are required", o.ID)
+	}
+	if o.AuthorName == "" {
+		o.AuthorName = "nuon install"
+	}
+	if o.AuthorEmail == "" {
+		o.AuthorEmail = "install@nuon.invalid"
+	}
+	if o.Terraform == "" {
+		o.Terraform = "terraform"
+	}
+	if o.Progress == nil {
+		o.Progress = func(Event) {}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.DeleteTimeout <= 0 {
+		o.DeleteTimeout = 10 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.OpenRepo == nil {
+		o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return gitrepo.Open(location) }
+	}
+	return nil
+}
+
+func (o *Options) path(rel string) string { return filepath.Join(o.Dir, filepath.FromSlash(rel)) }
+
+// phase is one step: it returns its result ("done" or "unchanged") and a
+// detail for the event.
+type phase struct {
+	name string
+	run  func(ctx context.Context, o *Options, st *state) (result, detail string, err error)
+}
+
+// state carries what phases learn for the later ones.
+type state struct {
+	publicKey string
+	outputs   *Outputs
+}
+
+func runPhases(ctx context.Context, o *Options, phases []phase) error {
+	st := &state{}
+	for _, p := range phases {
+		start := time.Now()
+		o.Logger.InfoContext(ctx, "phase started", "install", o.ID, "phase", p.name)
+		res, detail, err := p.run(ctx, o, st)
+		if err != nil {
+			return fmt.Errorf("install %s: %s: %w", o.ID, p.name, err)
+		}
+		o.Progress(Event{Install: o.ID, Phase: p.name, Result: res, Detail: detail, Seconds: time.Since(start).Seconds()})
+	}
+	return nil
+}
