@@ -33,7 +33,7 @@ const (
 	childRepo = "NUON_RENDER_CHILD_REPO"
 	// childCPUProfile and childHeapProfile, when set, are where the child
 	// writes a pprof CPU profile of its render and a heap profile at its
-	// end.
+	// end (and one with ".render" added, before it writes anything).
 	childCPUProfile  = "NUON_RENDER_CPUPROFILE"
 	childHeapProfile = "NUON_RENDER_MEMPROFILE"
 	// fleetSizes lists the fleet sizes of BenchmarkRenderFleet, commas
@@ -79,21 +79,28 @@ func TestRenderChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeHeap(t, os.Getenv(childHeapProfile), ".render")
 	if err := apply(ctx, repo, res, res.Updates); err != nil {
 		t.Fatal(err)
 	}
-	if p := os.Getenv(childHeapProfile); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
+	writeHeap(t, os.Getenv(childHeapProfile), "")
 	out, _ := json.Marshal(childResult{Changed: res.ChangedCount(), Updates: len(res.Updates), Incremental: res.Incremental})
 	fmt.Printf("RESULT %s\n", out)
+}
+
+// writeHeap writes a heap profile to path+suffix, when path is set.
+func writeHeap(tb testing.TB, path, suffix string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // childRun is one render by a child process.
@@ -109,7 +116,12 @@ type childRun struct {
 func renderChild(tb testing.TB, dir string, env ...string) childRun {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRenderChild$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), childRepo+"="+dir), env...)
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); name != childCPUProfile && name != childHeapProfile {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, childRepo+"="+dir), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -163,7 +175,8 @@ func sizes(tb testing.TB) []int {
 //     input changed on main, rendered again by a new child.
 //
 // NUON_RENDER_CPUPROFILE and NUON_RENDER_MEMPROFILE name files the cold
-// render's child writes pprof profiles to (the last N measured wins).
+// render's child writes pprof profiles to, and the re-render's to the same
+// names with ".rerender" added (the last N measured wins).
 func BenchmarkRenderFleet(b *testing.B) {
 	for _, n := range sizes(b) {
 		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) { benchFleet(b, n) })
@@ -182,10 +195,11 @@ func benchFleet(b *testing.B, n int) {
 	id := fmt.Sprintf("i%05d", n/2)
 	file := "installs/" + id + ".yaml"
 	edited := map[string][]byte{file: bytes.Replace(files[file], []byte("cidr: 10."), []byte("cidr: 172."), 1)}
-	var profiles []string
+	var profiles, reProfiles []string
 	for _, name := range []string{childCPUProfile, childHeapProfile} {
 		if p := os.Getenv(name); p != "" {
 			profiles = append(profiles, name+"="+p)
+			reProfiles = append(reProfiles, name+"="+p+".rerender")
 		}
 	}
 
@@ -218,7 +232,7 @@ func benchFleet(b *testing.B, n int) {
 		fastImportCPU += cpu
 
 		commitFiles(b, repo, "refs/heads/main", source, mergeFiles(files, edited))
-		run = renderChild(b, dir)
+		run = renderChild(b, dir, reProfiles...)
 		if run.res.Changed != 1 || run.res.Updates != 2 || !run.res.Incremental {
 			b.Fatalf("re-render: %+v; want 1 install changed, 2 updates, incremental", run.res)
 		}

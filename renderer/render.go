@@ -541,7 +541,6 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	if err != nil {
 		return res, tree, issued{}, err
 	}
-	r.batch.Merge(objs)
 	switch {
 	case replaced != "":
 		res.Change, res.Replaced = Replaced, replaced
@@ -585,10 +584,13 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	if !tip.IsZero() && tip != last.commit {
 		parents = append(parents, tip)
 	}
-	commit, err := r.commit(tree, parents, msg.String())
+	commit, err := r.commit(objs, tree, parents, msg.String())
 	if err != nil {
 		return res, tree, issued{}, fmt.Errorf("render %s: %w", id, err)
 	}
+	// Merged, the install's objects are compressed by this worker and
+	// only their compressed form is kept until the render is written.
+	r.batch.Merge(objs)
 	res.Commit = commit.String()
 	return res, tree, issued{gen: gen, commit: commit, expires: expires}, nil
 }
@@ -629,9 +631,9 @@ func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 	return b.Tree(top)
 }
 
-func (r *renderRun) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
+func (r *renderRun) commit(b *gitobj.Batch, tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
 	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.now}
-	return r.batch.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
+	return b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
@@ -666,12 +668,14 @@ func (r *renderRun) writeRendered(context.Context) error {
 		renewAt = r.nextRenew.UTC().Format(time.RFC3339)
 	}
 	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
-	ids := r.refIDs
+	// Clipped, the first new id copies r.refIDs and the next ones append
+	// to that copy: a cold render adds every install.
+	ids := slices.Clip(r.refIDs)
 	for _, u := range r.result.Updates {
 		id := strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix)
 		moved[id] = u.New
 		if r.prev.Installs[id].IsZero() {
-			ids = append(slices.Clip(ids), id)
+			ids = append(ids, id)
 		}
 	}
 	if len(ids) != len(r.refIDs) {
@@ -716,7 +720,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 	if !r.prev.Rendered.IsZero() && (r.prevCommit == nil || r.prevCommit.Hash != r.prev.Rendered) {
 		parents = append(parents, r.prev.Rendered)
 	}
-	commit, err := r.commit(tree, parents, b.String())
+	commit, err := r.commit(r.batch, tree, parents, b.String())
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
