@@ -47,6 +47,8 @@ type Config struct {
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
+	// Failed components are retried 4 intervals after a pass in which
+	// they failed, doubling while they keep failing, up to MaxBackoff.
 	Interval time.Duration
 	// MaxBackoff caps the wait after failures; default 5m.
 	MaxBackoff time.Duration
@@ -78,10 +80,20 @@ type Agent struct {
 	log   *slog.Logger
 	red   *redact.Redactor
 
+	// recovered is set once the journal left by a previous process has
+	// been read (see recover).
 	recovered bool
-	// retryAt is when failed components are tried again without a new
-	// desired commit.
-	retryAt time.Time
+	// retry is when failed components are tried again without a new
+	// desired commit, and how many passes in a row they failed.
+	retry jobRetry
+}
+
+// jobRetry is the schedule failing jobs retry on: 4 intervals after the
+// first failing pass, doubling with each further one up to MaxBackoff, so a
+// component that keeps failing does not run every poll.
+type jobRetry struct {
+	at       time.Time
+	failures int
 }
 
 // New opens (or creates) the agent's workdir.
@@ -149,9 +161,14 @@ func New(cfg Config) (*Agent, error) {
 	}, nil
 }
 
-// Run polls and reconciles until ctx ends. Failures back off
-// exponentially; the install keeps running its last applied state
-// meanwhile. Run returns nil when ctx is cancelled.
+// Run polls and reconciles until ctx ends, branching on each pass's
+// outcome: a pass that failed (the remote, the disk) backs off
+// exponentially with jitter, and the install keeps running its last
+// applied state meanwhile; any other outcome (idle, applied, refused,
+// stale) waits one jittered interval. A refused or stale commit is not
+// tried again until the ref moves, and failing jobs wait for their own
+// retry schedule (see Config.Interval). Run returns nil when ctx is
+// cancelled.
 func (a *Agent) Run(ctx context.Context) error {
 	failures := 0
 	for {
@@ -191,9 +208,30 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
+// Outcomes of a reconcile, as Report.Outcome.
+const (
+	// OutcomeIdle: the desired ref did not move and nothing was due.
+	OutcomeIdle = "idle"
+	// OutcomeApplied: the desired state was planned and its jobs ran (a
+	// failing job is retried on its own schedule, see Config.Interval).
+	OutcomeApplied = "applied"
+	// OutcomeRefused: the desired commit was refused and recorded; it is
+	// not tried again until the ref moves.
+	OutcomeRefused = "refused"
+	// OutcomeStale: the desired commit is past its signed expiry; the
+	// applied state keeps running and nothing is applied until a fresh
+	// commit arrives.
+	OutcomeStale = "stale"
+	// OutcomeFailed: a step could not finish (network, disk); Run backs
+	// off and tries again.
+	OutcomeFailed = "failed"
+)
+
 // Report is the outcome of one reconcile; `nuon agent --once -o json`
 // prints it.
 type Report struct {
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome"`
 	// Idle is true when the desired ref did not move and nothing was due.
 	Idle bool `json:"idle"`
 	// Status is the status after the reconcile.
@@ -204,36 +242,4 @@ type Report struct {
 	Pushed       bool          `json:"pushed"`
 	// Jobs run in this reconcile.
 	Jobs []*schemas.Job `json:"jobs"`
-}
-
-// Reconcile runs one pass of the loop: poll, fetch, verify, plan, run the
-// jobs, write and push the status. A refused desired commit is recorded in
-// the status and is not an error. The report and the error hold no secret.
-func (a *Agent) Reconcile(ctx context.Context) (*Report, error) {
-	rep, err := a.reconcile(ctx)
-	return a.redactReport(rep), a.red.Error(err)
-}
-
-func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
-	r := &reconcile{agent: a, log: a.log}
-	for _, step := range []func(context.Context) error{
-		r.poll,
-		r.loadStatus,
-		r.recover,
-		r.fetch,
-		r.verify,
-		r.apply,
-		r.writeStatus,
-	} {
-		if err := step(ctx); err != nil {
-			return r.report(), err
-		}
-		if r.done {
-			break
-		}
-	}
-	// Push even when nothing else was due: a status written while the
-	// remote was down is delivered once it is back.
-	err := r.push(ctx)
-	return r.report(), err
 }

@@ -96,6 +96,14 @@ func TestConvergeThenIdle(t *testing.T) {
 		t.Errorf("status.json does not match its schema: %v", err)
 	}
 
+	// The audit log says what each job did, in the past tense.
+	msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme")
+	for _, c := range []string{"a", "b", "c", "d"} {
+		if !strings.Contains(msg, "\ncreated "+c+" 1.0.0") {
+			t.Errorf("status commit message does not say %s was created:\n%s", c, msg)
+		}
+	}
+
 	// A poll with nothing new: one request, no job, no commit.
 	tn.srv.Reset()
 	rep = a.reconcile(t)
@@ -123,6 +131,9 @@ func TestPromotionUpdatesOnlyThatComponent(t *testing.T) {
 	tn.renderMain()
 
 	rep := acme.reconcile(t)
+	if msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme"); !strings.Contains(msg, "\nupdated d 1.1.0") {
+		t.Errorf("status commit message does not say d was updated:\n%s", msg)
+	}
 	got := runs(t, acme.records)[before:]
 	if diff := cmp.Diff([]string{"acme_d_1.1.0_update", "acme_d_1.1.0_done"}, got); diff != "" {
 		t.Fatalf("jobs after promotion (-want +got):\n%s", diff)
@@ -189,6 +200,9 @@ func TestDeleteComponent(t *testing.T) {
 	}
 	if _, ok := st.Components["d"]; ok || st.Phase != schemas.InstallReady {
 		t.Errorf("after delete: phase %s, components %v", st.Phase, st.Components)
+	}
+	if msg := tn.git("log", "-1", "--format=%B", "refs/heads/nuon/status/acme"); !strings.Contains(msg, "\ndeleted d 1.0.0\n") {
+		t.Errorf("status commit message does not say d 1.0.0 was deleted:\n%s", msg)
 	}
 	if files := tn.git("ls-tree", "-r", "--name-only", "refs/heads/nuon/status/acme"); strings.Contains(files, "applied/d.json") {
 		t.Errorf("status still records d as applied")
@@ -321,6 +335,49 @@ func TestOldJobDirsArePruned(t *testing.T) {
 	for _, c := range []string{"a", "b", "c", "d"} {
 		if _, err := os.Stat(filepath.Join(jobs, st.Components[c].Job)); err != nil {
 			t.Errorf("the job directory of %s's last job was pruned: %v", c, err)
+		}
+	}
+}
+
+// TestFailingJobRetrySchedule: a failing component is retried without a
+// new desired commit, but on its own schedule: after 4 intervals, then
+// after 8 while it keeps failing, never on every poll.
+func TestFailingJobRetrySchedule(t *testing.T) {
+	tn := newTenant(t)
+	tn.setInstall("acme", tn.keys["acme"], "true", "0s")
+	tn.commit("b fails on acme")
+	tn.renderMain()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{now: base}
+	a := tn.agent("acme", func(c *agent.Config) { c.Now = clk.Now }) // Interval 50ms
+	bRuns := func() int {
+		n := 0
+		for _, r := range runs(t, a.records) {
+			if strings.HasPrefix(r, "acme_b_") {
+				n++
+			}
+		}
+		return n
+	}
+	if st := a.reconcile(t).Status; st.Components["b"].Phase != schemas.PhaseFailed {
+		t.Fatalf("b: %+v", st.Components["b"])
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		runs int
+	}{
+		{150 * time.Millisecond, 1}, // 3 intervals: not yet
+		{250 * time.Millisecond, 2}, // past 4 intervals: retried, and fails again
+		{550 * time.Millisecond, 2}, // 6 intervals after that: not yet (8 now)
+		{700 * time.Millisecond, 3}, // past 8: retried
+	} {
+		clk.Set(base.Add(step.at))
+		rep := a.reconcile(t)
+		if got := bRuns(); got != step.runs {
+			t.Errorf("at +%v: b ran %d times, want %d", step.at, got, step.runs)
+		}
+		if idle := step.runs == 1 || step.at == 550*time.Millisecond; rep.Idle != idle {
+			t.Errorf("at +%v: idle %v, want %v", step.at, rep.Idle, idle)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -184,8 +185,28 @@ func TestKillDuringJob(t *testing.T) {
 			t.Errorf("%s %d times, want once: %v", r, n, got)
 		}
 	}
-	if status := tn.serverStatus(); !strings.Contains(status, "b-g2-create-") {
+	status := tn.serverStatus()
+	if !strings.Contains(status, "b-g2-create-") {
 		t.Errorf("status does not name b's first job:\n%s", status)
+	}
+	// The status commit that recorded the recovered job carries its
+	// manifest, as a normal pass's does.
+	var st schemas.Status
+	if err := json.Unmarshal([]byte(status), &st); err != nil {
+		t.Fatal(err)
+	}
+	job := st.Components["b"].Job
+	found := false
+	for _, c := range strings.Fields(tn.git("rev-list", "refs/heads/nuon/status/acme")) {
+		if _, err := gittest.Run(tn.bare, nil, "cat-file", "-e", c+":jobs/"+job+".json"); err == nil {
+			found = true
+			if msg := tn.git("log", "-1", "--format=%B", c); !strings.Contains(msg, "created b 1.0.0") {
+				t.Errorf("the status commit recording the recovered job does not say so:\n%s", msg)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no status commit holds the manifest of the recovered job %s", job)
 	}
 }
 

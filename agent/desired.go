@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/internal/gitobj"
@@ -51,6 +53,49 @@ type Desired struct {
 	Install schemas.InstallState
 	// Components by name; Install.Components gives their order.
 	Components map[string]*schemas.ComponentState
+	// Expires is the commit's signed freshness bound (schemas.Expires);
+	// zero when its tenant sets none.
+	Expires time.Time
+}
+
+// Expired reports whether d is past its expiry at now.
+func (d *Desired) Expired(now time.Time) bool {
+	return !d.Expires.IsZero() && !now.Before(d.Expires)
+}
+
+// ErrStale marks a desired commit that passed every check but is past its
+// signed expiry: the agent keeps running what it applied and applies
+// nothing expired. Unlike a refusal it is not final for the state: a fresh
+// commit ends it.
+var ErrStale = errors.New("stale: the desired state is past its expiry")
+
+// Checks is what Check needs besides the commit.
+type Checks struct {
+	// Install is the install the state must name.
+	Install string
+	// Trust holds the keys allowed to sign desired state.
+	Trust *signature.AllowedSigners
+	// Applied is the rollback baseline: the install's own verified
+	// status (VerifiedStatus.Applied), never an unverified number.
+	Applied Applied
+	// Now is the time freshness is judged at.
+	Now time.Time
+}
+
+// Check runs every check the agent makes on a desired commit before it
+// applies anything: Verify (signature, install, rollback against
+// c.Applied, well-formed state), then freshness. The agent's verify step
+// and `nuon verify` both call it. A failure is a *Refusal; an expired
+// commit returns its Desired with an error that is ErrStale.
+func Check(st storer.EncodedObjectStorer, commit plumbing.Hash, c Checks) (*Desired, error) {
+	d, err := Verify(st, commit, c.Install, c.Trust, c.Applied)
+	if err != nil {
+		return nil, err
+	}
+	if d.Expired(c.Now) {
+		return d, fmt.Errorf("%s: %w (expired %s)", short(commit), ErrStale, d.Expires.Format(time.RFC3339))
+	}
+	return d, nil
 }
 
 // Applied is what the agent applied last, for the rollback check.
@@ -82,7 +127,12 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 		return nil, refuse(commit, err, "missing or bad %s trailer %q", schemas.TrailerGeneration, gen)
 	}
 	d.Source, _ = schemas.Trailer(c.Message, schemas.TrailerSource)
-	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() {
+	if exp, ok, err := schemas.Expires(c.Message); err != nil {
+		return nil, refuse(commit, err, "%v", err)
+	} else if ok {
+		d.Expires = exp
+	}
+	if commit != applied.Commit && d.Generation <= applied.Generation && !applied.Commit.IsZero() && !refreshes(st, c, d, applied) {
 		return nil, refuse(commit, nil, "generation %d is not newer than the applied generation %d (%s): rollback or replay",
 			d.Generation, applied.Generation, short(applied.Commit))
 	}
@@ -114,6 +164,23 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 		}
 	}
 	return d, nil
+}
+
+// refreshes reports whether c re-signs the applied commit's state with a
+// later expiry: the same generation, the same tree, a later Nuon-Expires.
+// A renderer that keeps an unchanged install fresh may do that rather than
+// spend a generation; a replay of an older re-sign has an earlier expiry
+// and stays refused.
+func refreshes(st storer.EncodedObjectStorer, c *object.Commit, d *Desired, applied Applied) bool {
+	if d.Expires.IsZero() || d.Generation != applied.Generation {
+		return false
+	}
+	prev, err := gitobj.ReadCommit(st, applied.Commit)
+	if err != nil || prev.TreeHash != c.TreeHash {
+		return false
+	}
+	prevExpires, ok, err := schemas.Expires(prev.Message)
+	return ok && err == nil && d.Expires.After(prevExpires)
 }
 
 func decodeStrict(data []byte, v any) error {

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,4 +80,68 @@ func payload(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash) []by
 	r, _ := o.Reader()
 	b, _ := io.ReadAll(r)
 	return b
+}
+
+// FuzzVerifyStatus feeds arbitrary commit objects to the status check,
+// seeded with a status commit signed by acme's key and a forged one on top
+// of it: it must never panic, may take a commit as acme's own only if its
+// signed content is the genuine commit's, and may take a baseline from
+// behind a forged tip only from the genuine commit.
+func FuzzVerifyStatus(f *testing.F) {
+	f.Setenv("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+	f.Setenv("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+	tn := newTenant(f)
+	repo := filesystem.NewStorage(osfs.New(tn.bare), cache.NewObjectLRUDefault())
+	empty := tn.git("mktree")
+	key := keyFileTB(f, fixtureKeys+"/acme")
+	own := plumbing.NewHash(tn.git("-c", "gpg.format=ssh", "-c", "user.signingkey="+key, "commit-tree", "-S", empty,
+		"-m", "nuon: status acme generation 3: Ready\n\nNuon-Install: acme\nNuon-Generation: 3\nNuon-Desired: none\nNuon-Phase: Ready"))
+	forged := tn.git("commit-tree", empty, "-p", own.String(),
+		"-m", "nuon: status acme generation 0: Ready\n\nNuon-Install: acme\nNuon-Generation: 0\nNuon-Desired: none\nNuon-Phase: Ready")
+	want := payload(f, repo, own)
+	raw := []byte(tn.git("cat-file", "commit", own.String()) + "\n")
+	f.Add(raw)
+	f.Add([]byte(tn.git("cat-file", "commit", forged) + "\n"))
+	f.Add(bytes.Replace(raw, []byte("generation 3"), []byte("generation 9"), 1))
+	f.Add([]byte("tree " + empty + "\nparent " + own.String() + "\n\nNuon-Install: acme\nNuon-Generation: 99\n"))
+	pub := tn.keys["acme"].PublicKey()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		o := &plumbing.MemoryObject{}
+		o.SetType(plumbing.CommitObject)
+		_, _ = o.Write(data)
+		st := overlay{repo, o}
+		if _, err := object.GetCommit(st, o.Hash()); err != nil {
+			return
+		}
+		v, err := agent.VerifyStatus(st, o.Hash(), "acme", pub)
+		if err != nil {
+			return
+		}
+		if v.Forged == nil {
+			if got := payload(t, st, o.Hash()); !bytes.Equal(got, want) || v.Commit != o.Hash() {
+				t.Fatalf("took a commit as acme's own whose signed content differs:\n%s", got)
+			}
+			return
+		}
+		if !v.Commit.IsZero() && v.Commit != own {
+			t.Fatalf("baseline %s from behind a forged tip, want none or %s", v.Commit, own)
+		}
+		if !v.Commit.IsZero() && v.Generation != 3 {
+			t.Fatalf("baseline generation %d, want 3", v.Generation)
+		}
+	})
+}
+
+// keyFileTB copies a private key to a file only its owner can read.
+func keyFileTB(tb testing.TB, src string) string {
+	tb.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return dst
 }

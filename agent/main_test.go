@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,6 +57,11 @@ func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env)
 			return nil, ctx.Err()
 		}
 	}
+	if dir, ok := job.Inputs["barrier"].(string); ok && dir != "" {
+		if err := barrier(ctx, job, dir); err != nil {
+			return nil, err
+		}
+	}
 	if job.Inputs["fail"] == "true" {
 		if s, ok := os.LookupEnv("NUON_SECRET_LEAK"); ok {
 			// As terraform reports a variable validation that quotes
@@ -78,6 +85,35 @@ func (recorder) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env)
 
 func (recorder) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
 	return record(job, "delete")
+}
+
+// barrier records when the job started in DIR/<component>.start, waits
+// (at most 10s) until barrier_n jobs have started, holds on for 100ms and
+// records when it ended in DIR/<component>.end: with n independent jobs
+// and a concurrency bound k, the first k wait for each other, so the bound
+// is reached, and none more can start until one ends.
+func barrier(ctx context.Context, job *schemas.Job, dir string) error {
+	stamp := func(what string) error {
+		return os.WriteFile(filepath.Join(dir, job.Component+"."+what), []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+	}
+	if err := stamp("start"); err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(fmt.Sprint(job.Inputs["barrier_n"]))
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		started, _ := filepath.Glob(filepath.Join(dir, "*.start"))
+		if len(started) >= n {
+			break
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	return stamp("end")
 }
 
 func record(job *schemas.Job, what string) error {

@@ -22,6 +22,11 @@ type record struct {
 	Applied map[string]*schemas.ComponentState
 	// Jobs are the manifests of the jobs of the reconcile that wrote it.
 	Jobs []*schemas.Job
+
+	// dirty says the record changed since it was read and needs a commit;
+	// summary is that commit's message body, one line per change.
+	dirty   bool
+	summary []string
 }
 
 func newRecord(install string) *record {
@@ -64,8 +69,10 @@ func (a *Agent) loadRecord(h plumbing.Hash) (*record, error) {
 }
 
 // commitRecord writes rec as a signed status commit on top of parent and
-// moves the local status ref to it. It returns the new commit.
-func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) (plumbing.Hash, error) {
+// moves the local status ref to it. It returns the new commit. A non-zero
+// replace is a forged remote tip: it becomes the commit's second parent (or
+// its only one when there is no parent), so the commit descends from it.
+func (a *Agent) commitRecord(rec *record, parent, replace plumbing.Hash, summary string) (plumbing.Hash, error) {
 	b := gitobj.NewBatch()
 	blob := func(v any) (plumbing.Hash, error) {
 		data, err := json.MarshalIndent(v, "", "  ")
@@ -103,7 +110,7 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		root = append(root, gitobj.Entry{Name: schemas.JobsDir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	tree := b.Tree(root)
-	if !parent.IsZero() {
+	if !parent.IsZero() && replace.IsZero() {
 		if pc, err := gitobj.ReadCommit(a.store, parent); err == nil && pc.TreeHash == tree {
 			return parent, nil // nothing new to say
 		}
@@ -117,8 +124,10 @@ func (a *Agent) commitRecord(rec *record, parent plumbing.Hash, summary string) 
 		schemas.TrailerPhase, st.Phase)
 	who := object.Signature{Name: "nuon agent " + st.Install, Email: st.Install + "@agent.nuon.invalid", When: a.cfg.Now().UTC().Truncate(time.Second)}
 	var parents []plumbing.Hash
-	if !parent.IsZero() {
-		parents = []plumbing.Hash{parent}
+	for _, h := range []plumbing.Hash{parent, replace} {
+		if !h.IsZero() {
+			parents = append(parents, h)
+		}
 	}
 	commit, err := b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: a.red.String(msg)}, a.cfg.Key)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
@@ -32,9 +33,15 @@ type Remote interface {
 // NewRemote returns the Remote for a repository location: git protocol v2
 // over HTTP(S) for http:// and https:// URLs, so a poll costs one request
 // whatever the size of the fleet, and go-git for paths, file:// and ssh://.
+// An auth that can set a request's headers (a go-git HTTP AuthMethod such as
+// request.Signer) is applied to the protocol v2 requests too.
 func NewRemote(location string, auth transport.AuthMethod) Remote {
 	if strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://") {
-		return &httpRemote{client: &gitproto.Client{URL: location}, gogit: goGitRemote{url: location, auth: auth}}
+		c := &gitproto.Client{URL: location}
+		if a, ok := auth.(interface{ SetAuth(*http.Request) }); ok {
+			c.Auth = a.SetAuth
+		}
+		return &httpRemote{client: c, gogit: goGitRemote{url: location, auth: auth}}
 	}
 	return goGitRemote{url: location, auth: auth}
 }

@@ -160,10 +160,19 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 	return res, nil
 }
 
+// readFile reads the source file name of main, refusing it from its
+// blob's size when it is over the cap on a source file.
 func readFile(root *object.Tree, name string) ([]byte, error) {
 	f, err := root.File(name)
 	if err != nil {
 		return nil, err
+	}
+	size, err := root.Size(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if err := schemas.CheckSize(name, size); err != nil {
+		return nil, fmt.Errorf("release: main's %w", err)
 	}
 	s, err := f.Contents()
 	if err != nil {

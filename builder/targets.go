@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,9 +31,22 @@ func SourceDir(root string, c schemas.Component) string {
 	return filepath.Join(root, Layout[c.Type], c.Name)
 }
 
-// LoadApp reads and validates an app file (nuon.yaml).
+// LoadApp reads and validates an app file (nuon.yaml). A file over the
+// cap on a source file is refused from its size, before it is read.
 func LoadApp(file string) (schemas.App, error) {
-	data, err := os.ReadFile(file)
+	f, err := os.Open(file)
+	if err != nil {
+		return schemas.App{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return schemas.App{}, err
+	}
+	if err := schemas.CheckSize(schemas.AppFile, fi.Size()); err != nil {
+		return schemas.App{}, fmt.Errorf("%s: %w", file, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, schemas.DefaultMaxFileSize+1))
 	if err != nil {
 		return schemas.App{}, err
 	}

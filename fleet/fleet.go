@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -22,13 +23,23 @@ import (
 // Install is what one install's agent reported; its JSON form is what
 // `nuon status -o json` prints.
 type Install struct {
-	Install    string           `json:"install"`
-	Commit     string           `json:"commit"`
-	Desired    string           `json:"desired"`
-	Applied    string           `json:"applied"`
-	Generation int64            `json:"generation"`
-	Phase      string           `json:"phase"`
-	Refusal    *schemas.Refusal `json:"refusal,omitempty"`
+	Install    string `json:"install"`
+	Commit     string `json:"commit"`
+	Desired    string `json:"desired"`
+	Applied    string `json:"applied"`
+	Generation int64  `json:"generation"`
+	Phase      string `json:"phase"`
+	// State is what `nuon status` shows: StateStale while the agent's
+	// desired state is past its expiry, otherwise Phase.
+	State   string           `json:"state"`
+	Refusal *schemas.Refusal `json:"refusal,omitempty"`
+	// Stale and Expires are the agent's freshness report (see
+	// schemas.Status).
+	Stale   bool       `json:"stale"`
+	Expires *time.Time `json:"expires,omitempty"`
+	// Forged names a commit the agent found on its status ref and
+	// replaced: its key did not sign it.
+	Forged *schemas.Forged `json:"forged,omitempty"`
 	// Components are sorted by name.
 	Components []Component `json:"components"`
 	// Verified says whether the status commit is signed by the agentKey
@@ -40,6 +51,11 @@ type Install struct {
 	Rendered string `json:"rendered,omitempty"`
 	InSync   bool   `json:"inSync"`
 }
+
+// StateStale is Install.State while the agent reports its desired state
+// past its signed expiry: a frozen or withheld ref, or a renderer that
+// stopped re-signing.
+const StateStale = "Stale"
 
 // Component is one component's reported status.
 type Component struct {
@@ -89,6 +105,11 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string) (Insta
 		return row, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
 	}
 	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal
+	row.Stale, row.Expires, row.Forged = st.Stale, st.Expires, st.Forged
+	row.State = st.Phase
+	if st.Stale {
+		row.State = StateStale
+	}
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
 		row.Components = append(row.Components, Component{Name: name, ComponentStatus: st.Components[name]})
 	}

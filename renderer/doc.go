@@ -83,5 +83,17 @@
 // channels/ and releases/ are the same), only those installs are read,
 // checked and rendered; the others keep their folder of the previous tree.
 // [Result.Incremental] says so. An install's state depends on nothing
-// else, so the tree is the one a full render makes.
+// else, so the tree is the one a full render makes. Any entry of installs/
+// that is not a source file or README.md or .gitkeep (schemas.Classify)
+// makes the render a full one, whose load reports it.
+//
+// # Reading main
+//
+// [SourceFS] shows main's tree to schemas.Load as it is written, crafted
+// entries included (installs/.., a name twice, links, submodules), and
+// sizes each blob from its object header: a file over the cap on a source
+// file ([Options.MaxFileSize], 1 MiB by default) is refused before it is
+// inflated. Every problem names its file: one in an install's own file
+// (installs/<id>.yaml too large, say) fails that install alone, any other
+// (a crafted entry, installs/a.YAML, nuon.yml) fails the render.
 package renderer

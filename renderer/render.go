@@ -53,6 +53,9 @@ type Options struct {
 	// when one of them signed. Default: the Signer's public key, when it
 	// has one (a key rotation lists the old key here too).
 	Trust *signature.AllowedSigners
+	// MaxFileSize bounds each source file, in bytes; default
+	// schemas.DefaultMaxFileSize.
+	MaxFileSize int64
 }
 
 func (o *Options) defaults() error {
@@ -326,18 +329,18 @@ func (r *renderRun) readPrevious(context.Context) error {
 }
 
 func (r *renderRun) loadSource(context.Context) error {
-	ids, changed, installs, ok := r.sourceDelta()
+	ids, changed, ok := r.sourceDelta()
 	var err error
 	if ok {
 		var fsys fs.FS
-		if fsys, err = sourceFS(r.st, r.source, changed, installs); err != nil {
+		if fsys, err = sourceFS(r.st, r.source, changed); err != nil {
 			return err
 		}
-		r.src, err = schemas.Load(fsys)
+		r.src, err = schemas.Load(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 		slices.Sort(ids)
 		r.ids, r.changed = ids, changed
 	} else {
-		r.src, err = LoadSource(r.st, r.source)
+		r.src, err = LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 	}
 	if err := r.takeProblems(err); err != nil {
 		return err
@@ -350,7 +353,7 @@ func (r *renderRun) loadSource(context.Context) error {
 		r.renewAll = r.renewAt.IsZero() || !r.trusted || !r.now.Before(r.renewAt)
 	}
 	if r.renewAll && r.changed != nil {
-		r.src, err = LoadSource(r.st, r.source)
+		r.src, err = LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 		if err := r.takeProblems(err); err != nil {
 			return err
 		}

@@ -2,78 +2,362 @@ package renderer
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
-	"testing/fstest"
+	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/schemas"
 )
 
-// LoadSource reads and validates the source files of a main commit.
-func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash) (*schemas.Source, error) {
+// LoadSource reads and validates the source files of a main commit. Every
+// problem, a crafted tree's included, is reported as schemas.Problems
+// naming its file.
+func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash, opts ...schemas.Option) (*schemas.Source, error) {
 	fsys, err := SourceFS(st, commit)
 	if err != nil {
 		return nil, err
 	}
-	return schemas.Load(fsys)
+	return schemas.Load(fsys, opts...)
 }
 
-// SourceFS returns the source files of a commit as a file system.
+// SourceFS returns the tree of a commit as a file system, for schemas.Load.
+//
+// It shows the tree as it is: every entry of a folder in ReadDir, however
+// it is named (a crafted tree may hold "..", "a/b", a name twice, control
+// characters), symbolic links as fs.ModeSymlink, submodules (gitlinks) and
+// unknown modes as fs.ModeIrregular, so that the loader can name each
+// one. A file's size comes from its blob's object header, and the blob is
+// read only when the file is: the loader refuses an over-large file from
+// Stat without its content ever being inflated.
 func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error) {
-	return sourceFS(st, commit, nil, nil)
+	return sourceFS(st, commit, nil)
 }
 
-// sourceFS reads the source files of a commit. With only, of installs/ it
-// reads only the files of those installs, whose entries are in installs.
-func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only map[string]bool, installs map[string]entry) (fs.FS, error) {
-	tree, err := commitTree(st, commit)
+// sourceFS is SourceFS; with only, it lists of installs/ only the files of
+// those installs.
+func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only map[string]bool) (fs.FS, error) {
+	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
 	}
-	fsys := fstest.MapFS{}
-	for _, e := range tree.Entries {
-		switch {
-		case e.Name == schemas.AppFile && e.Mode.IsFile():
-			if err := addBlob(fsys, st, e.Name, e.Hash); err != nil {
-				return nil, err
-			}
-		case e.Mode == filemode.Dir && e.Name == schemas.InstallsDir && only != nil:
-			fsys[e.Name] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-			for id := range only {
-				name := id + ".yaml"
-				if f, ok := installs[name]; ok {
-					if err := addBlob(fsys, st, e.Name+"/"+name, f.hash); err != nil {
-						return nil, err
-					}
-				}
-			}
-		case e.Mode == filemode.Dir && (e.Name == schemas.ChannelsDir || e.Name == schemas.ReleasesDir || e.Name == schemas.InstallsDir):
-			sub, err := object.GetTree(st, e.Hash)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", e.Name, err)
-			}
-			fsys[e.Name] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-			for _, f := range sub.Entries {
-				name := e.Name + "/" + f.Name
-				if f.Mode == filemode.Dir {
-					fsys[name] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-					continue
-				}
-				if err := addBlob(fsys, st, name, f.Hash); err != nil {
-					return nil, err
-				}
+	return &treeFS{st: st, root: c.TreeHash, only: only, maxTree: maxSourceTree, trees: map[plumbing.Hash][]treeEntry{}}, nil
+}
+
+// treeFS is a git tree as an fs.FS; see SourceFS.
+type treeFS struct {
+	st   storer.EncodedObjectStorer
+	root plumbing.Hash
+	// only, when not nil, are the install ids whose files installs/
+	// lists.
+	only map[string]bool
+	// maxTree bounds the size of a tree object read; maxSourceTree.
+	maxTree int64
+
+	mu sync.Mutex
+	// trees are the trees read so far, their entries sorted by name.
+	trees map[plumbing.Hash][]treeEntry
+}
+
+var (
+	_ fs.ReadDirFS = (*treeFS)(nil)
+	_ fs.StatFS    = (*treeFS)(nil)
+)
+
+// maxSourceTree bounds the tree objects SourceFS reads whole: 64 MiB is
+// some 1.5 million entries of installs/, 150 times the largest fleet
+// measured (BENCHMARKS.md renders 10,000 installs).
+const maxSourceTree = 64 << 20
+
+// treeEntry is one entry of a tree object, as written.
+type treeEntry struct {
+	name string
+	mode filemode.FileMode
+	hash plumbing.Hash
+}
+
+// entries reads the tree h, sorted by name.
+func (f *treeFS) entries(h plumbing.Hash) ([]treeEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if es, ok := f.trees[h]; ok {
+		return es, nil
+	}
+	es, err := parseTree(f.st, h, f.maxTree)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(es, func(a, b treeEntry) int { return strings.Compare(a.name, b.name) })
+	f.trees[h] = es
+	return es, nil
+}
+
+// lookup finds the entry at name, a path of fs.FS.
+func (f *treeFS) lookup(op, name string) (treeEntry, error) {
+	if !fs.ValidPath(name) {
+		return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	e := treeEntry{name: ".", mode: filemode.Dir, hash: f.root}
+	if name == "." {
+		return e, nil
+	}
+	for elem := range strings.SplitSeq(name, "/") {
+		if e.mode != filemode.Dir {
+			return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		es, err := f.entries(e.hash)
+		if err != nil {
+			return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		i, ok := slices.BinarySearchFunc(es, elem, func(e treeEntry, name string) int { return strings.Compare(e.name, name) })
+		if !ok {
+			return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		e = es[i]
+	}
+	return e, nil
+}
+
+// ReadDir lists the folder name, every entry of its tree included.
+func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	e, err := f.lookup("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	if e.mode != filemode.Dir {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a folder")}
+	}
+	es, err := f.entries(e.hash)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	out := make([]fs.DirEntry, 0, len(es))
+	for _, c := range es {
+		if f.only != nil && name == schemas.InstallsDir {
+			id, ok := strings.CutSuffix(c.name, ".yaml")
+			if !ok || !f.only[id] {
+				continue
 			}
 		}
+		out = append(out, &treeInfo{fsys: f, e: c})
 	}
-	return fsys, nil
+	return out, nil
+}
+
+// Stat describes the entry at name; a file's size is its blob's, from
+// the object's header.
+func (f *treeFS) Stat(name string) (fs.FileInfo, error) {
+	e, err := f.lookup("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	fi := &treeInfo{fsys: f, e: e}
+	if err := fi.sized(); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return fi, nil
+}
+
+// Open opens the entry at name. A file's blob is read on the first Read.
+func (f *treeFS) Open(name string) (fs.File, error) {
+	e, err := f.lookup("open", name)
+	if err != nil {
+		return nil, err
+	}
+	if e.mode == filemode.Dir {
+		es, err := f.ReadDir(name)
+		if err != nil {
+			return nil, err
+		}
+		return &treeDir{info: treeInfo{fsys: f, e: e}, entries: es}, nil
+	}
+	return &treeFile{info: treeInfo{fsys: f, e: e}, path: name}, nil
+}
+
+// treeInfo is an entry as fs.FileInfo and fs.DirEntry.
+type treeInfo struct {
+	fsys *treeFS
+	e    treeEntry
+	size int64
+	// hasSize is true once size is read.
+	hasSize bool
+}
+
+var (
+	_ fs.FileInfo = (*treeInfo)(nil)
+	_ fs.DirEntry = (*treeInfo)(nil)
+)
+
+// sized reads the size of a file's blob from its header.
+func (i *treeInfo) sized() error {
+	if i.hasSize || !i.Mode().IsRegular() {
+		return nil
+	}
+	size, err := i.fsys.st.EncodedObjectSize(i.e.hash)
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", i.e.hash, err)
+	}
+	i.size, i.hasSize = size, true
+	return nil
+}
+
+func (i *treeInfo) Name() string       { return i.e.name }
+func (i *treeInfo) Size() int64        { return i.size }
+func (i *treeInfo) ModTime() time.Time { return time.Time{} }
+func (i *treeInfo) IsDir() bool        { return i.e.mode == filemode.Dir }
+func (i *treeInfo) Sys() any           { return i.e.mode }
+func (i *treeInfo) Type() fs.FileMode  { return i.Mode().Type() }
+
+func (i *treeInfo) Mode() fs.FileMode { return fsMode(i.e.mode) }
+
+func (i *treeInfo) Info() (fs.FileInfo, error) {
+	c := *i
+	if err := c.sized(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// treeFile is an open file of a treeFS.
+type treeFile struct {
+	info treeInfo
+	path string
+	// rd reads the blob, verified against its id, once it is read.
+	rd io.Reader
+}
+
+func (f *treeFile) Stat() (fs.FileInfo, error) {
+	if err := f.info.sized(); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+	}
+	return &f.info, nil
+}
+
+func (f *treeFile) Read(p []byte) (int, error) {
+	if f.rd == nil {
+		if !f.info.Mode().IsRegular() {
+			return 0, &fs.PathError{Op: "read", Path: f.path, Err: errors.New("not a regular file")}
+		}
+		data, err := gitobj.ReadBlob(f.info.fsys.st, f.info.e.hash, 0)
+		if err != nil {
+			return 0, &fs.PathError{Op: "read", Path: f.path, Err: fmt.Errorf("blob %s: %w", f.info.e.hash, err)}
+		}
+		f.rd = bytes.NewReader(data)
+	}
+	return f.rd.Read(p)
+}
+
+func (f *treeFile) Close() error { return nil }
+
+// treeDir is an open folder of a treeFS.
+type treeDir struct {
+	info    treeInfo
+	entries []fs.DirEntry
+}
+
+func (d *treeDir) Stat() (fs.FileInfo, error) { return &d.info, nil }
+func (d *treeDir) Read([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "read", Path: d.info.e.name, Err: errors.New("is a folder")}
+}
+func (d *treeDir) Close() error { return nil }
+
+func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	if n <= 0 {
+		es := d.entries
+		d.entries = nil
+		return es, nil
+	}
+	if len(d.entries) == 0 {
+		return nil, io.EOF
+	}
+	es := d.entries[:min(n, len(d.entries))]
+	d.entries = d.entries[len(es):]
+	return es, nil
+}
+
+// sourceDelta compares the source commit with the one the previous render
+// was made from. When only install files changed, it returns every install
+// id of the source and the ids whose file is new or changed: the state of
+// any other install is the same as in the previous render, because an
+// install's state depends only on its own file, nuon.yaml, channels/ and
+// releases/. ok is false when a full render is needed, which is also how
+// an entry of installs/ that is not a source file (schemas.Classify) gets
+// reported.
+func (r *renderRun) sourceDelta() (ids []string, changed map[string]bool, ok bool) {
+	if !r.trusted || r.prevCommit == nil {
+		return nil, nil, false
+	}
+	if f, _ := schemas.Trailer(r.prevCommit.Message, TrailerFormat); f != strconv.Itoa(Format) {
+		return nil, nil, false
+	}
+	from, _ := schemas.Trailer(r.prevCommit.Message, schemas.TrailerSource)
+	if !plumbing.IsHash(from) {
+		return nil, nil, false
+	}
+	old, err := commitTree(r.st, plumbing.NewHash(from))
+	if err != nil {
+		return nil, nil, false
+	}
+	cur, err := commitTree(r.st, r.source)
+	if err != nil {
+		return nil, nil, false
+	}
+	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir} {
+		if entryOf(cur, name) != entryOf(old, name) {
+			return nil, nil, false
+		}
+	}
+	if entryOf(cur, schemas.InstallsDir) == entryOf(old, schemas.InstallsDir) {
+		// Nothing that is rendered changed: every install keeps its state.
+		ids = make([]string, 0, len(r.prevTrees))
+		for id := range r.prevTrees {
+			ids = append(ids, id)
+		}
+		return ids, map[string]bool{}, true
+	}
+	oldInstalls, err := subtreeEntries(r.st, old, schemas.InstallsDir)
+	if err != nil {
+		return nil, nil, false
+	}
+	curInstalls, err := subtreeEntries(r.st, cur, schemas.InstallsDir)
+	if err != nil {
+		return nil, nil, false
+	}
+	changed = map[string]bool{}
+	for name, e := range curInstalls {
+		switch kind, _ := schemas.Classify(schemas.InstallsDir, name, fsMode(e.mode)); kind {
+		case schemas.SourceFile:
+			id := strings.TrimSuffix(name, ".yaml")
+			ids = append(ids, id)
+			if oldInstalls[name] != e {
+				changed[id] = true
+			} else if _, ok := r.prevTrees[id]; !ok {
+				return nil, nil, false
+			}
+		case schemas.NotRead:
+			// README.md, .gitkeep
+		default:
+			// Let a full load report it.
+			return nil, nil, false
+		}
+	}
+	for name, e := range oldInstalls {
+		if _, ok := curInstalls[name]; !ok && !e.mode.IsFile() {
+			return nil, nil, false
+		}
+	}
+	return ids, changed, true
 }
 
 func commitTree(st storer.EncodedObjectStorer, commit plumbing.Hash) (*object.Tree, error) {
@@ -84,98 +368,21 @@ func commitTree(st storer.EncodedObjectStorer, commit plumbing.Hash) (*object.Tr
 	return c.Tree()
 }
 
-func addBlob(fsys fstest.MapFS, st storer.EncodedObjectStorer, name string, h plumbing.Hash) error {
-	data, err := readBlob(st, h)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
+// fsMode is the fs.FileMode of a git mode: a folder, a regular file
+// (executable or not), a symbolic link; a submodule (gitlink) or a mode
+// git does not write is fs.ModeIrregular.
+func fsMode(m filemode.FileMode) fs.FileMode {
+	switch m {
+	case filemode.Dir:
+		return fs.ModeDir | 0o555
+	case filemode.Regular, filemode.Deprecated:
+		return 0o444
+	case filemode.Executable:
+		return 0o555
+	case filemode.Symlink:
+		return fs.ModeSymlink | 0o777
 	}
-	fsys[name] = &fstest.MapFile{Data: data, Mode: 0o644}
-	return nil
-}
-
-func readBlob(st storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {
-	b, err := object.GetBlob(st, h)
-	if err != nil {
-		return nil, err
-	}
-	rd, err := b.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	return io.ReadAll(rd)
-}
-
-// sourceDelta compares the source commit with the one the previous render
-// was made from. When only install files changed, it returns every install
-// id of the source and the ids whose file is new or changed: the state of
-// any other install is the same as in the previous render, because an
-// install's state depends only on its own file, nuon.yaml, channels/ and
-// releases/. ok is false when a full render is needed.
-func (r *renderRun) sourceDelta() (ids []string, changed map[string]bool, curInstalls map[string]entry, ok bool) {
-	if !r.trusted || r.prevCommit == nil {
-		return nil, nil, nil, false
-	}
-	if f, _ := schemas.Trailer(r.prevCommit.Message, TrailerFormat); f != strconv.Itoa(Format) {
-		return nil, nil, nil, false
-	}
-	from, _ := schemas.Trailer(r.prevCommit.Message, schemas.TrailerSource)
-	if !plumbing.IsHash(from) {
-		return nil, nil, nil, false
-	}
-	old, err := commitTree(r.st, plumbing.NewHash(from))
-	if err != nil {
-		return nil, nil, nil, false
-	}
-	cur, err := commitTree(r.st, r.source)
-	if err != nil {
-		return nil, nil, nil, false
-	}
-	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir} {
-		if entryOf(cur, name) != entryOf(old, name) {
-			return nil, nil, nil, false
-		}
-	}
-	if entryOf(cur, schemas.InstallsDir) == entryOf(old, schemas.InstallsDir) {
-		// Nothing that is rendered changed: every install keeps its state.
-		ids = make([]string, 0, len(r.prevTrees))
-		for id := range r.prevTrees {
-			ids = append(ids, id)
-		}
-		return ids, map[string]bool{}, nil, true
-	}
-	oldInstalls, err := subtreeEntries(r.st, old, schemas.InstallsDir)
-	if err != nil {
-		return nil, nil, nil, false
-	}
-	if curInstalls, err = subtreeEntries(r.st, cur, schemas.InstallsDir); err != nil {
-		return nil, nil, nil, false
-	}
-	changed = map[string]bool{}
-	for name, e := range curInstalls {
-		id, isYAML := strings.CutSuffix(name, ".yaml")
-		same := oldInstalls[name] == e
-		switch {
-		case isYAML && e.mode.IsFile():
-			ids = append(ids, id)
-			if !same {
-				changed[id] = true
-			} else if _, ok := r.prevTrees[id]; !ok {
-				return nil, nil, nil, false
-			}
-		case same || e.mode.IsFile() && !strings.HasSuffix(name, ".yml"):
-			// Loading skips files that are not .yaml (a README).
-		default:
-			// A folder, or a .yml file: let a full load report it.
-			return nil, nil, nil, false
-		}
-	}
-	for name, e := range oldInstalls {
-		if _, ok := curInstalls[name]; !ok && !e.mode.IsFile() {
-			return nil, nil, nil, false
-		}
-	}
-	return ids, changed, curInstalls, true
+	return fs.ModeIrregular
 }
 
 // entry is a tree entry's mode and object.
@@ -206,43 +413,67 @@ func subtreeEntries(st storer.EncodedObjectStorer, t *object.Tree, name string) 
 	return treeEntries(st, e.hash)
 }
 
-// treeEntries reads a tree's entries by name. It parses the tree object
-// itself: the trees it reads hold one entry per install, and go-git's tree
-// decoding costs several times more.
+// treeEntries reads a tree's entries by name; a name twice is an error.
 func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]entry, error) {
-	o, err := st.EncodedObject(plumbing.TreeObject, h)
+	es, err := parseTree(st, h, 0)
 	if err != nil {
 		return nil, err
 	}
-	rd, err := o.Reader()
+	out := make(map[string]entry, len(es))
+	for _, e := range es {
+		if _, dup := out[e.name]; dup {
+			return nil, fmt.Errorf("tree %s: %q appears twice", h, e.name)
+		}
+		out[e.name] = entry{e.mode, e.hash}
+	}
+	return out, nil
+}
+
+// parseTree reads a tree's entries as they are written, names as they
+// are; a positive limit refuses a larger tree object from its size. It
+// parses the tree object itself: the trees it reads hold one entry per
+// install, and go-git's tree decoding costs several times more.
+func parseTree(st storer.EncodedObjectStorer, h plumbing.Hash, limit int64) ([]treeEntry, error) {
+	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, h, limit)
+	if errors.Is(err, gitobj.ErrTooLarge) {
+		return nil, fmt.Errorf("tree %s is larger than the %d bytes a folder of main may be", h, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", h, err)
+	}
+	out := make([]treeEntry, 0, len(data)/40)
+	for len(data) > 0 {
+		sp := bytes.IndexByte(data, ' ')
+		if sp < 0 {
+			return nil, fmt.Errorf("tree %s is malformed: an entry has no mode", h)
+		}
+		mode, err := strconv.ParseUint(string(data[:sp]), 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s is malformed: mode %q is not octal", h, data[:sp])
+		}
+		data = data[sp+1:]
+		nul := bytes.IndexByte(data, 0)
+		if nul < 0 || len(data) < nul+1+len(plumbing.ZeroHash) {
+			return nil, fmt.Errorf("tree %s is malformed: an entry is cut short", h)
+		}
+		e := treeEntry{name: string(data[:nul]), mode: filemode.FileMode(mode)}
+		copy(e.hash[:], data[nul+1:])
+		out = append(out, e)
+		data = data[nul+1+len(plumbing.ZeroHash):]
+	}
+	return out, nil
+}
+
+// readBlob reads a blob whole.
+func readBlob(st storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {
+	b, err := object.GetBlob(st, h)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := b.Reader()
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Close()
-	data, err := io.ReadAll(rd)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]entry, len(data)/40)
-	for len(data) > 0 {
-		sp := bytes.IndexByte(data, ' ')
-		if sp < 0 {
-			return nil, fmt.Errorf("tree %s: malformed entry", h)
-		}
-		mode, err := strconv.ParseUint(string(data[:sp]), 8, 32)
-		if err != nil {
-			return nil, fmt.Errorf("tree %s: malformed mode", h)
-		}
-		data = data[sp+1:]
-		nul := bytes.IndexByte(data, 0)
-		if nul < 1 || len(data) < nul+1+len(plumbing.ZeroHash) {
-			return nil, fmt.Errorf("tree %s: malformed entry", h)
-		}
-		var e entry
-		e.mode = filemode.FileMode(mode)
-		copy(e.hash[:], data[nul+1:])
-		out[string(data[:nul])] = e
-		data = data[nul+1+len(plumbing.ZeroHash):]
-	}
-	return out, nil
+	return io.ReadAll(rd)
 }

@@ -64,6 +64,34 @@
 //	versions:
 //	  database: 1.1.0
 //
+// # Which files are read
+//
+// Main's root holds the tenant's other files too (modules, charts, CI);
+// Load reads nuon.yaml and the folders channels/, releases/ and installs/
+// there, and reports only names that differ from these in case or in a
+// .yml extension (NUON.yaml, nuon.yml, Installs/): a typo is caught, not
+// ignored. A source folder holds only:
+//
+//	<name>.yaml    a source file; name is a lower-case DNS label, the extension lower-case .yaml
+//	README.md      documentation, never read
+//	.gitkeep       keeps an empty folder in git, never read
+//
+// Anything else in a source folder is a problem naming it and what is
+// expected: acme.YAML, acme.yml, acme.txt, a sub-folder, a symbolic link,
+// a submodule. So are entries that git never writes but a crafted tree
+// object can hold: names that are empty, "." or "..", or hold a slash, a
+// NUL byte or a control character, and a name that appears twice in one
+// folder. Such a name is shown as written (installs/../x.yaml) or, when it
+// is not printable, quoted as a Go string (installs/"a\x1b[2J.yaml"), so
+// that no file name can rewrite a terminal. [Classify] is the rule, for
+// readers of main other than Load.
+//
+// A source file may be at most [DefaultMaxFileSize] (1 MiB; raised with
+// [WithMaxFileSize]). The size is checked from the file's metadata (Stat;
+// a git blob's size from its object header) before the file is read, and
+// the read stops at the cap whatever Stat said: a 50 MB file costs
+// nothing to refuse, where reading and parsing it took ~700 MB.
+//
 // # References
 //
 // A string anywhere in a component's inputs may hold references:

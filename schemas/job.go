@@ -1,5 +1,7 @@
 package schemas
 
+import "time"
+
 // Operations a job performs on a component.
 const (
 	OpCreate = "create"
@@ -89,8 +91,28 @@ type Status struct {
 	Generation int64  `json:"generation"`
 	Phase      string `json:"phase"`
 	// Refusal says why the agent refused the desired commit, if it did.
-	Refusal    *Refusal                   `json:"refusal,omitempty"`
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// Stale is true when the newest desired commit is past its signed
+	// expiry (TrailerExpires): the tenant has not re-rendered in time, or
+	// someone withholds newer state. The agent keeps running what it
+	// applied and applies nothing expired.
+	Stale bool `json:"stale,omitempty"`
+	// Expires is the expiry of the newest desired commit, when it has one.
+	Expires *time.Time `json:"expires,omitempty"`
+	// Forged names a status commit on the status ref that this install's
+	// key did not sign, which the agent replaced.
+	Forged     *Forged                    `json:"forged,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
+}
+
+// Forged records a commit the agent found on its status ref that it did
+// not write. The agent's next status commit is a merge whose first parent
+// is its own last verified status and whose second parent is Commit, so
+// the forged commit stays reachable for audit and the ref only moves
+// forward.
+type Forged struct {
+	Commit string `json:"commit"`
+	Reason string `json:"reason"`
 }
 
 // Refusal records a desired commit the agent would not apply.

@@ -354,6 +354,100 @@ var loadCases = []struct {
 		want:  []string{`channels/beta.yml: only .yaml files are read; rename it to beta.yaml`},
 	},
 	{
+		name:  "upper-case extension",
+		edits: []edit{write("installs/a.YAML", "channel: stable\n")},
+		want:  []string{`installs/a.YAML: only lower-case .yaml files are read; rename it to a.yaml`},
+	},
+	{
+		name:  "mixed-case yml",
+		edits: []edit{write("installs/a.Yml", "channel: stable\n")},
+		want:  []string{`installs/a.Yml: only lower-case .yaml files are read; rename it to a.yaml`},
+	},
+	{
+		name:  "yml channel beside the yaml one",
+		edits: []edit{write("channels/stable.yml", "components: {}\n")},
+		want:  []string{`channels/stable.yml: only .yaml files are read; rename it to stable.yaml`},
+	},
+	{
+		name:  "file that is not a source",
+		edits: []edit{write("installs/acme.txt", "channel: stable\n")},
+		want:  []string{`installs/acme.txt: is not a source file: installs/ holds only <name>.yaml files, README.md and .gitkeep`},
+	},
+	{
+		name:  "hidden file",
+		edits: []edit{write("releases/.api.yaml.swp", "x")},
+		want:  []string{`releases/.api.yaml.swp: is not a source file: releases/ holds only <name>.yaml files, README.md and .gitkeep`},
+	},
+	{
+		name:  "readme and gitkeep are allowed",
+		edits: []edit{write("installs/README.md", "# installs\n"), write("channels/.gitkeep", ""), write("README.md", "x"), write("modules/x/main.tf", "")},
+	},
+	{
+		name:  "readme in another case",
+		edits: []edit{write("installs/readme.md", "# installs\n")},
+		want:  []string{`installs/readme.md: is not a source file: installs/ holds only <name>.yaml files, README.md and .gitkeep`},
+	},
+	{
+		name:  "folder in a source folder",
+		edits: []edit{write("installs/acme/extra.yaml", "channel: stable\n")},
+		want:  []string{`installs/acme: is a folder; installs/ holds only <name>.yaml files, README.md and .gitkeep`},
+	},
+	{
+		name:  "folder named as a source file",
+		edits: []edit{remove("installs/initech.yaml"), write("installs/initech.yaml/x", "channel: stable\n")},
+		want:  []string{`installs/initech.yaml: is a folder; a source file must be a regular file`},
+	},
+	{
+		name:  "app file is a folder",
+		edits: []edit{remove("nuon.yaml"), write("nuon.yaml/x", "name: shop\n")},
+		want:  []string{`nuon.yaml: is a folder; nuon.yaml must be a regular file`},
+	},
+	{
+		name:  "source folder is a file",
+		edits: []edit{remove("channels/beta.yaml"), remove("channels/stable.yaml"), write("channels", "beta: {}\n")},
+		want: []string{
+			`channels: is a file; channels must be a folder of <name>.yaml files`,
+			`installs/acme.yaml:1:10: channel: channel "stable" does not exist (no channels/stable.yaml)`,
+			`installs/globex.yaml:1:10: channel: channel "beta" does not exist (no channels/beta.yaml)`,
+			`installs/initech.yaml:1:10: channel: channel "stable" does not exist (no channels/stable.yaml)`,
+		},
+	},
+	{
+		name:  "source folder in another case",
+		edits: []edit{write("Installs/hooli.yaml", "channel: stable\n")},
+		want:  []string{`Installs: is not read; the folder is installs (lower case)`},
+	},
+	{
+		name:  "app file in another case beside it",
+		edits: []edit{write("NUON.yaml", "name: shop\n")},
+		want:  []string{`NUON.yaml: is not read; the app is declared in nuon.yaml (lower case, .yaml)`},
+	},
+	{
+		name:  "app file in another case alone",
+		edits: []edit{remove("nuon.yaml"), write("Nuon.yaml", "name: shop\n")},
+		want:  []string{`nuon.yaml: missing; rename Nuon.yaml to nuon.yaml`},
+	},
+	{
+		name:  "name with a control character",
+		edits: []edit{write("installs/a\x1b[2Jb.yaml", "channel: stable\n")},
+		want:  []string{`installs/"a\x1b[2Jb.yaml": a name with a control or invisible character in it`},
+	},
+	{
+		name:  "name that is not UTF-8",
+		edits: []edit{write("installs/\xff.yaml", "channel: stable\n")},
+		want:  []string{`installs/"\xff.yaml": a name that is not UTF-8`},
+	},
+	{
+		name:  "file over the size cap",
+		edits: []edit{write("installs/big.yaml", "channel: stable\n#"+strings.Repeat("x", DefaultMaxFileSize))},
+		want:  []string{`installs/big.yaml: is 1.0 MiB (1048593 bytes), more than the 1 MiB a source file may be`},
+	},
+	{
+		name:  "app file over the size cap",
+		edits: []edit{appendTo("nuon.yaml", "#"+strings.Repeat("x", 3<<20))},
+		want:  []string{`nuon.yaml: is 3.0 MiB (3147156 bytes), more than the 1 MiB a source file may be`},
+	},
+	{
 		name:  "file name that is not a label",
 		edits: []edit{write("installs/Acme_2.yaml", "channel: stable\n")},
 		want:  []string{`installs/Acme_2.yaml: file name "Acme_2" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},

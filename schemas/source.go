@@ -2,9 +2,9 @@ package schemas
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -32,6 +32,7 @@ type Source struct {
 	// broken holds the files that exist but did not load, so that the
 	// cross-file checks do not report them a second time as missing.
 	broken map[string]bool
+	opts   options
 }
 
 // Load reads the source files from fsys (the root of a main checkout or
@@ -39,42 +40,36 @@ type Source struct {
 // agree with one another. It returns every problem found, as Problems,
 // together with the source as far as it loaded, so that a caller can go on
 // with the installs whose own files are sound (see Problems.Split).
-func Load(fsys fs.FS) (*Source, error) {
+//
+// Every entry of the source folders is accounted for (see Classify): a
+// name that looks like a source but is not one, a folder, link or
+// submodule where a file belongs, and a name no git tree made by git
+// holds are each a problem naming the entry, never skipped. A file larger
+// than the cap (DefaultMaxFileSize, WithMaxFileSize) is refused from its
+// size, before it is read.
+func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 	s := &Source{
 		Channels: map[string]Channel{},
 		Releases: map[string]Release{},
 		Installs: map[string]Install{},
 		docs:     map[string]*document{},
 		broken:   map[string]bool{},
+		opts:     makeOptions(opts),
 	}
-	var ps Problems
-	ps = append(ps, s.loadFile(fsys, AppFile, SchemaApp, &s.App)...)
-	for _, dir := range []string{ChannelsDir, ReleasesDir, InstallsDir} {
-		if _, err := fs.Stat(fsys, dir); err != nil {
-			continue // none yet
+	root, ps := s.listDir(fsys, ".")
+	if root[AppFile] {
+		ps = append(ps, s.loadFile(fsys, AppFile, SchemaApp, &s.App)...)
+	} else if !s.broken[AppFile] {
+		ps = missingApp(ps)
+	}
+	for _, dir := range SourceDirs {
+		if !root[dir] {
+			continue // none yet, or reported
 		}
-		entries, err := fs.ReadDir(fsys, dir)
-		if err != nil {
-			ps = append(ps, Problem{File: dir, Message: err.Error()})
-			continue
-		}
-		for _, e := range entries {
-			file := path.Join(dir, e.Name())
-			name, ok := strings.CutSuffix(e.Name(), ".yaml")
-			switch {
-			case e.IsDir():
-				ps = append(ps, Problem{File: file, Message: "unexpected directory"})
-				continue
-			case strings.HasSuffix(e.Name(), ".yml"):
-				ps = append(ps, Problem{File: file, Message: "only .yaml files are read; rename it to " + strings.TrimSuffix(e.Name(), ".yml") + ".yaml"})
-				s.broken[strings.TrimSuffix(file, ".yml")+".yaml"] = true
-				continue
-			case !ok:
-				continue // READMEs and the like
-			case !labelRE.MatchString(name):
-				ps = append(ps, Problem{File: file, Message: fmt.Sprintf("file name %q is not %s", name, describePattern(labelRE.String()))})
-				continue
-			}
+		files, dps := s.listDir(fsys, dir)
+		ps = append(ps, dps...)
+		for _, file := range slices.Sorted(maps.Keys(files)) {
+			name := strings.TrimSuffix(path.Base(file), ".yaml")
 			switch dir {
 			case ChannelsDir:
 				ps = append(ps, loadInto(s, fsys, file, SchemaChannel, s.Channels, name)...)
@@ -89,6 +84,69 @@ func Load(fsys fs.FS) (*Source, error) {
 	return s, ps.Err()
 }
 
+// listDir lists the folder dir ("." for the root) and returns the paths
+// of the entries to read: source files, and at the root the source
+// folders too. Every other entry that matters is a problem.
+func (s *Source) listDir(fsys fs.FS, dir string) (map[string]bool, Problems) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		if dir == "." {
+			s.broken[AppFile] = true
+			return nil, Problems{{File: AppFile, Message: "cannot list the files of main: " + errText(err)}}
+		}
+		return nil, Problems{{File: dir, Message: "cannot list: " + errText(err)}}
+	}
+	count := map[string]int{}
+	for _, e := range entries {
+		count[e.Name()]++
+	}
+	read := map[string]bool{}
+	var ps Problems
+	for _, e := range entries {
+		name := e.Name()
+		file := DisplayPath(dir, name)
+		kind, msg := Classify(dir, name, e.Type())
+		switch n := count[name]; {
+		case n < 0:
+			continue // reported
+		case n > 1 && (dir != "." || kind != NotRead):
+			ps = append(ps, Problem{File: file, Message: fmt.Sprintf("appears %d times in its folder; a git tree made by git holds a name once", n)})
+			count[name] = -1
+			s.broken[path.Join(dir, name)] = true
+			continue
+		}
+		switch kind {
+		case SourceFile, SourceFolder:
+			read[path.Join(dir, name)] = true
+		case BadEntry:
+			ps = append(ps, Problem{File: file, Message: msg})
+			if checkEntryName(name) == "" {
+				s.broken[path.Join(dir, name)] = true
+			}
+			if to, ok := renameTo(name); ok && dir != "." && checkEntryName(name) == "" {
+				// Do not report it a second time as missing.
+				s.broken[path.Join(dir, to)] = true
+			}
+		}
+	}
+	return read, ps
+}
+
+// missingApp is the problem of a main without nuon.yaml, in place of the
+// problems of the root entries (ps) that were meant to be it.
+func missingApp(ps Problems) Problems {
+	msg := "missing: the app and its components are declared in " + AppFile + " at the root"
+	out := ps[:0]
+	for _, p := range ps {
+		if strings.EqualFold(p.File, AppFile) || strings.EqualFold(p.File, "nuon.yml") {
+			msg = "missing; rename " + p.File + " to " + AppFile
+			continue
+		}
+		out = append(out, p)
+	}
+	return append(out, Problem{File: AppFile, Message: msg})
+}
+
 // loadInto loads one file of a folder and, when it is valid, files it
 // under name.
 func loadInto[T any](s *Source, fsys fs.FS, file, schema string, into map[string]T, name string) Problems {
@@ -101,16 +159,10 @@ func loadInto[T any](s *Source, fsys fs.FS, file, schema string, into map[string
 }
 
 func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
-	data, err := fs.ReadFile(fsys, file)
-	if errors.Is(err, fs.ErrNotExist) && file == AppFile {
-		msg := "missing: the app and its components are declared in " + AppFile + " at the root"
-		if _, err := fs.Stat(fsys, "nuon.yml"); err == nil {
-			msg = "missing; rename nuon.yml to " + AppFile
-		}
+	data, msg := readFile(fsys, file, s.opts.maxFileSize)
+	if msg != "" {
+		s.broken[file] = true
 		return Problems{{File: file, Message: msg}}
-	}
-	if err != nil {
-		return Problems{{File: file, Message: "cannot read: " + err.Error()}}
 	}
 	d, ps := parseYAML(file, data)
 	if len(ps) == 0 {

@@ -36,6 +36,7 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 			newKeygenCmd(g),
 			newBuildCmd(g),
 			newReleaseCmd(g),
+			newServerCmd(g),
 		}
 	})
 }

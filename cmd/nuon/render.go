@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
@@ -25,6 +26,7 @@ type renderOptions struct {
 	repo, key, source, output, cacheDir string
 	dryRun                              bool
 	retries                             int
+	maxFileSize                         int64
 	now                                 func() time.Time
 }
 
@@ -43,10 +45,20 @@ refs move together in one atomic push, or not at all. An unchanged install
 gets no commit; running render twice moves nothing the second time.
 
 On invalid input it prints every problem as FILE:LINE:COL: FIELD: MESSAGE,
-moves no ref and exits 1. With --dry-run it writes nothing and prints, per
-install, the diff of its rendered state: paste it into a pull request.`,
+moves no ref and exits 1. Invalid input includes a source file larger than
+--max-file-size (checked from the blob's size, before it is read), a name
+that looks like a source but is not read (installs/acme.YAML, nuon.yml,
+Installs/), any entry of channels/, releases/ or installs/ other than
+<name>.yaml, README.md and .gitkeep, and the entries a crafted git tree can
+hold (installs/.., a name twice, links, submodules).
+
+With --dry-run it writes nothing and prints, per install, the diff of its
+rendered state: paste it into a pull request.`,
 		Example: `  # render main of a local repository
   nuon render --repo ./tenant.git --key render.key
+
+  # release records have outgrown the 1 MiB cap on a source file
+  nuon render --repo ./tenant.git --key render.key --max-file-size 4194304
 
   # what would a pull request change? (CI)
   nuon render --repo https://git.example.com/vendor/tenant.git --key render.key \
@@ -67,6 +79,7 @@ install, the diff of its rendered state: paste it into a pull request.`,
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories (default: the user cache directory)")
 	f.IntVar(&o.retries, "retries", 3, "re-render this many times when another render moved a ref first")
+	f.Int64Var(&o.maxFileSize, "max-file-size", schemas.DefaultMaxFileSize, "largest source file, in bytes")
 	_ = cmd.MarkFlagRequired("repo")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
@@ -142,43 +155,7 @@ func reportFailed(g *cli.Globals, res *renderer.Result) error {
 }
 
 func renderOnce(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o *renderOptions) (*renderer.Result, error) {
-	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
-		return nil, err
-	}
-	source, err := repo.Resolve(o.source)
-	if err != nil {
-		return nil, err
-	}
-	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
-	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
-		return nil, err
-	}
-	refs, err := repo.Refs(schemas.InstallRefPrefix)
-	if err != nil {
-		return nil, err
-	}
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
-	}
-	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
-		Signer: signer,
-		Now:    o.now,
-		Diff:   o.dryRun,
-	})
-	if err != nil || o.dryRun {
-		return res, err
-	}
-	if err := res.Objects.Flush(repo.Storer()); err != nil {
-		return nil, fmt.Errorf("write objects: %w", err)
-	}
-	updates := make([]gitrepo.Update, len(res.Updates))
-	for i, u := range res.Updates {
-		updates[i] = gitrepo.Update{Name: u.Name, Old: u.Old, New: u.New}
-	}
-	if err := repo.Apply(ctx, updates); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return publish.Render(ctx, repo, signer, publish.Options{Source: o.source, DryRun: o.dryRun, Now: o.now, MaxFileSize: o.maxFileSize})
 }
 
 func reportProblems(g *cli.Globals, o *renderOptions, ps schemas.Problems) error {

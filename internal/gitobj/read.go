@@ -20,6 +20,17 @@ var ErrTooLarge = errors.New("object too large")
 // not trusted. A positive limit refuses, with ErrTooLarge, an object whose
 // size is above it before reading it.
 func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, limit int64) (plumbing.EncodedObject, []byte, error) {
+	if limit > 0 {
+		// From the object's header (Store.EncodedObjectSize): reading
+		// the object first would inflate it whole.
+		size, err := st.EncodedObjectSize(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		if size > limit {
+			return nil, nil, fmt.Errorf("%s %s: %w: %d bytes, the limit is %d", t, h, ErrTooLarge, size, limit)
+		}
+	}
 	o, err := st.EncodedObject(t, h)
 	if err != nil {
 		return nil, nil, err

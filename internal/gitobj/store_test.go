@@ -147,6 +147,9 @@ func TestStore(t *testing.T) {
 				if err := st.HasEncodedObject(h); err != nil {
 					t.Errorf("has %s: %v", h, err)
 				}
+				if size, err := st.EncodedObjectSize(h); err != nil || size != want.Size() {
+					t.Errorf("size of %s: %d, %v; want %d", h, size, err, want.Size())
+				}
 				if _, err := st.EncodedObject(otherType(want.Type()), h); !errors.Is(err, plumbing.ErrObjectNotFound) {
 					t.Errorf("read %s as %s: %v, want not found", h, otherType(want.Type()), err)
 				}
@@ -157,6 +160,9 @@ func TestStore(t *testing.T) {
 			}
 			if err := st.HasEncodedObject(missing); !errors.Is(err, plumbing.ErrObjectNotFound) {
 				t.Errorf("has a missing object: %v, want not found", err)
+			}
+			if _, err := st.EncodedObjectSize(missing); !errors.Is(err, plumbing.ErrObjectNotFound) {
+				t.Errorf("size of a missing object: %v, want not found", err)
 			}
 		})
 	}

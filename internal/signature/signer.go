@@ -65,3 +65,7 @@ var _ interface {
 
 // fingerprint is a short, stable name for a key in messages.
 func fingerprint(k ssh.PublicKey) string { return ssh.FingerprintSHA256(k) }
+
+// SSH is the signer's key as an ssh.Signer, for signatures in namespaces
+// other than git's (see package request).
+func (s *Signer) SSH() ssh.Signer { return s.key }

@@ -12,15 +12,18 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	"nuon.dev/nuon/agent"
+
 	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 )
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
-	once                                                  bool
+	once, serverAuth                                      bool
 	interval, maxBackoff                                  time.Duration
 	concurrency                                           int
 	jobCommand                                            string
@@ -55,13 +58,23 @@ it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
 read their artifacts from the install registry only (or from --artifacts, a
 local fallback). Amazon ECR registries get their credentials from
 GetAuthorizationToken and their repositories created as needed; other
-registries use --registry-username or the docker config file.`,
+registries use --registry-username or the docker config file.
+
+With --server-auth the agent talks to a tenant server ('nuon server') rather
+than a git host: every HTTP request it sends to --repo is signed with --key
+as install --install (an SSH signature in the nuon-request namespace over
+method, path, time and install id), which the server checks against the
+install's agentKey on main. No token or password is needed.`,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
   # one pass, for scripts and tests
   nuon agent --repo ./tenant.git --install acme --trust allowed_signers \
       --key acme.key --workdir ./work --once --output json
+
+  # through the tenant server, requests signed with the install's own key
+  nuon agent --repo https://nuon.example.com/tenant.git --server-auth --install acme \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
   # verify and copy artifacts into the install's ECR before each job
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
@@ -83,6 +96,7 @@ registries use --registry-username or the docker config file.`,
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
 	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
 	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
+	f.BoolVar(&o.serverAuth, "server-auth", false, "sign every request to an http(s) --repo with --key, for a tenant server (nuon server)")
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
@@ -128,9 +142,13 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	var auth transport.AuthMethod
+	if o.serverAuth {
+		auth = &request.Signer{Install: o.install, Key: key}
+	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, nil),
+		Remote:  agent.NewRemote(o.repo, auth),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
@@ -169,7 +187,14 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return enc.Encode(rep)
 	}
 	st := rep.Status
-	fmt.Fprintf(g.Stdout, "%s: %s, generation %d, desired %s, %d job(s)\n", o.install, st.Phase, st.Generation, shortID(st.Desired), len(rep.Jobs))
+	state := st.Phase
+	if st.Stale {
+		state += ", stale since " + st.Expires.Format(time.RFC3339)
+	}
+	fmt.Fprintf(g.Stdout, "%s: %s, generation %d, desired %s, %d job(s), %s\n", o.install, state, st.Generation, shortID(st.Desired), len(rep.Jobs), rep.Outcome)
+	if st.Forged != nil {
+		fmt.Fprintf(g.Stdout, "%s: replaced forged status commit %s: %s\n", o.install, shortID(st.Forged.Commit), st.Forged.Reason)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"nuon.dev/nuon/fleet"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/spf13/cobra"
@@ -81,7 +82,7 @@ func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
 
 func printStatus(w io.Writer, rows []fleet.Install) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tPHASE\tSYNCED\tVERIFIED\tFAILING")
+	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tSTATE\tSYNCED\tVERIFIED\tFAILING")
 	for _, r := range rows {
 		var failing []string
 		for _, c := range r.Components {
@@ -89,11 +90,17 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 				failing = append(failing, c.Name+"("+c.Phase+")")
 			}
 		}
+		if r.Stale && r.Expires != nil {
+			failing = append([]string{"desired state expired " + r.Expires.Format(time.RFC3339)}, failing...)
+		}
+		if r.Forged != nil {
+			failing = append(failing, "replaced forged status "+shortID(r.Forged.Commit))
+		}
 		if r.Refusal != nil {
 			failing = append([]string{"refused " + shortID(r.Refusal.Commit) + ": " + r.Refusal.Reason}, failing...)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
-			r.Phase, yesNo(r.InSync), yesNo(r.Verified), strings.Join(failing, " "))
+			r.State, yesNo(r.InSync), yesNo(r.Verified), strings.Join(failing, " "))
 	}
 	tw.Flush()
 }

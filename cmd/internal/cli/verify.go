@@ -5,33 +5,52 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/go-git/go-git/v5/plumbing"
-	"nuon.dev/nuon/schemas"
+	"os"
+	"strings"
+	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/fleet"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
 )
 
 type verifyOptions struct {
-	repo, install, trust, output, cacheDir string
+	repo, install, trust, output, cacheDir, source, agentKey string
+	now                                                      func() time.Time
 }
 
 func NewVerifyCmd(g *Globals) *cobra.Command {
-	o := &verifyOptions{}
+	o := &verifyOptions{now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "verify --repo REPO --install ID --trust FILE",
 		Short: "Check an install's desired state as its agent would, before anything is applied",
-		Long: `Verify reads refs/heads/nuon/installs/<ID> and runs the agent's checks on it:
-the commit must be signed by a key in FILE (git's allowed_signers format, the
-file 'git verify-commit' reads through gpg.ssh.allowedSignersFile), it must name
-install ID in its trailers and in install.json, and its files must be
-well-formed. It exits 0 when the agent would accept the state and 1, with the
-reason, when the agent would refuse it.`,
+		Long: `Verify reads refs/heads/nuon/installs/<ID> and runs exactly the checks the
+agent runs before it applies anything (the same function):
+
+  - the commit is signed by a key in FILE (git's allowed_signers format, the
+    file 'git verify-commit' reads through gpg.ssh.allowedSignersFile);
+  - it names install ID in its trailers and in install.json, and its files
+    are well-formed;
+  - its generation is newer than what the install's agent applied, read from
+    refs/heads/nuon/status/<ID>, trusting only status commits signed by the
+    install's own key (agentKey in installs/<ID>.yaml on --source, or
+    --agent-key): a status commit the install did not sign is reported as
+    forged and the baseline comes from the agent's own history behind it;
+  - it is not past its Nuon-Expires time (stale state is not applied).
+
+It exits 0 when the agent would apply the state and 1, with the reason, when
+it would refuse it or find it stale.`,
 		Example: `  nuon verify --repo ./tenant.git --install acme --trust allowed_signers
   nuon verify --repo https://git.example.com/vendor/tenant.git --install acme \
-      --trust allowed_signers --output json`,
+      --trust allowed_signers --output json
+  # the install's key from a file rather than from main
+  nuon verify --repo ./tenant.git --install acme --trust allowed_signers --agent-key acme.pub`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -44,6 +63,8 @@ reason, when the agent would refuse it.`,
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.source, "source", schemas.MainRef, "where installs/<id>.yaml (with the agent's key) is read")
+	f.StringVar(&o.agentKey, "agent-key", "", "the install's public key (authorized_keys line) instead of agentKey on --source")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
 	for _, n := range []string{"repo", "install", "trust"} {
@@ -61,6 +82,15 @@ type verifyReport struct {
 	Signer     string `json:"signer,omitempty"`
 	Key        string `json:"key,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// Stale and Expires: the commit is past its signed expiry.
+	Stale   bool       `json:"stale,omitempty"`
+	Expires *time.Time `json:"expires,omitempty"`
+	// Applied is the rollback baseline: the generation the install's own
+	// verified status reports, and that status commit.
+	Applied       int64  `json:"appliedGeneration"`
+	AppliedStatus string `json:"appliedStatus,omitempty"`
+	// Forged names a status commit the install's key did not sign.
+	Forged *schemas.Forged `json:"forgedStatus,omitempty"`
 }
 
 func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
@@ -72,28 +102,57 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := repo.Fetch(ctx, "refs/heads/nuon/installs/"+o.install); err != nil {
+	desiredRef := plumbing.ReferenceName(schemas.InstallRef(o.install))
+	statusRef := plumbing.ReferenceName(schemas.StatusRef(o.install))
+	prefixes := []string{desiredRef.String(), statusRef.String()}
+	if o.agentKey == "" && strings.HasPrefix(o.source, "refs/") {
+		prefixes = append(prefixes, o.source)
+	}
+	if err := repo.Fetch(ctx, prefixes...); err != nil {
 		return err
 	}
 	rep := verifyReport{Install: o.install}
-	head, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(o.install)))
+	head, err := repo.Ref(desiredRef)
 	if err != nil {
 		return err
 	}
+	// The rollback baseline: the install's own verified status.
+	var applied agent.Applied
+	if status, err := repo.Ref(statusRef); err == nil && !status.IsZero() {
+		key, err := o.installKey(repo)
+		if err != nil {
+			return fmt.Errorf("verify %s: the rollback check needs the install's key: %w", o.install, err)
+		}
+		v, err := agent.VerifyStatus(repo.Storer(), status, o.install, key)
+		if err != nil {
+			return err
+		}
+		applied = v.Applied()
+		rep.Applied, rep.Forged = v.Generation, v.Forged
+		if !v.Commit.IsZero() {
+			rep.AppliedStatus = v.Commit.String()
+		}
+	}
 	if head.IsZero() {
-		rep.Reason = fmt.Sprintf("no desired state: %s does not exist", plumbing.ReferenceName(schemas.InstallRef(o.install)))
+		rep.Reason = fmt.Sprintf("no desired state: %s does not exist", desiredRef)
 	} else {
 		rep.Commit = head.String()
-		d, err := agent.Verify(repo.Storer(), head, o.install, trust, agent.Applied{})
+		d, err := agent.Check(repo.Storer(), head, agent.Checks{Install: o.install, Trust: trust, Applied: applied, Now: o.now()})
 		var ref *agent.Refusal
 		switch {
 		case errors.As(err, &ref):
 			rep.Reason = ref.Reason
+		case errors.Is(err, agent.ErrStale):
+			rep.Stale, rep.Reason = true, err.Error()
+			rep.Generation, rep.Expires = d.Generation, &d.Expires
 		case err != nil:
 			return err
 		default:
 			rep.Verified, rep.Generation, rep.Source = true, d.Generation, d.Source
 			rep.Signer, rep.Key = d.Signer.Principal, d.Signer.Fingerprint
+			if !d.Expires.IsZero() {
+				rep.Expires = &d.Expires
+			}
 		}
 	}
 	if o.output == "json" {
@@ -102,14 +161,52 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
-	} else if rep.Verified {
-		fmt.Fprintf(g.Stdout, "%s: %s generation %d, signed by %s (%s), rendered from %.12s\n",
-			rep.Install, rep.Commit[:12], rep.Generation, rep.Signer, rep.Key, rep.Source)
 	} else {
-		fmt.Fprintf(g.Stderr, "%s: refused: %s\n", rep.Install, rep.Reason)
+		if rep.Forged != nil {
+			fmt.Fprintf(g.Stderr, "%s: status commit %.12s is forged (%s); rollback baseline from the install's own status: generation %d\n",
+				rep.Install, rep.Forged.Commit, rep.Forged.Reason, rep.Applied)
+		}
+		if rep.Verified {
+			fmt.Fprintf(g.Stdout, "%s: %s generation %d, signed by %s (%s), rendered from %.12s\n",
+				rep.Install, rep.Commit[:12], rep.Generation, rep.Signer, rep.Key, rep.Source)
+		} else if rep.Stale {
+			fmt.Fprintf(g.Stderr, "%s: stale: %s\n", rep.Install, rep.Reason)
+		} else {
+			fmt.Fprintf(g.Stderr, "%s: refused: %s\n", rep.Install, rep.Reason)
+		}
 	}
 	if !rep.Verified {
 		return ExitError{Code: 1}
 	}
 	return nil
+}
+
+// installKey is the install's public key: --agent-key, or agentKey in
+// installs/<id>.yaml on --source.
+func (o *verifyOptions) installKey(repo *gitrepo.Repo) (ssh.PublicKey, error) {
+	var line string
+	if o.agentKey != "" {
+		data, err := os.ReadFile(o.agentKey)
+		if err != nil {
+			return nil, err
+		}
+		line = string(data)
+	} else {
+		src, err := repo.Resolve(o.source)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", o.source, err)
+		}
+		keys, err := fleet.AgentKeys(repo.Storer(), src)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", o.source, err)
+		}
+		if line = keys[o.install]; line == "" {
+			return nil, fmt.Errorf("no agentKey in %s on %s (give --agent-key)", schemas.InstallsDir+"/"+o.install+".yaml", o.source)
+		}
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+	if err != nil {
+		return nil, fmt.Errorf("agent key: %w", err)
+	}
+	return pub, nil
 }

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// newJob writes the manifest of one job.
+func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *schemas.Job {
+	var suffix [3]byte
+	_, _ = rand.Read(suffix[:])
+	job := &schemas.Job{
+		APIVersion: schemas.APIVersion,
+		Kind:       schemas.KindJob,
+		ID:         fmt.Sprintf("%s-g%d-%s-%s", spec.Name, d.Generation, op, hex.EncodeToString(suffix[:])),
+		Install:    a.cfg.Install,
+		Component:  spec.Name,
+		Operation:  op,
+		Plugin:     spec.Type,
+		Version:    spec.Version,
+		Generation: d.Generation,
+		Commit:     d.Commit.String(),
+		Inputs:     spec.Inputs,
+		Terraform:  spec.Terraform,
+		Helm:       spec.Helm,
+		Manifests:  spec.Manifests,
+		Timeout:    a.timeout(spec).String(),
+		StateDir:   filepath.Join(a.cfg.Workdir, "components", spec.Name),
+	}
+	job.ResultFile = filepath.Join(a.jobDir(job.ID), "result.json")
+	for _, art := range spec.Artifacts {
+		art.Source = "" // jobs deploy from the install registry only
+		job.Artifacts = append(job.Artifacts, art)
+	}
+	return job
+}
+
+func (a *Agent) timeout(cs *schemas.ComponentState) time.Duration {
+	var s string
+	switch {
+	case cs.Terraform != nil:
+		s = cs.Terraform.Timeout
+	case cs.Helm != nil:
+		s = cs.Helm.Timeout
+	case cs.Manifests != nil:
+		s = cs.Manifests.Timeout
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return d
+	}
+	return a.cfg.JobTimeout
+}
+
+func (a *Agent) jobDir(id string) string { return filepath.Join(a.cfg.Workdir, "jobs", id) }
+
+// pastTense is how a status commit's message says an operation succeeded.
+var pastTense = map[string]string{
+	schemas.OpCreate: "created",
+	schemas.OpUpdate: "updated",
+	schemas.OpDelete: "deleted",
+}
+
+// done says a job's operation succeeded, for the audit log.
+func done(job *schemas.Job) string {
+	verb, ok := pastTense[job.Operation]
+	if !ok {
+		verb = job.Operation + " done:"
+	}
+	return fmt.Sprintf("%s %s %s", verb, job.Component, job.Version)
+}
+
+func errString(err error, res *schemas.JobResult) string {
+	if err != nil {
+		return err.Error()
+	}
+	if res != nil && res.Error != "" {
+		return res.Error
+	}
+	return ""
+}

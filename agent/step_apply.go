@@ -1,0 +1,263 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// apply plans the difference between the desired and the applied state and
+// runs the jobs (see schedule), then sets the install's phase.
+func (p *pass) apply(ctx context.Context) (outcome, error) {
+	a := p.agent
+	d := p.desired
+	have := map[string]*reconciler.Applied{}
+	outs := reconciler.Outputs{}
+	sensitive := map[string][]string{}
+	for name, cs := range p.rec.Status.Components {
+		have[name] = &reconciler.Applied{Spec: p.rec.Applied[name], Status: cs}
+		if cs.Phase == schemas.PhaseApplied {
+			outs[name] = cs.Outputs
+			sensitive[name] = cs.Sensitive
+		}
+	}
+	plan := reconciler.NewPlan(d.Components, d.Install.Components, have)
+	var mu sync.Mutex
+	failed := false
+	schedule(ctx, plan, d.Install.Components, a.cfg.Concurrency, func(ctx context.Context, s reconciler.Step) {
+		mu.Lock()
+		blocker := p.blocker(s)
+		if blocker != "" {
+			p.setPhase(s.Component, schemas.PhaseBlocked, blocker)
+		}
+		mu.Unlock()
+		if blocker == "" {
+			p.step(ctx, s, &mu, outs, sensitive)
+		}
+	})
+	p.finish()
+	for _, cs := range p.rec.Status.Components {
+		failed = failed || cs.Phase == schemas.PhaseFailed
+	}
+	a.retry.schedule(failed, a)
+	return applied, nil
+}
+
+// schedule sets when failed components run again: after 4 intervals, then
+// doubling with every pass that still fails, up to MaxBackoff.
+func (r *jobRetry) schedule(failed bool, a *Agent) {
+	if !failed {
+		r.failures = 0
+		return
+	}
+	r.failures++
+	r.at = a.cfg.Now().Add(a.backoff(r.failures + 1))
+}
+
+// blocker says why a step cannot run yet: a dependency that is not applied.
+// Callers hold the lock.
+func (p *pass) blocker(s reconciler.Step) string {
+	if s.Action != reconciler.Apply {
+		return ""
+	}
+	for _, dep := range s.Desired.DependsOn {
+		if cs := p.rec.Status.Components[dep]; cs.Phase != schemas.PhaseApplied {
+			phase := cs.Phase
+			if phase == "" {
+				phase = "not applied"
+			}
+			return fmt.Sprintf("waiting for %s (%s)", dep, phase)
+		}
+	}
+	return ""
+}
+
+func (p *pass) setPhase(name, phase, msg string) {
+	cs := p.rec.Status.Components[name]
+	if cs.Phase != phase || cs.Error != msg {
+		p.rec.dirty = true
+	}
+	cs.Phase, cs.Error = phase, msg
+	if d := p.desired; d != nil {
+		if want, ok := d.Components[name]; ok && cs.Version == "" {
+			cs.Version = want.Version
+		}
+	}
+	p.rec.Status.Components[name] = cs
+}
+
+// step runs one plan step.
+func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs reconciler.Outputs, sensitive map[string][]string) {
+	a := p.agent
+	log := p.log.With("component", s.Component)
+	typ := ""
+	var spec *schemas.ComponentState
+	if s.Action == reconciler.Apply {
+		typ = s.Desired.Type
+	} else if s.Applied != nil && s.Applied.Spec != nil {
+		typ = s.Applied.Spec.Type
+		spec = s.Applied.Spec
+	}
+	if s.Action == reconciler.Delete && spec == nil {
+		// Never run: nothing to destroy, only the record to drop.
+		mu.Lock()
+		delete(p.rec.Status.Components, s.Component)
+		p.rec.dirty = true
+		mu.Unlock()
+		return
+	}
+	supported := slices.Contains(a.cfg.Plugins, typ) || (typ == schemas.TypeImage && a.cfg.Sync != nil)
+	if !supported {
+		mu.Lock()
+		p.setPhase(s.Component, schemas.PhaseNotReady, fmt.Sprintf("this agent has no %s plugin yet", typ))
+		mu.Unlock()
+		log.Warn("component type not supported by this agent", "plugin", typ)
+		return
+	}
+	op := schemas.OpDelete
+	if s.Action == reconciler.Apply {
+		mu.Lock()
+		resolved, err := reconciler.Resolve(s.Desired, outs, sensitive)
+		mu.Unlock()
+		if err != nil {
+			mu.Lock()
+			p.setPhase(s.Component, schemas.PhaseFailed, err.Error())
+			mu.Unlock()
+			return
+		}
+		spec = resolved
+		if op = reconciler.Decide(resolved, s.Applied); op == "" {
+			log.Debug("unchanged; no job")
+			return
+		}
+		if a.cfg.Sync != nil {
+			if err := a.cfg.Sync.Sync(ctx, spec.Artifacts); err != nil {
+				mu.Lock()
+				p.setPhase(s.Component, schemas.PhaseFailed, "sync artifacts: "+err.Error())
+				mu.Unlock()
+				log.Error("artifact sync failed; no job started", "error", err)
+				return
+			}
+		}
+		if typ == schemas.TypeImage {
+			// An image component is its artifacts: synced is applied.
+			mu.Lock()
+			p.record(a.newJob(p.desired, spec, op), spec, s.Action, &schemas.JobResult{}, nil)
+			mu.Unlock()
+			return
+		}
+	} else if typ == schemas.TypeImage {
+		// Deleting an image component leaves the copies in the install
+		// registry, which the registry's own lifecycle policy collects.
+		mu.Lock()
+		p.record(a.newJob(p.desired, spec, op), spec, s.Action, &schemas.JobResult{}, nil)
+		mu.Unlock()
+		return
+	}
+	job := a.newJob(p.desired, spec, op)
+	log = log.With("job", job.ID, "plugin", typ)
+	entry, err := a.journal(job, spec, s.Action)
+	if err != nil {
+		mu.Lock()
+		p.setPhase(s.Component, schemas.PhaseFailed, err.Error())
+		mu.Unlock()
+		return
+	}
+	log.Info("job started", "operation", op, "version", job.Version)
+	start := time.Now()
+	res, err := a.cfg.Runner.Run(ctx, job, a.jobDir(job.ID))
+	log.Info("job finished", "operation", op, "duration", time.Since(start).Round(time.Millisecond), "error", errString(err, res))
+	mu.Lock()
+	defer mu.Unlock()
+	p.journal = append(p.journal, entry)
+	p.jobs = append(p.jobs, job)
+	if ctx.Err() != nil && err != nil {
+		// The agent is stopping: leave the journal entry, so a restart
+		// waits for the job and records how it ended.
+		p.journal = p.journal[:len(p.journal)-1]
+		p.setPhase(s.Component, schemas.PhasePending, "interrupted: the agent stopped during the job")
+		return
+	}
+	p.record(job, spec, s.Action, res, err)
+	if s.Action == reconciler.Apply && err == nil {
+		outs[s.Component] = res.Outputs
+		sensitive[s.Component] = res.Sensitive
+	}
+}
+
+// record applies a job's outcome to the status. Callers hold the lock.
+func (p *pass) record(job *schemas.Job, spec *schemas.ComponentState, action string, res *schemas.JobResult, err error) {
+	p.rec.dirty = true
+	name := job.Component
+	if err == nil && res != nil && res.Error != "" {
+		err = errors.New(res.Error)
+	}
+	cs := p.rec.Status.Components[name]
+	cs.Job = job.ID
+	if err != nil {
+		cs.Phase, cs.Error = schemas.PhaseFailed, err.Error()
+		cs.Version = job.Version
+		p.rec.Status.Components[name] = cs
+		if action == reconciler.Apply {
+			// What a failed job may have created is destroyed with the
+			// spec it ran with.
+			p.rec.Applied[name] = spec
+		}
+		p.note("%s %s %s failed: %v", job.Operation, name, job.Version, err)
+		return
+	}
+	if action == reconciler.Delete {
+		delete(p.rec.Status.Components, name)
+		delete(p.rec.Applied, name)
+		p.note("%s", done(job))
+		return
+	}
+	cs = schemas.ComponentStatus{
+		Phase:     schemas.PhaseApplied,
+		Version:   job.Version,
+		Spec:      reconciler.SpecHash(spec),
+		Outputs:   res.Outputs,
+		Sensitive: res.Sensitive,
+		Job:       job.ID,
+		Digests:   map[string]string{},
+	}
+	for _, art := range job.Artifacts {
+		cs.Digests[art.Name] = art.Digest
+	}
+	if len(cs.Digests) == 0 {
+		cs.Digests = nil
+	}
+	p.rec.Status.Components[name] = cs
+	p.rec.Applied[name] = spec
+	p.note("%s", done(job))
+}
+
+// finish sets the install's phase after the jobs.
+func (p *pass) finish() {
+	st := &p.rec.Status
+	phase := schemas.InstallReady
+	for name, cs := range st.Components {
+		if _, desired := p.desired.Components[name]; !desired || cs.Phase != schemas.PhaseApplied {
+			phase = schemas.InstallDegraded
+		}
+	}
+	for name := range p.desired.Components {
+		if _, ok := st.Components[name]; !ok {
+			phase = schemas.InstallDegraded
+		}
+	}
+	if st.Phase != phase {
+		p.rec.dirty = true
+	}
+	st.Phase = phase
+	if phase == schemas.InstallReady && st.Applied != st.Desired {
+		st.Applied = st.Desired
+		p.rec.dirty = true
+	}
+}

@@ -1,0 +1,79 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/schemas"
+)
+
+// Options of one render.
+type Options struct {
+	// Source is the ref or commit rendered; empty means schemas.MainRef.
+	Source string
+	// DryRun writes nothing and fills in each install's diff.
+	DryRun bool
+	// Now is the clock the renderer reads; nil means time.Now.
+	Now func() time.Time
+	// MaxFileSize caps each source file; zero means
+	// schemas.DefaultMaxFileSize.
+	MaxFileSize int64
+}
+
+// Render renders opts.Source of repo with signer and, unless DryRun, writes
+// the objects and moves every changed ref in one atomic update. It fails
+// with schemas.Problems on invalid input and with gitrepo.ErrStale when
+// another writer moved a ref first (render again).
+func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, opts Options) (*renderer.Result, error) {
+	if opts.Source == "" {
+		opts.Source = schemas.MainRef
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return nil, err
+	}
+	source, err := repo.Resolve(opts.Source)
+	if err != nil {
+		return nil, err
+	}
+	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
+	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
+		return nil, err
+	}
+	refs, err := repo.Refs(schemas.InstallRefPrefix)
+	if err != nil {
+		return nil, err
+	}
+	for name, h := range refs {
+		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
+	}
+	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
+		Signer:      signer,
+		Now:         opts.Now,
+		MaxFileSize: opts.MaxFileSize,
+		Diff:        opts.DryRun,
+	})
+	if err != nil || opts.DryRun {
+		return res, err
+	}
+	if err := res.Objects.Flush(repo.Storer()); err != nil {
+		return nil, fmt.Errorf("write objects: %w", err)
+	}
+	updates := make([]gitrepo.Update, len(res.Updates))
+	for i, u := range res.Updates {
+		updates[i] = gitrepo.Update{Name: u.Name, Old: u.Old, New: u.New}
+	}
+	if err := repo.Apply(ctx, updates); err != nil {
+		return nil, err
+	}
+	return res, nil
+}

@@ -1,0 +1,293 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/publish"
+	"nuon.dev/nuon/schemas"
+)
+
+// renderRetries is how often a render is retried when a ref moved under
+// it.
+const renderRetries = 3
+
+// webhook asks the follower to fetch and render now. It carries nothing
+// the server trusts, so it needs no authentication: the worst a caller can
+// do is make the server look at main sooner.
+func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// Run follows main until ctx ends: on every PollInterval and webhook it
+// fetches main from upstream (if any), renders a new main and mirrors the
+// refs that moved upstream.
+func (s *Server) Run(ctx context.Context) error {
+	if s.mirror != nil {
+		// What was accepted before a restart but not yet mirrored goes
+		// up with the first push: the whole namespace, once.
+		s.mirror.all()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); s.mirror.run(ctx, s.cfg.MirrorDelay) }()
+		defer wg.Wait()
+	}
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("follow main", "error", err)
+		}
+		// Pushes do not start git gc themselves (receive.autogc=false).
+		if err := git(ctx, s.cfg.Dir, "gc", "--auto", "--quiet"); err != nil && ctx.Err() == nil {
+			s.log.Warn("git gc", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// Sync does one step of following main: fetch it from upstream, render it
+// if it changed, update the ref table and the install keys, mirror what
+// moved.
+func (s *Server) Sync(ctx context.Context) error {
+	s.renderMu.Lock()
+	defer s.renderMu.Unlock()
+	if s.cfg.Upstream != "" {
+		u, env := upstreamURL(s.cfg.Upstream)
+		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef); err != nil {
+			return fmt.Errorf("fetch main from upstream: %w", err)
+		}
+	}
+	main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef)
+	if err != nil {
+		return err
+	}
+	s.keys.reset(main)
+	if main == s.rendered || s.cfg.RenderKey == nil {
+		return nil
+	}
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		repo, err := gitrepo.Open(s.cfg.Dir)
+		if err != nil {
+			return err
+		}
+		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now})
+		var ps schemas.Problems
+		if errors.As(err, &ps) {
+			// Not retried: main must change first.
+			s.rendered = main
+			s.log.Error("main does not render", "commit", main.String(), "problems", len(ps), "error", ps.Error())
+			return nil
+		}
+		if errors.Is(err, gitrepo.ErrStale) && attempt < renderRetries {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("render %s: %w", main, err)
+		}
+		s.rendered = main
+		for _, w := range res.Warnings {
+			s.log.Warn("render: "+w, "commit", main.String())
+		}
+		for _, in := range res.Failed() {
+			s.log.Error("install not rendered, keeping its previous state", "install", in.ID, "commit", main.String(), "error", in.Error)
+		}
+		var moved []string
+		for _, u := range res.Updates {
+			name := u.Name.String()
+			if strings.HasPrefix(name, schemas.InstallRefPrefix) {
+				s.refs.set(name, u.New)
+			}
+			moved = append(moved, name)
+		}
+		s.log.Info("rendered", "commit", main.String(), "changed", res.ChangedCount(), "refs", len(moved), "duration", time.Since(start).Round(time.Millisecond))
+		if s.mirror != nil && len(moved) > 0 {
+			s.mirror.add(moved...)
+			s.mirror.kick()
+		}
+		return nil
+	}
+}
+
+// upstreamURL splits credentials off an upstream URL: git gets the URL
+// without them and the credentials as an HTTP header through its
+// environment (GIT_CONFIG_*), never on its command line.
+func upstreamURL(raw string) (string, []string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return raw, nil
+	}
+	pass, _ := u.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+	u.User = nil
+	return u.String(), []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + auth}
+}
+
+// git runs a git command in dir.
+func git(ctx context.Context, dir string, args ...string) error {
+	return gitEnv(ctx, dir, nil, args...)
+}
+
+// gitEnv runs a git command in dir with more environment.
+func gitEnv(ctx context.Context, dir string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("git %s: %w: %s", args[0], err, redactURL(strings.TrimSpace(stderr.String())))
+	}
+	return nil
+}
+
+// mirror pushes refs that moved to the upstream repository, batched.
+type mirror struct {
+	dir, upstream string
+	log           *slog.Logger
+
+	mu       sync.Mutex
+	dirty    map[string]bool
+	everyRef bool // push all of refs/heads/nuon/ next time
+	kickc    chan struct{}
+}
+
+// maxMirrorArgs is how many refs one push names; more are pushed as the
+// whole refs/heads/nuon/ namespace.
+const maxMirrorArgs = 1000
+
+func newMirror(dir, upstream string, log *slog.Logger) *mirror {
+	return &mirror{dir: dir, upstream: upstream, log: log, dirty: map[string]bool{}, kickc: make(chan struct{}, 1)}
+}
+
+func (m *mirror) add(refs ...string) {
+	m.mu.Lock()
+	for _, r := range refs {
+		m.dirty[r] = true
+	}
+	m.mu.Unlock()
+	select {
+	case m.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// all marks every ref of refs/heads/nuon/ for the next push.
+func (m *mirror) all() {
+	m.mu.Lock()
+	m.everyRef = true
+	m.mu.Unlock()
+	m.kick()
+}
+
+func (m *mirror) kick() {
+	select {
+	case m.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// run pushes the dirty refs at most every delay. A failed push keeps them
+// dirty for the next round.
+func (m *mirror) run(ctx context.Context, delay time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kickc:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		if err := m.push(ctx); err != nil && ctx.Err() == nil {
+			m.log.Error("mirror upstream", "error", err)
+			m.kick()
+		}
+	}
+}
+
+// push sends the dirty refs upstream in one atomic push.
+func (m *mirror) push(ctx context.Context) error {
+	m.mu.Lock()
+	refs := make([]string, 0, len(m.dirty))
+	for r := range m.dirty {
+		refs = append(refs, r)
+	}
+	m.dirty = map[string]bool{}
+	every := m.everyRef
+	m.everyRef = false
+	m.mu.Unlock()
+	if len(refs) == 0 && !every {
+		return nil
+	}
+	slices.Sort(refs)
+	u, env := upstreamURL(m.upstream)
+	// The whole namespace is pushed without --atomic: a ref the git host
+	// refuses (it moved there) must not hold back the others.
+	args := []string{"push", "--quiet"}
+	if !every {
+		args = append(args, "--atomic")
+	}
+	args = append(args, u)
+	if every || len(refs) > maxMirrorArgs {
+		args = append(args, "refs/heads/nuon/*:refs/heads/nuon/*")
+	} else {
+		for _, r := range refs {
+			args = append(args, r+":"+r)
+		}
+	}
+	if err := gitEnv(ctx, m.dir, env, args...); err != nil {
+		// The named refs are tried again; the whole namespace is not (a
+		// diverged ref upstream would fail it every time).
+		m.add(refs...)
+		return err
+	}
+	m.log.Info("mirrored upstream", "refs", len(refs))
+	return nil
+}
+
+// redactURL hides credentials in URLs inside s.
+func redactURL(s string) string {
+	f := strings.Fields(s)
+	for i, w := range f {
+		if u, err := url.Parse(w); err == nil && u.User != nil {
+			u.User = url.User("REDACTED")
+			f[i] = u.String()
+		}
+	}
+	if len(f) == 0 {
+		return s
+	}
+	return strings.Join(f, " ")
+}
+
+var _ = plumbing.ZeroHash

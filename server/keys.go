@@ -1,0 +1,138 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"golang.org/x/crypto/ssh"
+	"gopkg.in/yaml.v3"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/schemas"
+)
+
+// keyTable knows each install's agent key: agentKey in installs/<id>.yaml
+// on main. It reads main's installs/ folder once per main commit and an
+// install's file the first time that install is asked for, so the cost of a
+// request does not grow with the fleet and an install added on main is
+// known as soon as the server sees the new main.
+type keyTable struct {
+	dir string
+
+	mu      sync.RWMutex
+	main    plumbing.Hash
+	repo    *gitrepo.Repo
+	entries map[string]plumbing.Hash // install id → blob of its yaml
+	keys    map[string]ssh.PublicKey // parsed so far; nil value: no usable key
+}
+
+func newKeyTable(dir string) *keyTable { return &keyTable{dir: dir} }
+
+// reset points the table at a main commit; it reads nothing until asked.
+func (k *keyTable) reset(main plumbing.Hash) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if main == k.main && k.repo != nil {
+		return
+	}
+	k.main, k.repo, k.entries, k.keys = main, nil, nil, nil
+}
+
+// lookup returns an install's key, or false when main has no usable key
+// for it.
+func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
+	k.mu.RLock()
+	key, ok := k.keys[install]
+	k.mu.RUnlock()
+	if ok {
+		return key, key != nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if key, ok := k.keys[install]; ok {
+		return key, key != nil
+	}
+	if err := k.load(); err != nil {
+		return nil, false
+	}
+	if _, ok := k.entries[install]; !ok {
+		// Not cached: ids nobody has must not grow the table.
+		return nil, false
+	}
+	key = k.read(install)
+	k.keys[install] = key
+	return key, key != nil
+}
+
+// load reads main's installs/ folder.
+func (k *keyTable) load() error {
+	if k.entries != nil {
+		return nil
+	}
+	if k.main.IsZero() {
+		return fmt.Errorf("no main")
+	}
+	repo, err := gitrepo.Open(k.dir)
+	if err != nil {
+		return err
+	}
+	c, err := object.GetCommit(repo.Storer(), k.main)
+	if err != nil {
+		return fmt.Errorf("read main %s: %w", k.main, err)
+	}
+	root, err := object.GetTree(repo.Storer(), c.TreeHash)
+	if err != nil {
+		return err
+	}
+	entries := map[string]plumbing.Hash{}
+	if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil && e.Mode == filemode.Dir {
+		t, err := object.GetTree(repo.Storer(), e.Hash)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
+				entries[id] = e.Hash
+			}
+		}
+	}
+	k.repo, k.entries, k.keys = repo, entries, map[string]ssh.PublicKey{}
+	return nil
+}
+
+// read parses one install's agentKey.
+func (k *keyTable) read(install string) ssh.PublicKey {
+	h, ok := k.entries[install]
+	if !ok {
+		return nil
+	}
+	b, err := object.GetBlob(k.repo.Storer(), h)
+	if err != nil {
+		return nil
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return nil
+	}
+	var in struct {
+		AgentKey string `yaml:"agentKey"`
+	}
+	if yaml.Unmarshal(data, &in) != nil || in.AgentKey == "" {
+		return nil
+	}
+	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(in.AgentKey))
+	if err != nil {
+		return nil
+	}
+	return key
+}

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/schemas"
+)
+
+// refTable holds the tips of every install's desired and status ref, so a
+// poll is answered without reading the repository. It is loaded once at
+// start and updated by the server's own writes: renders and accepted
+// pushes. Nothing else may move these refs while the server runs.
+type refTable struct {
+	mu   sync.RWMutex
+	refs map[string]plumbing.Hash
+}
+
+// loadRefs reads the install and status refs of the repository at dir with
+// one git for-each-ref.
+func loadRefs(ctx context.Context, dir string) (*refTable, error) {
+	cmd := exec.CommandContext(ctx, "git", "for-each-ref", "--format=%(objectname) %(refname)",
+		schemas.InstallRefPrefix, schemas.StatusRefPrefix)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("list refs of %s: %w: %s", dir, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	t := &refTable{refs: make(map[string]plumbing.Hash, bytes.Count(out, []byte("\n")))}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		h, name, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		t.refs[name] = plumbing.NewHash(h)
+	}
+	return t, nil
+}
+
+// get returns a ref's tip.
+func (t *refTable) get(name string) (plumbing.Hash, bool) {
+	t.mu.RLock()
+	h, ok := t.refs[name]
+	t.mu.RUnlock()
+	return h, ok
+}
+
+// set moves a ref in the table; the zero hash removes it.
+func (t *refTable) set(name string, h plumbing.Hash) {
+	t.mu.Lock()
+	if h.IsZero() {
+		delete(t.refs, name)
+	} else {
+		t.refs[name] = h
+	}
+	t.mu.Unlock()
+}
+
+// len is the number of refs.
+func (t *refTable) len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.refs)
+}
+
+// ownRef is one of an install's refs and its tip.
+type ownRef struct {
+	name string
+	hash plumbing.Hash
+}
+
+// own returns an install's refs that exist, desired first.
+func (t *refTable) own(install string) []ownRef {
+	var out []ownRef
+	t.mu.RLock()
+	for _, n := range []string{schemas.InstallRef(install), schemas.StatusRef(install)} {
+		if h, ok := t.refs[n]; ok {
+			out = append(out, ownRef{n, h})
+		}
+	}
+	t.mu.RUnlock()
+	return out
+}
+
+// readLooseRef reads a ref that git wrote as its own file, as receive-pack
+// does for the ref it moves; ok is false when there is no such file.
+func readLooseRef(dir, name string) (plumbing.Hash, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+	if err != nil {
+		return plumbing.ZeroHash, false
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) != 40 {
+		return plumbing.ZeroHash, false
+	}
+	return plumbing.NewHash(s), true
+}
