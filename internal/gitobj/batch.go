@@ -69,11 +69,10 @@ var deflaters, storers = sync.Pool{}, sync.Pool{}
 
 // deflate returns the zlib stream of content as a pack entry holds it:
 // compressed at zlib's fastest level, or stored when compression buys
-// nothing (a large tree, mostly object ids, that the next render reads
-// back whole: stored, that is a copy rather than an inflate).
+// little (see storeBelow).
 func deflate(t plumbing.ObjectType, content []byte) []byte {
 	pool, level := &deflaters, zlib.BestSpeed
-	if t == plumbing.TreeObject && len(content) >= storeTreesFrom {
+	if t == plumbing.TreeObject || len(content) < storeBelow {
 		pool, level = &storers, zlib.NoCompression
 	}
 	body := scratch.Get().(*bytes.Buffer)
@@ -260,12 +259,14 @@ type packIndex struct {
 	checksum plumbing.Hash
 }
 
-// storeTreesFrom is the size from which a tree is stored without
-// compression. A tree of thousands of entries (the rendered installs/, the
-// source's installs/) is mostly object ids, which do not compress, and the
-// next render reads it back whole: stored, that is a copy rather than an
-// inflate.
-const storeTreesFrom = 64 << 10
+// Trees, and objects smaller than storeBelow, are stored without
+// compression. A tree is mostly object ids, which do not compress: the
+// rendered installs/ of 100,000 entries, read back whole by the next
+// render, is then a copy rather than an inflate, and a small one (an
+// install's two) saves zlib's fixed cost. That cost, some 10 µs for an
+// object of a few hundred bytes, is mostly building its Huffman table:
+// most of the objects of a render are that small.
+const storeBelow = 128
 
 // writePack writes the pack and returns its index. Objects are compressed
 // in parallel, at zlib's fastest level: many small objects, written once
