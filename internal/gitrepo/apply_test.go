@@ -189,3 +189,50 @@ func TestApplyLocalRefusals(t *testing.T) {
 		t.Errorf("the other writer's lock was removed: %v", err)
 	}
 }
+
+// TestApplyLocalUnsortedPackedRefs hands Apply a packed-refs file that git
+// did not write (unsorted, one name twice, no header) and checks that the
+// refs it keeps and adds come out sorted, each once, the last line of a
+// name winning, as git reads them.
+func TestApplyLocalUnsortedPackedRefs(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	gittest.Git(t, dir, "pack-refs", "--all")
+	packed := c[0].String() + " refs/heads/nuon/installs/b\n" +
+		c[2].String() + " refs/heads/main\n" +
+		c[1].String() + " refs/heads/nuon/installs/d\n" +
+		c[0].String() + " refs/heads/nuon/installs/d\n"
+	if err := os.WriteFile(filepath.Join(dir, "packed-refs"), []byte(packed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	updates := []gitrepo.Update{
+		{Name: "refs/heads/nuon/installs/d", Old: c[0], New: c[2]},
+		{Name: "refs/heads/nuon/installs/a", New: c[1]},
+		{Name: "refs/heads/nuon/installs/c", New: c[1]},
+		{Name: "refs/heads/nuon/installs/e", New: c[0]},
+	}
+	if err := open(t, dir).Apply(ctx, updates); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "packed-refs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n")[1:] {
+		names = append(names, strings.Fields(line)[1])
+	}
+	want := []string{"refs/heads/main", "refs/heads/nuon/installs/a", "refs/heads/nuon/installs/b",
+		"refs/heads/nuon/installs/c", "refs/heads/nuon/installs/d", "refs/heads/nuon/installs/e"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("packed-refs names (-want +got):\n%s", diff)
+	}
+	wantRefs := map[string]string{
+		"refs/heads/main": c[2].String(), "refs/heads/nuon/installs/a": c[1].String(),
+		"refs/heads/nuon/installs/b": c[0].String(), "refs/heads/nuon/installs/c": c[1].String(),
+		"refs/heads/nuon/installs/d": c[2].String(), "refs/heads/nuon/installs/e": c[0].String(),
+	}
+	if diff := cmp.Diff(wantRefs, refs(t, dir)); diff != "" {
+		t.Errorf("refs git sees (-want +got):\n%s", diff)
+	}
+}
