@@ -640,9 +640,19 @@ func (r *renderRun) commit(b *gitobj.Batch, tree plumbing.Hash, parents []plumbi
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
+	// In the order of r.ids, sorted, which is git's but for ids that
+	// prefix others: sorting it again costs little.
 	entries := make([]gitobj.Entry, 0, len(r.trees))
-	for id, h := range r.trees {
-		entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+	for _, id := range r.ids {
+		if h, ok := r.trees[id]; ok {
+			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+		}
+	}
+	if len(entries) != len(r.trees) {
+		entries = entries[:0]
+		for id, h := range r.trees {
+			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+		}
 	}
 	// The trees join the render's objects only with a new commit: when
 	// nothing changed, the repository holds them already.
@@ -653,16 +663,16 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Every install ever issued keeps its record, removed ones included,
 	// so that one added again continues above its last generation.
-	records := make(map[string]plumbing.Hash, len(r.prevIssued)+len(r.issued))
-	maps.Copy(records, r.prevIssued)
-	for id, in := range r.issued {
-		records[id] = trees.Add(plumbing.BlobObject, in.bytes())
-	}
-	if len(records) > 0 {
-		issuedEntries := make([]gitobj.Entry, 0, len(records))
-		for id, h := range records {
+	issuedEntries := make([]gitobj.Entry, 0, len(r.prevIssued)+len(r.issued))
+	for id, h := range r.prevIssued {
+		if _, renewed := r.issued[id]; !renewed {
 			issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: h})
 		}
+	}
+	for id, in := range r.issued {
+		issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: trees.Add(plumbing.BlobObject, in.bytes())})
+	}
+	if len(issuedEntries) > 0 {
 		root = append(root, gitobj.Entry{Name: schemas.IssuedDir, Mode: filemode.Dir, Hash: trees.Tree(issuedEntries)})
 	}
 	tree := trees.Tree(root)
@@ -747,16 +757,23 @@ func refIDs(installs map[string]plumbing.Hash) []string {
 // refsDigest is the value of TrailerInstallRefs for the install refs ids,
 // sorted, each at commit(id): the SHA-256 of one "id commit" line each.
 func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
-	buf := make([]byte, 0, len(ids)*64)
+	// Hashed as it goes, in a buffer of a few hundred lines: the lines of
+	// 100,000 refs are 6 MB.
+	d := sha256.New()
+	buf := make([]byte, 0, 32<<10)
 	for _, id := range ids {
 		h := commit(id)
 		buf = append(buf, id...)
 		buf = append(buf, ' ')
 		buf = hex.AppendEncode(buf, h[:])
 		buf = append(buf, '\n')
+		if len(buf) > cap(buf)-256 {
+			d.Write(buf)
+			buf = buf[:0]
+		}
 	}
-	sum := sha256.Sum256(buf)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	d.Write(buf)
+	return "sha256:" + hex.EncodeToString(d.Sum(nil))
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

@@ -214,34 +214,55 @@ func (b *Batch) Tree(entries []Entry) plumbing.Hash {
 
 // EncodeTree returns the canonical encoding of a tree with these entries.
 func EncodeTree(entries []Entry) []byte {
-	// git compares a folder's name as if it ended in "/".
-	type keyed struct {
-		key string
-		e   *Entry
-	}
-	sorted := make([]keyed, len(entries))
+	sorted := slices.Clone(entries)
+	slices.SortFunc(sorted, compareEntries)
 	size := 0
-	for i := range entries {
-		e := &entries[i]
-		k := e.Name
-		if e.Mode == filemode.Dir {
-			k += "/"
+	for i := range sorted {
+		size += len(sorted[i].Name) + 28
+	}
+	buf := make([]byte, 0, size)
+	for i := range sorted {
+		e := &sorted[i]
+		buf = strconv.AppendUint(buf, uint64(e.Mode), 8)
+		buf = append(buf, ' ')
+		buf = append(buf, e.Name...)
+		buf = append(buf, 0)
+		buf = append(buf, e.Hash[:]...)
+	}
+	return buf
+}
+
+// compareEntries orders tree entries as git does: by name, a folder's
+// name compared as if it ended in "/". It allocates nothing: the rendered
+// installs/ and issued/ trees have an entry per install.
+func compareEntries(a, b Entry) int {
+	n := min(len(a.Name), len(b.Name))
+	if c := strings.Compare(a.Name[:n], b.Name[:n]); c != 0 {
+		return c
+	}
+	next := func(e Entry) int {
+		switch {
+		case n < len(e.Name):
+			return int(e.Name[n])
+		case e.Mode == filemode.Dir:
+			return '/'
 		}
-		sorted[i] = keyed{k, e}
-		size += len(e.Name) + 28
+		return -1
 	}
-	slices.SortFunc(sorted, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	var buf bytes.Buffer
-	buf.Grow(size)
-	for _, k := range sorted {
-		e := k.e
-		buf.WriteString(strconv.FormatUint(uint64(e.Mode), 8))
-		buf.WriteByte(' ')
-		buf.WriteString(e.Name)
-		buf.WriteByte(0)
-		buf.Write(e.Hash[:])
+	ca, cb := next(a), next(b)
+	if ca != cb || ca == -1 {
+		return ca - cb
 	}
-	return buf.Bytes()
+	// One name is the other and a "/" (which a tree entry's name cannot
+	// hold): compare as git spells them.
+	return strings.Compare(gitName(a), gitName(b))
+}
+
+func gitName(e Entry) string {
+	if e.Mode == filemode.Dir {
+		return e.Name + "/"
+	}
+	return e.Name
 }
 
 // WritePack writes every object of the batch as one packfile (version 2,

@@ -185,6 +185,8 @@ func TestEncodeTreeSortsLikeGit(t *testing.T) {
 		{"files only", []gitobj.Entry{file("b"), file("a"), file("A"), file("_")}},
 		{"folders and files", []gitobj.Entry{folder("components"), file("install.json"), file("components.json"), folder("component")}},
 		{"executable and symlink", []gitobj.Entry{{Name: "run", Mode: filemode.Executable, Hash: blob}, {Name: "link", Mode: filemode.Symlink, Hash: blob}}},
+		{"folders that prefix others", []gitobj.Entry{folder("i10"), folder("i1-x"), folder("i1"), folder("i1.x"), file("i1_")}},
+		{"file and folder of one name apart", []gitobj.Entry{folder("x"), file("x-"), file("x0"), folder("xy")}},
 		{"empty", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
