@@ -215,7 +215,7 @@ func (b *Batch) Tree(entries []Entry) plumbing.Hash {
 // EncodeTree returns the canonical encoding of a tree with these entries.
 func EncodeTree(entries []Entry) []byte {
 	sorted := slices.Clone(entries)
-	slices.SortFunc(sorted, compareEntries)
+	slices.SortFunc(sorted, CompareEntries)
 	size := 0
 	for i := range sorted {
 		size += len(sorted[i].Name) + 28
@@ -232,10 +232,10 @@ func EncodeTree(entries []Entry) []byte {
 	return buf
 }
 
-// compareEntries orders tree entries as git does: by name, a folder's
+// CompareEntries orders tree entries as git does: by name, a folder's
 // name compared as if it ended in "/". It allocates nothing: the rendered
 // installs/ and issued/ trees have an entry per install.
-func compareEntries(a, b Entry) int {
+func CompareEntries(a, b Entry) int {
 	n := min(len(a.Name), len(b.Name))
 	if c := strings.Compare(a.Name[:n], b.Name[:n]); c != 0 {
 		return c
