@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -200,7 +201,11 @@ func sizes(tb testing.TB) []int {
 //     repository (unsigned: fast-import cannot sign), and x-fastimport,
 //     x-fastimport-cpu, the render's time over git's;
 //   - rerender-ms/op, rerender-cpu-ms/op, rerender-maxrss-MB: one install's
-//     input changed on main, rendered again by a new child.
+//     input changed on main, rendered again by a new child;
+//   - rerender-inproc-ms/op, rerender-inproc-cpu-ms/op: that install
+//     changed again and rendered in this process, with a fresh repository
+//     handle, as the tenant server renders (no process start, schemas
+//     compiled, key loaded).
 //
 // NUON_RENDER_CPUPROFILE and NUON_RENDER_MEMPROFILE name files the cold
 // render's child writes pprof profiles to, and the re-render's to the same
@@ -232,7 +237,9 @@ func benchFleet(b *testing.B, n int) {
 	}
 
 	var cold, re childRun
-	var fastImport, fastImportCPU time.Duration
+	var fastImport, fastImportCPU, inproc, inprocCPU time.Duration
+	opts := options(b)
+	ctx := context.Background()
 	loops := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -267,6 +274,30 @@ func benchFleet(b *testing.B, n int) {
 		re.wall += run.wall
 		re.cpu += run.cpu
 		re.maxRSS = max(re.maxRSS, run.maxRSS)
+
+		// The same in this process, as the tenant server renders: without
+		// the child's start (the runtime, loading the schemas, the key).
+		again := mergeFiles(files, map[string][]byte{file: bytes.Replace(files[file], []byte("cidr: 10."), []byte("cidr: 192."), 1)})
+		commitFiles(b, repo, "refs/heads/main", source, again)
+		runtime.GC()
+		cpu = cpuTime(b)
+		start := time.Now()
+		repo, err = gitrepo.Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := renderRepo(ctx, repo, "refs/heads/main", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := apply(ctx, repo, res, res.Updates); err != nil {
+			b.Fatal(err)
+		}
+		inproc += time.Since(start)
+		inprocCPU += cpuTime(b) - cpu
+		if res.ChangedCount() != 1 || !res.Incremental {
+			b.Fatalf("in-process re-render changed %d installs, incremental %v", res.ChangedCount(), res.Incremental)
+		}
 		b.StartTimer()
 	}
 	count := float64(loops)
@@ -280,6 +311,8 @@ func benchFleet(b *testing.B, n int) {
 	b.ReportMetric(ms(re.wall), "rerender-ms/op")
 	b.ReportMetric(ms(re.cpu), "rerender-cpu-ms/op")
 	b.ReportMetric(float64(re.maxRSS)/(1<<20), "rerender-maxrss-MB")
+	b.ReportMetric(ms(inproc), "rerender-inproc-ms/op")
+	b.ReportMetric(ms(inprocCPU), "rerender-inproc-cpu-ms/op")
 }
 
 func mergeFiles(base, over map[string][]byte) map[string][]byte {
