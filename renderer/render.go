@@ -313,14 +313,18 @@ func (r *renderRun) readPrevious(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	for dir, into := range map[string]map[string]plumbing.Hash{schemas.InstallsDir: r.prevTrees, schemas.IssuedDir: r.prevIssued} {
-		entries, err := subtreeEntries(r.st, root, dir)
+	// Read as lists, each name once in git's order (the renderer wrote
+	// them), into maps of their size: one map of 100,000 entries each.
+	for dir, into := range map[string]*map[string]plumbing.Hash{schemas.InstallsDir: &r.prevTrees, schemas.IssuedDir: &r.prevIssued} {
+		entries, err := subtreeList(r.st, root, dir)
 		if err != nil {
 			return fmt.Errorf("read rendered %s: %w", dir, err)
 		}
-		for id, e := range entries {
-			into[id] = e.hash
+		m := make(map[string]plumbing.Hash, len(entries))
+		for _, e := range entries {
+			m[e.name] = e.hash
 		}
+		*into = m
 	}
 	if at, ok := schemas.Trailer(c.Message, TrailerRenewAt); ok {
 		r.renewAt, _ = time.Parse(time.RFC3339, at)

@@ -446,35 +446,6 @@ func entryOf(t *object.Tree, name string) entry {
 	return entry{}
 }
 
-// subtreeEntries lists the folder name of t, which may not exist.
-func subtreeEntries(st storer.EncodedObjectStorer, t *object.Tree, name string) (map[string]entry, error) {
-	out := map[string]entry{}
-	e := entryOf(t, name)
-	if e.hash.IsZero() {
-		return out, nil
-	}
-	if e.mode != filemode.Dir {
-		return nil, fmt.Errorf("%s is not a folder", name)
-	}
-	return treeEntries(st, e.hash)
-}
-
-// treeEntries reads a tree's entries by name; a name twice is an error.
-func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]entry, error) {
-	es, err := parseTree(st, h, 0)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]entry, len(es))
-	for _, e := range es {
-		if _, dup := out[e.name]; dup {
-			return nil, fmt.Errorf("tree %s: %q appears twice", h, e.name)
-		}
-		out[e.name] = entry{e.mode, e.hash}
-	}
-	return out, nil
-}
-
 // parseTree reads a tree's entries as they are written, names as they
 // are; a positive limit refuses a larger tree object from its size. It
 // parses the tree object itself: the trees it reads hold one entry per
