@@ -38,21 +38,21 @@ type Batch struct {
 }
 
 type newObject struct {
-	typ plumbing.ObjectType
-	// content is the object's content, or nil when only deflated, its
-	// zlib stream as a pack entry holds it after its header, is kept.
-	content  []byte
-	deflated []byte
-	size     int
+	// data is the object's content, or when deflated its zlib stream as a
+	// pack entry holds it after its header.
+	data     []byte
+	size     int // of the content
+	typ      plumbing.ObjectType
+	deflated bool
 }
 
-// data returns the object's content, inflating it when only its
+// content returns the object's content, inflating it when only its
 // compressed form is kept.
-func (o newObject) data() ([]byte, error) {
-	if o.content != nil || o.deflated == nil {
-		return o.content, nil
+func (o newObject) content() ([]byte, error) {
+	if !o.deflated {
+		return o.data, nil
 	}
-	zr, err := openInflater(bytes.NewReader(o.deflated))
+	zr, err := openInflater(bytes.NewReader(o.data))
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +62,14 @@ func (o newObject) data() ([]byte, error) {
 		return nil, err
 	}
 	return content, nil
+}
+
+// deflate returns o compressed, as a batch keeps it merged.
+func (o newObject) deflate() newObject {
+	if o.deflated {
+		return o
+	}
+	return newObject{data: deflate(o.typ, o.data), size: len(o.data), typ: o.typ, deflated: true}
 }
 
 // deflaters keeps zlib writers for reuse, one per size class.
@@ -122,7 +130,7 @@ func (b *Batch) Add(t plumbing.ObjectType, content []byte) plumbing.Hash {
 	h := Hash(t, content)
 	b.mu.Lock()
 	if _, ok := b.objs[h]; !ok {
-		b.objs[h] = newObject{typ: t, content: content}
+		b.objs[h] = newObject{data: content, size: len(content), typ: t}
 	}
 	b.mu.Unlock()
 	return h
@@ -160,12 +168,7 @@ func (b *Batch) Merge(o *Batch) {
 	b.mu.Unlock()
 	// Compress outside b's lock: workers merge in parallel.
 	for h, obj := range fresh {
-		if obj.deflated == nil {
-			obj = newObject{typ: obj.typ, deflated: deflate(obj.typ, obj.content), size: len(obj.content)}
-		} else {
-			obj.content = nil
-		}
-		fresh[h] = obj
+		fresh[h] = obj.deflate()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -184,7 +187,7 @@ func (b *Batch) Get(h plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
 	if !ok {
 		return plumbing.InvalidObject, nil, false
 	}
-	content, err := o.data()
+	content, err := o.content()
 	if err != nil {
 		// Only this package deflated it, into memory.
 		return plumbing.InvalidObject, nil, false
@@ -297,51 +300,63 @@ const storeBelow = 128
 // builds a dynamic Huffman table for each, and spent 2.0 s of a 7.0 s cold
 // render of 10,000 installs doing so (BenchmarkRenderFleet).
 func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
-	type entry struct {
-		hash plumbing.Hash
-		rank int
-		newObject
-	}
-	rank := map[plumbing.ObjectType]int{plumbing.CommitObject: 0, plumbing.TreeObject: 1, plumbing.BlobObject: 2, plumbing.TagObject: 3}
+	// Objects added, not merged, are compressed first, in parallel (merged
+	// ones were compressed by their merger); then the pack is written one
+	// entry at a time, read from the batch: no copy of the objects or of
+	// the pack is held.
 	b.mu.Lock()
-	entries := make([]entry, 0, len(b.objs))
+	var raw []plumbing.Hash
 	for h, o := range b.objs {
-		entries = append(entries, entry{h, rank[o.typ], o})
+		if !o.deflated {
+			raw = append(raw, h)
+		}
 	}
 	b.mu.Unlock()
-	slices.SortFunc(entries, func(a, b entry) int {
-		if a.rank != b.rank {
-			return a.rank - b.rank
-		}
-		return bytes.Compare(a.hash[:], b.hash[:])
-	})
-
-	// Objects added, not merged, are compressed here, in parallel; merged
-	// ones were compressed by their merger. The pack is then written one
-	// entry at a time: no second copy of it is held.
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
+	for range min(runtime.GOMAXPROCS(0), len(raw)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(entries) {
+				if i >= len(raw) {
 					return
 				}
-				if e := &entries[i]; e.deflated == nil {
-					e.deflated, e.size, e.content = deflate(e.typ, e.content), len(e.content), nil
-				}
+				b.mu.Lock()
+				o := b.objs[raw[i]]
+				b.mu.Unlock()
+				o = o.deflate()
+				b.mu.Lock()
+				b.objs[raw[i]] = o
+				b.mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 
+	type entry struct {
+		hash plumbing.Hash
+		rank uint8
+	}
+	rank := map[plumbing.ObjectType]uint8{plumbing.CommitObject: 0, plumbing.TreeObject: 1, plumbing.BlobObject: 2, plumbing.TagObject: 3}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	entries := make([]entry, 0, len(b.objs))
+	for h, o := range b.objs {
+		entries = append(entries, entry{h, rank[o.typ]})
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		if a.rank != b.rank {
+			return int(a.rank) - int(b.rank)
+		}
+		return bytes.Compare(a.hash[:], b.hash[:])
+	})
 	hashes := make([]plumbing.Hash, len(entries))
 	for i := range entries {
 		hashes[i] = entries[i].hash
 	}
+	entries = nil
 	idx := &packIndex{hashes: hashes, offsets: make([]uint64, len(hashes)), crcs: make([]uint32, len(hashes))}
 	sum := sha1.New()
 	bw := bufio.NewWriterSize(w, 256<<10)
@@ -353,19 +368,19 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 	}
 	offset := uint64(len(hdr))
 	var head bytes.Buffer
-	for i := range entries {
-		o := &entries[i]
+	for i, h := range hashes {
+		o := b.objs[h]
 		head.Reset()
 		writeObjectHeader(&head, o.typ, o.size)
 		idx.offsets[i] = offset
-		idx.crcs[i] = crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.deflated)
+		idx.crcs[i] = crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.data)
 		if _, err := out.Write(head.Bytes()); err != nil {
 			return nil, fmt.Errorf("write pack: %w", err)
 		}
-		if _, err := out.Write(o.deflated); err != nil {
+		if _, err := out.Write(o.data); err != nil {
 			return nil, fmt.Errorf("write pack: %w", err)
 		}
-		offset += uint64(head.Len() + len(o.deflated))
+		offset += uint64(head.Len() + len(o.data))
 	}
 	sum.Sum(idx.checksum[:0])
 	if _, err := bw.Write(idx.checksum[:]); err != nil {
@@ -425,7 +440,7 @@ func (b *Batch) Flush(st storer.EncodedObjectStorer) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, o := range b.objs {
-		content, err := o.data()
+		content, err := o.content()
 		if err != nil {
 			return err
 		}
