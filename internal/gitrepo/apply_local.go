@@ -162,8 +162,10 @@ type packedRefs struct {
 	traits []string
 	// refs are sorted by name, one each.
 	refs []packedRef
-	// added are refs not in refs, sorted by name when written.
-	added []packedRef
+	// added are refs not in refs, sorted by name when written; addedAt
+	// finds one by name (a cold render adds 100,000).
+	added   []packedRef
+	addedAt map[string]int
 }
 
 type packedRef struct {
@@ -243,10 +245,8 @@ func (p *packedRefs) find(name string) *packedRef {
 	if i, ok := slices.BinarySearchFunc(p.refs, name, func(r packedRef, n string) int { return strings.Compare(r.name, n) }); ok {
 		return &p.refs[i]
 	}
-	for i := range p.added {
-		if p.added[i].name == name {
-			return &p.added[i]
-		}
+	if i, ok := p.addedAt[name]; ok {
+		return &p.added[i]
 	}
 	return nil
 }
@@ -264,13 +264,17 @@ func (p *packedRefs) set(name plumbing.ReferenceName, h plumbing.Hash) {
 		*r = packedRef{name: r.name, hash: h.String()}
 		return
 	}
+	if p.addedAt == nil {
+		p.addedAt = map[string]int{}
+	}
+	p.addedAt[name.String()] = len(p.added)
 	p.added = append(p.added, packedRef{name: name.String(), hash: h.String()})
 }
 
 // write writes the file as git does: the header, then the refs sorted by
 // name, each followed by its peeled value if it has one.
 func (p *packedRefs) write(w io.Writer) error {
-	slices.SortFunc(p.added, func(a, b packedRef) int { return strings.Compare(a.name, b.name) })
+	added := slices.SortedFunc(slices.Values(p.added), func(a, b packedRef) int { return strings.Compare(a.name, b.name) })
 	bw := bufio.NewWriterSize(w, 64<<10)
 	fmt.Fprintf(bw, "# pack-refs with: %s \n", strings.Join(p.traits, " "))
 	line := func(r packedRef) {
@@ -284,7 +288,7 @@ func (p *packedRefs) write(w io.Writer) error {
 			bw.WriteByte('\n')
 		}
 	}
-	refs, added := p.refs, p.added
+	refs := p.refs
 	for len(refs) > 0 || len(added) > 0 {
 		if len(added) == 0 || len(refs) > 0 && refs[0].name < added[0].name {
 			line(refs[0])

@@ -3,10 +3,12 @@ package gitrepo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/google/go-cmp/cmp"
@@ -17,7 +19,7 @@ import (
 
 // bare makes a bare repository with three commits on main and returns its
 // path and the commits.
-func bare(t *testing.T) (string, []plumbing.Hash) {
+func bare(t testing.TB) (string, []plumbing.Hash) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "repo.git")
 	gittest.InitBare(t, dir)
@@ -32,7 +34,7 @@ func bare(t *testing.T) (string, []plumbing.Hash) {
 	return dir, commits
 }
 
-func open(t *testing.T, dir string) *gitrepo.Repo {
+func open(t testing.TB, dir string) *gitrepo.Repo {
 	t.Helper()
 	r, err := gitrepo.Open(dir)
 	if err != nil {
@@ -235,4 +237,36 @@ func TestApplyLocalUnsortedPackedRefs(t *testing.T) {
 	if diff := cmp.Diff(wantRefs, refs(t, dir)); diff != "" {
 		t.Errorf("refs git sees (-want +got):\n%s", diff)
 	}
+}
+
+// BenchmarkApplyLocalFleet moves the refs of a render of 100,000 installs
+// on a repository on disk: creates them all (a cold render), then moves two
+// (a one-install render) and reports that as move2-ms/op.
+func BenchmarkApplyLocalFleet(b *testing.B) {
+	const n = 100000
+	var move2 time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		dir, c := bare(b)
+		updates := make([]gitrepo.Update, n)
+		for i := range updates {
+			updates[i] = gitrepo.Update{Name: plumbing.ReferenceName(fmt.Sprintf("refs/heads/nuon/installs/i%06d", i)), New: c[0]}
+		}
+		b.StartTimer()
+		if err := open(b, dir).Apply(context.Background(), updates); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		start := time.Now()
+		two := []gitrepo.Update{
+			{Name: updates[n/2].Name, Old: c[0], New: c[1]},
+			{Name: "refs/heads/main", Old: c[2], New: c[1]},
+		}
+		if err := open(b, dir).Apply(context.Background(), two); err != nil {
+			b.Fatal(err)
+		}
+		move2 += time.Since(start)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(move2.Microseconds())/1000/float64(b.N), "move2-ms/op")
 }
