@@ -19,6 +19,26 @@ export NUON_TF_CLI_CONFIG := $(TF_CLI_CONFIG_FILE)
 tf-providers: ## build the terraform providers for offline use (cached in $(CACHE))
 	hack/tf-providers.sh $(TF_PROVIDERS)
 
+# hashicorp/aws cannot be built offline, but its schema can: tools/tfaws
+# serves the schema of aws 6.25.0 (from npm @cdktf/provider-aws) for
+# terraform validate and terraform test with mock_provider. Its terraformrc
+# also lists the local/random mirror, so one config serves all three.
+TF_AWS := $(CACHE)/terraform-providers/aws-6.25.0
+export NUON_TF_AWS_CLI_CONFIG := $(TF_AWS)/terraformrc
+
+.PHONY: tf-aws
+tf-aws: tf-providers ## build the schema-only hashicorp/aws 6.25.0 provider for validate and mock tests (cached in $(CACHE))
+	hack/tf-aws.sh $(TF_AWS) $(TF_PROVIDERS)/mirror
+
+# The CloudFormation resource specification (npm @aws-cdk/cfnspec), which
+# the customer's stack template is checked against.
+CFNSPEC := $(CACHE)/cfnspec/2.72.1/specification.json
+export NUON_CFNSPEC := $(CFNSPEC)
+
+.PHONY: cfnspec
+cfnspec: ## fetch the CloudFormation resource specification for the stack tests (cached in $(CACHE))
+	hack/cfnspec.sh $(CFNSPEC)
+
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
 	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
@@ -28,8 +48,9 @@ demo: build tf-providers kube-binaries registry ## render the sample tenant and 
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: test
-test: tf-providers kube-binaries registry ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
+	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 
 .PHONY: vet
 vet: ## gofmt and go vet
@@ -38,28 +59,25 @@ vet: ## gofmt and go vet
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## run every fuzz target for FUZZTIME each
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$t"; $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg; \
-	  done; done
+fuzz: ## run every fuzz target on its own for FUZZTIME each (CI: FUZZTIME=10s)
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
-bench: tf-providers kube-binaries registry ## run the benchmarks (figures in BENCHMARKS.md)
-	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
+bench: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run the benchmarks (figures in BENCHMARKS.md)
+	NUON_REQUIRE_TOOLS=1 $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
-# A real kube-apiserver and etcd, built from the Go module proxy in their own
-# module (tools/kube) and cached outside the clone by version. Tests find them
-# through NUON_KUBE_ASSETS (internal/kubetest); the demo starts one with
-# kube-up.
+# A real kube-apiserver and etcd, and kubectl of the same version, built from
+# the Go module proxy in their own module (tools/kube) and cached outside the
+# clone by version. Tests and benchmarks find them through NUON_KUBE_ASSETS
+# (internal/kubetest); the demo starts one with kube-up.
 KUBE_VERSION := v1.37.1
 KUBE_ASSETS  := $(CACHE)/kube/$(KUBE_VERSION)
 KUBE_DIR     ?= $(DEMO_DIR)/kube
 export NUON_KUBE_ASSETS := $(KUBE_ASSETS)
 
 .PHONY: kube-binaries
-kube-binaries: ## build kube-apiserver and etcd for tests (cached in $(CACHE); ~11 min cold)
+kube-binaries: ## build kube-apiserver, etcd and kubectl of one version for tests and benchmarks (cached in $(CACHE); ~11 min cold)
 	hack/kube-binaries.sh $(KUBE_ASSETS)
 
 .PHONY: kube-up
@@ -75,7 +93,8 @@ kube-down: ## stop the kube-apiserver kube-up started
 # Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
 # tests: internal/oci/ocitest starts it on loopback, with TLS and basic auth as
 # ECR has them (openssl, htpasswd). Without it those tests skip, unless CI is
-# set, when they fail.
+# set or they run under make test or make bench, when they fail
+# (internal/testenv).
 .PHONY: registry
 registry: ## install docker-registry, htpasswd and openssl for the registry tests (apt-get)
 	hack/registry.sh install
@@ -86,9 +105,17 @@ bench-fleet: ## render 1,000, 10,000 and 100,000 installs cold and re-render one
 
 .PHONY: bench-sync
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts
-	NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
+	NUON_REQUIRE_TOOLS=1 NUON_BENCH_SYNC_MB=$${NUON_BENCH_SYNC_MB:-1024} $(GO) test -run='^$$' -bench='SyncVsCrane|NoopSync' -benchtime=1x -count=1 -timeout 60m ./agent/sync
 
 
 .PHONY: bench-server
 bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change
 	NUON_BENCH_PUSH_SECONDS=$${NUON_BENCH_PUSH_SECONDS:-60} $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 30m ./server
+
+# ---- Git over SSH -----------------------------------------------------------
+# Debian's openssh-server for the SSH git tests: internal/gittest starts sshd
+# on loopback with its own configuration, host key and authorized keys.
+# Without it those tests skip, unless CI is set, when they fail.
+.PHONY: sshd
+sshd: ## install openssh-server for the SSH git tests (apt-get)
+	hack/sshd.sh install

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
@@ -41,9 +42,17 @@ type Config struct {
 	// are reported as unsupported.
 	Plugins []string
 	// Sync copies a component's artifacts into the install's registry
-	// before its job runs. Without it the artifacts are taken to be there
-	// already and image components are unsupported.
+	// before its job runs, verifying each one's signature. Without it
+	// nothing can be verified, so every component that has artifacts
+	// fails with ErrNoArtifactKey and no job starts, unless
+	// InsecureSkipArtifactVerification is set.
 	Sync Syncer
+	// InsecureSkipArtifactVerification lets an agent without Sync deploy
+	// artifacts that nobody verified: jobs take them to be in the
+	// install's registry (or their local source) already, and image
+	// components are unsupported. For development only; every status the
+	// agent writes then says so (schemas.ArtifactsUnverified).
+	InsecureSkipArtifactVerification bool
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
@@ -62,6 +71,34 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now reads the clock; default time.Now.
 	Now func() time.Time
+}
+
+// ErrNoArtifactKey fails a component whose artifacts the agent cannot
+// verify because it has no vendor key (no Config.Sync): nothing of it is
+// synced or applied.
+var ErrNoArtifactKey = errors.New("no vendor artifact key to verify artifacts with: nothing synced or applied")
+
+// refuseArtifacts is the Syncer of an agent without a vendor key: it
+// refuses every artifact.
+type refuseArtifacts struct{}
+
+func (refuseArtifacts) Sync(_ context.Context, artifacts []schemas.Artifact) error {
+	if len(artifacts) == 0 {
+		return nil
+	}
+	names := make([]string, len(artifacts))
+	for i, a := range artifacts {
+		names[i] = a.Name + " " + a.Digest
+	}
+	return fmt.Errorf("%w (artifacts %s)", ErrNoArtifactKey, strings.Join(names, ", "))
+}
+
+// artifactPolicy is what the status says of artifact verification.
+func (a *Agent) artifactPolicy() string {
+	if a.cfg.Sync == nil {
+		return schemas.ArtifactsUnverified
+	}
+	return schemas.ArtifactsVerified
 }
 
 // Syncer copies artifacts, by digest, from the vendor registry into the
@@ -132,6 +169,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Sync == nil && !cfg.InsecureSkipArtifactVerification {
+		cfg.Sync = refuseArtifacts{}
 	}
 	for _, d := range []string{"pending", "jobs", "components"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Workdir, d), 0o700); err != nil {

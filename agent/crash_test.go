@@ -61,6 +61,9 @@ func agentProcess() int {
 		Plugins:  []string{schemas.TypeTerraform},
 		Interval: 100 * time.Millisecond,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
+
+		// The test plugin reads no artifacts.
+		InsecureSkipArtifactVerification: true,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

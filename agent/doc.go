@@ -13,7 +13,7 @@
 // written and pushed.
 //
 //  1. poll: read refs/heads/nuon/installs/<id> and refs/heads/nuon/status/<id>
-//     in one request (git protocol v2 ls-refs over HTTP; see Remote).
+//     in one request (git protocol v2 ls-refs over HTTPS or SSH; see Remote).
 //  2. status: what was applied is the local status commit. A remote status
 //     commit the local history lacks is checked (see Trust in the status
 //     ref).
@@ -31,8 +31,11 @@
 //     after its dependencies, at most Config.Concurrency at once. A
 //     component's inputs are resolved from the outputs of the components it
 //     depends on and its resolved spec hashed: an unchanged hash runs no
-//     job. Otherwise its artifacts are synced (Config.Sync) and its job runs
-//     as its own process (Config.Runner). A failure blocks the component's
+//     job. Otherwise its artifacts are verified and synced (Config.Sync) and
+//     its job runs as its own process (Config.Runner). Without a Syncer
+//     artifacts fail closed: the component fails with ErrNoArtifactKey,
+//     unless Config.InsecureSkipArtifactVerification, and status.json's
+//     artifacts field says which. A failure blocks the component's
 //     dependents, not its siblings, and is retried on its own schedule (4
 //     intervals, doubling while it keeps failing, up to MaxBackoff).
 //  8. write: a commit signed with the install's key on the local status

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -14,7 +15,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage"
 
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitproto"
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature/request"
 )
 
 // Remote is the agent's one connection to the tenant repository: read two
@@ -30,30 +34,79 @@ type Remote interface {
 	Push(ctx context.Context, st storage.Storer, ref plumbing.ReferenceName, old, new plumbing.Hash) error
 }
 
+// RemoteOption configures NewRemote.
+type RemoteOption func(*remoteOptions)
+
+type remoteOptions struct {
+	signer *request.Signer
+	auth   *gitauth.Auth
+	http   *http.Client
+	log    *slog.Logger
+}
+
+// WithGitAuth sets the credentials for the repository; default none.
+func WithGitAuth(a *gitauth.Auth) RemoteOption { return func(o *remoteOptions) { o.auth = a } }
+
+// WithHTTPClient sets the client that sends every HTTP request to the
+// repository, ls-refs, fetch and push alike, e.g. to sign each one in its
+// Transport; default http.DefaultClient.
+func WithHTTPClient(c *http.Client) RemoteOption { return func(o *remoteOptions) { o.http = c } }
+
+// WithRequestSigner signs every HTTP request with the install's key, as
+// the tenant server (nuon server) requires: no token or password. It wraps
+// the transport of WithHTTPClient's client (default http.DefaultClient).
+func WithRequestSigner(s *request.Signer) RemoteOption {
+	return func(o *remoteOptions) { o.signer = s }
+}
+
+// WithRemoteLogger sets where the remote's one warning goes (a server
+// that speaks only git protocol version 0); default nowhere.
+func WithRemoteLogger(l *slog.Logger) RemoteOption { return func(o *remoteOptions) { o.log = l } }
+
 // NewRemote returns the Remote for a repository location: git protocol v2
-// over HTTP(S) for http:// and https:// URLs, so a poll costs one request
-// whatever the size of the fleet, and go-git for paths, file:// and ssh://.
-// An auth that can set a request's headers (a go-git HTTP AuthMethod such as
-// request.Signer) is applied to the protocol v2 requests too.
-func NewRemote(location string, auth transport.AuthMethod) Remote {
-	if strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://") {
-		c := &gitproto.Client{URL: location}
-		if a, ok := auth.(interface{ SetAuth(*http.Request) }); ok {
-			c.Auth = a.SetAuth
+// over HTTP(S) and SSH (ssh:// and user@host:path) through gitproto, so a
+// poll costs one small exchange whatever the size of the fleet, falling
+// back to version 0 with a warning when the server has only that; go-git
+// for paths and file://. Nil options are skipped. A configuration error
+// (credentials that cannot be used for location) is returned by every
+// method.
+func NewRemote(location string, opts ...RemoteOption) Remote {
+	var o remoteOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
-		return &httpRemote{client: c, gogit: goGitRemote{url: location, auth: auth}}
 	}
-	return goGitRemote{url: location, auth: auth}
+	if !gitrepo.IsURL(location) || strings.HasPrefix(location, "file://") {
+		return goGitRemote{url: location}
+	}
+	if o.signer != nil {
+		base := http.DefaultClient
+		if o.http != nil {
+			base = o.http
+		}
+		signed := *base
+		rt := base.Transport
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
+		signed.Transport = o.signer.Transport(rt)
+		o.http = &signed
+	}
+	c, err := o.auth.Client(location, o.http, o.log)
+	if err != nil {
+		return errRemote{err}
+	}
+	return &netRemote{client: c}
 }
 
-// httpRemote reads with protocol v2 and pushes with go-git (receive-pack
-// has no v2; pushes happen only when the status changes).
-type httpRemote struct {
+// netRemote speaks git's protocol itself: ls-refs and fetch in version 2,
+// push with receive-pack, all through the one gitproto.Client.
+type netRemote struct {
 	client *gitproto.Client
-	gogit  goGitRemote
 }
 
-func (r *httpRemote) Heads(ctx context.Context, names ...plumbing.ReferenceName) (map[plumbing.ReferenceName]plumbing.Hash, error) {
+func (r *netRemote) Heads(ctx context.Context, names ...plumbing.ReferenceName) (map[plumbing.ReferenceName]plumbing.Hash, error) {
 	prefixes := make([]string, len(names))
 	for i, n := range names {
 		prefixes[i] = n.String()
@@ -71,13 +124,24 @@ func (r *httpRemote) Heads(ctx context.Context, names ...plumbing.ReferenceName)
 	return out, nil
 }
 
-func (r *httpRemote) Fetch(ctx context.Context, st storage.Storer, want plumbing.Hash) error {
+func (r *netRemote) Fetch(ctx context.Context, st storage.Storer, want plumbing.Hash) error {
 	_, err := r.client.Fetch(ctx, st, []plumbing.Hash{want}, localHeads(st))
 	return err
 }
 
-func (r *httpRemote) Push(ctx context.Context, st storage.Storer, ref plumbing.ReferenceName, old, new plumbing.Hash) error {
-	return r.gogit.Push(ctx, st, ref, old, new)
+func (r *netRemote) Push(ctx context.Context, st storage.Storer, ref plumbing.ReferenceName, old, new plumbing.Hash) error {
+	return r.client.Push(ctx, st, gitproto.RefUpdate{Name: ref, Old: old, New: new})
+}
+
+// errRemote is a Remote that could not be configured.
+type errRemote struct{ err error }
+
+func (r errRemote) Heads(context.Context, ...plumbing.ReferenceName) (map[plumbing.ReferenceName]plumbing.Hash, error) {
+	return nil, r.err
+}
+func (r errRemote) Fetch(context.Context, storage.Storer, plumbing.Hash) error { return r.err }
+func (r errRemote) Push(context.Context, storage.Storer, plumbing.ReferenceName, plumbing.Hash, plumbing.Hash) error {
+	return r.err
 }
 
 // localHeads lists what the local store has, so a fetch sends only what is
@@ -97,6 +161,7 @@ func localHeads(st storer.ReferenceStorer) []plumbing.Hash {
 	return out
 }
 
+// goGitRemote reaches a repository on a local path with go-git.
 type goGitRemote struct {
 	url  string
 	auth transport.AuthMethod
@@ -169,3 +234,9 @@ func (r goGitRemote) Push(ctx context.Context, st storage.Storer, ref plumbing.R
 	}
 	return nil
 }
+
+var (
+	_ Remote = (*netRemote)(nil)
+	_ Remote = errRemote{}
+	_ Remote = goGitRemote{}
+)

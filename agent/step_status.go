@@ -50,6 +50,12 @@ func (p *pass) status(ctx context.Context) (outcome, error) {
 		p.rec.Status.Forged = forged
 		p.note("Replaced forged status commit %s: %s.", short(p.replace), forged.Reason)
 	}
+	// Whether this agent verifies artifacts is part of its status; a
+	// change is worth a commit of its own.
+	if policy := a.artifactPolicy(); p.rec.Status.Artifacts != policy {
+		p.rec.Status.Artifacts = policy
+		p.rec.dirty = true
+	}
 	return proceed, nil
 }
 

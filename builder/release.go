@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"io"
 	"maps"
 	"path"
@@ -99,15 +100,15 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 	if head.IsZero() {
 		return nil, fmt.Errorf("release: %s has no %s", repo.Location, MainRef)
 	}
-	commit, err := repo.Git().CommitObject(head)
+	commit, err := gitobj.ReadCommit(repo.Storer(), head)
 	if err != nil {
 		return nil, fmt.Errorf("release: read main: %w", err)
 	}
-	root, err := commit.Tree()
+	root, err := gitobj.ReadTree(repo.Storer(), commit.TreeHash)
 	if err != nil {
 		return nil, fmt.Errorf("release: read main: %w", err)
 	}
-	app, err := readFile(root, schemas.AppFile)
+	app, err := readFile(repo.Storer(), root, schemas.AppFile)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 		file := path.Join(schemas.ReleasesDir, r.Component+".yaml")
 		old, ok := files[file]
 		if !ok {
-			old, err = readFile(root, file)
+			old, err = readFile(repo.Storer(), root, file)
 			if errors.Is(err, object.ErrFileNotFound) {
 				old, err = nil, nil
 			}
@@ -160,25 +161,29 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 	return res, nil
 }
 
-// readFile reads the source file name of main, refusing it from its
-// blob's size when it is over the cap on a source file.
-func readFile(root *object.Tree, name string) ([]byte, error) {
-	f, err := root.File(name)
+// readFile reads the source file name of main through the verified
+// reader, refusing it from its blob's size when it is over the cap on a
+// source file. A missing file is object.ErrFileNotFound.
+func readFile(st storer.EncodedObjectStorer, root *object.Tree, name string) ([]byte, error) {
+	e, err := root.FindEntry(name)
 	if err != nil {
-		return nil, err
+		return nil, object.ErrFileNotFound
 	}
-	size, err := root.Size(name)
+	if !e.Mode.IsFile() {
+		return nil, fmt.Errorf("release: main's %s is not a file", name)
+	}
+	o, err := st.EncodedObject(plumbing.BlobObject, e.Hash)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	if err := schemas.CheckSize(name, size); err != nil {
+	if err := schemas.CheckSize(name, o.Size()); err != nil {
 		return nil, fmt.Errorf("release: main's %w", err)
 	}
-	s, err := f.Contents()
+	data, err := gitobj.ReadBlob(st, e.Hash, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	return []byte(s), nil
+	return data, nil
 }
 
 // appendVersion adds r to the release file's content old (nil: no file

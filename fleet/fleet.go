@@ -50,6 +50,10 @@ type Install struct {
 	// agent has reported on it.
 	Rendered string `json:"rendered,omitempty"`
 	InSync   bool   `json:"inSync"`
+	// Artifacts is the agent's artifact verification, as its status says:
+	// Verified, Unverified (--insecure-skip-artifact-verification), or
+	// empty from an agent that predates the field.
+	Artifacts string `json:"artifacts,omitempty"`
 }
 
 // StateStale is Install.State while the agent reports its desired state
@@ -104,7 +108,7 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string) (Insta
 	if err := json.Unmarshal(files[schemas.StatusFile], &st); err != nil {
 		return row, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
 	}
-	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal
+	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal, row.Artifacts = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal, st.Artifacts
 	row.Stale, row.Expires, row.Forged = st.Stale, st.Expires, st.Forged
 	row.State = st.Phase
 	if st.Stale {

@@ -14,6 +14,15 @@
 // the plugins, their libraries and the tools they start. The plugins carry
 // no redaction of their own.
 //
+// Besides create, update and delete, a job may be a drift, health or
+// debug job: the job process calls the plugin's reconciler.DriftChecker,
+// HealthChecker or Debugger, or fails with ErrUnsupported. A debug job's
+// command is parsed against the plugin's allow-list (internal/debugcmd)
+// before the plugin sees it; a refused one fails with an error wrapping
+// debugcmd.ErrRefused that says why. Its output is bounded by
+// debug.maxBytes (and debug.timeout, within the job's timeout) and is
+// redacted like every other output before it goes into the result.
+//
 // The agent side, which starts these processes and waits for them, is
 // package agent/jobs; the two share only the manifest and result formats
 // of package schemas. Keeping them apart keeps the plugins and their

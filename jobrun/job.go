@@ -9,12 +9,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime/debug"
+	rtdebug "runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
@@ -156,17 +157,79 @@ func execute(ctx context.Context, job *schemas.Job, plugins map[string]reconcile
 func callPlugin(ctx context.Context, plugin reconciler.Plugin, job *schemas.Job, env reconciler.Env) (res *schemas.JobResult, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			fmt.Fprintf(env.Log, "panic: %v\n%s", v, debug.Stack())
+			fmt.Fprintf(env.Log, "panic: %v\n%s", v, rtdebug.Stack())
 			res, err = nil, fmt.Errorf("plugin %s panicked: %v", job.Plugin, v)
 		}
 	}()
-	if job.Operation == schemas.OpDelete {
+	switch job.Operation {
+	case schemas.OpDelete:
 		if err := plugin.Destroy(ctx, job, env); err != nil {
 			return nil, err
 		}
 		return &schemas.JobResult{Changed: true}, nil
+	case schemas.OpDrift:
+		dc, ok := plugin.(reconciler.DriftChecker)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		res, err := dc.Drift(ctx, job, env)
+		if res != nil {
+			// A drift check changes nothing, whatever the plugin says.
+			res.Changed = false
+		}
+		return res, err
+	case schemas.OpHealth:
+		hc, ok := plugin.(reconciler.HealthChecker)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		h, err := hc.Health(ctx, job, env)
+		if err != nil {
+			return nil, err
+		}
+		return &schemas.JobResult{Health: h}, nil
+	case schemas.OpDebug:
+		d, ok := plugin.(reconciler.Debugger)
+		if !ok {
+			return nil, unsupported(job)
+		}
+		return runDebug(ctx, d, job, env)
 	}
 	return plugin.Apply(ctx, job, env)
+}
+
+// ErrUnsupported: the job's plugin does not implement the job's
+// operation. Running the job again fails the same way.
+var ErrUnsupported = errors.New("operation not supported")
+
+func unsupported(job *schemas.Job) error {
+	return fmt.Errorf("%w: plugin %s has no %s operation", ErrUnsupported, job.Plugin, job.Operation)
+}
+
+// runDebug parses the job's command against the plugin's allow-list and
+// runs it under debug.timeout with its output bounded by debug.maxBytes.
+// A refused command gets no answer, and an error wrapping
+// debugcmd.ErrRefused that says why. writeResult redacts the answer.
+func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	cmd, err := debugcmd.Parse(job.Plugin, job.Debug.Command)
+	if err != nil {
+		return nil, err
+	}
+	if t, err := time.ParseDuration(job.Debug.Timeout); err == nil && t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	out := debugcmd.NewLimit(job.Debug.EffectiveMaxBytes())
+	env.Logger.Info("debug command", "command", strings.Join(cmd.Words(), " "))
+	err = d.Debug(ctx, job, env, cmd, out)
+	if errors.Is(err, debugcmd.ErrLimit) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &schemas.JobResult{Answer: out.Answer(cmd, nil)}, nil
 }
 
 // writeResult writes the job's result file: what the plugin reported,
@@ -176,6 +239,7 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *re
 	out := schemas.JobResult{APIVersion: schemas.APIVersion, Kind: schemas.KindJobResult, Job: job.ID}
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
+		out.Drift, out.Health, out.Answer = redactReports(res, red)
 		if out.Outputs != nil {
 			v, err := schemas.WalkStrings(out.Outputs, "", func(_, s string) (any, error) { return red.String(s), nil })
 			if err != nil {
@@ -186,9 +250,47 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *re
 	}
 	if runErr != nil {
 		out.Error = red.String(runErr.Error())
+		out.Refused = errors.Is(runErr, debugcmd.ErrRefused)
 	}
 	if err := os.MkdirAll(filepath.Dir(job.ResultFile), 0o700); err != nil {
 		return nil, err
 	}
 	return &out, atomicfile.WriteJSON(job.ResultFile, &out)
+}
+
+// redactReports returns copies of res's drift, health and debug answer
+// with every secret redacted: a debug answer may show an object whose
+// manifest had a secret substituted in, a drift diff or a health message
+// may quote a value.
+func redactReports(res *schemas.JobResult, red *redact.Redactor) ([]schemas.ResourceDrift, *schemas.Health, *schemas.Answer) {
+	var drift []schemas.ResourceDrift
+	for _, d := range res.Drift {
+		d.Diff = red.String(d.Diff)
+		fields := make([]string, len(d.Fields))
+		for i, f := range d.Fields {
+			fields[i] = red.String(f)
+		}
+		if d.Fields != nil {
+			d.Fields = fields
+		}
+		drift = append(drift, d)
+	}
+	var health *schemas.Health
+	if res.Health != nil {
+		h := *res.Health
+		h.Message = red.String(h.Message)
+		h.Resources = nil
+		for _, r := range res.Health.Resources {
+			r.Message = red.String(r.Message)
+			h.Resources = append(h.Resources, r)
+		}
+		health = &h
+	}
+	var answer *schemas.Answer
+	if res.Answer != nil {
+		a := *res.Answer
+		a.Output = red.String(a.Output)
+		answer = &a
+	}
+	return drift, health, answer
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -60,7 +61,7 @@ func TestMainRejectsManifest(t *testing.T) {
 		{name: "unknown field", edit: set("timout", "1m"), wantMsg: `timout: unknown field "timout"; did you mean "timeout"?`},
 		{name: "api version", edit: set("apiVersion", "nuon.dev/v0"), wantMsg: `:1:15: apiVersion: must be "nuon.dev/v1", not "nuon.dev/v0"`},
 		{name: "kind", edit: set("kind", "Status"), wantMsg: `kind: must be "Job", not "Status"`},
-		{name: "operation", edit: set("operation", "upsert"), wantMsg: `operation: must be one of create, update or delete, not "upsert"`},
+		{name: "operation", edit: set("operation", "upsert"), wantMsg: `operation: must be one of create, update, delete, drift, health or debug, not "upsert"`},
 		{name: "zero timeout", edit: set("timeout", "0s"), wantMsg: `manifest.json: timeout "0s" is not a positive duration`},
 		{name: "no timeout", edit: set("timeout", ""), wantMsg: `timeout: "" is not a duration`},
 		{name: "negative timeout", edit: set("timeout", "-1s"), wantMsg: `timeout: "-1s" is not a duration`},
@@ -166,7 +167,7 @@ func TestMainResult(t *testing.T) {
 				ctx = context.Background()
 			}
 			var out bytes.Buffer
-			err := Main(ctx, writeManifestFile(t, data), testPlugins, DirArtifacts{}, &out)
+			err := Main(ctx, writeManifestFile(t, data), testPlugins, oci.Layout{}, &out)
 			if !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v, want %v", err, tt.wantIs)
 			}
@@ -200,7 +201,7 @@ func TestMainStateDir(t *testing.T) {
 		}),
 	}
 	data, _ := manifest(t, "env", func(m map[string]any) { m["stateDir"] = state })
-	arts := DirArtifacts{Root: "/artifacts"}
+	arts := oci.Layout{Path: "/artifacts"}
 	var out bytes.Buffer
 	if err := Main(context.Background(), writeManifestFile(t, data), plugins, arts, &out); err != nil {
 		t.Fatal(err)

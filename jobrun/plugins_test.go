@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,3 +113,16 @@ func readResult(path string) (*schemas.JobResult, error) {
 	var res schemas.JobResult
 	return &res, json.Unmarshal(b, &res)
 }
+
+// dirArtifacts serves the fixture modules by repository name (the last
+// element of the artifact's local reference), for tests of a plugin rather
+// than of the artifact path: it checks no digest.
+type dirArtifacts struct{ root string }
+
+func (d dirArtifacts) Extract(_ context.Context, a schemas.Artifact, dir string) error {
+	repo, _, _ := strings.Cut(a.Local, "@")
+	return os.CopyFS(dir, os.DirFS(filepath.Join(d.root, path.Base(repo))))
+}
+
+// digest is the digest the tests' artifacts claim; dirArtifacts checks none.
+const digest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"

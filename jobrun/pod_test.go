@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -27,7 +28,7 @@ func TestPodMain(t *testing.T) {
 	}
 	var out strings.Builder
 	term := filepath.Join(dir, "termination-log")
-	if err := podMain(t.Context(), manifest, testPlugins, DirArtifacts{Root: dir}, &out, term); err != nil {
+	if err := podMain(t.Context(), manifest, testPlugins, oci.Layout{Path: dir}, &out, term); err != nil {
 		t.Fatal(err)
 	}
 	res := resultLine(t, out.String())

@@ -30,4 +30,18 @@
 // SecretEnv(NAME), and refuses a value too short to redact safely
 // (redact.MinLen). Plugins do not redact: the job process (package jobrun)
 // redacts everything they print and return before it leaves the job.
+//
+// # Operations beyond apply
+//
+// A job's operation may also be drift, health or debug (see
+// schemas.ReadOnly): they change nothing. A plugin takes part through
+// small optional interfaces, found by the job process with a type
+// assertion: DriftChecker (what differs from the desired state, per
+// resource, with at most one plan), HealthChecker (Ready, Progressing,
+// Failed, Unknown) and Debugger (one read-only command parsed by package
+// internal/debugcmd from a fixed allow-list). A plugin without one fails
+// such a job with jobrun.ErrUnsupported. Correcting drift needs no
+// interface: it is an Apply of the desired state. Package reconciler/kube
+// holds what the Kubernetes plugins share: health from kstatus and the
+// Kubernetes debug commands.
 package reconciler

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -19,6 +20,32 @@ type Plugin interface {
 	Apply(ctx context.Context, job *schemas.Job, env Env) (*schemas.JobResult, error)
 	// Destroy removes everything the component created.
 	Destroy(ctx context.Context, job *schemas.Job, env Env) error
+}
+
+// DriftChecker is a plugin that can compare the install with a job's
+// desired state without changing anything (operation drift): no write to
+// the cluster, the cloud or the component's state, and at most one plan.
+// The result's Drift lists what differs, per resource, and its Health how
+// the component stands when the plugin can tell. Correcting drift is an
+// ordinary Apply of the same job.
+type DriftChecker interface {
+	Drift(ctx context.Context, job *schemas.Job, env Env) (*schemas.JobResult, error)
+}
+
+// HealthChecker is a plugin that can tell how a component stands without
+// changing anything (operation health).
+type HealthChecker interface {
+	Health(ctx context.Context, job *schemas.Job, env Env) (*schemas.Health, error)
+}
+
+// Debugger is a plugin that runs read-only debug commands (operation
+// debug). The job process parses the job's command against the plugin's
+// allow-list (debugcmd.Parse) and hands Debug the parsed command; Debug
+// writes its answer to out, which bounds it, and refuses a command
+// outside the install with a *debugcmd.Refusal. It must never run a shell
+// or hand the command's words to a CLI.
+type Debugger interface {
+	Debug(ctx context.Context, job *schemas.Job, env Env, cmd debugcmd.Command, out io.Writer) error
 }
 
 // Env is what the job process hands a plugin.

@@ -36,6 +36,7 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		Sandbox:    in.Sandbox,
 		Registry:   in.Registry,
 		Components: order,
+		Operations: in.Operations,
 	}
 	if files[schemas.InstallStateFile], err = encode(state); err != nil {
 		return nil, fmt.Errorf("render %s: %w", id, err)
@@ -74,6 +75,7 @@ func component(src *schemas.Source, id string, in schemas.Install, c schemas.Com
 		Terraform:  c.Terraform,
 		Helm:       c.Helm,
 		Manifests:  c.Manifests,
+		Drift:      c.Drift,
 	}
 	names := make([]string, 0, len(rel.Artifacts))
 	for n := range rel.Artifacts {

@@ -130,6 +130,17 @@
 //	job result                              JobResult       the job, for the agent
 //	status.json                             InstallStatus   the agent, on nuon/status/<id>
 //
+// A job's operation is create, update or delete, or one that changes
+// nothing (ReadOnly): drift (the result's Drift lists what differs per
+// resource: changed, missing or extra), health (its Health: Ready,
+// Progressing, Failed or Unknown) or debug (one allow-listed command in
+// the job's Debug, answered in the result's Answer, bounded by maxBytes
+// and marked truncated). Components set how drift is checked
+// (DriftSettings: mode off, report or correct, default report; schedule
+// default 1h), helm.wait and terraform.health; an install's Operations
+// let its customer turn log requests, debug commands and drift checks
+// off.
+//
 // Every file kind has a JSON Schema in [Files], named by the Schema…
 // constants, which editors can use as they are. [ValidateJSON] checks a
 // written file against its schema and its Go type before anyone relies on

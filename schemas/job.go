@@ -7,7 +7,22 @@ const (
 	OpCreate = "create"
 	OpUpdate = "update"
 	OpDelete = "delete"
+	// OpDrift compares the install with the job's desired state and
+	// changes nothing; the result's Drift says what differs and its
+	// Health how the component stands.
+	OpDrift = "drift"
+	// OpHealth reports how the component stands (the result's Health) and
+	// changes nothing.
+	OpHealth = "health"
+	// OpDebug runs one allow-listed, read-only debug command (the job's
+	// Debug) and answers in the result's Answer.
+	OpDebug = "debug"
 )
+
+// ReadOnly tells whether a job of operation op never changes the install.
+func ReadOnly(op string) bool {
+	return op == OpDrift || op == OpHealth || op == OpDebug
+}
 
 // Job is a job manifest: exactly what one plugin job does. The agent writes
 // it, `nuon job run MANIFEST` executes it in its own process, and the status
@@ -19,7 +34,7 @@ type Job struct {
 	ID        string `json:"id"`
 	Install   string `json:"install"`
 	Component string `json:"component"`
-	// Operation is create, update or delete.
+	// Operation is create, update, delete, drift, health or debug.
 	Operation string `json:"operation"`
 	// Plugin is the component type that runs it.
 	Plugin  string `json:"plugin"`
@@ -34,6 +49,8 @@ type Job struct {
 	Terraform *TerraformSettings `json:"terraform,omitempty"`
 	Helm      *HelmSettings      `json:"helm,omitempty"`
 	Manifests *ManifestSettings  `json:"manifests,omitempty"`
+	// Debug is the command of a debug job (operation debug only).
+	Debug *DebugRequest `json:"debug,omitempty"`
 	// Timeout bounds the job, as a Go duration.
 	Timeout string `json:"timeout"`
 	// StateDir is the component's persistent directory in the install
@@ -41,6 +58,36 @@ type Job struct {
 	StateDir string `json:"stateDir"`
 	// ResultFile is where the job writes its JobResult.
 	ResultFile string `json:"resultFile"`
+}
+
+// DefaultDebugMaxBytes bounds a debug answer when the request does not.
+const DefaultDebugMaxBytes = 64 << 10
+
+// DebugRequest is one read-only debug command. Its words are parsed
+// against the plugin's allow-list (package internal/debugcmd): they are
+// never run by a shell nor handed to a CLI.
+type DebugRequest struct {
+	// Command is the command's words, for example
+	// ["logs", "api-7d9f", "--tail", "100"].
+	Command []string `json:"command"`
+	// Namespaces are the install's namespaces (those its components own):
+	// Kubernetes commands are refused outside them. Empty means the
+	// component's own namespace only.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// MaxBytes bounds the answer; more is cut off and marked truncated.
+	// Default DefaultDebugMaxBytes.
+	MaxBytes int `json:"maxBytes,omitempty"`
+	// Timeout bounds the command, as a Go duration, within the job's
+	// timeout; default the job's timeout.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// EffectiveMaxBytes is d.MaxBytes or DefaultDebugMaxBytes.
+func (d *DebugRequest) EffectiveMaxBytes() int {
+	if d == nil || d.MaxBytes <= 0 {
+		return DefaultDebugMaxBytes
+	}
+	return d.MaxBytes
 }
 
 // KindJobResult is the kind of a JobResult.
@@ -59,6 +106,88 @@ type JobResult struct {
 	// Changed reports whether the job changed anything.
 	Changed bool   `json:"changed"`
 	Error   string `json:"error,omitempty"`
+	// Refused is set when Error is a refusal (a debug command off the
+	// allow-list or outside the install): the job would be refused again,
+	// and the agent answers the request with Error as the reason.
+	Refused bool `json:"refused,omitempty"`
+	// Drift lists what differs from the desired state, per resource, as a
+	// drift job found it; empty means no drift (or no drift check).
+	Drift []ResourceDrift `json:"drift,omitempty"`
+	// Health is how the component stands after an apply, a drift or a
+	// health job, when the plugin can tell.
+	Health *Health `json:"health,omitempty"`
+	// Answer is a debug job's output.
+	Answer *Answer `json:"answer,omitempty"`
+}
+
+// Drift actions: how a resource differs from the desired state.
+const (
+	// DriftChanged: the resource exists, but fields the desired state sets
+	// differ.
+	DriftChanged = "changed"
+	// DriftMissing: the desired state has the resource, the install does
+	// not.
+	DriftMissing = "missing"
+	// DriftExtra: the install has a resource the desired state does not
+	// (terraform would delete it).
+	DriftExtra = "extra"
+)
+
+// ResourceDrift is one resource that differs from the desired state.
+// Terraform resources have an Address; Kubernetes objects a Kind,
+// Namespace and Name.
+type ResourceDrift struct {
+	Address   string `json:"address,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Action is changed, missing or extra.
+	Action string `json:"action"`
+	// Fields are the paths that differ, at most a few.
+	Fields []string `json:"fields,omitempty"`
+	// Diff is a short human-readable diff, when fields are not enough.
+	Diff string `json:"diff,omitempty"`
+}
+
+// Health statuses, as kstatus computes them for Kubernetes objects.
+const (
+	HealthReady       = "Ready"
+	HealthProgressing = "Progressing"
+	HealthFailed      = "Failed"
+	HealthUnknown     = "Unknown"
+)
+
+// Health is how a component stands: the worst of its resources' statuses.
+type Health struct {
+	Status  string `json:"status"`
+	Message string `json:"message,omitempty"`
+	// Resources are the resources that are not Ready, or all of them when
+	// the plugin checks each.
+	Resources []ResourceHealth `json:"resources,omitempty"`
+}
+
+// ResourceHealth is one resource's health.
+type ResourceHealth struct {
+	Address   string `json:"address,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Status    string `json:"status"`
+	Message   string `json:"message,omitempty"`
+}
+
+// Answer is a debug command's output, bounded.
+type Answer struct {
+	// Command is the command as parsed, in its canonical words.
+	Command []string `json:"command"`
+	// Output is at most the request's MaxBytes of the command's output.
+	Output string `json:"output"`
+	// Truncated is set when the output was cut off at MaxBytes.
+	Truncated bool `json:"truncated,omitempty"`
+	// Bytes is the size of the output before truncation; a streamed
+	// output (a pod's log) stops being read once it is past MaxBytes, so
+	// for it Bytes is a lower bound.
+	Bytes int `json:"bytes"`
 }
 
 // Component phases in a status.
@@ -101,7 +230,12 @@ type Status struct {
 	Expires *time.Time `json:"expires,omitempty"`
 	// Forged names a status commit on the status ref that this install's
 	// key did not sign, which the agent replaced.
-	Forged     *Forged                    `json:"forged,omitempty"`
+	Forged *Forged `json:"forged,omitempty"`
+	// Artifacts says whether the agent that wrote the status verifies
+	// artifacts before it deploys them: ArtifactsVerified, or
+	// ArtifactsUnverified when it runs with verification switched off.
+	// Empty in statuses written before agents reported it.
+	Artifacts  string                     `json:"artifacts,omitempty"`
 	Components map[string]ComponentStatus `json:"components"`
 }
 
@@ -114,6 +248,16 @@ type Forged struct {
 	Commit string `json:"commit"`
 	Reason string `json:"reason"`
 }
+
+// Artifact verification of an agent, in a status.
+const (
+	// ArtifactsVerified: every artifact is deployed only after its
+	// signature by the vendor's key was verified.
+	ArtifactsVerified = "Verified"
+	// ArtifactsUnverified: the agent was told to deploy artifacts without
+	// verifying them (--insecure-skip-artifact-verification).
+	ArtifactsUnverified = "Unverified"
+)
 
 // Refusal records a desired commit the agent would not apply.
 type Refusal struct {
@@ -134,4 +278,10 @@ type ComponentStatus struct {
 	Sensitive []string       `json:"sensitive,omitempty"`
 	Job       string         `json:"job,omitempty"`
 	Error     string         `json:"error,omitempty"`
+	// Health is how the component stands, as its last apply, drift or
+	// health job found; shown next to the phase.
+	Health *Health `json:"health,omitempty"`
+	// Drift is what differed from the desired state at the last drift
+	// check; empty when nothing did.
+	Drift []ResourceDrift `json:"drift,omitempty"`
 }

@@ -62,9 +62,17 @@ func validateJob(job *Job) error {
 	check(job.Component != "", "component is empty")
 	check(job.Plugin != "", "plugin is empty")
 	switch job.Operation {
-	case OpCreate, OpUpdate, OpDelete:
+	case OpCreate, OpUpdate, OpDelete, OpDrift, OpHealth:
+		check(job.Debug == nil, "debug is set for a %s job (only debug jobs take a command)", job.Operation)
+	case OpDebug:
+		check(job.Debug != nil && len(job.Debug.Command) > 0, "a debug job has no debug.command")
+		if job.Debug != nil && job.Debug.Timeout != "" {
+			if d, err := time.ParseDuration(job.Debug.Timeout); err != nil || d <= 0 {
+				check(false, "debug.timeout %q is not a positive duration such as 90s or 30m", job.Debug.Timeout)
+			}
+		}
 	default:
-		check(false, "operation must be %s, %s or %s, not %q", OpCreate, OpUpdate, OpDelete, job.Operation)
+		check(false, "operation must be %s, %s, %s, %s, %s or %s, not %q", OpCreate, OpUpdate, OpDelete, OpDrift, OpHealth, OpDebug, job.Operation)
 	}
 	if d, err := time.ParseDuration(job.Timeout); err != nil || d <= 0 {
 		check(false, "timeout %q is not a positive duration such as 90s or 30m", job.Timeout)

@@ -153,7 +153,7 @@ var loadCases = []struct {
 	{
 		name:  "unknown top-level field",
 		edits: []edit{appendTo("installs/acme.yaml", "owner: ops\n")},
-		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, id, inputs, registry, sandbox, versions`},
+		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, id, inputs, operations, registry, sandbox, versions`},
 	},
 	{
 		name:  "missing required field",

@@ -64,12 +64,79 @@ type Component struct {
 	Terraform *TerraformSettings `yaml:"terraform,omitempty" json:"terraform,omitempty"`
 	Helm      *HelmSettings      `yaml:"helm,omitempty" json:"helm,omitempty"`
 	Manifests *ManifestSettings  `yaml:"manifests,omitempty" json:"manifests,omitempty"`
+	// Drift says whether and how often the agent checks the component for
+	// drift; absent means the defaults of DriftSettings.
+	Drift *DriftSettings `yaml:"drift,omitempty" json:"drift,omitempty"`
+}
+
+// Drift modes of a component.
+const (
+	// DriftOff: the agent never checks the component between jobs.
+	DriftOff = "off"
+	// DriftReport: the agent checks and reports what differs, and changes
+	// nothing.
+	DriftReport = "report"
+	// DriftCorrect: the agent checks, reports, and re-applies exactly the
+	// desired state when something differs.
+	DriftCorrect = "correct"
+)
+
+// Defaults of DriftSettings.
+const (
+	// DefaultDriftMode is report: a hand edit is noticed, never undone
+	// without asking.
+	DefaultDriftMode = DriftReport
+	// DefaultDriftSchedule is how often a component is checked: at most
+	// one plan per component per hour.
+	DefaultDriftSchedule = "1h"
+)
+
+// DriftSettings are a component's drift detection: a check is a
+// read-only job (operation drift) that compares the install with the
+// desired state.
+type DriftSettings struct {
+	// Mode is off, report or correct; default DefaultDriftMode.
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+	// Schedule is the time between two checks, as a Go duration; default
+	// DefaultDriftSchedule.
+	Schedule string `yaml:"schedule,omitempty" json:"schedule,omitempty"`
+}
+
+// EffectiveMode is d's mode, or DefaultDriftMode when d or its mode is
+// empty.
+func (d *DriftSettings) EffectiveMode() string {
+	if d == nil || d.Mode == "" {
+		return DefaultDriftMode
+	}
+	return d.Mode
+}
+
+// EffectiveSchedule is d's schedule, or DefaultDriftSchedule when d or its
+// schedule is empty or not a positive duration.
+func (d *DriftSettings) EffectiveSchedule() time.Duration {
+	if d != nil {
+		if v, err := time.ParseDuration(d.Schedule); err == nil && v > 0 {
+			return v
+		}
+	}
+	v, _ := time.ParseDuration(DefaultDriftSchedule)
+	return v
 }
 
 // TerraformSettings tune the terraform plugin.
 type TerraformSettings struct {
 	// Timeout bounds one job, as a Go duration; default 30m.
 	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Health names a check the component must pass after every apply;
+	// none by default (health then follows the apply's outcome).
+	Health *TerraformHealth `yaml:"health,omitempty" json:"health,omitempty"`
+}
+
+// TerraformHealth is a terraform component's health check.
+type TerraformHealth struct {
+	// Output names a module output that must be true: false (or missing,
+	// or not a boolean) makes the component Failed.
+	Output string `yaml:"output" json:"output"`
 }
 
 // HelmSettings tune the helm plugin.
@@ -78,6 +145,9 @@ type HelmSettings struct {
 	Release   string `yaml:"release,omitempty" json:"release,omitempty"`
 	Namespace string `yaml:"namespace,omitempty" json:"namespace,omitempty"`
 	Timeout   string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Wait makes an apply wait until the release's resources are Ready
+	// (kstatus), within the job's timeout; off by default, as in helm.
+	Wait bool `yaml:"wait,omitempty" json:"wait,omitempty"`
 }
 
 // ManifestSettings tune the manifests plugin.
@@ -140,6 +210,41 @@ type Install struct {
 	// AgentKey is the OpenSSH public key the install's agent signs status
 	// commits with.
 	AgentKey string `yaml:"agentKey" json:"agentKey"`
+	// Operations is the customer's veto on what the vendor may do in the
+	// install besides applying its desired state; absent allows all.
+	Operations *Operations `yaml:"operations,omitempty" json:"operations,omitempty"`
+}
+
+// Operations turns kinds of vendor requests on or off for one install. A
+// field left out allows that kind; the agent refuses a request of a kind
+// set to false and says so in its status.
+type Operations struct {
+	// Logs allows log requests.
+	Logs *bool `yaml:"logs,omitempty" json:"logs,omitempty"`
+	// Debug allows debug commands.
+	Debug *bool `yaml:"debug,omitempty" json:"debug,omitempty"`
+	// Drift allows scheduled drift checks (and their corrections).
+	Drift *bool `yaml:"drift,omitempty" json:"drift,omitempty"`
+}
+
+// Allows tells whether o lets the agent run requests of kind ("logs",
+// "debug" or "drift"); a nil o or an unset field allows it.
+func (o *Operations) Allows(kind string) bool {
+	if o == nil {
+		return true
+	}
+	var v *bool
+	switch kind {
+	case "logs":
+		v = o.Logs
+	case "debug":
+		v = o.Debug
+	case "drift":
+		v = o.Drift
+	default:
+		return false
+	}
+	return v == nil || *v
 }
 
 // Cloud says where an install runs.
@@ -172,6 +277,9 @@ type InstallState struct {
 	Registry   string  `json:"registry"`
 	// Components lists the component names in dependency order.
 	Components []string `json:"components"`
+	// Operations is the install's veto on vendor requests, as
+	// installs/<id>.yaml says.
+	Operations *Operations `json:"operations,omitempty"`
 }
 
 // ComponentState is installs/<id>/components/<name>.json in the rendered
@@ -190,6 +298,8 @@ type ComponentState struct {
 	Terraform *TerraformSettings `json:"terraform,omitempty"`
 	Helm      *HelmSettings      `json:"helm,omitempty"`
 	Manifests *ManifestSettings  `json:"manifests,omitempty"`
+	// Drift is the component's drift detection, as nuon.yaml says.
+	Drift *DriftSettings `json:"drift,omitempty"`
 }
 
 // Artifact is an OCI artifact pinned by digest.

@@ -119,41 +119,59 @@ func samples() map[string]any {
 	jobArtifact := artifact
 	jobArtifact.Source = ""
 	inputs := map[string]any{"replicas": 2, "database": map[string]any{"password": "${secrets.db_password}"}}
-	terraform := &TerraformSettings{Timeout: "10m"}
-	helm := &HelmSettings{Release: "api", Namespace: "shop", Timeout: "5m"}
+	terraform := &TerraformSettings{Timeout: "10m", Health: &TerraformHealth{Output: "healthy"}}
+	helm := &HelmSettings{Release: "api", Namespace: "shop", Timeout: "5m", Wait: true}
+	yes := true
+	operations := &Operations{Logs: &yes, Debug: &yes, Drift: &yes}
 	manifests := &ManifestSettings{Namespace: "shop", Wait: true, Recreate: true, Timeout: "1m"}
 	return map[string]any{
 		SchemaInstallState: InstallState{
 			APIVersion: APIVersion, Kind: KindInstallState, Install: "acme", App: "shop", Channel: "stable",
 			Cloud: cloud, Sandbox: sandbox, Registry: "111111111111.dkr.ecr.us-east-1.amazonaws.com/nuon-acme",
-			Components: []string{"network", "database", "api"},
+			Components: []string{"network", "database", "api"}, Operations: operations,
 		},
 		SchemaComponentState: ComponentState{
 			APIVersion: APIVersion, Kind: KindComponentState, Name: "api", Type: TypeHelm, Version: "2.4.0",
 			DependsOn: []string{"database"}, Artifacts: []Artifact{artifact}, Inputs: inputs,
 			Terraform: terraform, Helm: helm, Manifests: manifests,
+			Drift: &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
 		},
 		SchemaJob: Job{
 			APIVersion: APIVersion, Kind: KindJob, ID: "api-update-7", Install: "acme", Component: "api",
 			Operation: OpUpdate, Plugin: TypeHelm, Version: "2.4.0", Generation: 7, Commit: testCommit,
 			Artifacts: []Artifact{jobArtifact}, Inputs: inputs, Terraform: terraform, Helm: helm, Manifests: manifests,
+			Debug:   &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
 			Timeout: "5m", StateDir: "/var/lib/nuon/state/api", ResultFile: "/var/lib/nuon/jobs/api-update-7/result.json",
 		},
 		SchemaJobResult: JobResult{
 			APIVersion: APIVersion, Kind: KindJobResult, Job: "api-update-7",
 			Outputs: map[string]any{"endpoint": "db.internal:5432"}, Sensitive: []string{"password"},
-			Changed: true, Error: "helm: timed out",
+			Changed: true, Error: "helm: timed out", Refused: true,
+			Drift: []ResourceDrift{{
+				Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings",
+				Action: DriftChanged, Fields: []string{"data.theme"}, Diff: "- dark\n+ light",
+			}},
+			Health: &Health{Status: HealthFailed, Message: "1 of 2 not ready", Resources: []ResourceHealth{{
+				Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api",
+				Status: HealthProgressing, Message: "Available: 0/2",
+			}}},
+			Answer: &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
 		},
 		SchemaStatus: Status{
 			APIVersion: APIVersion, Kind: KindStatus, Install: "acme", Desired: testCommit, Applied: testCommit,
 			Generation: 7, Phase: InstallRefused,
 			Refusal: &Refusal{Commit: testCommit, Reason: "generation 6 is older than the applied 7"},
 			Stale:   true, Expires: &testExpires,
-			Forged: &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
+			Forged:    &Forged{Commit: testCommit, Reason: "not signed by this install's key"},
+			Artifacts: ArtifactsUnverified,
 			Components: map[string]ComponentStatus{"api": {
 				Phase: PhaseFailed, Version: "2.4.0", Digests: map[string]string{"chart": testDigest},
 				Spec: "sha256:" + strings.Repeat("a", 64), Outputs: map[string]any{"url": "https://acme.shop.example"},
 				Sensitive: []string{"token"}, Job: "api-update-7", Error: "helm: timed out",
+				Health: &Health{Status: HealthProgressing, Message: "1 of 2 ready", Resources: []ResourceHealth{{
+					Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api", Status: HealthProgressing, Message: "Available: 0/2",
+				}}},
+				Drift: []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
 			}},
 		},
 	}
@@ -297,6 +315,7 @@ const (
   "install": "acme",
   "generation": 7,
   "phase": "Ready",
+  "artifacts": "Verified",
   "components": {
     "api": {"phase": "Applied", "version": "2.4.0"}
   }
@@ -342,7 +361,7 @@ func TestValidateJSONRejects(t *testing.T) {
 			name:   "bad operation",
 			schema: SchemaJob,
 			doc:    jobManifest, old: `"update"`, new: `"upgrade"`,
-			want: []string{`job manifest:7:16: operation: must be one of create, update or delete, not "upgrade"`},
+			want: []string{`job manifest:7:16: operation: must be one of create, update, delete, drift, health or debug, not "upgrade"`},
 		},
 		{
 			name:   "wrong kind",
@@ -386,19 +405,25 @@ func TestValidateJSONRejects(t *testing.T) {
 			doc:    installStatus, old: `{
     "api": {"phase": "Applied", "version": "2.4.0"}
   }`, new: `null`,
-			want: []string{`status.json:7:17: components: has no value; want an object`},
+			want: []string{`status.json:8:17: components: has no value; want an object`},
+		},
+		{
+			name:   "unknown artifact verification",
+			schema: SchemaStatus,
+			doc:    installStatus, old: `"artifacts": "Verified"`, new: `"artifacts": "Skipped"`,
+			want: []string{`status.json:7:16: artifacts: must be one of Verified or Unverified, not "Skipped"`},
 		},
 		{
 			name:   "bad component phase",
 			schema: SchemaStatus,
 			doc:    installStatus, old: `"Applied"`, new: `"Running"`,
-			want: []string{`status.json:8:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted or Unsupported, not "Running"`},
+			want: []string{`status.json:9:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted or Unsupported, not "Running"`},
 		},
 		{
 			name:   "component name that is not a label",
 			schema: SchemaStatus,
 			doc:    installStatus, old: `"api":`, new: `"API":`,
-			want: []string{`status.json:8:5: components.API: key "API" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
+			want: []string{`status.json:9:5: components.API: key "API" is not a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)`},
 		},
 		{
 			name:   "string for a boolean",

@@ -227,7 +227,7 @@ type statusAgent struct {
 
 func newStatusAgent(id, url string, key *signature.Signer, head plumbing.Hash) *statusAgent {
 	return &statusAgent{id: id, key: key, st: memory.NewStorage(), head: head,
-		remote: agent.NewRemote(url, &request.Signer{Install: id, Key: key})}
+		remote: agent.NewRemote(url, agent.WithRequestSigner(&request.Signer{Install: id, Key: key}))}
 }
 
 // commit writes the next status commit on top of head.

@@ -386,7 +386,7 @@ func TestUnauthenticated(t *testing.T) {
 func TestAgentRemote(t *testing.T) {
 	e := newEnv(t)
 	s := &request.Signer{Install: "acme", Key: e.keys["acme"]}
-	r := agent.NewRemote(e.http.URL+"/tenant.git", s)
+	r := agent.NewRemote(e.http.URL+"/tenant.git", agent.WithRequestSigner(s))
 	ctx := context.Background()
 	own := plumbing.ReferenceName(schemas.InstallRef("acme"))
 	heads, err := r.Heads(ctx, own, plumbing.ReferenceName(schemas.InstallRef("globex")))
@@ -446,7 +446,8 @@ func TestRenderOnChange(t *testing.T) {
 	acmeBefore, globexBefore := e.serverRef(acmeRef), e.serverRef(globexRef)
 
 	work := filepath.Join(t.TempDir(), "work")
-	e.mustGit("", "clone", "--quiet", "--branch", "main", e.upstream, work)
+	// --no-local: the server may be mirroring into upstream while it is cloned.
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
 	p := filepath.Join(work, "installs", "acme.yaml")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -515,7 +516,8 @@ func TestInstallAddedOnMain(t *testing.T) {
 	}
 
 	work := filepath.Join(t.TempDir(), "work")
-	e.mustGit("", "clone", "--quiet", "--branch", "main", e.upstream, work)
+	// --no-local: the server may be mirroring into upstream while it is cloned.
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
 	b, err := os.ReadFile(filepath.Join(work, "installs", "acme.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -168,7 +168,7 @@ func TestLocalRunFails(t *testing.T) {
 			plugin:  "echo",
 			edit:    func(j *schemas.Job) { j.Operation = "upsert" },
 			wantIs:  schemas.ErrInvalidJob,
-			wantMsg: []string{`manifest.json:1:`, `operation: must be one of create, update or delete, not "upsert"`},
+			wantMsg: []string{`manifest.json:1:`, `operation: must be one of create, update, delete, drift, health or debug, not "upsert"`},
 			noDir:   true,
 		},
 		{

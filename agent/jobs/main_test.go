@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 func jobProcess() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	arts := jobrun.DirArtifacts{Root: os.Getenv(envArtifacts)}
+	arts := oci.Layout{Path: os.Getenv(envArtifacts)}
 	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], testPlugins, arts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "nuon:", err)
 		return 1

@@ -23,6 +23,7 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci"
 	gitsig "nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/terraform"
@@ -58,26 +59,6 @@ func jobProcess() int {
 	return 0
 }
 
-// tfConfig is the terraform CLI configuration of the offline providers
-// (`make tf-providers`).
-func tfConfig(t *testing.T) string {
-	t.Helper()
-	exists := func(p string) bool { _, err := os.Stat(p); return p != "" && err == nil }
-	if p := os.Getenv("NUON_TF_CLI_CONFIG"); exists(p) {
-		return p
-	}
-	if cache, err := os.UserCacheDir(); err == nil {
-		if p := filepath.Join(cache, "nuon/terraform-providers/local-2.9.0-random-3.9.0/terraformrc"); exists(p) {
-			return p
-		}
-	}
-	if p := os.Getenv("TF_CLI_CONFIG_FILE"); exists(p) {
-		return p
-	}
-	t.Skip("no terraform provider mirror: run `make tf-providers`")
-	return ""
-}
-
 // pipeline is vendor CI, the tenant and one install (acme), on loopback.
 type pipeline struct {
 	t      *testing.T
@@ -93,7 +74,7 @@ type pipeline struct {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
-	cfg := tfConfig(t)
+	cfg := testenv.TerraformConfig(t)
 	p := &pipeline{t: t, w: newWorld(t), git: gittest.NewServer(t), main: t.TempDir()}
 	p.vendor = newProxy(t, p.w.vendor.Host)
 	p.w.vendorHost = p.vendor.host

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"nuon.dev/nuon/cmd/internal/cli"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,8 +9,10 @@ import (
 	"testing"
 
 	"nuon.dev/nuon/builder"
+	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci/ocitest"
+	"nuon.dev/nuon/internal/testenv"
 )
 
 func TestReleaseRecords(t *testing.T) {
@@ -52,7 +53,7 @@ func TestReleaseRecords(t *testing.T) {
 // nuon agent syncing into a registry with TLS and basic auth, its
 // terraform jobs reading their modules from there.
 func TestArtifactsEndToEnd(t *testing.T) {
-	tf := tfCLIConfig(t)
+	tf := testenv.TerraformConfig(t)
 	root := repoRoot()
 	vendor := ocitest.Start(t, ocitest.Options{})
 	install := ocitest.Start(t, ocitest.Options{TLS: true, Username: "nuon", Password: "install-secret"})
@@ -134,20 +135,4 @@ func TestArtifactsEndToEnd(t *testing.T) {
 	if vpc, _ := res.Status.Components["network"].Outputs["vpc_id"].(string); !strings.HasPrefix(vpc, "vpc-") {
 		t.Errorf("network outputs %v", res.Status.Components["network"].Outputs)
 	}
-}
-
-// tfCLIConfig is the terraform CLI configuration of the offline providers.
-func tfCLIConfig(t *testing.T) string {
-	t.Helper()
-	exists := func(p string) bool { _, err := os.Stat(p); return p != "" && err == nil }
-	if p := os.Getenv("NUON_TF_CLI_CONFIG"); exists(p) {
-		return p
-	}
-	if cache, err := os.UserCacheDir(); err == nil {
-		if p := filepath.Join(cache, "nuon/terraform-providers/local-2.9.0-random-3.9.0/terraformrc"); exists(p) {
-			return p
-		}
-	}
-	t.Skip("no terraform provider mirror: run `make tf-providers`")
-	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -89,29 +90,12 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// tfConfig finds the offline provider mirror `make tf-providers` builds.
-func tfConfig(tb testing.TB) string {
-	tb.Helper()
-	for _, c := range []string{os.Getenv("NUON_TF_CLI_CONFIG"), os.Getenv("TF_CLI_CONFIG_FILE")} {
-		if c != "" {
-			if _, err := os.Stat(c); err == nil {
-				return c
-			}
-		}
-	}
-	if os.Getenv("CI") != "" {
-		tb.Fatal("no terraform provider mirror: run `make tf-providers`")
-	}
-	tb.Skip("no terraform provider mirror: run `make tf-providers`")
-	return ""
-}
-
 // TestEndToEnd renders the sample tenant over a real smart-HTTP git server,
 // runs the acme agent binary, which applies the terraform components with
 // the real terraform, reads `nuon status --output json`, then promotes a
 // version and checks that only that component's job runs.
 func TestEndToEnd(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	root := repoRoot()
 	srv := gittest.NewServer(t)
 	bare := srv.InitBare(t, "tenant.git")
@@ -142,12 +126,37 @@ func TestEndToEnd(t *testing.T) {
 	}
 	agentArgs := []string{"agent", "--once", "--repo", url, "--install", "acme", "--trust", trust,
 		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
-		"--artifacts", filepath.Join(root, "fixtures", "modules"), "-o", "json"}
+		"--artifacts", fixtureLayout(t), "-o", "json"}
+
+	// Without the vendor's key the agent verifies no artifact, so it
+	// applies nothing that has one.
+	var refused struct {
+		Jobs   []schemas.Job  `json:"jobs"`
+		Status schemas.Status `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(nuon(t, env, 0, agentArgs...)), &refused); err != nil {
+		t.Fatal(err)
+	}
+	if len(refused.Jobs) != 0 {
+		t.Errorf("jobs ran without a vendor key: %+v", refused.Jobs)
+	}
+	for _, c := range []string{"network", "api-image"} {
+		if cs := refused.Status.Components[c]; cs.Phase != "Failed" || !strings.Contains(cs.Error, "no vendor artifact key") {
+			t.Errorf("%s without a vendor key: %s %q", c, cs.Phase, cs.Error)
+		}
+	}
+
+	// Told to, it deploys unverified artifacts from the local layout, and
+	// its status says so.
+	agentArgs = append(agentArgs, "--insecure-skip-artifact-verification")
 	nuon(t, env, 0, agentArgs...)
 
 	rows := statusJSON(t, env, url, cache)
-	if len(rows) != 1 || rows[0].Install != "acme" || !rows[0].Verified {
+	if len(rows) != 1 || rows[0].Install != "acme" || !rows[0].Verified || rows[0].Artifacts != "Unverified" {
 		t.Fatalf("status rows: %+v", rows)
+	}
+	if table := nuon(t, env, 0, "status", "--repo", url, cache); !strings.Contains(table, "UNVERIFIED") {
+		t.Errorf("nuon status does not flag the unverified agent:\n%s", table)
 	}
 	phases := map[string]string{}
 	for _, c := range rows[0].Components {
@@ -194,6 +203,7 @@ type statusRow struct {
 	Install    string `json:"install"`
 	Phase      string `json:"phase"`
 	Verified   bool   `json:"verified"`
+	Artifacts  string `json:"artifacts"`
 	Components []struct {
 		Name  string `json:"name"`
 		Phase string `json:"phase"`

@@ -35,16 +35,46 @@ func newJobCmd(g *cli.Globals) *cobra.Command {
 	run := &cobra.Command{
 		Use:   "run MANIFEST",
 		Short: "Run one job manifest in this process",
-		Long: `Run executes one job manifest (JSON, schemas/job.schema.json): the plugin of
-the component's type creates, updates or deletes it, and the result (outputs;
-sensitive outputs by name only) is written to the manifest's resultFile. The
-install's secrets (NUON_SECRET_* variables) are redacted from everything the
-job prints, its tools included, and from its result. The
-agent runs every job this way, each in its own process group, so a job can be
-cancelled as a whole and cannot starve the agent. Run it by hand to replay a
-job from an agent's workdir (jobs/<id>/manifest.json).`,
-		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json`,
-		Args:    cobra.ExactArgs(1),
+		Long: `Run executes one job manifest (JSON, schemas/job.schema.json) and writes the
+result to the manifest's resultFile (schemas/job-result.schema.json).
+
+The operation says what the plugin of the component's type does:
+  create, update   apply the component; the result has its outputs (sensitive
+                   ones by name only) and its health
+  delete           remove it
+  drift            compare the install with the desired state, change nothing;
+                   the result lists what differs per resource
+  health           report how the component stands, change nothing
+  debug            run the read-only command in the manifest's debug.command,
+                   from a fixed allow-list (internal/debugcmd), and answer with
+                   its output, bounded by debug.maxBytes
+
+The install's secrets (NUON_SECRET_* variables) are redacted from everything the
+job prints, its tools included, and from its result (debug answers too). The
+agent runs every job this way, each in its own process group, so a job can
+be cancelled as a whole and cannot starve the agent. Run it by hand to replay a
+job from an agent's workdir (jobs/<id>/manifest.json).
+
+Artifacts come from the install registry, by the digests the manifest pins.
+For development and air-gapped tests, not production, --artifacts DIR reads
+them from an OCI image layout instead (the directory 'crane pull
+--format=oci' or 'skopeo copy ... oci:DIR' writes); every manifest and layer
+read from it must hash to its digest, as from a registry, or the job fails
+before the plugin runs.`,
+		Example: `  nuon job run /var/lib/nuon/jobs/network-g3-update-1a2b3c/manifest.json
+
+  # A drift check of the same component: the same manifest, operation "drift".
+  jq '.operation = "drift" | .resultFile = "/tmp/drift.json"' manifest.json > drift.json
+  nuon job run drift.json && jq .drift /tmp/drift.json
+
+  # A debug command: pod logs in the component's namespace.
+  jq '.operation = "debug" | .debug = {command: ["logs", "api-7d9f", "--tail", "100"]}' manifest.json > debug.json
+  nuon job run debug.json
+
+  # replay a job against artifacts copied to local disk
+  crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
+  nuon job run --artifacts ./artifacts ./work/jobs/network-g3-update-1a2b3c/manifest.json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := reg.ArtifactSource(artifacts)
 			if err != nil {
@@ -56,7 +86,7 @@ job from an agent's workdir (jobs/<id>/manifest.json).`,
 			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
 		},
 	}
-	run.Flags().StringVar(&artifacts, "artifacts", "", "local fallback: read artifacts from DIR/<repository name> instead of the install registry")
+	run.Flags().StringVar(&artifacts, "artifacts", "", cli.ArtifactsHelp)
 	reg.Flags(run.Flags())
 	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
 	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")

@@ -37,6 +37,7 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 			newBuildCmd(g),
 			newReleaseCmd(g),
 			newServerCmd(g),
+			newInstallCmd(g),
 		}
 	})
 }

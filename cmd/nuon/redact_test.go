@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"io/fs"
 	"math/rand/v2"
+	"nuon.dev/nuon/builder"
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +45,7 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 // NUON_REDACT_SECRETS sets how many secrets to try (default 2) and
 // NUON_REDACT_SEED the seed (default: the time, logged).
 func TestSecretsNeverReachGitE2E(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	kube := kubetest.Shared(t)
 	n := 2
 	if v, err := strconv.Atoi(os.Getenv("NUON_REDACT_SECRETS")); err == nil && v > 0 {
@@ -113,8 +119,13 @@ data:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The artifacts come from a local OCI image layout, with their real
+	// digests; the agent has no vendor key here, so it runs with
+	// verification explicitly off.
+	layoutDir, digests := leakLayout(t, art)
 	release := func(c, name string) string {
-		return fmt.Sprintf("component: %s\nversions:\n  - version: 1.0.0\n    artifacts:\n      %s:\n        digest: sha256:%064x\n", c, name, len(c))
+		dir := map[string]string{"tf": "tfleak", "chart": "chartleak", "objects": "manleak"}[c]
+		return fmt.Sprintf("component: %s\nversions:\n  - version: 1.0.0\n    artifacts:\n      %s:\n        digest: %s\n", c, name, digests[dir])
 	}
 	writeFiles(t, src, map[string]string{
 		"nuon.yaml": fmt.Sprintf(`name: leak
@@ -154,7 +165,8 @@ components:
 
 	workdir := filepath.Join(work, "acme")
 	cmd := exec.Command(nuonBinary(t), "agent", "--once", "--repo", url, "--install", "acme", "--trust", trust,
-		"--key", filepath.Join(keys, "acme"), "--workdir", workdir, "--artifacts", art, "-o", "json", "--log-level", "debug")
+		"--key", filepath.Join(keys, "acme"), "--workdir", workdir, "--artifacts", layoutDir, "--insecure-skip-artifact-verification",
+		"-o", "json", "--log-level", "debug")
 	cmd.Env = append(os.Environ(), append(env, "NUON_SECRET_LICENSE="+secret)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -210,4 +222,41 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// leakLayout packages the leaky artifacts under dir (tfleak: a terraform
+// module, chartleak: a Helm chart, manleak: manifests) into an OCI image
+// layout, as a registry would hold them; it returns the layout and each
+// artifact's digest by directory name.
+func leakLayout(t *testing.T, dir string) (string, map[string]string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "layout")
+	p, err := layout.Write(path, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests := map[string]string{}
+	add := func(name string, img v1.Image) {
+		if err := p.AppendImage(img); err != nil {
+			t.Fatal(err)
+		}
+		h, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[name] = h.String()
+	}
+	for name, kind := range map[string]oci.Kind{"tfleak": oci.Terraform, "manleak": oci.Manifests} {
+		img, err := oci.Package(kind, filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(name, img)
+	}
+	ch, err := builder.PackageChart(filepath.Join(dir, "chartleak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("chartleak", ch.Image)
+	return path, digests
 }

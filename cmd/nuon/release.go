@@ -85,7 +85,7 @@ func runRelease(ctx context.Context, g *cli.Globals, o *releaseOptions, names []
 		}
 		opts.Signer = signer
 	}
-	repo, err := cli.OpenRepo(o.repo, o.cacheDir)
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}

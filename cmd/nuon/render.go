@@ -102,7 +102,7 @@ func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
 	if err != nil {
 		return err
 	}
-	repo, err := cli.OpenRepo(o.repo, o.cacheDir)
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"nuon.dev/nuon/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,7 +94,7 @@ func waitFor(t *testing.T, what string, d time.Duration, logs func() string, ok 
 // the server stopped it keeps running, backs off and loses nothing; when
 // the server returns with a new main it catches up.
 func TestServerDownIsHarmless(t *testing.T) {
-	tf := tfConfig(t)
+	tf := testenv.TerraformConfig(t)
 	root := repoRoot()
 	keys := filepath.Join(root, "fixtures", "keys")
 	nuonBin, agentBin := nuonBinary(t), agentBinary(t)

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
 )
 
 // Capabilities is a protocol v2 capability advertisement: each
@@ -32,10 +33,11 @@ func (c Capabilities) Supports(name string, features ...string) bool {
 }
 
 // Capabilities returns the server's capability advertisement, asking for it
-// the first time: a GET of info/refs?service=git-upload-pack with
-// Git-Protocol: version=2. It fails with ErrUnsupported unless the server
-// answers with version 2, offers ls-refs and fetch, and uses SHA-1 object
-// names. Once it succeeds the answer is cached for the Client's lifetime.
+// the first time: over HTTP a GET of info/refs?service=git-upload-pack with
+// Git-Protocol: version=2, over SSH the opening of a git-upload-pack
+// session. It fails with ErrUnsupported unless the server answers with
+// version 2, offers ls-refs and fetch, and uses SHA-1 object names. Once it
+// succeeds the answer is cached for the Client's lifetime.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	caps, err := c.discover(ctx)
 	if err != nil {
@@ -49,29 +51,38 @@ func (c *Client) discover(ctx context.Context) (Capabilities, error) {
 	if caps := c.caps.Load(); caps != nil {
 		return *caps, nil
 	}
-	u, err := c.endpoint("/info/refs")
+	t, err := c.transport()
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?service=git-upload-pack", nil)
-	if err != nil {
-		return nil, err
+	v0 := false
+	call := &uploadCall{
+		request: func() ([]byte, error) { return nil, nil },
+		read:    func(*pktReader) error { return nil },
+		v0: func(context.Context, *v0Advertisement, roundTripper) error {
+			v0 = true
+			return nil
+		},
 	}
-	// As git does, so that no proxy answers from a cache.
-	req.Header.Set("Pragma", "no-cache")
-	var caps Capabilities
-	err = c.do(req, typeAdvertisement, func(p *pktReader) error {
-		caps, err = readAdvertisement(p)
-		return err
-	})
-	if err == nil {
-		err = checkCapabilities(caps)
+	switch t := t.(type) {
+	case *httpTransport:
+		caps, adv, err := t.discover(ctx)
+		if adv != nil {
+			return nil, fmt.Errorf("%w: it answered in protocol version 0", ErrUnsupported)
+		}
+		return caps, err
+	default:
+		if err := t.uploadPack(ctx, call); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, err
+	if v0 {
+		return nil, fmt.Errorf("%w: it answered in protocol version 0", ErrUnsupported)
 	}
-	c.caps.Store(&caps)
-	return caps, nil
+	if caps := c.caps.Load(); caps != nil {
+		return *caps, nil
+	}
+	return nil, protocolErrorf("no capability advertisement")
 }
 
 // checkCapabilities fails unless the server offers what this package uses.
@@ -87,54 +98,74 @@ func checkCapabilities(caps Capabilities) error {
 	return nil
 }
 
-// readAdvertisement parses the answer to the info/refs GET. Servers may
-// start it with the "# service=git-upload-pack" packet and a flush, as in
-// protocol version 0; git's http-backend leaves them out for version 2.
+// readAdvertisement parses the answer to the info/refs GET of a server
+// that must speak version 2; a version 0 answer is ErrUnsupported.
 func readAdvertisement(p *pktReader) (Capabilities, error) {
+	caps, adv, err := readOpening(p, "git-upload-pack")
+	if err == nil && adv != nil {
+		err = fmt.Errorf("%w: it answered in protocol version 0 or 1", ErrUnsupported)
+	}
+	return caps, err
+}
+
+// readOpening parses what a server says first: the capabilities of
+// protocol version 2, or the ref advertisement of version 0 (and 1). Over
+// HTTP servers may start with the "# service=..." packet and a flush, as in
+// protocol version 0; git's http-backend leaves them out for version 2.
+func readOpening(p *pktReader, service string) (Capabilities, *v0Advertisement, error) {
 	kind, line, err := p.line()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	service := kind == pktData && strings.HasPrefix(line, "# service=")
-	if service {
-		if line != "# service=git-upload-pack" {
-			return nil, protocolErrorf("advertisement for %q", strings.TrimPrefix(line, "# service="))
+	isService := kind == pktData && strings.HasPrefix(line, "# service=")
+	if isService {
+		if line != "# service="+service {
+			return nil, nil, protocolErrorf("advertisement for %q", strings.TrimPrefix(line, "# service="))
 		}
 		if kind, _, err = p.line(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if kind != pktFlush {
-			return nil, protocolErrorf("%s after the service line", kind)
+			return nil, nil, protocolErrorf("%s after the service line", kind)
 		}
 		if kind, line, err = p.line(); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+	}
+	if kind == pktData && line == "version 1" {
+		if kind, line, err = p.line(); err != nil {
+			return nil, nil, err
+		}
+		if kind != pktData {
+			return nil, nil, protocolErrorf("%s after version 1", kind)
 		}
 	}
 	switch {
-	case kind == pktFlush && service:
+	case kind == pktFlush:
 		// Version 0 from a repository without refs: nothing to list.
-		return nil, fmt.Errorf("%w: it answered in protocol version 0", ErrUnsupported)
+		return nil, &v0Advertisement{refs: map[plumbing.ReferenceName]plumbing.Hash{}, caps: Capabilities{}}, nil
 	case kind != pktData:
-		return nil, protocolErrorf("advertisement starts with a %s", kind)
-	case line == "version 1" || isRefLine(line):
-		return nil, fmt.Errorf("%w: it answered in protocol version 0 or 1", ErrUnsupported)
+		return nil, nil, protocolErrorf("advertisement starts with a %s", kind)
+	case isRefLine(line):
+		adv, err := readRefAdvertisement(p, line)
+		return nil, adv, err
 	case line != "version 2":
-		return nil, protocolErrorf("advertisement starts with %q", truncate(line))
+		return nil, nil, protocolErrorf("advertisement starts with %q", truncate(line))
 	}
 	caps := Capabilities{}
 	for {
 		kind, line, err := p.line()
 		switch {
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		case kind == pktFlush:
-			return caps, nil
+			return caps, nil, nil
 		case kind != pktData:
-			return nil, protocolErrorf("%s in the capability advertisement", kind)
+			return nil, nil, protocolErrorf("%s in the capability advertisement", kind)
 		}
 		name, value, _ := strings.Cut(line, "=")
 		if name == "" {
-			return nil, protocolErrorf("empty capability in %q", truncate(line))
+			return nil, nil, protocolErrorf("empty capability in %q", truncate(line))
 		}
 		caps[name] = value
 	}

@@ -1,84 +1,158 @@
 package gitproto
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
+	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
+	"sync"
 	"sync/atomic"
+
+	"golang.org/x/crypto/ssh"
 )
 
-// Content types of smart HTTP (gitprotocol-http).
-const (
-	typeAdvertisement = "application/x-git-upload-pack-advertisement"
-	typeRequest       = "application/x-git-upload-pack-request"
-	typeResult        = "application/x-git-upload-pack-result"
-)
-
-// userAgent names this client in the User-Agent header.
+// userAgent names this client in the User-Agent header and the agent
+// capability.
 const userAgent = "nuon-gitproto/1"
 
-// maxErrorBody is how much of a failed response's body an HTTPError keeps.
+// maxErrorBody is how much of a failed response's body, or of an SSH
+// command's standard error, an error keeps.
 const maxErrorBody = 512
 
 // maxDrain is how much of a response's unread tail is read before closing
 // it, so that the connection can be reused by the next poll.
 const maxDrain = 64 << 10
 
-// Client speaks git protocol version 2 to one repository over smart HTTP.
-// Its methods may be called concurrently. A Client must not be copied after
-// first use: it caches the server's capabilities.
+// Client speaks git's wire protocol to one repository, over smart HTTP or
+// SSH. Its methods may be called concurrently. A Client must not be copied
+// after first use: it caches the server's capabilities and, for SSH, its
+// connection. Call Close when done with an SSH Client.
 type Client struct {
-	// URL is the repository, http:// or https://, as for git clone.
-	// Credentials in it are sent as basic auth and never printed.
+	// URL is the repository: http:// or https://, ssh://[user@]host[:port]/path
+	// or the scp-like [user@]host:path, as for git clone. Credentials in an
+	// HTTP URL are sent as basic auth and never printed.
 	URL string
-	// HTTP sends the requests; nil means http.DefaultClient.
+	// HTTP sends every HTTP request (ls-refs, fetch and push); nil means
+	// http.DefaultClient. Set it to sign or authenticate each request in
+	// its Transport.
 	HTTP *http.Client
-	// Auth, if set, is called on every request before it is sent, e.g. to
-	// set basic auth or a bearer token.
+	// Auth, if set, is called on every HTTP request before it is sent, e.g.
+	// to set basic auth or a bearer token.
 	Auth func(*http.Request)
+	// SSH is how to log in to an SSH URL; required for one.
+	SSH *SSHAuth
 	// Discover makes the client fetch and check the capability
-	// advertisement (a GET of info/refs) before its first command, as
-	// gitprotocol-v2 describes for HTTP. Without it, which is the default,
-	// commands are posted directly: git's http-backend runs them without a
-	// prior GET, so every poll is one request. The advertisement is then
-	// fetched only to explain a failed command (a server without protocol
-	// version 2, a SHA-256 repository).
+	// advertisement over HTTP (a GET of info/refs) before its first
+	// command, as gitprotocol-v2 describes for HTTP. Without it, which is
+	// the default, commands are posted directly: git's http-backend runs
+	// them without a prior GET, so every poll is one request. The
+	// advertisement is then fetched only to explain a failed command (a
+	// server without protocol version 2, a SHA-256 repository). Over SSH
+	// the server always sends it first.
 	Discover bool
+	// Log gets the one warning a Client logs: that the server speaks only
+	// protocol version 0. Nil discards it.
+	Log *slog.Logger
 
-	caps atomic.Pointer[Capabilities]
+	caps   atomic.Pointer[Capabilities]
+	warned atomic.Bool
+	stats  counters
+
+	sshMu   sync.Mutex
+	sshConn *ssh.Client
 }
 
-// command posts one protocol v2 command and hands the response to read.
-// When the command fails in a way an unsupported server would cause and the
-// capabilities are not known yet, it asks for them to explain the failure.
-func (c *Client) command(ctx context.Context, body []byte, read func(*pktReader) error) error {
-	if c.Discover {
-		if _, err := c.discover(ctx); err != nil {
-			return fmt.Errorf("capabilities: %w", err)
-		}
+// Close closes the Client's SSH connection, if it has one. The Client
+// reconnects if used again.
+func (c *Client) Close() error {
+	c.sshMu.Lock()
+	defer c.sshMu.Unlock()
+	if c.sshConn == nil {
+		return nil
 	}
-	u, err := c.endpoint("/git-upload-pack")
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", typeRequest)
-	err = c.do(req, typeResult, read)
-	if err != nil && c.caps.Load() == nil && explainable(err) && ctx.Err() == nil {
-		if _, cerr := c.discover(ctx); errors.Is(cerr, ErrUnsupported) {
-			return fmt.Errorf("capabilities: %w", cerr)
-		}
-	}
+	err := c.sshConn.Close()
+	c.sshConn = nil
 	return err
+}
+
+// transport carries the conversations of one repository's URL.
+type transport interface {
+	// uploadPack runs one command on git-upload-pack.
+	uploadPack(ctx context.Context, call *uploadCall) error
+	// receivePack runs one push on git-receive-pack.
+	receivePack(ctx context.Context, call *pushCall) error
+	// host names the server in the version 0 warning.
+	host() string
+}
+
+// uploadCall is one command on git-upload-pack.
+type uploadCall struct {
+	// request encodes the protocol version 2 command; it is called once
+	// the capabilities are known, if they are.
+	request func() ([]byte, error)
+	// read parses the version 2 response.
+	read func(*pktReader) error
+	// v0 does the same work in protocol version 0 when the server speaks
+	// only that: adv is the server's ref advertisement, rt sends one
+	// request on the same conversation.
+	v0 func(ctx context.Context, adv *v0Advertisement, rt roundTripper) error
+}
+
+// pushCall is one push on git-receive-pack, which has only protocol
+// version 0.
+type pushCall struct {
+	// request encodes the commands and the pack; adv is the server's ref
+	// advertisement, nil when the transport did not ask for it (HTTP).
+	request func(adv *v0Advertisement) ([]byte, error)
+	// read parses the response.
+	read func(*pktReader) error
+}
+
+// roundTripper sends one request of a version 0 conversation and hands
+// its response to read.
+type roundTripper interface {
+	roundTrip(ctx context.Context, body []byte, read func(*pktReader) error) error
+}
+
+// transport picks the transport for c.URL.
+func (c *Client) transport() (transport, error) {
+	if ep, ok, err := ParseSSH(c.URL); ok {
+		if err != nil {
+			return nil, err
+		}
+		return &sshTransport{c: c, ep: ep}, nil
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("repository URL %s: not a URL", Redact(c.URL))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("repository URL %s: scheme is not http, https or ssh", Redact(c.URL))
+	}
+	return &httpTransport{c: c}, nil
+}
+
+// command runs one protocol version 2 command on git-upload-pack, in
+// version 0 through call.v0 if the server has only that.
+func (c *Client) command(ctx context.Context, call *uploadCall) error {
+	t, err := c.transport()
+	if err != nil {
+		return err
+	}
+	return t.uploadPack(ctx, call)
+}
+
+// fallback warns, once per Client, that the server at host speaks only
+// protocol version 0, and records it.
+func (c *Client) fallback(host string) {
+	c.stats.version.Store(0)
+	if c.warned.CompareAndSwap(false, true) && c.Log != nil {
+		c.Log.Warn("git server speaks only protocol version 0: every poll downloads all its refs; enable protocol version 2 on it (for sshd: AcceptEnv GIT_PROTOCOL)",
+			"host", host)
+	}
 }
 
 // explainable says whether err may come from a server that lacks protocol
@@ -95,68 +169,32 @@ func explainable(err error) bool {
 	return errors.Is(err, ErrProtocol) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// do sends req with the protocol headers, checks the status and content
-// type, and hands the body to read. It drains what read leaves so the
-// connection can be reused.
-func (c *Client) do(req *http.Request, contentType string, read func(*pktReader) error) error {
-	req.Header.Set("Accept", contentType)
-	req.Header.Set("Git-Protocol", "version=2")
-	req.Header.Set("User-Agent", userAgent)
-	if c.Auth != nil {
-		c.Auth(req)
+// redacted is the URL for error messages, without credentials.
+func (c *Client) redacted() string { return Redact(c.URL) }
+
+// Redact returns a repository location fit for logs and error messages: a
+// URL without its user information (user name, password or token), an
+// scp-like location without its user.
+func Redact(location string) string {
+	if ep, ok, err := ParseSSH(location); ok && err == nil {
+		return ep.String()
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	u, err := url.Parse(location)
 	if err != nil {
-		return &transportError{err}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return &HTTPError{
-			StatusCode: resp.StatusCode,
-			Status:     resp.Status,
-			Body:       strings.TrimSpace(strings.ToValidUTF8(string(body), "?")),
+		if i := lastAt(location); i >= 0 {
+			return "(unparsable URL with user information)"
 		}
+		return location
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != contentType {
-		if contentType == typeAdvertisement {
-			return fmt.Errorf("%w: content type %q is not smart HTTP", ErrUnsupported, mt)
-		}
-		return protocolErrorf("content type %q, want %q", mt, contentType)
-	}
-	if err := read(newPktReader(resp.Body)); err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
-	return nil
+	u.User = nil
+	return u.String()
 }
 
-// endpoint is the URL of a service below the repository.
-func (c *Client) endpoint(path string) (string, error) {
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return "", fmt.Errorf("repository URL: %v", err)
+func lastAt(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '@' {
+			return i
+		}
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("repository URL %s: scheme is not http or https", u.Redacted())
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("repository URL %s: has a query or fragment", u.Redacted())
-	}
-	u.Path = strings.TrimRight(u.Path, "/") + path
-	u.RawPath = ""
-	return u.String(), nil
-}
-
-// redacted is the URL for error messages, without a password.
-func (c *Client) redacted() string {
-	u, err := url.Parse(c.URL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
+	return -1
 }

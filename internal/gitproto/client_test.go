@@ -82,7 +82,6 @@ func TestErrors(t *testing.T) {
 	down.Down()
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	v0 := v0Server(t)
 
 	tests := []struct {
 		name      string
@@ -96,8 +95,6 @@ func TestErrors(t *testing.T) {
 		{name: "server down", url: down.URL("tenant.git"), status: 503, temporary: true},
 		{name: "connection refused", url: closed.URL + "/r.git", temporary: true},
 		{name: "missing repository", url: s.URL("missing.git"), status: 404},
-		{name: "protocol version 0 server", url: v0 + "/old.git", is: []error{ErrUnsupported, ErrProtocol}},
-		{name: "protocol version 0 server, empty repository", url: v0 + "/empty.git", is: []error{ErrUnsupported, ErrProtocol}},
 		{name: "sha256 repository", url: s.URL("sha256.git"), is: []error{ErrUnsupported, ErrProtocol}},
 		{name: "garbage", url: fakeServer(t, answer("hello, world\n")), is: []error{ErrProtocol}},
 		{name: "oversized packet", url: fakeServer(t, answer("fff5")), is: []error{ErrProtocol}},

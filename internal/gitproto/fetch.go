@@ -30,17 +30,22 @@ func (c *Client) Fetch(ctx context.Context, st storer.Storer, wants, haves []plu
 		return 0, nil
 	}
 	haves = present(st, haves)
-	body, err := c.fetchRequest(wants, haves)
-	if err != nil {
+	if _, err := c.fetchRequest(wants, haves); err != nil {
 		return 0, fmt.Errorf("fetch %s: %w", c.redacted(), err)
 	}
 	var n int64
-	err = c.command(ctx, body, func(p *pktReader) error {
-		return readFetch(p, shallowStorer(st), func(sb *sidebandReader) error {
-			err := storePack(st, sb)
-			n = sb.data
-			return err
-		})
+	err := c.command(ctx, &uploadCall{
+		request: func() ([]byte, error) { return c.fetchRequest(wants, haves) },
+		read: func(p *pktReader) error {
+			return readFetch(p, shallowStorer(st), func(sb *sidebandReader) error {
+				err := storePack(st, sb)
+				n = sb.data
+				return err
+			})
+		},
+		v0: func(ctx context.Context, adv *v0Advertisement, rt roundTripper) error {
+			return fetchV0(ctx, adv, rt, st, wants, haves, &n)
+		},
 	})
 	if err != nil {
 		return n, fmt.Errorf("fetch %s: %w", c.redacted(), err)

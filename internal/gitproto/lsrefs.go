@@ -21,14 +21,21 @@ import (
 // refs however many the repository has; the result is filtered again here
 // because gitprotocol-v2 allows a server to send more.
 func (c *Client) LsRefs(ctx context.Context, prefixes ...string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
-	body, err := c.lsRefsRequest(prefixes)
-	if err != nil {
+	if _, err := c.lsRefsRequest(prefixes); err != nil {
 		return nil, fmt.Errorf("ls-refs %s: %w", c.redacted(), err)
 	}
 	var refs map[plumbing.ReferenceName]plumbing.Hash
-	err = c.command(ctx, body, func(p *pktReader) error {
-		refs, err = readLsRefs(p, prefixes)
-		return err
+	err := c.command(ctx, &uploadCall{
+		request: func() ([]byte, error) { return c.lsRefsRequest(prefixes) },
+		read: func(p *pktReader) error {
+			var err error
+			refs, err = readLsRefs(p, prefixes)
+			return err
+		},
+		v0: func(_ context.Context, adv *v0Advertisement, _ roundTripper) error {
+			refs = adv.matching(prefixes)
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ls-refs %s: %w", c.redacted(), err)

@@ -21,6 +21,9 @@ type sidebandReader struct {
 	buf  []byte
 	err  error // sticky; io.EOF after the flush packet
 	data int64 // band 1 bytes read so far
+	// progress, if set, gets band 2 payloads (a push keeps the messages
+	// of the server's hooks); otherwise they are dropped.
+	progress func([]byte)
 }
 
 func newSidebandReader(p *pktReader) *sidebandReader {
@@ -57,6 +60,9 @@ func (s *sidebandReader) fill() ([]byte, error) {
 	case bandData:
 		return data[1:], nil
 	case bandProgress:
+		if s.progress != nil {
+			s.progress(data[1:])
+		}
 		return nil, nil
 	case bandError:
 		return nil, &RemoteError{Message: strings.TrimRight(string(data[1:]), "\n")}

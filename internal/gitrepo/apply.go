@@ -9,6 +9,8 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitproto"
 )
 
 // Update is one ref update from Old (zero: the ref must not exist) to New.
@@ -50,6 +52,9 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 			return fmt.Errorf("update %s in the mirror: %w", u.Name, err)
 		}
 	}
+	if r.proto != nil {
+		return r.pushProto(ctx, updates)
+	}
 	specs := make([]config.RefSpec, len(updates))
 	require := make([]config.RefSpec, 0, len(updates))
 	for i, u := range updates {
@@ -69,9 +74,9 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 		return nil
 	}
 	if r.moved(ctx, updates, err) {
-		return fmt.Errorf("push %s: %w: %v", r.Location, ErrStale, err)
+		return fmt.Errorf("push %s: %w: %v", gitproto.Redact(r.Location), ErrStale, redactErr(err, r.Location))
 	}
-	return fmt.Errorf("push %s: %w", r.Location, err)
+	return fmt.Errorf("push %s: %w", gitproto.Redact(r.Location), redactErr(err, r.Location))
 }
 
 // moved reports whether a push failed because a ref moved on the remote.
@@ -99,6 +104,37 @@ func (r *Repo) moved(ctx context.Context, updates []Update, pushErr error) bool 
 		}
 	}
 	return false
+}
+
+// pushProto is the atomic push with gitproto's receive-pack client.
+func (r *Repo) pushProto(ctx context.Context, updates []Update) error {
+	ups := make([]gitproto.RefUpdate, len(updates))
+	for i, u := range updates {
+		ups[i] = gitproto.RefUpdate{Name: u.Name, Old: u.Old, New: u.New}
+	}
+	err := r.proto.Push(ctx, r.st, ups...)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, gitproto.ErrStale) {
+		return fmt.Errorf("%w: %w", ErrStale, err)
+	}
+	if _, ok := errors.AsType[*gitproto.PushError](err); ok {
+		// An atomic push refused as a whole may hide which ref moved:
+		// compare the remote's refs with what the updates expected.
+		prefixes := make([]string, len(updates))
+		for i, u := range updates {
+			prefixes[i] = u.Name.String()
+		}
+		if remote, lerr := r.proto.LsRefs(ctx, prefixes...); lerr == nil {
+			for _, u := range updates {
+				if remote[u.Name] != u.Old {
+					return fmt.Errorf("%w: %w", ErrStale, err)
+				}
+			}
+		}
+	}
+	return err
 }
 
 // checkRefName refuses names git would refuse and names that cannot be

@@ -20,7 +20,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitproto"
 )
 
 // Repo is the tenant repository, or a local mirror of it.
@@ -35,6 +37,10 @@ type Repo struct {
 	// st reads the objects of repo; on disk, through a gitobj.Store.
 	st   storer.Storer
 	auth transport.AuthMethod
+	// proto reaches an http(s):// or ssh remote with git's protocol
+	// (version 2 ls-refs and fetch, receive-pack); go-git is kept for
+	// file:// and git://, and when WithAuth gives go-git credentials.
+	proto *gitproto.Client
 }
 
 // IsURL reports whether location names a remote repository rather than a
@@ -48,11 +54,9 @@ func IsURL(location string) bool {
 	case "http", "https", "ssh", "git", "file":
 		return true
 	}
-	// scp-like syntax: user@host:path
-	if i := strings.IndexByte(location, ':'); i > 0 {
-		return strings.Contains(location[:i], "@") && !strings.Contains(location[:i], "/")
-	}
-	return false
+	// scp-like syntax, [user@]host:path, as git reads it.
+	_, ok, _ := gitproto.ParseSSH(location)
+	return ok
 }
 
 // Option configures Open.
@@ -61,6 +65,7 @@ type Option func(*options)
 type options struct {
 	cacheDir string
 	auth     transport.AuthMethod
+	creds    *gitauth.Auth
 }
 
 // WithCacheDir sets where mirrors of remote repositories are kept; default
@@ -69,6 +74,11 @@ func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = di
 
 // WithAuth sets transport credentials for a remote repository.
 func WithAuth(a transport.AuthMethod) Option { return func(o *options) { o.auth = a } }
+
+// WithCredentials sets the credentials of a remote repository from the
+// options every command shares (gitauth); default none. The agent's Remote
+// takes the same.
+func WithCredentials(a *gitauth.Auth) Option { return func(o *options) { o.creds = a } }
 
 // Open opens a local repository (bare or not) or prepares the local mirror
 // of a remote one. Call Fetch before reading a mirror.
@@ -84,10 +94,17 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		}
 		return &Repo{Location: location, repo: r, st: objectStorer(r)}, nil
 	}
+	if o.creds != nil && o.auth == nil && !speaksProto(location) {
+		a, err := o.creds.GoGit(location)
+		if err != nil {
+			return nil, err
+		}
+		o.auth = a
+	}
 	if o.cacheDir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return nil, fmt.Errorf("mirror of %s: %w", location, err)
+			return nil, fmt.Errorf("mirror of %s: %w", gitproto.Redact(location), err)
 		}
 		o.cacheDir = filepath.Join(base, "nuon", "repos")
 	}
@@ -98,9 +115,23 @@ func Open(location string, opts ...Option) (*Repo, error) {
 		r, err = git.PlainInit(dir, true)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mirror of %s at %s: %w", location, dir, err)
+		return nil, fmt.Errorf("mirror of %s at %s: %w", gitproto.Redact(location), dir, err)
 	}
-	return &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}, nil
+	repo := &Repo{Location: location, Remote: true, repo: r, st: objectStorer(r), auth: o.auth}
+	if o.auth == nil && speaksProto(location) {
+		if repo.proto, err = o.creds.Client(location, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	return repo, nil
+}
+
+// speaksProto says whether gitproto reaches location.
+func speaksProto(location string) bool {
+	if _, ok, _ := gitproto.ParseSSH(location); ok {
+		return true
+	}
+	return strings.HasPrefix(location, "http://") || strings.HasPrefix(location, "https://")
 }
 
 // objectStorer returns the storage of r, its object reads going straight
@@ -133,6 +164,9 @@ func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
 	if !r.Remote {
 		return nil
 	}
+	if r.proto != nil {
+		return r.fetchProto(ctx, prefixes)
+	}
 	specs := make([]config.RefSpec, len(prefixes))
 	for i, p := range prefixes {
 		specs[i] = config.RefSpec("+" + p + "*:" + p + "*")
@@ -149,7 +183,7 @@ func (r *Repo) Fetch(ctx context.Context, prefixes ...string) error {
 		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
 			return nil
 		}
-		return fmt.Errorf("fetch %s: %w", r.Location, err)
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), redactErr(err, r.Location))
 	}
 	return nil
 }
@@ -165,7 +199,7 @@ func (r *Repo) Resolve(rev string) (plumbing.Hash, error) {
 			return ref.Hash(), nil
 		}
 	}
-	return plumbing.ZeroHash, fmt.Errorf("resolve %s in %s: no such ref", rev, r.Location)
+	return plumbing.ZeroHash, fmt.Errorf("resolve %s in %s: no such ref", rev, gitproto.Redact(r.Location))
 }
 
 // Refs returns every ref whose name starts with prefix, name to commit.
@@ -217,4 +251,58 @@ func (r *Repo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
 		return plumbing.ZeroHash, err
 	}
 	return ref.Hash(), nil
+}
+
+// redactErr keeps a URL's user information out of an error from go-git,
+// which may quote the URL it was given.
+func redactErr(err error, location string) error {
+	u, perr := url.Parse(location)
+	if perr != nil || u.User == nil || !strings.Contains(err.Error(), u.User.String()) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), u.User.String()+"@", ""))
+}
+
+// fetchProto is Fetch with gitproto: one ls-refs for the prefixes, one
+// fetch of what the mirror lacks, then the mirror's refs set and pruned.
+func (r *Repo) fetchProto(ctx context.Context, prefixes []string) error {
+	remote, err := r.proto.LsRefs(ctx, prefixes...)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+	}
+	wants := make([]plumbing.Hash, 0, len(remote))
+	for _, h := range remote {
+		wants = append(wants, h)
+	}
+	var haves []plumbing.Hash
+	local := map[plumbing.ReferenceName]plumbing.Hash{}
+	for _, p := range prefixes {
+		refs, err := r.Refs(p)
+		if err != nil {
+			return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+		}
+		for n, h := range refs {
+			local[n] = h
+			haves = append(haves, h)
+		}
+	}
+	if _, err := r.proto.Fetch(ctx, r.repo.Storer, wants, haves); err != nil {
+		return fmt.Errorf("fetch %s: %w", gitproto.Redact(r.Location), err)
+	}
+	for n, h := range remote {
+		if local[n] == h {
+			continue
+		}
+		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(n, h)); err != nil {
+			return fmt.Errorf("fetch %s: update %s: %w", gitproto.Redact(r.Location), n, err)
+		}
+	}
+	for n := range local {
+		if _, ok := remote[n]; !ok {
+			if err := r.repo.Storer.RemoveReference(n); err != nil {
+				return fmt.Errorf("fetch %s: prune %s: %w", gitproto.Redact(r.Location), n, err)
+			}
+		}
+	}
+	return nil
 }

@@ -2,7 +2,10 @@ package gittest
 
 import (
 	"bytes"
+	"crypto/subtle"
+	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -28,7 +31,10 @@ type Server struct {
 	srv      *httptest.Server
 	requests atomic.Int64
 	bytes    atomic.Int64
+	reqBytes atomic.Int64
 	down     atomic.Bool
+	// auth, if set, is the Authorization header every request must carry.
+	auth atomic.Pointer[string]
 
 	mu  sync.Mutex
 	log []Request
@@ -62,7 +68,17 @@ func NewServer(tb testing.TB) *Server {
 			http.Error(w, "server is down", http.StatusServiceUnavailable)
 			return
 		}
+		if want := s.auth.Load(); want != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(*want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			s.requests.Add(1)
+			s.mu.Lock()
+			s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Status: http.StatusUnauthorized})
+			s.mu.Unlock()
+			return
+		}
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+		r.Body = &countingBody{ReadCloser: r.Body, n: &s.reqBytes}
 		// git-http-backend reads the protocol version from GIT_PROTOCOL; the
 		// CGI handler passes request headers as HTTP_* only.
 		h := backend
@@ -85,6 +101,20 @@ func NewServer(tb testing.TB) *Server {
 // URL is the address of the repository Root/name.
 func (s *Server) URL(name string) string { return s.srv.URL + "/" + name }
 
+// RequireToken makes the server answer 401 to every request without
+// "Authorization: Bearer token".
+func (s *Server) RequireToken(token string) {
+	h := "Bearer " + token
+	s.auth.Store(&h)
+}
+
+// RequireBasic makes the server answer 401 to every request without basic
+// auth as user with password.
+func (s *Server) RequireBasic(user, password string) {
+	h := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+	s.auth.Store(&h)
+}
+
 // Down makes every request fail with 503 until Up is called.
 func (s *Server) Down() { s.down.Store(true) }
 
@@ -97,6 +127,21 @@ func (s *Server) Requests() int64 { return s.requests.Load() }
 // Bytes is the number of response body bytes sent since the last Reset.
 func (s *Server) Bytes() int64 { return s.bytes.Load() }
 
+// RequestBytes is the number of request body bytes received since the
+// last Reset.
+func (s *Server) RequestBytes() int64 { return s.reqBytes.Load() }
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
+}
+
 // Log returns the requests answered since the last Reset.
 func (s *Server) Log() []Request {
 	s.mu.Lock()
@@ -108,6 +153,7 @@ func (s *Server) Log() []Request {
 func (s *Server) Reset() {
 	s.requests.Store(0)
 	s.bytes.Store(0)
+	s.reqBytes.Store(0)
 	s.mu.Lock()
 	s.log = nil
 	s.mu.Unlock()

@@ -27,8 +27,12 @@
 // Assets finds the folder holding kube-apiserver and etcd: NUON_KUBE_ASSETS,
 // then KUBEBUILDER_ASSETS, then the user cache folder that `make
 // kube-binaries` fills (~/.cache/nuon/kube/v1.37.1). Without them Shared
-// skips the test, unless CI is set (to anything but "false" or "0"), where
-// it fails: CI must never pass by skipping.
+// skips the test, unless CI is set or the test runs under make test or make
+// bench, where it fails (internal/testenv): CI must never pass by skipping.
+//
+// Kubectl returns the kubectl built in the same folder from the same
+// Kubernetes version, for tests and benchmarks that compare with it; a
+// kubectl of another version is reported missing the same way.
 //
 // # Stopping
 //

@@ -30,10 +30,8 @@ func TestServer(t *testing.T) {
 	if got.Name != ns {
 		t.Errorf("namespace = %s, want %s", got.Name, ns)
 	}
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("no kubectl")
-	}
-	out, err := exec.CommandContext(t.Context(), "kubectl", "--kubeconfig", srv.Kubeconfig, "get", "namespace", ns, "-o", "name").CombinedOutput()
+	kubectl := Kubectl(t)
+	out, err := exec.CommandContext(t.Context(), kubectl, "--kubeconfig", srv.Kubeconfig, "get", "namespace", ns, "-o", "name").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl: %v\n%s", err, out)
 	}

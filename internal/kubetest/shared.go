@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"nuon.dev/nuon/internal/testenv"
 )
 
 // The package's shared server, started by the first Shared call.
@@ -42,7 +47,7 @@ func Main(m *testing.M) {
 
 // Shared returns the package's API server, starting it on first use. The
 // package's TestMain must call Main, which stops it. Without the binaries
-// the test is skipped, or fails in CI (see inCI).
+// the test is skipped, or fails in CI (see internal/testenv).
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	shared.once.Do(func() {
@@ -63,8 +68,8 @@ func Shared(t testing.TB) *Server {
 			fmt.Fprintf(os.Stderr, "kubetest: kube-apiserver %s ready at %s in %s\n", Version, shared.srv.URL, time.Since(began).Round(time.Millisecond))
 		}
 	})
-	if errors.Is(shared.err, ErrNoBinaries) && !inCI() {
-		t.Skip(shared.err)
+	if errors.Is(shared.err, ErrNoBinaries) {
+		testenv.Missing(t, "%v", shared.err)
 	}
 	if shared.err != nil {
 		t.Fatal(shared.err)
@@ -132,8 +137,8 @@ func dnsLabel(s string, n int) string {
 func New(t testing.TB) *Server {
 	t.Helper()
 	assets, err := Assets()
-	if errors.Is(err, ErrNoBinaries) && !inCI() {
-		t.Skip(err)
+	if errors.Is(err, ErrNoBinaries) {
+		testenv.Missing(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -156,9 +161,32 @@ func New(t testing.TB) *Server {
 	return srv
 }
 
-// inCI reports whether the tests run in CI, where a missing server is a
-// failure: CI is set, and not to "false" or "0".
-func inCI() bool {
-	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
+// Kubectl returns the kubectl of the API server's version (Version) that
+// `make kube-binaries` builds beside kube-apiserver, for tests and
+// benchmarks that compare with it. A kubectl found elsewhere is not used:
+// its version would differ from the server's. Without it the test is
+// skipped, or fails in CI (see internal/testenv).
+func Kubectl(t testing.TB) string {
+	t.Helper()
+	assets, err := Assets()
+	if err != nil {
+		testenv.Missing(t, "no kubectl: %v", err)
+		return ""
+	}
+	kubectl := filepath.Join(assets, "kubectl")
+	out, err := exec.Command(kubectl, "version", "--client", "-o", "json").Output()
+	if err != nil {
+		testenv.Missing(t, "no kubectl %s in %s (%v): run `make kube-binaries`", Version, assets, err)
+		return ""
+	}
+	var v struct {
+		ClientVersion struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"clientVersion"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.ClientVersion.GitVersion != Version {
+		testenv.Missing(t, "%s is kubectl %q, not %s (%v): run `make kube-binaries`", kubectl, v.ClientVersion.GitVersion, Version, err)
+		return ""
+	}
+	return kubectl
 }

@@ -20,7 +20,10 @@
 // paths that leave the directory, and archives beyond its bounds
 // (ErrUnsafeArchive). Source is the reconciler.ArtifactSource jobs use:
 // it reads an artifact's manifest from the install registry by digest and
-// extracts its content layer.
+// extracts its content layer. Layout does the same from an OCI image
+// layout on local disk (`nuon job run --artifacts`, for development and
+// air-gapped tests), with the same checks: a local directory is never
+// trusted more than a registry.
 //
 // # Signatures
 //

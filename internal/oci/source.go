@@ -36,12 +36,9 @@ var _ reconciler.ArtifactSource = (*Source)(nil)
 
 // Extract implements reconciler.ArtifactSource.
 func (s *Source) Extract(ctx context.Context, a schemas.Artifact, dir string) error {
-	ref, err := name.NewDigest(a.Local)
+	ref, err := localRef(a)
 	if err != nil {
-		return fmt.Errorf("artifact %s: local reference %q: %w", a.Name, a.Local, err)
-	}
-	if a.Digest != "" && ref.DigestStr() != a.Digest {
-		return fmt.Errorf("artifact %s: %w: reference %s does not name digest %s", a.Name, ErrDigestMismatch, a.Local, a.Digest)
+		return err
 	}
 	m, err := s.Client.Get(ctx, ref)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -22,7 +23,9 @@ import (
 
 // Apply makes the release match the job: it installs it, upgrades it when
 // the chart or the values changed (rolling back a failed upgrade), or
-// leaves it alone, and reports the release as outputs.
+// leaves it alone, and reports the release as outputs. With helm.wait it
+// then waits until the release's objects are Ready (kstatus) within the
+// job's timeout; the result's Health is theirs either way.
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	r, err := p.start(ctx, job, env)
 	if err != nil {
@@ -33,6 +36,7 @@ func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env
 		step{"extract", r.extract},
 		step{"connect", r.connect},
 		step{"release", r.deploy},
+		step{"health", r.waitAndHealth},
 	); err != nil {
 		return nil, err
 	}
@@ -100,9 +104,27 @@ func (r *run) deploy(ctx context.Context) error {
 		}
 		return r.install(ctx, spec)
 	case deployed == hist[len(hist)-1] && deployed.Labels[LabelSpec] == spec:
-		fmt.Fprintf(r.out, "release %s revision %d is up to date\n", r.release, deployed.Version)
-		r.report(deployed, false)
-		return nil
+		// The chart and values match; the cluster may not (a hand edit,
+		// a deleted object). An upgrade to the same revision sets it back:
+		// Helm's three-way merge restores what the manifest says.
+		c, err := r.cluster()
+		if err != nil {
+			return err
+		}
+		drift, err := r.drift(ctx, c, deployed)
+		if err != nil {
+			return err
+		}
+		if len(drift) == 0 {
+			fmt.Fprintf(r.out, "release %s revision %d is up to date\n", r.release, deployed.Version)
+			r.report(deployed, false)
+			return nil
+		}
+		for _, d := range drift {
+			fmt.Fprintf(r.out, "%s/%s/%s drifted: %s %s\n", d.Kind, d.Namespace, d.Name, d.Action, strings.Join(d.Fields, ", "))
+		}
+		fmt.Fprintf(r.out, "release %s revision %d drifted; upgrading to set it back\n", r.release, deployed.Version)
+		return r.upgrade(ctx, spec, deployed)
 	default:
 		return r.upgrade(ctx, spec, deployed)
 	}
@@ -212,6 +234,7 @@ func (r *run) report(rel *release.Release, changed bool) {
 		}
 	}
 	r.result = &schemas.JobResult{APIVersion: schemas.APIVersion, Job: r.job.ID, Changed: changed, Outputs: out}
+	r.rel = rel
 }
 
 // ensureNamespace creates the release's namespace if it does not exist. A

@@ -44,8 +44,31 @@
 // ready, as `helm --wait` does; without it (the default, as in the helm
 // CLI) an operation succeeds once the API server accepted every object.
 //
+// When the chart and values match the deployed revision, Apply still
+// dry-runs the release's objects (as a drift job does); if any drifted it
+// upgrades to the same chart and values, whose three-way merge sets hand
+// edits back and recreates deleted objects.
+//
+// With helm.wait the apply then waits, within the job's timeout, until
+// kstatus finds every object of the release Ready, and fails with
+// ErrNotReady naming those that are not. Every apply reports the objects'
+// health as the result's Health.
+//
 // The job's outputs are the release's name, namespace, revision, status,
 // chart (name-version) and appVersion.
+//
+// # Drift checks, health and debug commands
+//
+// A drift job (Drift) changes nothing: the release itself is changed if
+// the job's chart digest or values differ from the deployed revision's
+// spec label, or missing if there is none; every object of the deployed
+// manifest is dry-run with server-side apply under Helm's field manager
+// ("helm") and is missing or changed, with the fields that differ. A
+// health job (Health) computes kstatus for the deployed manifest's
+// objects. A debug job (Debug) answers `status RELEASE` and `history
+// RELEASE` for releases in helm.namespace, never with values or notes, and
+// the Kubernetes commands of package internal/debugcmd through package
+// reconciler/kube.
 //
 // # Destroy
 //

@@ -11,6 +11,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -90,6 +91,8 @@ type run struct {
 	digest string
 	cfg    *action.Configuration
 	result *schemas.JobResult
+	// rel is the release revision the job left deployed.
+	rel *release.Release
 }
 
 // step is one named stage of a run; its name prefixes its errors.

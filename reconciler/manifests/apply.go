@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -60,7 +59,8 @@ func (c *changes) add(list *[]string, id string) {
 // Apply makes the cluster hold exactly the component's manifests: it
 // applies what changed, sets drifted fields back, prunes what the new
 // version dropped, records the inventory and, with manifests.wait, waits
-// for every object to become ready.
+// for every object to become ready. The result's Health is the objects'
+// health as kstatus computes it, whether or not the apply waited.
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	r, err := p.start(job, env)
 	if err != nil {
@@ -77,6 +77,7 @@ func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env
 		step{"prune", r.prune},
 		step{"record", r.record},
 		step{"wait", r.wait},
+		step{"health", r.healthAfterApply},
 	); err != nil {
 		r.keepCreated()
 		return nil, err
@@ -135,7 +136,7 @@ func (r *run) extract(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return reconciler.ExtractFresh(ctx, r.env, a, filepath.Join(r.dir, manifestsDir))
+	return reconciler.ExtractFresh(ctx, r.env, a, r.manifests)
 }
 
 func (r *run) readInventory(context.Context) error {
@@ -392,6 +393,7 @@ func (r *run) report() *schemas.JobResult {
 		Job:        r.job.ID,
 		Changed:    len(c.created)+len(c.configured)+len(c.deleted) > 0,
 		Outputs:    map[string]any{"inventory": r.inv.names()},
+		Health:     r.healthResult,
 	}
 	if len(c.drift) > 0 {
 		drift := make([]any, len(c.drift))

@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/schemas"
 )
 
 // benchObjects writes n objects, half ConfigMaps and half Deployments, in
@@ -60,10 +62,7 @@ spec:
 func BenchmarkApply500(b *testing.B) {
 	const n, changed = 500, 50
 	srv := kubetest.Shared(b)
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		b.Skip("no kubectl")
-	}
+	kubectl := kubetest.Kubectl(b)
 	v1, v2 := b.TempDir(), b.TempDir()
 	benchObjects(b, v1, n, 0)
 	benchObjects(b, v2, n, changed)
@@ -131,4 +130,79 @@ func BenchmarkApply500(b *testing.B) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// BenchmarkDrift500 runs drift checks of 500 objects (250 ConfigMaps, 250
+// Deployments) with no drift against the real API server: as the agent
+// runs them (the objects untouched since the apply: the plan's LISTs
+// settle every one), and with every object's resourceVersion moved since
+// the apply (a controller wrote their status: each is dry-run). Neither
+// may send a PATCH that is not a dry-run.
+func BenchmarkDrift500(b *testing.B) {
+	const n = 500
+	srv := kubetest.Shared(b)
+	ns := srv.Namespace(b)
+	p, counts := testPlugin(b, srv)
+	dir := b.TempDir()
+	benchObjects(b, dir, n, 0)
+	stateDir := b.TempDir()
+	env, log := testEnv(b, stateDir)
+	if _, err := p.Apply(b.Context(), newJob("bench", ns, dir, nil), env); err != nil {
+		b.Fatalf("%v\n%s", err, log)
+	}
+	inv, ok, err := readInventory(stateDir)
+	if err != nil || !ok {
+		b.Fatalf("inventory: %v", err)
+	}
+	moved := *inv
+	moved.Objects = slices.Clone(inv.Objects)
+	for i := range moved.Objects {
+		moved.Objects[i].ResourceVersion = "0"
+	}
+
+	type variant struct {
+		name string
+		inv  *Inventory
+	}
+	var took [2]time.Duration
+	var sent [2]map[string]int
+	for b.Loop() {
+		for i, v := range []variant{{"untouched", inv}, {"moved", &moved}} {
+			if err := v.inv.write(stateDir); err != nil {
+				b.Fatal(err)
+			}
+			env, log := testEnv(b, stateDir)
+			job := newJob("bench", ns, dir, nil)
+			job.Operation = schemas.OpDrift
+			counts.reset()
+			began := time.Now()
+			res, err := p.Drift(b.Context(), job, env)
+			took[i] += time.Since(began)
+			got := counts.reset()
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", v.name, err, log)
+			}
+			if len(res.Drift) != 0 {
+				b.Fatalf("%s: drift %+v, want none", v.name, res.Drift)
+			}
+			if got["PATCH"] != 0 || got["DELETE"] != 0 || got["POST"] != 0 || got["PUT"] != 0 {
+				b.Fatalf("%s: a drift check wrote: %v", v.name, got)
+			}
+			sent[i] = got
+		}
+	}
+	total := func(m map[string]int) (t int) {
+		for _, c := range m {
+			t += c
+		}
+		return t
+	}
+	per := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+	b.ReportMetric(per(took[0]), "untouched-ms")
+	b.ReportMetric(float64(total(sent[0])), "untouched-requests")
+	b.ReportMetric(float64(sent[0]["PATCH dry-run"]), "untouched-dryruns")
+	b.ReportMetric(per(took[1]), "moved-ms")
+	b.ReportMetric(float64(total(sent[1])), "moved-requests")
+	b.ReportMetric(float64(sent[1]["PATCH dry-run"]), "moved-dryruns")
+	b.ReportMetric(float64(sent[0]["PATCH"]+sent[1]["PATCH"]), "patches")
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/object"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"nuon.dev/nuon/reconciler/kube"
 )
 
 // InventoryFile is the inventory's file in the component's state directory.
@@ -74,23 +76,13 @@ func (e Entry) Object() *unstructured.Unstructured {
 // with the group after the kind when there is one (Kind.group/…).
 func fmtID(id object.ObjMetadata) string {
 	var b strings.Builder
-	b.WriteString(id.GroupKind.Kind)
-	if id.GroupKind.Group != "" && !builtinGroups[id.GroupKind.Group] {
-		b.WriteString("." + id.GroupKind.Group)
-	}
+	b.WriteString(kube.KindName(id.GroupKind))
 	b.WriteByte('/')
 	if id.Namespace != "" {
 		b.WriteString(id.Namespace + "/")
 	}
 	b.WriteString(id.Name)
 	return b.String()
-}
-
-// builtinGroups need not be named in an object id: their kinds are unique.
-var builtinGroups = map[string]bool{
-	"apps": true, "batch": true, "rbac.authorization.k8s.io": true, "networking.k8s.io": true,
-	"policy": true, "autoscaling": true, "apiextensions.k8s.io": true, "storage.k8s.io": true,
-	"scheduling.k8s.io": true, "coordination.k8s.io": true, "discovery.k8s.io": true,
 }
 
 // entryOf returns obj's inventory entry, without a resourceVersion.

@@ -96,8 +96,17 @@ func decode(name string, r io.Reader) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("%w: %s: document %d: %w", ErrInvalid, name, doc, err)
 		}
 		if obj.IsList() {
+			item := 0
 			err := obj.EachListItem(func(o runtime.Object) error {
-				objs = append(objs, o.(*unstructured.Unstructured))
+				item++
+				u := o.(*unstructured.Unstructured)
+				if u.IsList() {
+					return fmt.Errorf("item %d is itself a list", item)
+				}
+				if err := named(u); err != nil {
+					return fmt.Errorf("item %d (%s): %w", item, u.GetKind(), err)
+				}
+				objs = append(objs, u)
 				return nil
 			})
 			if err != nil {
@@ -105,14 +114,22 @@ func decode(name string, r io.Reader) ([]*unstructured.Unstructured, error) {
 			}
 			continue
 		}
-		if obj.GetName() == "" && obj.GetGenerateName() == "" {
-			return nil, fmt.Errorf("%w: %s: document %d (%s): no metadata.name", ErrInvalid, name, doc, obj.GetKind())
-		}
-		if obj.GetGenerateName() != "" && obj.GetName() == "" {
-			return nil, fmt.Errorf("%w: %s: document %d (%s): metadata.generateName cannot be applied again; set metadata.name", ErrInvalid, name, doc, obj.GetKind())
+		if err := named(obj); err != nil {
+			return nil, fmt.Errorf("%w: %s: document %d (%s): %w", ErrInvalid, name, doc, obj.GetKind(), err)
 		}
 		objs = append(objs, obj)
 	}
+}
+
+// named checks that an object has a name server-side apply can apply again.
+func named(obj *unstructured.Unstructured) error {
+	switch {
+	case obj.GetName() == "" && obj.GetGenerateName() != "":
+		return errors.New("metadata.generateName cannot be applied again; set metadata.name")
+	case obj.GetName() == "":
+		return errors.New("no metadata.name")
+	}
+	return nil
 }
 
 // inputRef matches ${inputs.PATH}: PATH names an input, and a key inside

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -75,7 +74,7 @@ type listKey struct {
 // load reads the extracted manifests, substitutes the inputs, fills in
 // namespaces and the owner labels, and computes each object's digest.
 func (r *run) load(context.Context) error {
-	objs, files, err := readDir(filepath.Join(r.dir, manifestsDir))
+	objs, files, err := readDir(r.manifests)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -83,6 +84,9 @@ type run struct {
 	logger *slog.Logger
 	log    io.Writer
 	dir    string // the component's state directory
+	// manifests is where the job's manifests are extracted:
+	// STATEDIR/manifests, or a directory of its own for a drift check.
+	manifests string
 
 	client  client.Client
 	mapper  meta.RESTMapper
@@ -96,6 +100,8 @@ type run struct {
 	plan     *plan
 	changes  changes
 	result   *schemas.JobResult
+	// healthResult is the objects' health, once computed.
+	healthResult *schemas.Health
 }
 
 // step is one named stage of a run; its name prefixes its errors.
@@ -128,6 +134,7 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 		return nil, fmt.Errorf("manifests %s: %w", job.Component, err)
 	}
 	r.dir = dir
+	r.manifests = filepath.Join(dir, manifestsDir)
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", job.Component, err)
 	}

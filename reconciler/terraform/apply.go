@@ -14,7 +14,9 @@ import (
 )
 
 // Apply makes the component match the job: it plans against the state in
-// env.StateDir, applies exactly that plan and reports the outputs.
+// env.StateDir, applies exactly that plan and reports the outputs, and
+// with terraform.health the check's outcome as the result's Health (a
+// failed check does not fail the job: the apply happened).
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	r, err := p.start(job, env)
 	if err != nil {
@@ -28,6 +30,7 @@ func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env
 		step{"plan", r.planChanges},
 		step{"apply", r.applyPlan},
 		step{"output", r.outputs},
+		step{"health", func(ctx context.Context) (err error) { r.result.Health, err = r.health(ctx); return err }},
 	); err != nil {
 		return nil, err
 	}
@@ -58,6 +61,7 @@ func (r *run) outputs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.outs = outs
 	res := &schemas.JobResult{
 		APIVersion: schemas.APIVersion,
 		Job:        r.job.ID,

@@ -35,6 +35,29 @@
 //  6. output: read the outputs. Non-sensitive ones go into
 //     JobResult.Outputs; sensitive ones are only named, in
 //     JobResult.Sensitive: their values stay in the state.
+//  7. health: with terraform.health, the named output must be true; the
+//     result's Health is Ready, or Failed with why (false, missing, not a
+//     boolean). A failed check does not fail the job: the apply happened.
+//
+// # Drift checks, health and debug commands
+//
+// A drift job (Drift) runs inputs, extract and init, then exactly one
+// `terraform plan -detailed-exitcode` (it refreshes and does not write the
+// state) and `terraform show -json` of the saved plan, whose output never
+// reaches the log (it holds the variables). Each resource the plan would
+// touch is reported by address: missing (create), extra (delete) or
+// changed (update, replace) with the attributes that differ, never their
+// values; a change made outside terraform (resource_drift) is said in
+// Diff. A file a local_file manages, edited by hand, shows as missing
+// ("deleted or replaced outside terraform"): the provider drops it from
+// the refreshed state. Correcting drift is an ordinary Apply.
+//
+// A health job (Health) reads the outputs of the state and runs the
+// check. A debug job (Debug) answers `state list` and `state show
+// ADDRESS` from `terraform show -json`: the address is looked up in the
+// JSON, never handed to terraform, and every attribute terraform marks
+// sensitive (the provider's schema or the configuration) shows as
+// Sensitive.
 //
 // # Destroy
 //

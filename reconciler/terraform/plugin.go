@@ -69,6 +69,8 @@ type run struct {
 	vars    map[string]any
 	changed bool
 	result  *schemas.JobResult
+	// outs are the state's outputs once an apply read them.
+	outs map[string]tfexec.OutputMeta
 }
 
 // step is one named stage of a run; its name prefixes its errors.

@@ -15,46 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
-
-// providersDir is where `make tf-providers` puts the offline providers,
-// under the user's cache directory (the Makefile's default CACHE).
-const providersDir = "nuon/terraform-providers/local-2.9.0-random-3.9.0"
-
-// cliConfig finds the terraform CLI config that installs providers from the
-// local mirror: NUON_TF_CLI_CONFIG (the Makefile sets it), the mirror in the
-// default cache, then TF_CLI_CONFIG_FILE. Without any the test is skipped.
-func cliConfig(t *testing.T) string {
-	t.Helper()
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	if p := os.Getenv("NUON_TF_CLI_CONFIG"); p != "" {
-		if !exists(p) {
-			t.Fatalf("NUON_TF_CLI_CONFIG=%s does not exist: run `make tf-providers`", p)
-		}
-		return p
-	}
-	if cache, err := os.UserCacheDir(); err == nil {
-		if p := filepath.Join(cache, providersDir, "terraformrc"); exists(p) {
-			return p
-		}
-	}
-	if p := os.Getenv("TF_CLI_CONFIG_FILE"); p != "" {
-		if !exists(p) {
-			t.Fatalf("TF_CLI_CONFIG_FILE=%s does not exist and no provider mirror was found: run `make tf-providers`", p)
-		}
-		return p
-	}
-	t.Skip("no terraform provider mirror: run `make tf-providers` or set NUON_TF_CLI_CONFIG")
-	return ""
-}
 
 // realPlugin is a Plugin that runs the real terraform with the offline
 // providers; its secrets come from secrets.
 func realPlugin(t *testing.T, secrets map[string]string) *Plugin {
 	t.Helper()
-	cfg := cliConfig(t)
+	cfg := testenv.TerraformConfig(t)
 	if _, err := exec.LookPath(DefaultBinary); err != nil {
 		t.Fatalf("the terraform tests need terraform on PATH: %v", err)
 	}

@@ -12,10 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/go-git/go-git/v5/plumbing/transport"
 	"nuon.dev/nuon/agent"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
@@ -51,20 +52,29 @@ restarted agent waits for a job that outlived it, records its outcome and does
 not run a finished job again. SIGTERM stops the running jobs cleanly, writes
 the status and exits.
 
-With --vendor-key (the vendor's cosign.pub), before a component's job the agent
-copies its artifacts by digest from the vendor registry into the install's
-registry, each with its signature, after verifying that the vendor key signed
-it; an unsigned or wrongly signed artifact is refused and no job starts. Jobs
-read their artifacts from the install registry only (or from --artifacts, a
-local fallback). Amazon ECR registries get their credentials from
-GetAuthorizationToken and their repositories created as needed; other
-registries use --registry-username or the docker config file.
+Artifacts fail closed. With --vendor-key (the vendor's cosign.pub), before a
+component's job the agent copies its artifacts by digest from the vendor
+registry into the install's registry, each with its signature, after verifying
+that the vendor key signed it; an unsigned or wrongly signed artifact is
+refused and no job starts. Without --vendor-key every component that has
+artifacts fails with "no vendor artifact key" and nothing of it is synced or
+applied, unless --insecure-skip-artifact-verification (development only) lets
+jobs deploy unverified artifacts; every status the agent then writes says
+artifacts: Unverified, and 'nuon status' shows it.
+
+Jobs read their artifacts from the install registry only, or with --artifacts
+from an OCI image layout on local disk (development and air-gapped tests; the
+digests are checked as from a registry). Amazon ECR registries get their
+credentials from GetAuthorizationToken and their repositories created as
+needed; other registries use --registry-username or the docker config file.
 
 With --server-auth the agent talks to a tenant server ('nuon server') rather
 than a git host: every HTTP request it sends to --repo is signed with --key
 as install --install (an SSH signature in the nuon-request namespace over
 method, path, time and install id), which the server checks against the
-install's agentKey on main. No token or password is needed.`,
+install's agentKey on main. No token or password is needed.
+
+` + gitauth.Help,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
 
@@ -79,7 +89,22 @@ install's agentKey on main. No token or password is needed.`,
   # verify and copy artifacts into the install's ECR before each job
   nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon \
-      --vendor-key /etc/nuon/cosign.pub`,
+      --vendor-key /etc/nuon/cosign.pub
+
+  # over SSH: a deploy key, and the server's host key in known_hosts
+  nuon agent --repo git@git.example.com:vendor/tenant.git --install acme \
+      --ssh-key /etc/nuon/git_key --known-hosts /etc/nuon/known_hosts \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # over HTTPS with a token read from a file (or from $NUON_GIT_TOKEN)
+  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
+      --git-token-file /run/secrets/git-token \
+      --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # development: artifacts from a local OCI image layout, unverified
+  crane pull --format=oci registry.example.com/acme/network@sha256:… ./artifacts
+  nuon agent --repo ./tenant.git --install acme --trust allowed_signers --key acme.key \
+      --workdir ./work --once --artifacts ./artifacts --insecure-skip-artifact-verification`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -94,7 +119,7 @@ install's agentKey on main. No token or password is needed.`,
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
-	f.StringVar(&o.artifacts, "artifacts", "", "local fallback: jobs read artifacts from DIR/<repository name> instead of the install registry")
+	f.StringVar(&o.artifacts, "artifacts", "", ArtifactsHelp)
 	f.BoolVar(&o.once, "once", false, "reconcile once and exit")
 	f.BoolVar(&o.serverAuth, "server-auth", false, "sign every request to an http(s) --repo with --key, for a tenant server (nuon server)")
 	f.DurationVar(&o.interval, "interval", 30*time.Second, "time between polls (jittered by ±10%)")
@@ -142,13 +167,22 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	var auth transport.AuthMethod
+	gitAuth, err := g.GitAuth()
+	if err != nil {
+		return err
+	}
+	if err := gitAuth.Check(o.repo); err != nil {
+		return err
+	}
+	remoteOpts := []agent.RemoteOption{agent.WithGitAuth(gitAuth), agent.WithRemoteLogger(log)}
 	if o.serverAuth {
-		auth = &request.Signer{Install: o.install, Key: key}
+		// Every request to the tenant server carries the install's
+		// signature; no token or password.
+		remoteOpts = append(remoteOpts, agent.WithRequestSigner(&request.Signer{Install: o.install, Key: key}))
 	}
 	a, err := agent.New(agent.Config{
 		Install: o.install,
-		Remote:  agent.NewRemote(o.repo, auth),
+		Remote:  agent.NewRemote(o.repo, remoteOpts...),
 		Trust:   trust,
 		Key:     key,
 		Workdir: workdir,
@@ -166,6 +200,9 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Interval:    o.interval,
 		MaxBackoff:  o.maxBackoff,
 		Logger:      log,
+		// Without --vendor-key the agent refuses every artifact, unless
+		// told otherwise.
+		InsecureSkipArtifactVerification: o.sync.insecure,
 	})
 	if err != nil {
 		return err
@@ -174,7 +211,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return o.kube.err
 	}
 	if !o.once {
-		log.Info("agent started", "install", o.install, "repo", o.repo, "interval", o.interval)
+		log.Info("agent started", "install", o.install, "repo", gitproto.Redact(o.repo), "git_auth", gitAuth, "interval", o.interval)
 		return a.Run(ctx)
 	}
 	rep, err := a.Reconcile(ctx)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/schemas"
 )
@@ -30,8 +31,34 @@ func (e ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 type Globals struct {
 	LogFormat string
 	LogLevel  string
-	Stdout    io.Writer
-	Stderr    io.Writer
+	// Git says where the tenant repository's credentials are: the same
+	// flags for the agent and every command that opens the repository.
+	Git    gitauth.Options
+	Stdout io.Writer
+	Stderr io.Writer
+
+	gitAuth *gitauth.Auth
+}
+
+// GitAuth loads the credentials the --git-* and --ssh-* flags name, once.
+// It then removes $NUON_GIT_TOKEN and $NUON_GIT_PASSWORD from the
+// process's environment, so that no job or other child process the
+// command starts inherits them.
+func (g *Globals) GitAuth() (*gitauth.Auth, error) {
+	if g.gitAuth != nil {
+		return g.gitAuth, nil
+	}
+	a, err := g.Git.Load(nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{gitauth.EnvToken, gitauth.EnvPassword} {
+		if err := os.Unsetenv(k); err != nil {
+			return nil, fmt.Errorf("remove $%s from the environment: %w", k, err)
+		}
+	}
+	g.gitAuth = a
+	return a, nil
 }
 
 // Logger is the log/slog logger the global flags ask for, on Stderr.
@@ -55,6 +82,7 @@ func NewRoot(root *cobra.Command, stdout, stderr io.Writer, add func(*Globals) [
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
 	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	g.Git.AddFlags(root.PersistentFlags())
 	root.AddCommand(add(g)...)
 	return root
 }
@@ -84,9 +112,14 @@ func CheckOutput(o string) error {
 	return nil
 }
 
-// OpenRepo opens a repository for reading or writing.
-func OpenRepo(location, cacheDir string) (*gitrepo.Repo, error) {
-	var opts []gitrepo.Option
+// OpenRepo opens a repository for reading or writing, with the
+// credentials the global flags name.
+func (g *Globals) OpenRepo(location, cacheDir string) (*gitrepo.Repo, error) {
+	auth, err := g.GitAuth()
+	if err != nil {
+		return nil, err
+	}
+	opts := []gitrepo.Option{gitrepo.WithCredentials(auth)}
 	if cacheDir != "" {
 		opts = append(opts, gitrepo.WithCacheDir(cacheDir))
 	}

@@ -15,7 +15,6 @@ import (
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/agent/sync"
 	"nuon.dev/nuon/internal/oci"
-	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 )
 
@@ -93,11 +92,13 @@ func (r *RegistryOptions) Client() (*oci.Client, *sync.ECRRegistries, error) {
 // syncOptions are the agent's flags for artifact sync.
 type syncOptions struct {
 	vendorKey string
+	insecure  bool
 	registry  RegistryOptions
 }
 
 func (s *syncOptions) flags(f *pflag.FlagSet) {
-	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job")
+	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job; without it no component with artifacts is applied")
+	f.BoolVar(&s.insecure, "insecure-skip-artifact-verification", false, "development only: without --vendor-key, deploy artifacts nobody verified (the status says artifacts: Unverified)")
 	s.registry.Flags(f)
 }
 
@@ -106,10 +107,18 @@ func (s *syncOptions) jobArgs(argv []string) []string {
 	return append(argv, s.registry.args()...)
 }
 
-// syncer returns the agent's Syncer; nil (no sync) without --vendor-key.
+// syncer returns the agent's Syncer; nil (no sync) without --vendor-key,
+// when the agent refuses every artifact unless --insecure-skip-artifact-
+// verification says otherwise.
 func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
-	if s.vendorKey == "" {
-		log.Warn("no --vendor-key: artifacts are not verified nor copied; jobs read what the install registry (or --artifacts) holds")
+	switch {
+	case s.vendorKey != "" && s.insecure:
+		return nil, errors.New("--vendor-key and --insecure-skip-artifact-verification contradict each other: verify with the key, or drop it")
+	case s.insecure:
+		log.Warn("--insecure-skip-artifact-verification: artifacts are NOT verified nor copied; jobs deploy whatever the install registry (or --artifacts) holds, and the status says artifacts: Unverified")
+		return nil, nil
+	case s.vendorKey == "":
+		log.Warn("no --vendor-key: artifacts cannot be verified, so no component with artifacts is synced or applied")
 		return nil, nil
 	}
 	key, err := oci.LoadPublicKey(s.vendorKey)
@@ -127,11 +136,17 @@ func (s *syncOptions) syncer(log *slog.Logger) (agent.Syncer, error) {
 	return sy, nil
 }
 
-// artifactSource is what a job reads artifacts from: the install registry,
-// or with dir the directories under it (a local fallback).
-func (r *RegistryOptions) ArtifactSource(dir string) (reconciler.ArtifactSource, error) {
-	if dir != "" {
-		return jobrun.DirArtifacts{Root: dir}, nil
+// ArtifactsHelp is the help of --artifacts, for the agent and for `nuon job
+// run`.
+const ArtifactsHelp = "development and air-gapped tests only, not production: jobs read artifacts from `DIR`, an OCI image layout " +
+	"(as 'crane pull --format=oci' writes one), instead of the install registry; every manifest and layer must hash to the digest the desired state pins"
+
+// ArtifactSource is what a job reads artifacts from: the install
+// registry, or with layout an OCI image layout on local disk. Both check
+// every digest they read (see oci.Source and oci.Layout).
+func (r *RegistryOptions) ArtifactSource(layout string) (reconciler.ArtifactSource, error) {
+	if layout != "" {
+		return oci.Layout{Path: layout}, nil
 	}
 	c, _, err := r.Client()
 	if err != nil {

@@ -51,7 +51,7 @@ Status history ('git log refs/heads/nuon/status/<id>') is the install's audit lo
 }
 
 func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
-	repo, err := OpenRepo(o.repo, o.cacheDir)
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
 
 func printStatus(w io.Writer, rows []fleet.Install) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tSTATE\tSYNCED\tVERIFIED\tFAILING")
+	fmt.Fprintln(tw, "INSTALL\tGEN\tDESIRED\tAPPLIED\tSTATE\tSYNCED\tVERIFIED\tARTIFACTS\tFAILING")
 	for _, r := range rows {
 		var failing []string
 		for _, c := range r.Components {
@@ -99,8 +99,8 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 		if r.Refusal != nil {
 			failing = append([]string{"refused " + shortID(r.Refusal.Commit) + ": " + r.Refusal.Reason}, failing...)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
-			r.State, yesNo(r.InSync), yesNo(r.Verified), strings.Join(failing, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
+			r.State, yesNo(r.InSync), yesNo(r.Verified), artifactsColumn(r.Artifacts), strings.Join(failing, " "))
 	}
 	tw.Flush()
 }
@@ -120,4 +120,16 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+func artifactsColumn(s string) string {
+	switch s {
+	case schemas.ArtifactsVerified:
+		return "verified"
+	case schemas.ArtifactsUnverified:
+		return "UNVERIFIED"
+	case "":
+		return "-"
+	}
+	return s
 }

@@ -31,9 +31,9 @@ func TestPrintStatus(t *testing.T) {
 		got = append(got, strings.Fields(line))
 	}
 	want := [][]string{
-		{"INSTALL", "GEN", "DESIRED", "APPLIED", "STATE", "SYNCED", "VERIFIED", "FAILING"},
-		{"acme", "3", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Stale", "yes", "yes", "desired", "state", "expired", "2030-01-01T01:00:00Z"},
-		{"globex", "2", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Ready", "yes", "yes", "replaced", "forged", "status", "bbbbbbbbbbbb"},
+		{"INSTALL", "GEN", "DESIRED", "APPLIED", "STATE", "SYNCED", "VERIFIED", "ARTIFACTS", "FAILING"},
+		{"acme", "3", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Stale", "yes", "yes", "-", "desired", "state", "expired", "2030-01-01T01:00:00Z"},
+		{"globex", "2", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "Ready", "yes", "yes", "-", "replaced", "forged", "status", "bbbbbbbbbbbb"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status table (-want +got):\n%s\n%s", diff, out.String())

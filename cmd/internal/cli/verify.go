@@ -98,7 +98,7 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 	if err != nil {
 		return err
 	}
-	repo, err := OpenRepo(o.repo, o.cacheDir)
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/internal/testenv"
 )
 
 // Binary is the registry server Start runs; `make registry` installs it.
@@ -66,16 +67,13 @@ type Registry struct {
 	markers int
 }
 
-// Require skips the test when a tool is missing, or fails it when the
-// environment variable CI says this is CI, where every real part must run.
+// Require reports each tool that is not installed with testenv.Missing:
+// the test is skipped, or fails in CI, where every real part must run.
 func Require(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
-				t.Fatalf("%s is not installed (CI=%s): run `make registry`", tool, ci)
-			}
-			t.Skipf("%s is not installed; `make registry` installs it", tool)
+			testenv.Missing(t, "%s is not installed: run `make registry`", tool)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"nuon.dev/nuon/internal/redact"
 )
@@ -25,6 +26,9 @@ type Encoding struct {
 	Name   string
 	Encode func(string) string
 	Stable func(string) string
+	// escaping is true for an encoding that escapes each character on its
+	// own between quotes (all but base64).
+	escaping bool
 }
 
 func same(f func(string) string) func(string) string { return f }
@@ -78,6 +82,7 @@ func init() {
 	for i := range Encodings {
 		if Encodings[i].Stable == nil {
 			Encodings[i].Stable = same(Encodings[i].Encode)
+			Encodings[i].escaping = !strings.HasPrefix(Encodings[i].Name, "base64")
 		}
 	}
 }
@@ -131,15 +136,24 @@ func HCL(s string) string {
 	return b.String()
 }
 
-// Leaks returns what text holds of secret: for every encoding, each
-// fragment of more than redact.MinLen bytes of the value's stable
-// encoding, whitespace and box-drawing characters removed on both sides,
-// that text holds with the same removed. A run of redact.Marker is a
-// boundary, not text. Nil means no leak.
+// Leaks returns what text holds of secret: for every encoding, the
+// encoded form of each whitespace-free fragment of the value longer than
+// redact.MinLen bytes (the property the redactor promises), whitespace and
+// box-drawing characters removed on both sides. An escaping encoding is
+// checked fragment by fragment of the value, so its quotes and the
+// escapes it adds do not count towards a fragment's length; a base64 one,
+// whose characters mix neighbouring bytes, over windows of its stable
+// form. A run of redact.Marker is a boundary, not text. Nil means no leak.
 func Leaks(text, secret string) []string {
 	hay := squeeze(strings.ReplaceAll(text, redact.Marker, "\x00"))
 	var out []string
 	for _, e := range Encodings {
+		if e.escaping {
+			if f, ok := leakedFragment(hay, secret, e); ok {
+				out = append(out, fmt.Sprintf("%s: %q", e.Name, f))
+			}
+			continue
+		}
 		f := squeeze(e.Stable(secret))
 		n := redact.MinLen + 1
 		if len(f) < n {
@@ -156,6 +170,39 @@ func Leaks(text, secret string) []string {
 		}
 	}
 	return out
+}
+
+// leakedFragment looks for the encoding e of every shortest run of
+// secret's whitespace-free fragments that is longer than redact.MinLen
+// bytes, and returns the first found.
+func leakedFragment(hay, secret string, e Encoding) (string, bool) {
+	delims := e.Encode("")
+	pre, suf := len(delims)/2, len(delims)-len(delims)/2
+	for _, frag := range strings.FieldsFunc(secret, func(r rune) bool { return unicode.IsSpace(r) }) {
+		if len(frag) < redact.MinLen {
+			continue
+		}
+		for i := range frag {
+			// The shortest run from i of more than MinLen bytes, ending on
+			// a rune boundary.
+			j := i + redact.MinLen + 1
+			for j < len(frag) && !utf8.RuneStart(frag[j]) {
+				j++
+			}
+			if j > len(frag) {
+				if i > 0 {
+					break
+				}
+				j = len(frag) // a fragment of exactly MinLen bytes: whole
+			}
+			enc := e.Encode(frag[i:j])
+			enc = squeeze(enc[pre : len(enc)-suf])
+			if enc != "" && strings.Contains(hay, enc) {
+				return enc, true
+			}
+		}
+	}
+	return "", false
 }
 
 // squeeze drops whitespace and box-drawing characters.

@@ -1,0 +1,294 @@
+package ststest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/xml"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Namespace is the XML namespace of STS answers.
+const Namespace = "https://sts.amazonaws.com/doc/2011-06-15/"
+
+// Role is a role callers may assume.
+type Role struct {
+	// ARN is the role's ARN, arn:aws:iam::ACCOUNT:role/NAME.
+	ARN string
+	// TrustedAccount is the only account whose principals may assume it.
+	TrustedAccount string
+	// ExternalID, when set, must be presented exactly.
+	ExternalID string
+}
+
+// Call is one request the server answered.
+type Call struct {
+	Action, RoleARN, RoleSessionName, ExternalID string
+	// Caller is the principal ARN of the access key that signed, or ""
+	// when the key was unknown.
+	Caller string
+	// Code is the error code answered, "" on success.
+	Code string
+}
+
+// Credentials are temporary credentials the server issued.
+type Credentials struct {
+	AccessKeyID, SecretAccessKey, SessionToken string
+	Expiration                                 time.Time
+}
+
+// Server is the stand-in.
+type Server struct {
+	// URL is the endpoint (plain HTTP on loopback).
+	URL string
+
+	now func() time.Time
+
+	mu      sync.Mutex
+	callers map[string]string // access key → principal ARN
+	roles   map[string]Role
+	calls   []Call
+	issued  []Credentials
+}
+
+// Option configures New.
+type Option func(*Server)
+
+// WithClock sets the clock the expirations come from; default time.Now.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// New serves the stand-in until the test ends.
+func New(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	s := &Server{now: time.Now, callers: map[string]string{}, roles: map[string]Role{}}
+	for _, o := range opts {
+		o(s)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// AddCaller makes an access key known as principal (an IAM ARN such as
+// arn:aws:iam::111111111111:user/tenant).
+func (s *Server) AddCaller(accessKeyID, principal string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.callers[accessKeyID] = principal
+}
+
+// AddRole makes a role assumable.
+func (s *Server) AddRole(r Role) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roles[r.ARN] = r
+}
+
+// Calls returns the calls answered so far.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// Issued returns the credentials handed out so far.
+func (s *Server) Issued() []Credentials {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Credentials(nil), s.issued...)
+}
+
+var (
+	credentialRe = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([A-Z0-9]+)/[0-9]{8}/[a-z0-9-]+/sts/aws4_request, SignedHeaders=[^,]+, Signature=[0-9a-f]{64}$`)
+	accountRe    = regexp.MustCompile(`^arn:aws[a-z-]*:(?:iam|sts)::([0-9]{12}):`)
+)
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/" {
+		writeError(w, http.StatusBadRequest, "InvalidAction", "STS takes POST / only")
+		return
+	}
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		writeError(w, http.StatusBadRequest, "InvalidParameterValue", "the body must be application/x-www-form-urlencoded")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, "MalformedQueryString", err.Error())
+		return
+	}
+	call := Call{
+		Action: r.PostForm.Get("Action"), RoleARN: r.PostForm.Get("RoleArn"),
+		RoleSessionName: r.PostForm.Get("RoleSessionName"), ExternalID: r.PostForm.Get("ExternalId"),
+	}
+	code := s.answer(w, r, &call)
+	call.Code = code
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+}
+
+// answer writes the answer to one call and returns its error code.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, call *Call) string {
+	m := credentialRe.FindStringSubmatch(r.Header.Get("Authorization"))
+	if m == nil {
+		return writeError(w, http.StatusForbidden, "MissingAuthenticationToken", "Request is missing Authentication Token")
+	}
+	s.mu.Lock()
+	caller, known := s.callers[m[1]]
+	role, roleKnown := s.roles[call.RoleARN]
+	s.mu.Unlock()
+	if !known {
+		return writeError(w, http.StatusForbidden, "InvalidClientTokenId", "The security token included in the request is invalid.")
+	}
+	call.Caller = caller
+	if call.Action != "AssumeRole" {
+		return writeError(w, http.StatusBadRequest, "InvalidAction", "Could not find operation "+call.Action+" for version "+r.PostForm.Get("Version"))
+	}
+	if v := r.PostForm.Get("Version"); v != "2011-06-15" {
+		return writeError(w, http.StatusBadRequest, "InvalidParameterValue", "unsupported Version "+v)
+	}
+	if call.RoleSessionName == "" || call.RoleARN == "" {
+		return writeError(w, http.StatusBadRequest, "ValidationError", "RoleArn and RoleSessionName are required")
+	}
+	duration := 3600
+	if d := r.PostForm.Get("DurationSeconds"); d != "" {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 900 || n > 43200 {
+			return writeError(w, http.StatusBadRequest, "ValidationError", "DurationSeconds must be between 900 and 43200")
+		}
+		duration = n
+	}
+	// STS does not say which condition failed: a wrong account, a wrong
+	// ExternalId, a missing one and an unknown role all read the same.
+	denied := fmt.Sprintf("User: %s is not authorized to perform: sts:AssumeRole on resource: %s", caller, call.RoleARN)
+	am := accountRe.FindStringSubmatch(caller)
+	if !roleKnown || am == nil || am[1] != role.TrustedAccount || (role.ExternalID != "" && call.ExternalID != role.ExternalID) {
+		return writeError(w, http.StatusForbidden, "AccessDenied", denied)
+	}
+	c := Credentials{
+		AccessKeyID: "ASIA" + strings.ToUpper(random(8)), SecretAccessKey: random(20), SessionToken: random(64),
+		Expiration: s.now().Add(time.Duration(duration) * time.Second).UTC().Truncate(time.Second),
+	}
+	s.mu.Lock()
+	s.issued = append(s.issued, c)
+	s.mu.Unlock()
+	roleName := call.RoleARN[strings.LastIndex(call.RoleARN, "/")+1:]
+	roleAccount := accountRe.FindStringSubmatch(call.RoleARN)
+	acct := ""
+	if roleAccount != nil {
+		acct = roleAccount[1]
+	}
+	resp := assumeRoleResponse{
+		Xmlns: Namespace,
+		Result: assumeRoleResult{
+			User: assumedRoleUser{
+				Arn:    fmt.Sprintf("arn:aws:sts::%s:assumed-role/%s/%s", acct, roleName, call.RoleSessionName),
+				RoleID: "AROA" + strings.ToUpper(random(8)) + ":" + call.RoleSessionName,
+			},
+			Credentials: xmlCredentials{c.AccessKeyID, c.SecretAccessKey, c.SessionToken, c.Expiration.Format(time.RFC3339)},
+		},
+		RequestID: random(16),
+	}
+	writeXML(w, http.StatusOK, resp)
+	return ""
+}
+
+type assumeRoleResponse struct {
+	XMLName   xml.Name         `xml:"AssumeRoleResponse"`
+	Xmlns     string           `xml:"xmlns,attr"`
+	Result    assumeRoleResult `xml:"AssumeRoleResult"`
+	RequestID string           `xml:"ResponseMetadata>RequestId"`
+}
+
+type assumeRoleResult struct {
+	User        assumedRoleUser `xml:"AssumedRoleUser"`
+	Credentials xmlCredentials  `xml:"Credentials"`
+}
+
+type assumedRoleUser struct {
+	Arn    string `xml:"Arn"`
+	RoleID string `xml:"AssumedRoleId"`
+}
+
+type xmlCredentials struct {
+	AccessKeyID     string `xml:"AccessKeyId"`
+	SecretAccessKey string `xml:"SecretAccessKey"`
+	SessionToken    string `xml:"SessionToken"`
+	Expiration      string `xml:"Expiration"`
+}
+
+type errorResponse struct {
+	XMLName   xml.Name `xml:"ErrorResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	Type      string   `xml:"Error>Type"`
+	Code      string   `xml:"Error>Code"`
+	Message   string   `xml:"Error>Message"`
+	RequestID string   `xml:"RequestId"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) string {
+	writeXML(w, status, errorResponse{Xmlns: Namespace, Type: "Sender", Code: code, Message: msg, RequestID: random(16)})
+	return code
+}
+
+func writeXML(w http.ResponseWriter, status int, v any) {
+	b, err := xml.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.WriteHeader(status)
+	_, _ = w.Write(append([]byte(xml.Header), b...))
+}
+
+func random(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+// BlackHole returns the URL of an endpoint that accepts connections and
+// never answers, until the test ends.
+func BlackHole(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "http://" + l.Addr().String()
+}
