@@ -320,14 +320,18 @@ func (r *renderRun) readPrevious(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	for dir, into := range map[string]map[string]plumbing.Hash{schemas.InstallsDir: r.prevTrees, schemas.IssuedDir: r.prevIssued} {
-		entries, err := subtreeEntries(r.st, root, dir)
+	// Read as lists, each name once in git's order (the renderer wrote
+	// them), into maps of their size: one map of 100,000 entries each.
+	for dir, into := range map[string]*map[string]plumbing.Hash{schemas.InstallsDir: &r.prevTrees, schemas.IssuedDir: &r.prevIssued} {
+		entries, err := subtreeList(r.st, root, dir)
 		if err != nil {
 			return fmt.Errorf("read rendered %s: %w", dir, err)
 		}
-		for id, e := range entries {
-			into[id] = e.hash
+		m := make(map[string]plumbing.Hash, len(entries))
+		for _, e := range entries {
+			m[e.name] = e.hash
 		}
+		*into = m
 	}
 	if at, ok := schemas.Trailer(c.Message, TrailerRenewAt); ok {
 		r.renewAt, _ = time.Parse(time.RFC3339, at)
@@ -554,7 +558,6 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	if err != nil {
 		return res, tree, issued{}, err
 	}
-	r.batch.Merge(objs)
 	switch {
 	case replaced != "":
 		res.Change, res.Replaced = Replaced, replaced
@@ -598,10 +601,13 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	if !tip.IsZero() && tip != last.commit {
 		parents = append(parents, tip)
 	}
-	commit, err := r.commit(tree, parents, msg.String())
+	commit, err := r.commit(objs, tree, parents, msg.String())
 	if err != nil {
 		return res, tree, issued{}, fmt.Errorf("render %s: %w", id, err)
 	}
+	// Merged, the install's objects are compressed by this worker and
+	// only their compressed form is kept until the render is written.
+	r.batch.Merge(objs)
 	res.Commit = commit.String()
 	return res, tree, issued{gen: gen, commit: commit, expires: expires}, nil
 }
@@ -642,15 +648,25 @@ func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 	return b.Tree(top)
 }
 
-func (r *renderRun) commit(tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
+func (r *renderRun) commit(b *gitobj.Batch, tree plumbing.Hash, parents []plumbing.Hash, msg string) (plumbing.Hash, error) {
 	who := object.Signature{Name: r.opts.Name, Email: r.opts.Email, When: r.now}
-	return r.batch.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
+	return b.Commit(gitobj.Commit{Tree: tree, Parents: parents, Author: who, Message: msg}, r.opts.Signer)
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
+	// In the order of r.ids, sorted, which is git's but for ids that
+	// prefix others: sorting it again costs little.
 	entries := make([]gitobj.Entry, 0, len(r.trees))
-	for id, h := range r.trees {
-		entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+	for _, id := range r.ids {
+		if h, ok := r.trees[id]; ok {
+			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+		}
+	}
+	if len(entries) != len(r.trees) {
+		entries = entries[:0]
+		for id, h := range r.trees {
+			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
+		}
 	}
 	// The trees join the render's objects only with a new commit: when
 	// nothing changed, the repository holds them already.
@@ -661,16 +677,16 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Every install ever issued keeps its record, removed ones included,
 	// so that one added again continues above its last generation.
-	records := make(map[string]plumbing.Hash, len(r.prevIssued)+len(r.issued))
-	maps.Copy(records, r.prevIssued)
-	for id, in := range r.issued {
-		records[id] = trees.Add(plumbing.BlobObject, in.bytes())
-	}
-	if len(records) > 0 {
-		issuedEntries := make([]gitobj.Entry, 0, len(records))
-		for id, h := range records {
+	issuedEntries := make([]gitobj.Entry, 0, len(r.prevIssued)+len(r.issued))
+	for id, h := range r.prevIssued {
+		if _, renewed := r.issued[id]; !renewed {
 			issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: h})
 		}
+	}
+	for id, in := range r.issued {
+		issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: trees.Add(plumbing.BlobObject, in.bytes())})
+	}
+	if len(issuedEntries) > 0 {
 		root = append(root, gitobj.Entry{Name: schemas.IssuedDir, Mode: filemode.Dir, Hash: trees.Tree(issuedEntries)})
 	}
 	tree := trees.Tree(root)
@@ -679,12 +695,14 @@ func (r *renderRun) writeRendered(context.Context) error {
 		renewAt = r.nextRenew.UTC().Format(time.RFC3339)
 	}
 	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
-	ids := r.refIDs
+	// Clipped, the first new id copies r.refIDs and the next ones append
+	// to that copy: a cold render adds every install.
+	ids := slices.Clip(r.refIDs)
 	for _, u := range r.result.Updates {
 		id := strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix)
 		moved[id] = u.New
 		if r.prev.Installs[id].IsZero() {
-			ids = append(slices.Clip(ids), id)
+			ids = append(ids, id)
 		}
 	}
 	if len(ids) != len(r.refIDs) {
@@ -729,7 +747,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 	if !r.prev.Rendered.IsZero() && (r.prevCommit == nil || r.prevCommit.Hash != r.prev.Rendered) {
 		parents = append(parents, r.prev.Rendered)
 	}
-	commit, err := r.commit(tree, parents, b.String())
+	commit, err := r.commit(r.batch, tree, parents, b.String())
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
@@ -753,16 +771,23 @@ func refIDs(installs map[string]plumbing.Hash) []string {
 // refsDigest is the value of TrailerInstallRefs for the install refs ids,
 // sorted, each at commit(id): the SHA-256 of one "id commit" line each.
 func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
-	buf := make([]byte, 0, len(ids)*64)
+	// Hashed as it goes, in a buffer of a few hundred lines: the lines of
+	// 100,000 refs are 6 MB.
+	d := sha256.New()
+	buf := make([]byte, 0, 32<<10)
 	for _, id := range ids {
 		h := commit(id)
 		buf = append(buf, id...)
 		buf = append(buf, ' ')
 		buf = hex.AppendEncode(buf, h[:])
 		buf = append(buf, '\n')
+		if len(buf) > cap(buf)-256 {
+			d.Write(buf)
+			buf = buf[:0]
+		}
 	}
-	sum := sha256.Sum256(buf)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	d.Write(buf)
+	return "sha256:" + hex.EncodeToString(d.Sum(nil))
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

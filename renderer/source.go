@@ -326,21 +326,38 @@ func (r *renderRun) sourceDelta() (ids []string, changed map[string]bool, ok boo
 		}
 		return ids, map[string]bool{}, true
 	}
-	oldInstalls, err := subtreeEntries(r.st, old, schemas.InstallsDir)
+	// Both trees are read as lists and walked side by side, in git's
+	// order, which each must be in: at 100,000 installs, reading them into
+	// maps cost more than the rest of a one-install render.
+	oldInstalls, err := subtreeList(r.st, old, schemas.InstallsDir)
 	if err != nil {
 		return nil, nil, false
 	}
-	curInstalls, err := subtreeEntries(r.st, cur, schemas.InstallsDir)
+	curInstalls, err := subtreeList(r.st, cur, schemas.InstallsDir)
 	if err != nil {
 		return nil, nil, false
 	}
 	changed = map[string]bool{}
-	for name, e := range curInstalls {
-		switch kind, _ := schemas.Classify(schemas.InstallsDir, name, fsMode(e.mode)); kind {
+	ids = make([]string, 0, len(curInstalls))
+	i := 0
+	for _, e := range curInstalls {
+		for i < len(oldInstalls) && gitOrder(oldInstalls[i], e) < 0 {
+			if !oldInstalls[i].mode.IsFile() {
+				// A folder gone: let a full load say what it was.
+				return nil, nil, false
+			}
+			i++
+		}
+		var was treeEntry
+		if i < len(oldInstalls) && oldInstalls[i].name == e.name {
+			was = oldInstalls[i]
+			i++
+		}
+		switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
 		case schemas.SourceFile:
-			id := strings.TrimSuffix(name, ".yaml")
+			id := strings.TrimSuffix(e.name, ".yaml")
 			ids = append(ids, id)
-			if oldInstalls[name] != e {
+			if was.mode != e.mode || was.hash != e.hash {
 				changed[id] = true
 			} else if _, ok := r.prevTrees[id]; !ok {
 				return nil, nil, false
@@ -352,12 +369,41 @@ func (r *renderRun) sourceDelta() (ids []string, changed map[string]bool, ok boo
 			return nil, nil, false
 		}
 	}
-	for name, e := range oldInstalls {
-		if _, ok := curInstalls[name]; !ok && !e.mode.IsFile() {
+	for ; i < len(oldInstalls); i++ {
+		if !oldInstalls[i].mode.IsFile() {
 			return nil, nil, false
 		}
 	}
 	return ids, changed, true
+}
+
+// subtreeList lists the folder name of t, which may not exist, as its
+// tree holds it; an error when its entries are not each once in git's
+// order.
+func subtreeList(st storer.EncodedObjectStorer, t *object.Tree, name string) ([]treeEntry, error) {
+	e := entryOf(t, name)
+	if e.hash.IsZero() {
+		return nil, nil
+	}
+	if e.mode != filemode.Dir {
+		return nil, fmt.Errorf("%s is not a folder", name)
+	}
+	es, err := parseTree(st, e.hash, 0)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(es); i++ {
+		if gitOrder(es[i-1], es[i]) >= 0 {
+			return nil, fmt.Errorf("tree %s: %q and %q are not in git's order", e.hash, es[i-1].name, es[i].name)
+		}
+	}
+	return es, nil
+}
+
+// gitOrder compares tree entries as git orders them: by name, a folder's
+// as if it ended in "/".
+func gitOrder(a, b treeEntry) int {
+	return gitobj.CompareEntries(gitobj.Entry{Name: a.name, Mode: a.mode}, gitobj.Entry{Name: b.name, Mode: b.mode})
 }
 
 func commitTree(st storer.EncodedObjectStorer, commit plumbing.Hash) (*object.Tree, error) {
@@ -398,35 +444,6 @@ func entryOf(t *object.Tree, name string) entry {
 		}
 	}
 	return entry{}
-}
-
-// subtreeEntries lists the folder name of t, which may not exist.
-func subtreeEntries(st storer.EncodedObjectStorer, t *object.Tree, name string) (map[string]entry, error) {
-	out := map[string]entry{}
-	e := entryOf(t, name)
-	if e.hash.IsZero() {
-		return out, nil
-	}
-	if e.mode != filemode.Dir {
-		return nil, fmt.Errorf("%s is not a folder", name)
-	}
-	return treeEntries(st, e.hash)
-}
-
-// treeEntries reads a tree's entries by name; a name twice is an error.
-func treeEntries(st storer.EncodedObjectStorer, h plumbing.Hash) (map[string]entry, error) {
-	es, err := parseTree(st, h, 0)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]entry, len(es))
-	for _, e := range es {
-		if _, dup := out[e.name]; dup {
-			return nil, fmt.Errorf("tree %s: %q appears twice", h, e.name)
-		}
-		out[e.name] = entry{e.mode, e.hash}
-	}
-	return out, nil
 }
 
 // parseTree reads a tree's entries as they are written, names as they

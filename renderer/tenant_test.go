@@ -179,7 +179,7 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 	if err != nil {
 		return nil, err
 	}
-	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
+	var prev renderer.Previous
 	if prev.Rendered, err = r.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
@@ -187,6 +187,7 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 	if err != nil {
 		return nil, err
 	}
+	prev.Installs = make(map[string]plumbing.Hash, len(refs))
 	for name, h := range refs {
 		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}

@@ -595,3 +595,21 @@ func TestLoadProblems(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadKeepsNoInstallDocument checks that a loaded source holds no
+// install file's parsed document: with 100,000 installs they are most of a
+// render's memory, and only an install's own checks need its document.
+func TestLoadKeepsNoInstallDocument(t *testing.T) {
+	s, err := Load(tenant(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Installs) == 0 {
+		t.Fatal("the fixture tenant has no installs")
+	}
+	for file := range s.docs {
+		if strings.HasPrefix(file, InstallsDir+"/") {
+			t.Errorf("the source keeps the document of %s", file)
+		}
+	}
+}

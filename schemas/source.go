@@ -62,7 +62,16 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 	} else if !s.broken[AppFile] {
 		ps = missingApp(ps)
 	}
+	// Installs come last: each is checked against the rest as soon as it
+	// is loaded, and its parsed document, needed only for the positions of
+	// problems, is then let go. Kept until the end, the documents of
+	// 100,000 installs held 740 MB (renderer's BenchmarkRenderFleet).
+	var c *checker
 	for _, dir := range SourceDirs {
+		if dir == InstallsDir {
+			c = s.checkShared()
+			ps = append(ps, c.ps...)
+		}
 		if !root[dir] {
 			continue // none yet, or reported
 		}
@@ -76,11 +85,15 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 			case ReleasesDir:
 				ps = append(ps, loadInto(s, fsys, file, SchemaRelease, s.Releases, name)...)
 			case InstallsDir:
-				ps = append(ps, loadInto(s, fsys, file, SchemaInstall, s.Installs, name)...)
+				ips := loadInto(s, fsys, file, SchemaInstall, s.Installs, name)
+				if d, ok := s.docs[file]; ok {
+					ips = append(ips, c.install(name, d)...)
+					delete(s.docs, file)
+				}
+				ps = append(ps, ips...)
 			}
 		}
 	}
-	ps = append(ps, s.check()...)
 	return s, ps.Err()
 }
 
@@ -206,18 +219,20 @@ func (s *Source) InstallIDs() []string {
 	return ids
 }
 
-// check finds what the schemas cannot: files that disagree with one
-// another. When nuon.yaml did not load, only the checks that do not need
-// it run.
-func (s *Source) check() Problems {
+// checkShared finds what the schemas cannot in nuon.yaml, the channels and
+// the releases: files that disagree with one another. It returns the
+// checker, with those problems, that then checks each install
+// (checker.install). When nuon.yaml did not load, only the checks that do
+// not need it run.
+func (s *Source) checkShared() *checker {
 	c := &checker{Source: s}
 	if _, c.appOK = s.docs[AppFile]; c.appOK {
 		c.index = map[string]int{}
 	}
-	for _, step := range []func() Problems{c.components, c.releases, c.channels, c.installs} {
+	for _, step := range []func() Problems{c.components, c.releases, c.channels} {
 		c.ps = append(c.ps, step()...)
 	}
-	return c.ps
+	return c
 }
 
 // checker holds what the steps of check share.
@@ -309,31 +324,28 @@ func (c *checker) channels() Problems {
 	return ps
 }
 
-// installs checks each install's id, channel, version overrides, agent key
-// and inputs.
-func (c *checker) installs() Problems {
+// install checks one install's id, channel, version overrides, agent key
+// and inputs against the rest of the source; d is its file's document.
+func (c *checker) install(id string, d *document) Problems {
 	var ps Problems
-	for _, id := range c.InstallIDs() {
-		in := c.Installs[id]
-		d := c.docs[path.Join(InstallsDir, id+".yaml")]
-		if in.ID != "" && in.ID != id {
-			ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
-		}
-		if _, ok := c.Channels[in.Channel]; !ok && !c.broken[path.Join(ChannelsDir, in.Channel+".yaml")] {
-			ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
-		}
-		if msg := checkAgentKey(in.AgentKey); msg != "" {
-			ps = append(ps, d.at("agentKey", false, "%s", msg))
-		}
-		if !c.appOK {
-			continue
-		}
-		for comp, version := range in.Versions {
-			ps = append(ps, c.checkPin(d, "versions."+comp, comp, version)...)
-		}
-		for i, comp := range c.App.Components {
-			ps = append(ps, c.checkInstallInputs(d, in, i, comp)...)
-		}
+	in := c.Installs[id]
+	if in.ID != "" && in.ID != id {
+		ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
+	}
+	if _, ok := c.Channels[in.Channel]; !ok && !c.broken[path.Join(ChannelsDir, in.Channel+".yaml")] {
+		ps = append(ps, d.at("channel", false, "channel %q does not exist (no %s/%s.yaml)", in.Channel, ChannelsDir, in.Channel))
+	}
+	if msg := checkAgentKey(in.AgentKey); msg != "" {
+		ps = append(ps, d.at("agentKey", false, "%s", msg))
+	}
+	if !c.appOK {
+		return ps
+	}
+	for comp, version := range in.Versions {
+		ps = append(ps, c.checkPin(d, "versions."+comp, comp, version)...)
+	}
+	for i, comp := range c.App.Components {
+		ps = append(ps, c.checkInstallInputs(d, in, i, comp)...)
 	}
 	return ps
 }

