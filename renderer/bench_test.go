@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"nuon.dev/nuon/schemas"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +17,6 @@ import (
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
-	"nuon.dev/nuon/renderer"
 )
 
 // fleet returns the fixture app with n generated installs, spread over the
@@ -125,7 +122,7 @@ func BenchmarkRender10k(b *testing.B) {
 		if got := res.ChangedCount(); got != n {
 			b.Fatalf("rendered %d installs, want %d", got, n)
 		}
-		wall, cpuFI := fastImportRender(b, res, repo, seed)
+		wall, cpuFI := fastImportRepo(b, repo, seed)
 		fastImport += wall
 		fastImportCPU += cpuFI
 
@@ -159,87 +156,4 @@ func BenchmarkRender10k(b *testing.B) {
 	b.ReportMetric(float64(renderCPU)/float64(fastImportCPU), "x-fastimport-cpu")
 	b.ReportMetric(float64(rerender.Microseconds())/1000/count, "rerender-ms/op")
 	b.ReportMetric(float64(rerenderCPU.Microseconds())/1000/count, "rerender-cpu-ms/op")
-}
-
-// fastImportRender has git fast-import write what a render wrote into a
-// fresh copy of the repository seed: every install's files as blobs, one
-// commit per install on its own ref, and the rendered commit, whose install
-// folders are the install commits' trees. It returns how long git took, by
-// the clock and in CPU time.
-func fastImportRender(tb testing.TB, res *renderer.Result, repo *gitrepo.Repo, seed string) (wall, cpu time.Duration) {
-	tb.Helper()
-	src, err := renderer.LoadSource(repo.Storer(), res.Source)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var s bytes.Buffer
-	data := func(b []byte) {
-		fmt.Fprintf(&s, "data %d\n", len(b))
-		s.Write(b)
-		s.WriteByte('\n')
-	}
-	who := fmt.Sprintf("nuon renderer <renderer@nuon.invalid> %d +0000", renderTime.Unix())
-	mark := 0
-	var rendered bytes.Buffer
-	trees, commits := map[string]string{}, map[string]string{}
-	for _, in := range res.Installs {
-		trees[in.ID], commits[in.ID] = in.Tree, in.Commit
-	}
-	for _, id := range src.InstallIDs() {
-		files, err := renderer.Install(src, id)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		names := make([]string, 0, len(files))
-		for name := range files {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		first := mark + 1
-		for _, name := range names {
-			mark++
-			fmt.Fprintf(&s, "blob\nmark :%d\n", mark)
-			data(files[name])
-		}
-		fmt.Fprintf(&s, "commit %s\ncommitter %s\n", plumbing.ReferenceName(schemas.InstallRef(id)), who)
-		data(fmt.Appendf(nil, "nuon: render %s generation 1\n\nNuon-Install: %s\nNuon-Generation: 1\nNuon-Source: %s\n", id, id, res.Source))
-		for i, name := range names {
-			fmt.Fprintf(&s, "M 100644 :%d %s\n", first+i, name)
-		}
-		s.WriteByte('\n')
-		fmt.Fprintf(&rendered, "M 040000 %s %s/%s\n", trees[id], schemas.InstallsDir, id)
-		// The renderer's record of what it issued (see schemas.IssuedDir).
-		record := fmt.Sprintf("1 %s\n", commits[id])
-		fmt.Fprintf(&rendered, "M 100644 inline %s/%s\ndata %d\n%s\n", schemas.IssuedDir, id, len(record), record)
-	}
-	fmt.Fprintf(&s, "commit %s\ncommitter %s\n", plumbing.ReferenceName(schemas.RenderedRef), who)
-	data([]byte("nuon: render\n"))
-	s.Write(rendered.Bytes())
-	s.WriteString("\ndone\n")
-
-	target := filepath.Join(tb.TempDir(), "fast-import.git")
-	if out, err := exec.Command("cp", "-a", seed, target).CombinedOutput(); err != nil {
-		tb.Fatalf("copy the source repository: %v: %s", err, out)
-	}
-	cmd := exec.Command("git", "fast-import", "--quiet", "--done")
-	cmd.Dir = target
-	cmd.Stdin = &s
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	wall = time.Since(start)
-	if err != nil {
-		tb.Fatalf("git fast-import: %v: %s", err, out)
-	}
-	cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	for _, in := range res.Installs[:1] {
-		if got := gittest.Git(tb, target, "rev-parse", plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()+"^{tree}"); got != in.Tree {
-			tb.Fatalf("fast-import wrote tree %s for %s, the renderer %s", got, in.ID, in.Tree)
-		}
-	}
-	_, commit, _ := res.Objects.Get(res.Rendered)
-	want := strings.TrimPrefix(strings.SplitN(string(commit), "\n", 2)[0], "tree ")
-	if got := gittest.Git(tb, target, "rev-parse", plumbing.ReferenceName(schemas.RenderedRef).String()+"^{tree}"); got != want {
-		tb.Fatalf("fast-import wrote rendered tree %s, the renderer %s", got, want)
-	}
-	return wall, cpu
 }
