@@ -288,7 +288,7 @@ func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 		data["History"], data["HistoryErr"] = h, errText(err)
 	}
 	if !in.desiredH.IsZero() {
-		g, err := fleet.Generations(repo.Storer(), in.desiredH, 10)
+		g, err := generations(repo.Storer(), in.desiredH, 10)
 		data["Generations"], data["GenerationsErr"] = g, errText(err)
 	}
 	v.render(w, "install.tmpl", data)
