@@ -57,18 +57,17 @@ type Install struct {
 	// different from their desired state (each component's Drift says
 	// how).
 	Drifted int `json:"drifted"`
-	// LastSeen is the time of the newest status commit: the agent writes
-	// one at least every HeartbeatEvery. Unreachable is set when it is
-	// older than twice that.
-	LastSeen       time.Time `json:"lastSeen"`
-	HeartbeatEvery string    `json:"heartbeatEvery,omitempty"`
-	Unreachable    bool      `json:"unreachable"`
+	// HeartbeatEvery is how often, at the least, the agent writes a
+	// status commit. Unreachable is set when Time is older than twice
+	// that (see At).
+	HeartbeatEvery string `json:"heartbeatEvery,omitempty"`
+	Unreachable    bool   `json:"unreachable"`
 	// Artifacts is the agent's artifact verification, as its status says:
 	// Verified, Unverified (--insecure-skip-artifact-verification), or
 	// empty from an agent that predates the field.
 	Artifacts string `json:"artifacts,omitempty"`
 	// Time is when the agent made the status commit (its committer
-	// time): how fresh the report is.
+	// time): how fresh the report is, and when the agent was last seen.
 	Time time.Time `json:"time"`
 }
 
@@ -141,13 +140,9 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string, now ti
 	if err := json.Unmarshal(files[schemas.StatusFile], &st); err != nil {
 		return row, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
 	}
-	row.Time = c.Committer.When
+	row.Time = c.Committer.When.UTC()
 	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal, row.Artifacts = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal, st.Artifacts
 	row.Stale, row.Expires, row.Forged = st.Stale, st.Expires, st.Forged
-	row.State = st.Phase
-	if st.Stale {
-		row.State = StateStale
-	}
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
 		cs := st.Components[name]
 		row.Components = append(row.Components, Component{Name: name, ComponentStatus: cs})
@@ -155,17 +150,28 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string, now ti
 			row.Drifted++
 		}
 	}
-	row.Vetoed, row.HeartbeatEvery, row.LastSeen = st.Vetoed, st.HeartbeatEvery, c.Author.When.UTC()
-	if every, err := time.ParseDuration(st.HeartbeatEvery); err == nil && every > 0 && now.Sub(row.LastSeen) > lateFactor*every {
-		row.Unreachable = true
-		row.State = StateUnreachable
-	}
+	row.Vetoed, row.HeartbeatEvery = st.Vetoed, st.HeartbeatEvery
 	row.Verified, row.VerifyError = Verify(c, id, key)
 	if rendered, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(id))); err == nil && !rendered.IsZero() {
 		row.Rendered = rendered.String()
 		row.InSync = rendered.String() == st.Desired || (st.Refusal != nil && st.Refusal.Commit == rendered.String())
 	}
-	return row, nil
+	return row.At(now), nil
+}
+
+// At returns the row as it stands at now: its State is the phase, Stale
+// while the agent reports its desired state expired, or Unreachable once
+// its heartbeat is late, which only time makes so. A row kept across
+// reads (the fleet view's cache) is brought up to date with it.
+func (i Install) At(now time.Time) Install {
+	i.State, i.Unreachable = i.Phase, false
+	if i.Stale {
+		i.State = StateStale
+	}
+	if every, err := time.ParseDuration(i.HeartbeatEvery); err == nil && every > 0 && now.Sub(i.Time) > lateFactor*every {
+		i.State, i.Unreachable = StateUnreachable, true
+	}
+	return i
 }
 
 // Verify says whether the status commit c is signed by key, the agentKey

@@ -178,12 +178,33 @@ func TestReadHeartbeat(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := rows[0]
-			if r.State != tt.state || r.Unreachable != (tt.state == StateUnreachable) || !r.LastSeen.Equal(seen) {
-				t.Errorf("state %s unreachable %v lastSeen %v, want %s", r.State, r.Unreachable, r.LastSeen, tt.state)
+			if r.State != tt.state || r.Unreachable != (tt.state == StateUnreachable) || !r.Time.Equal(seen) {
+				t.Errorf("state %s unreachable %v lastSeen %v, want %s", r.State, r.Unreachable, r.Time, tt.state)
 			}
 			if r.Drifted != 1 || len(r.Vetoed) != 1 {
 				t.Errorf("drifted %d vetoed %v, want 1 and [debug]", r.Drifted, r.Vetoed)
 			}
 		})
+	}
+}
+
+// TestAtRecomputesState: a row kept across reads turns Unreachable with
+// time alone, and back when a newer read says otherwise.
+func TestAtRecomputesState(t *testing.T) {
+	seen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	row := Install{Phase: schemas.InstallReady, Time: seen, HeartbeatEvery: "10m"}
+	if got := row.At(seen.Add(15 * time.Minute)); got.State != schemas.InstallReady || got.Unreachable {
+		t.Errorf("15m after: %s unreachable %v, want Ready", got.State, got.Unreachable)
+	}
+	late := row.At(seen.Add(25 * time.Minute))
+	if late.State != StateUnreachable || !late.Unreachable {
+		t.Errorf("25m after: %s unreachable %v, want Unreachable", late.State, late.Unreachable)
+	}
+	if got := late.At(seen.Add(5 * time.Minute)); got.State != schemas.InstallReady || got.Unreachable {
+		t.Errorf("re-evaluated earlier: %s, want Ready", got.State)
+	}
+	row.Stale = true
+	if got := row.At(seen); got.State != StateStale {
+		t.Errorf("stale row: %s, want Stale", got.State)
 	}
 }

@@ -308,7 +308,7 @@ func (v *view) snapshot() (*snapshot, error) {
 	defer v.mu.Unlock()
 	main := v.s.keys.mainCommit()
 	if v.snap != nil && v.snap.version == v.s.refs.stamp() && v.snap.main == main {
-		return v.snap, nil
+		return v.snap.at(v.s.cfg.Now()), nil
 	}
 	refs, version := v.s.refs.snapshot()
 	repo, err := gitrepo.Open(v.s.cfg.Dir)
@@ -346,7 +346,24 @@ func (v *view) snapshot() (*snapshot, error) {
 	sort.Slice(snap.installs, func(i, j int) bool { return snap.installs[i].ID < snap.installs[j].ID })
 	snap.channels = slices.Sorted(maps.Keys(channels))
 	v.cache, v.snap = next, snap
-	return snap, nil
+	return snap.at(v.s.cfg.Now()), nil
+}
+
+// at returns the snapshot as it stands at now: the rows read when refs
+// last moved, each install's state brought up to date (a heartbeat turns
+// late with time alone, no ref moving).
+func (s *snapshot) at(now time.Time) *snapshot {
+	out := *s
+	out.installs = make([]*viewInstall, len(s.installs))
+	for i, in := range s.installs {
+		c := *in
+		if in.Status != nil {
+			row := in.Status.At(now)
+			c.Status = &row
+		}
+		out.installs[i] = &c
+	}
+	return &out
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
@@ -360,7 +377,7 @@ func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id st
 		in.Desired = d
 	}
 	if !status.IsZero() {
-		row, err := fleet.ReadInstall(repo, id, status, key, time.Now())
+		row, err := fleet.ReadInstall(repo, id, status, key, time.Time{})
 		if err != nil {
 			errs = append(errs, err.Error())
 		} else {

@@ -94,7 +94,7 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 	for _, r := range rows {
 		var failing []string
 		if r.Unreachable {
-			failing = append(failing, "no status commit since "+r.LastSeen.Format(time.RFC3339)+" (heartbeat "+r.HeartbeatEvery+")")
+			failing = append(failing, "no status commit since "+r.Time.Format(time.RFC3339)+" (heartbeat "+r.HeartbeatEvery+")")
 		}
 		for _, c := range r.Components {
 			var notes []string

@@ -25,7 +25,7 @@ func TestPrintStatus(t *testing.T) {
 		{Install: "globex", Generation: 2, Desired: commit, Applied: commit, Phase: schemas.InstallReady, State: schemas.InstallReady,
 			Forged: &schemas.Forged{Commit: strings.Repeat("b", 40), Reason: "not signed by this install's key"}, Verified: true, InSync: true},
 		{Install: "initech", Generation: 4, Desired: commit, Applied: commit, Phase: schemas.InstallReady, State: fleet.StateUnreachable,
-			Unreachable: true, LastSeen: expires, HeartbeatEvery: "10m0s", Vetoed: []string{"debug"}, Verified: true, InSync: true,
+			Unreachable: true, Time: expires, HeartbeatEvery: "10m0s", Vetoed: []string{"debug"}, Verified: true, InSync: true,
 			Components: []fleet.Component{
 				{Name: "api", ComponentStatus: schemas.ComponentStatus{Phase: schemas.PhaseApplied, Health: &schemas.Health{Status: schemas.HealthProgressing},
 					Drift: []schemas.ResourceDrift{{Kind: "ConfigMap", Name: "a"}, {Kind: "ConfigMap", Name: "b"}}, Corrected: true}},
