@@ -212,7 +212,8 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 func pidAliveAgent(o *Options) bool { return agentPID(o) != 0 }
 
 // archive removes installs/<id>.yaml from main and moves the install's
-// refs under ArchivePrefix<id>/.
+// refs under ArchivePrefix<id>/: the copies and the deletions in one
+// gitrepo.Apply, one atomic push on a remote repository.
 func archive(ctx context.Context, o *Options, _ *state) (string, string, error) {
 	file := installPath(o.ID)
 	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+ArchivePrefix+o.ID+"/.\n",
@@ -252,12 +253,14 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 	if err != nil {
 		return "", "", err
 	}
-	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+	archived := ArchivePrefix + o.ID + "/"
+	if err := repo.Fetch(ctx, schemas.InstallRef(o.ID), schemas.StatusRef(o.ID), archived); err != nil {
 		return "", "", err
 	}
+	// One Apply: the copies and the deletions go together (one atomic
+	// push on a remote), so the history is never without a ref.
 	var updates []gitrepo.Update
 	var moved []string
-	var gone []plumbing.ReferenceName
 	for _, name := range []string{schemas.InstallRef(o.ID), schemas.StatusRef(o.ID)} {
 		h, err := repo.Ref(plumbing.ReferenceName(name))
 		if err != nil {
@@ -266,7 +269,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if h.IsZero() {
 			continue
 		}
-		to := plumbing.ReferenceName(ArchivePrefix + o.ID + "/" + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
+		to := plumbing.ReferenceName(archived + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
 		old, err := repo.Ref(to)
 		if err != nil {
 			return "", "", err
@@ -274,22 +277,11 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if old != h {
 			updates = append(updates, gitrepo.Update{Name: to, Old: old, New: h})
 		}
-		gone = append(gone, plumbing.ReferenceName(name))
+		updates = append(updates, gitrepo.Update{Name: plumbing.ReferenceName(name), Old: h})
 		moved = append(moved, name+" -> "+to.String())
 	}
 	if err := repo.Apply(ctx, updates); err != nil {
 		return "", "", err
-	}
-	// gitrepo moves refs forward only; the originals are removed here, on
-	// a local repository. On a remote one they stay beside their archive
-	// copies (the renderer leaves the ref of an install gone from main
-	// alone) until removed by hand.
-	if !repo.Remote {
-		for _, name := range gone {
-			if err := repo.Git().Storer.RemoveReference(name); err != nil {
-				return "", "", fmt.Errorf("remove %s: %w", name, err)
-			}
-		}
 	}
 	if !removed && len(moved) == 0 {
 		return Unchanged, "", nil
