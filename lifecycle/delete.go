@@ -35,35 +35,54 @@ const ArchivePrefix = "refs/nuon/archive/"
 //  5. archive: removes installs/<id>.yaml from main and moves the
 //     install's refs under refs/nuon/archive/<id>/.
 //
+// On CloudAWS phases 3 and 4 are instead (the agent runs in the cluster
+// and goes with it):
+//
+//  3. deprovision-role: assumes the install's deprovision role
+//     (stack.AssumeRole, its ExternalId, a deadline);
+//  4. load-balancers: waits, up to o.AWS.LoadBalancerWait, until no load
+//     balancer of either ELB API is tagged for the cluster or in the
+//     sandbox's VPC, else fails with a *LoadBalancersLeftError naming each;
+//  5. registry: deletes every ECR repository under the sandbox's
+//     repository prefix, with force;
+//  6. sandbox: terraform destroy of sandboxes/aws-eks with the role's
+//     credentials, its state in the stack's bucket.
+//
 // Like Create, each phase checks first and a re-run continues.
 func Delete(ctx context.Context, o Options, render func(context.Context) error) error {
 	if err := o.defaults(false); err != nil {
 		return err
 	}
-	if o.Cloud == CloudAWS {
-		// Destroying an EKS sandbox first needs the check for
-		// controller-made load balancers and the removal of the agent's
-		// ECR repositories (sandboxes/README.md, teardown order).
-		return fmt.Errorf("install %s: delete on aws: %w", o.ID, ErrUnsupported)
-	}
 	if render == nil {
 		render = func(context.Context) error { return nil }
 	}
-	return runPhases(ctx, &o, []phase{
+	phases := []phase{
 		{"mark-deleted", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
 			return markDeleted(ctx, o, render)
 		}},
 		{"components", waitDeleted},
-		{"agent", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
-			res, err := stopAgent(ctx, o, 30*time.Second)
-			return res, "", err
-		}},
-		{"sandbox", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
-			res, err := destroySandbox(ctx, o)
-			return res, "", err
-		}},
-		{"archive", archive},
-	})
+	}
+	if o.Cloud == CloudAWS {
+		// The agent runs in the cluster and goes with it.
+		phases = append(phases,
+			phase{"deprovision-role", assumeDeprovision},
+			phase{"load-balancers", waitLoadBalancers},
+			phase{"registry", deleteRepositories},
+			phase{"sandbox", awsDestroy},
+		)
+	} else {
+		phases = append(phases,
+			phase{"agent", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+				res, err := stopAgent(ctx, o, 30*time.Second)
+				return res, "", err
+			}},
+			phase{"sandbox", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+				res, err := destroySandbox(ctx, o)
+				return res, "", err
+			}},
+		)
+	}
+	return runPhases(ctx, &o, append(phases, phase{"archive", archive}))
 }
 
 func (o *Options) openRepo() (*gitrepo.Repo, error) { return o.OpenRepo(o.Repo) }
