@@ -46,7 +46,8 @@ const ArchivePrefix = "refs/nuon/archive/"
 //  5. registry: deletes every ECR repository under the sandbox's
 //     repository prefix, with force;
 //  6. sandbox: terraform destroy of sandboxes/aws-eks with the role's
-//     credentials, its state in the stack's bucket.
+//     credentials, its state in the stack's bucket; then DestroyedFile,
+//     so that a re-run skips these phases.
 //
 // Like Create, each phase checks first and a re-run continues.
 func Delete(ctx context.Context, o Options, render func(context.Context) error) error {
@@ -65,10 +66,10 @@ func Delete(ctx context.Context, o Options, render func(context.Context) error) 
 	if o.Cloud == CloudAWS {
 		// The agent runs in the cluster and goes with it.
 		phases = append(phases,
-			phase{"deprovision-role", assumeDeprovision},
-			phase{"load-balancers", waitLoadBalancers},
-			phase{"registry", deleteRepositories},
-			phase{"sandbox", awsDestroy},
+			unlessDestroyed(phase{"deprovision-role", assumeDeprovision}),
+			unlessDestroyed(phase{"load-balancers", waitLoadBalancers}),
+			unlessDestroyed(phase{"registry", deleteRepositories}),
+			unlessDestroyed(phase{"sandbox", awsDestroy}),
 		)
 	} else {
 		phases = append(phases,

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/hashicorp/terraform-exec/tfexec"
 
+	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/stack"
 )
 
@@ -343,5 +344,28 @@ func awsDestroy(ctx context.Context, o *Options, st *state) (string, string, err
 	if err := os.Remove(o.path(OutputsFile)); err != nil && !os.IsNotExist(err) {
 		return "", "", err
 	}
+	if err := atomicfile.Write(o.path(DestroyedFile), []byte(o.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return "", "", err
+	}
 	return Done, "sandboxes/aws-eks destroyed", nil
+}
+
+// DestroyedFile, in the install's directory, says when Delete destroyed
+// the AWS sandbox. A re-run that finds it (the archive phase failed, say,
+// and the customer deleted the stack since) skips the AWS phases instead
+// of assuming a role that may be gone. Without it, they run again: each
+// checks what is left.
+const DestroyedFile = "sandbox/destroyed"
+
+// unlessDestroyed skips a phase of the AWS teardown once DestroyedFile
+// says the sandbox is gone.
+func unlessDestroyed(p phase) phase {
+	run := p.run
+	p.run = func(ctx context.Context, o *Options, st *state) (string, string, error) {
+		if b, err := os.ReadFile(o.path(DestroyedFile)); err == nil {
+			return Unchanged, "the sandbox was destroyed at " + strings.TrimSpace(string(b)), nil
+		}
+		return run(ctx, o, st)
+	}
+	return p
 }

@@ -228,6 +228,33 @@ func TestDeleteAWSUpToTheBoundary(t *testing.T) {
 		}
 	})
 
+	// terraform destroy cannot succeed here; it leaves DestroyedFile when
+	// it does. A re-run then goes straight to the archive, even once the
+	// customer deleted the stack (no role to assume any more).
+	t.Run("after the sandbox is gone", func(t *testing.T) {
+		o, events := options(t)
+		o.Dir = t.TempDir()
+		o.AWS.ExternalID = "nuon-stack-deleted-external-id-01"
+		if err := os.MkdirAll(filepath.Join(o.Dir, "sandbox"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(o.Dir, DestroyedFile), "2026-11-23T23:00:00Z\n")
+		calls := len(sts.Calls())
+		if err := Delete(context.Background(), o, nil); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff([]string{"mark-deleted unchanged", "components unchanged", "deprovision-role unchanged", "load-balancers unchanged",
+			"registry unchanged", "sandbox unchanged", "archive done"}, phases(*events)); d != "" {
+			t.Errorf("phases (-want +got):\n%s", d)
+		}
+		if n := len(sts.Calls()); n != calls {
+			t.Errorf("%d STS calls after the sandbox was destroyed", n-calls)
+		}
+		if _, err := gittest.Run(repo, nil, "cat-file", "-e", "main:installs/acme.yaml"); err == nil {
+			t.Error("installs/acme.yaml is still on main")
+		}
+	})
+
 	t.Run("deadline", func(t *testing.T) {
 		o, _ := options(t)
 		o.AWS.ELBEndpoint = ststest.BlackHole(t)
