@@ -63,6 +63,8 @@ type LoadBalancersLeftError struct {
 	Waited        time.Duration
 }
 
+var _ error = (*LoadBalancersLeftError)(nil)
+
 func (e *LoadBalancersLeftError) Error() string {
 	names := make([]string, len(e.LoadBalancers))
 	for i, lb := range e.LoadBalancers {
