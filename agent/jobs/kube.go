@@ -97,6 +97,10 @@ type Kube struct {
 	Client KubeClient
 	// Namespace the Jobs and their ConfigMaps are created in.
 	Namespace string
+	// StateNamespace holds the terraform jobs' state: a Secret and a
+	// lock Lease per component (Terraform's kubernetes backend). Default
+	// DefaultStateNamespace.
+	StateNamespace string
 	// Image runs the job: an image with nuon as its entrypoint or on PATH.
 	Image string
 	// Command is the container's argv before the manifest path. Default
