@@ -149,6 +149,9 @@ func TestKubeTerraformState(t *testing.T) {
 		if res.Outputs["id"] == nil {
 			t.Errorf("no id: %v", res.Outputs)
 		}
+		if res.BrokenLock == nil || res.BrokenLock.ID != killedLock || res.BrokenLock.Operation != "OperationTypeApply" || res.BrokenLock.Created == "" {
+			t.Errorf("the result reports the broken lock as %+v, want %s", res.BrokenLock, killedLock)
+		}
 		log := kl.log(KubeName("database-g2-create-000004"))
 		if !strings.Contains(log, "no longer running (lock "+killedLock) || !strings.Contains(log, "force-unlock") {
 			t.Errorf("the job's log does not report the broken lock %s:\n%s", killedLock, log)
@@ -180,6 +183,9 @@ func TestKubeTerraformState(t *testing.T) {
 		}
 		if err := <-slow; err != nil {
 			t.Errorf("the first job: %v (its lock was broken?)", err)
+		}
+		if res.BrokenLock != nil {
+			t.Errorf("the second job reports a broken lock: %+v", res.BrokenLock)
 		}
 		if res.Changed || creations("cache") != 1 {
 			t.Errorf("second job changed %v, creations %d: want false, 1", res.Changed, creations("cache"))

@@ -88,6 +88,7 @@ func (r *run) outputs(ctx context.Context) error {
 		res.Outputs[name] = v
 	}
 	slices.Sort(res.Sensitive)
+	res.BrokenLock = r.brokenLock.schema()
 	r.result = res
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"nuon.dev/nuon/schemas"
 )
 
 // The environment that sends a job's state to Terraform's kubernetes
@@ -123,6 +125,18 @@ type LockInfo struct {
 	Version   string    `json:"Version,omitempty"`
 	Created   time.Time `json:"Created,omitzero"`
 	Info      string    `json:"Info,omitempty"`
+}
+
+// schema is the lock as a JobResult reports it.
+func (l *LockInfo) schema() *schemas.StateLock {
+	if l == nil {
+		return nil
+	}
+	s := &schemas.StateLock{ID: l.ID, Operation: l.Operation, Who: l.Who}
+	if !l.Created.IsZero() {
+		s.Created = l.Created.UTC().Format(time.RFC3339Nano)
+	}
+	return s
 }
 
 func (l LockInfo) String() string {
