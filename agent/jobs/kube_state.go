@@ -66,6 +66,12 @@ func (r *kubeRun) checkStateLock(ctx context.Context) error {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		if apierrors.IsForbidden(err) {
+			// An agent whose Role predates the state locks: the job
+			// still waits for any lock, it just breaks none.
+			r.logger.Warn("cannot read the state lock; a dead job's lock will not be broken", "namespace", ns, "lease", lease, "error", err)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("state lock %s/%s: %w", ns, lease, err)
 		}
