@@ -1,6 +1,6 @@
-// Module kube builds the Kubernetes binaries that tests and benchmarks run
-// against (kube-apiserver and etcd) and compare with (kubectl), all of one
-// version. It is separate from nuon's own module so their dependencies never
+// Module kube builds the Kubernetes binaries that tests, benchmarks and the
+// local sandbox run against (kube-apiserver, kube-controller-manager and
+// etcd) and compare with (kubectl), all of one version. It is separate from nuon's own module so their dependencies never
 // reach nuon's build.
 module nuon.dev/nuon/tools/kube
 
