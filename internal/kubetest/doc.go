@@ -34,7 +34,8 @@
 // ReplicaSets create their Pods. The Pods still stay Pending (no scheduler,
 // no kubelet): a test that needs one to run plays the kubelet (runs its
 // command, writes its status), and the controllers do the rest. Starting
-// with it costs ~1–2 s more and ~120 MB.
+// and stopping with it costs ~0.9 s more CPU (BenchmarkStart: 3.0 against
+// 2.2 CPU-seconds) and ~120 MB more memory.
 //
 // # Binaries
 //
