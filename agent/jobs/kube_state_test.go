@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,3 +204,84 @@ func TestKubeTerraformState(t *testing.T) {
 
 // testDigest is what the test artifacts claim; dirModules checks none.
 const testDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+// TestLocalTerraformKilled kills a local terraform job mid-apply, as a
+// machine losing the agent would: SIGKILL to the job's whole process
+// group, terraform included. Its lock on the state file goes with it (an
+// fcntl lock the kernel drops), though its lock info file stays: the next
+// job applies without waiting and without breaking anything.
+func TestLocalTerraformKilled(t *testing.T) {
+	if _, err := exec.LookPath("terraform"); err != nil {
+		testenv.Missing(t, "terraform: %v", err)
+	}
+	modules, data, state := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(modules, "counter"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(modules, "counter", "main.tf"), []byte(counterModule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := testRunner(t)
+	l.Env = []string{envPod + "=1", envModules + "=" + modules, "GORACE=atexit_sleep_ms=0", "CHECKPOINT_DISABLE=1"}
+	run := func(ctx context.Context, id string, delay int, dir string) (*schemas.JobResult, error) {
+		job := testJob(t, "network")
+		job.ID, job.StateDir, job.Timeout = id, state, "3m"
+		job.Artifacts = []schemas.Artifact{{Name: terraform.ModuleArtifact, Local: "r.example/counter@" + testDigest, Digest: testDigest}}
+		job.Inputs = map[string]any{"log": filepath.Join(data, "log"), "delay": float64(delay)}
+		return l.Run(ctx, job, dir)
+	}
+	created := func() int { b, _ := os.ReadFile(filepath.Join(data, "log")); return strings.Count(string(b), "created") }
+
+	first := t.TempDir()
+	done := make(chan error, 1)
+	go func() { _, err := run(t.Context(), "network-g1-create-1", 120, first); done <- err }()
+	for deadline := time.Now().Add(2 * time.Minute); created() == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(first, LogFile))
+			t.Fatalf("the slow apply never started:\n%s", log)
+		}
+	}
+	pid := jobPid(t, filepath.Join(first, ManifestFile))
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrJobFailed) {
+		t.Fatalf("the killed job: %v, want ErrJobFailed", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, ".terraform.tfstate.lock.info")); err != nil {
+		t.Errorf("the killed apply left no lock info (%v): was it killed while holding the lock?", err)
+	}
+
+	second := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := run(ctx, "network-g2-create-2", 0, second)
+	log, _ := os.ReadFile(filepath.Join(second, LogFile))
+	if err != nil {
+		t.Fatalf("the next job: %v\n%s", err, log)
+	}
+	if strings.Contains(string(log), "state lock") || res.BrokenLock != nil {
+		t.Errorf("the next job met a lock (broken: %+v):\n%s", res.BrokenLock, log)
+	}
+	if res.Outputs["id"] == nil {
+		t.Errorf("no id: %v", res.Outputs)
+	}
+}
+
+// jobPid finds the job process whose command line names manifest.
+func jobPid(t *testing.T, manifest string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), manifest) {
+			return pid
+		}
+	}
+	t.Fatalf("no process runs %s", manifest)
+	return 0
+}
