@@ -143,6 +143,11 @@ sed -e "s/token: $token/token: $kcm_token/" -e "s/name: admin/name: controller-m
 	-e "s/user: admin/user: controller-manager/" "$dir/kubeconfig.tmp" >"$dir/controller-manager.kubeconfig"
 chmod 600 "$dir/controller-manager.kubeconfig"
 
+# The CA that pods get (kube-root-ca.crt ConfigMaps, token Secrets): the
+# API server's self-signed certificate. A copy, so that only the API
+# server's command line names certs/.
+cp "$dir/certs/apiserver.crt" "$dir/ca.crt"
+
 # No serving port (--secure-port=0): nothing scrapes it here.
 setsid "$assets/kube-controller-manager" \
 	--kubeconfig="$dir/controller-manager.kubeconfig" \
@@ -150,7 +155,7 @@ setsid "$assets/kube-controller-manager" \
 	--leader-elect=false \
 	--use-service-account-credentials=true \
 	--service-account-private-key-file="$dir/sa.key" \
-	--root-ca-file="$dir/certs/apiserver.crt" \
+	--root-ca-file="$dir/ca.crt" \
 	--controllers='*' \
 	--profiling=false \
 	>"$dir/controller-manager.log" 2>&1 </dev/null 9>&- &
