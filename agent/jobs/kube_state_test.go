@@ -230,7 +230,10 @@ func TestLocalTerraformKilled(t *testing.T) {
 		job.Inputs = map[string]any{"log": filepath.Join(data, "log"), "delay": float64(delay)}
 		return l.Run(ctx, job, dir)
 	}
-	created := func() int { b, _ := os.ReadFile(filepath.Join(data, "log")); return strings.Count(string(b), "created") }
+	created := func() int {
+		b, _ := os.ReadFile(filepath.Join(data, "log"))
+		return strings.Count(string(b), "created")
+	}
 
 	first := t.TempDir()
 	done := make(chan error, 1)
