@@ -132,9 +132,10 @@ func dnsLabel(s string, n int) string {
 }
 
 // New starts a server of the test's own, stopped when the test ends. Use it
-// where a package's TestMain cannot call Main; prefer Shared otherwise. It
-// skips or fails without the binaries as Shared does.
-func New(t testing.TB) *Server {
+// where a package's TestMain cannot call Main, or with options the shared
+// server lacks (WithControllerManager); prefer Shared otherwise. It skips
+// or fails without the binaries as Shared does.
+func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	assets, err := Assets()
 	if errors.Is(err, ErrNoBinaries) {
@@ -147,7 +148,11 @@ func New(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Start(context.Background(), assets, dir)
+	srv, err := Start(context.Background(), assets, dir, opts...)
+	if errors.Is(err, ErrNoBinaries) {
+		os.RemoveAll(dir)
+		testenv.Missing(t, "%v", err)
+	}
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)
