@@ -122,13 +122,7 @@ func cpuTime() time.Duration {
 // serve starts the server for dir on a counting loopback listener.
 func serve(tb testing.TB, dir string) (*server.Server, string, *countingListener) {
 	tb.Helper()
-	hook := hookCommand(tb)
-	if h := os.Getenv("NUON_BENCH_HOOK"); h != "" {
-		// The pre-receive check to measure, e.g. "bin/nuon-prereceive"
-		// or "bin/nuon server pre-receive"; default this test binary.
-		hook = strings.Fields(h)
-	}
-	srv, err := server.New(context.Background(), server.Config{Dir: dir, HookCommand: hook})
+	srv, err := server.New(context.Background(), server.Config{Dir: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -443,7 +437,7 @@ func BenchmarkRenderOnChange(b *testing.B) {
 	gittest.InitBare(b, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := server.New(ctx, server.Config{Dir: dir, RenderKey: render, Upstream: upstream, PollInterval: time.Hour, HookCommand: hookCommand(b)})
+	srv, err := server.New(ctx, server.Config{Dir: dir, RenderKey: render, Upstream: upstream, PollInterval: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}

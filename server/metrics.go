@@ -29,6 +29,7 @@ const (
 	reasonStale          = "stale"
 	reasonNoKey          = "no_agent_key"
 	reasonNotAccepted    = "push_not_accepted"
+	reasonTooLarge       = "push_too_large"
 	reasonWriterRefused  = "writer_refused"
 	reasonOther          = "other"
 	reasonViewLogin      = "view_login"

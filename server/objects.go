@@ -1,0 +1,255 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// objectDB reads the repository's objects for a push: the bases of a thin
+// pack's deltas and the objects a pushed tree names but the push did not
+// bring. It keeps one git cat-file --batch-command running for the life of
+// the server, started on first use and again after it failed: git finds
+// packs that git gc wrote since it started and loose objects written by
+// anyone, which an in-process reader of the pack folder (go-git's, or
+// gitobj.Store) would have to re-list itself. A status push from the agent
+// brings every object it names but its parent, so it reads nothing here.
+type objectDB struct {
+	dir string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	in  *bufio.Writer
+	out *bufio.Reader
+}
+
+func newObjectDB(dir string) *objectDB { return &objectDB{dir: dir} }
+
+// errNoObject is an object the repository does not hold.
+var errNoObject = errors.New("object not found")
+
+// info returns the type and size of h; errNoObject when it is missing.
+func (d *objectDB) info(h plumbing.Hash) (plumbing.ObjectType, int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, size, err := d.ask("info", h)
+	if err != nil && !errors.Is(err, errNoObject) {
+		d.stop()
+	}
+	return t, size, err
+}
+
+// read returns the object h whole, refusing one over limit bytes.
+func (d *objectDB) read(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, size, err := d.ask("info", h)
+	if err != nil {
+		if !errors.Is(err, errNoObject) {
+			d.stop()
+		}
+		return t, nil, err
+	}
+	if size > limit {
+		return t, nil, fmt.Errorf("object %s: %d bytes: %w", h, size, errTooLarge)
+	}
+	t, size, err = d.ask("contents", h)
+	if err != nil {
+		d.stop()
+		return t, nil, err
+	}
+	data := make([]byte, size+1) // and the newline after it
+	if _, err := io.ReadFull(d.out, data); err != nil {
+		d.stop()
+		return t, nil, fmt.Errorf("read object %s: %w", h, err)
+	}
+	return t, data[:size], nil
+}
+
+// ask sends one command and reads its header line; d.mu is held.
+func (d *objectDB) ask(command string, h plumbing.Hash) (plumbing.ObjectType, int64, error) {
+	if d.cmd == nil {
+		if err := d.start(); err != nil {
+			return plumbing.InvalidObject, 0, err
+		}
+	}
+	if _, err := fmt.Fprintf(d.in, "%s %s\n", command, h); err != nil {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: %w", err)
+	}
+	if err := d.in.Flush(); err != nil {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: %w", err)
+	}
+	line, err := d.out.ReadString('\n')
+	if err != nil {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) == 2 && f[1] == "missing" {
+		return plumbing.InvalidObject, 0, fmt.Errorf("%s: %w", h, errNoObject)
+	}
+	if len(f) != 3 || f[0] != h.String() {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: unexpected answer %q", truncate(line))
+	}
+	t, err := plumbing.ParseObjectType(f[1])
+	if err != nil {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: %w", err)
+	}
+	size, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil || size < 0 {
+		return plumbing.InvalidObject, 0, fmt.Errorf("git cat-file: bad size %q", f[2])
+	}
+	return t, size, nil
+}
+
+func (d *objectDB) start() error {
+	cmd := exec.Command("git", "cat-file", "--batch-command")
+	cmd.Dir = d.dir
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("git cat-file: %w", err)
+	}
+	d.cmd, d.in, d.out = cmd, bufio.NewWriter(in), bufio.NewReaderSize(out, 64<<10)
+	return nil
+}
+
+// stop ends the process; the next read starts another. d.mu is held.
+func (d *objectDB) stop() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Kill()
+	_ = d.cmd.Wait()
+	d.cmd, d.in, d.out = nil, nil, nil
+}
+
+// close ends the process.
+func (d *objectDB) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stop()
+}
+
+// writeLoose writes an object as git writes a loose one: zlib-compressed
+// "type size\0content" in objects/xx/yyyy, through a temporary file that
+// is synced before it is renamed into place (core.fsyncObjectFiles), so
+// that a ref moved afterwards never names an object a crash lost. An
+// object already there as a loose file is left alone.
+func writeLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []byte) error {
+	hex := h.String()
+	fan := filepath.Join(dir, "objects", hex[:2])
+	final := filepath.Join(fan, hex[2:])
+	if _, err := os.Stat(final); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(fan, 0o755); err != nil {
+		return fmt.Errorf("write object %s: %w", h, err)
+	}
+	var b bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&b, zlib.BestSpeed)
+	fmt.Fprintf(zw, "%s %d\x00", t, len(content))
+	zw.Write(content)
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("write object %s: %w", h, err)
+	}
+	f, err := os.CreateTemp(fan, "tmp_obj_")
+	if err != nil {
+		return fmt.Errorf("write object %s: %w", h, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b.Bytes())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o444)
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write object %s: %w", h, err)
+	}
+	return nil
+}
+
+// errRefLocked is a ref whose lock file another writer holds: try again.
+var errRefLocked = errors.New("ref is locked")
+
+// staleLock is the age past which a ref's lock file is taken to be left
+// by a writer that died (git's own hold one for milliseconds).
+const staleLock = 10 * time.Second
+
+// writeRef moves the loose ref name of the repository at dir from old to
+// new as git's files backend does: it takes name.lock (O_EXCL: git's
+// writers, pack-refs among them, wait for it or fail), checks a loose file
+// still names old, writes new, syncs and renames the lock onto the ref.
+// The caller holds the install's lock and has checked old against the ref
+// table, which only this server moves; a loose file that names something
+// else means another writer moved the ref after all, and the update is
+// refused as stale.
+func writeRef(dir, name string, old, new plumbing.Hash) error {
+	path := filepath.Join(dir, filepath.FromSlash(name))
+	lock := path + ".lock"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("update %s: %w", name, err)
+	}
+	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
+			os.Remove(lock)
+			f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+	}
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("update %s: %w", name, errRefLocked)
+	}
+	if err != nil {
+		return fmt.Errorf("update %s: %w", name, err)
+	}
+	if cur, ok := readLooseRef(dir, name); ok && cur != old {
+		f.Close()
+		os.Remove(lock)
+		return fmt.Errorf("update %s: is %s, not %s: %w", name, cur, old, errStaleRef)
+	}
+	_, err = f.WriteString(new.String() + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(lock, path)
+	}
+	if err != nil {
+		os.Remove(lock)
+		return fmt.Errorf("update %s: %w", name, err)
+	}
+	return nil
+}
+
+// errStaleRef is a ref that moved under the update.
+var errStaleRef = errors.New("stale ref")
