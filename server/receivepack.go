@@ -211,19 +211,20 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	writeReport(w, caps, "ok", []string{"ok " + c.ref}, "")
 }
 
-// store writes a checked push: its objects, each synced, then the ref,
-// so that a push answered "ok" survives the server's end.
+// store writes a checked push: its objects, then the ref, synced as git
+// would (fsyncPolicy), so that a push answered "ok" survives the server's
+// end.
 func (s *Server) store(q *quarantine, c pushCommand) error {
 	for _, h := range q.order {
 		t, data, err := q.content(h)
 		if err != nil {
 			return err
 		}
-		if err := writeLoose(s.cfg.Dir, h, t, data); err != nil {
+		if err := writeLoose(s.cfg.Dir, h, t, data, s.fsync.objects); err != nil {
 			return err
 		}
 	}
-	return writeRef(s.cfg.Dir, c.ref, c.old, c.new)
+	return writeRef(s.cfg.Dir, c.ref, c.old, c.new, s.fsync.refs)
 }
 
 // pushSlot waits for a turn to hold a push in memory; release ends it. It

@@ -118,7 +118,8 @@ type Server struct {
 	refs     *refTable
 	keys     *keyTable
 	verifier *request.Verifier
-	objects  *objectDB // the repository's objects, read by pushes
+	objects  *objectDB   // the repository's objects, read by pushes
+	fsync    fsyncPolicy // what a push syncs, as git would
 	mux      *http.ServeMux
 
 	gitSlots  chan struct{} // one per git process allowed at once
@@ -181,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gitSlots:  make(chan struct{}, cfg.MaxGit),
 		pushSlots: make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
 		objects:   newObjectDB(dir),
+		fsync:     readFsyncPolicy(ctx, dir),
 		metrics:   newMetrics(),
 		boot:      bootID(),
 		writer:    writer,
