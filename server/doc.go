@@ -17,10 +17,9 @@
 //     is refused before git runs;
 //   - push refs/heads/nuon/status/<id> only, fast-forward only, only
 //     commits signed by its own key that name it in their Nuon-Install
-//     trailer, one parent each. The command list is checked here; git
-//     receive-pack then runs with a pre-receive hook (RunPreReceive, `nuon
-//     server pre-receive`) that walks the quarantined new commits and
-//     verifies each before the ref moves.
+//     trailer, one parent each, every object they name pushed or already
+//     held. All of it is checked in the server before anything is written
+//     (see Status pushes).
 //
 // Everything else is refused with a git error message that names nothing
 // of another install, and logged with the install, the ref and the reason.
@@ -32,9 +31,45 @@
 // writes: renders and accepted pushes. A poll (protocol v2 ls-refs) and the
 // v2 capability advertisement are answered from it without starting a
 // process, in a few hundred bytes; the receive-pack advertisement lists
-// only the install's own refs. Pack transfer is git's own upload-pack and
-// receive-pack (--stateless-rpc). Nothing else may move install or status
-// refs in the repository while the server runs.
+// only the install's own refs. A fetch is git's own upload-pack
+// (--stateless-rpc); a push is read and written in-process. Nothing else
+// may move install or status refs in the repository while the server
+// runs.
+//
+// # Status pushes
+//
+// A push (git receive-pack's protocol, version 0, over smart HTTP) is
+// taken without starting a process:
+//
+//  1. the command list is read and checked against the install and the
+//     ref table: its own status ref, no delete, old is the current tip;
+//  2. the pack, whole in memory, is read by go-git's pack parser into a
+//     quarantine (deltas resolved; a thin pack's bases read from the
+//     repository). A pack over 8 MiB, over 50,000 objects or over 32 MiB
+//     once inflated is refused ("push too large") before the parser
+//     inflates it: declared sizes and delta targets are summed first;
+//  3. every new commit, from new back to old, is checked (checkPush):
+//     signed by the install's key, Nuon-Install trailer, one parent,
+//     fast-forward; then git's connectivity check: each commit's tree and
+//     everything a pushed tree names is pushed or held, with its type;
+//  4. the objects are written as loose files (temporary file, rename) and
+//     the ref with git's lock-file protocol (ref.lock, rename), synced as
+//     the repository's core.fsync says, as git would: git's default syncs
+//     neither, and an accepted push then survives the server's end; with
+//     core.fsync=committed it survives the machine's too;
+//  5. the ref table moves and git's report-status answers ("ok", or "ng"
+//     with the reason, on the side-band when asked).
+//
+// One install's pushes run one at a time; different installs' run side by
+// side, at most 8 per core holding their pack in memory. The objects a
+// push names but does not bring (a thin pack's delta bases, trees it did
+// not change) are read through one git cat-file --batch-command that
+// lives as long as the server: git finds the packs git gc writes and
+// drops, which an in-process reader of the pack folder would have to
+// track. A push from the agent brings everything but its parent and
+// reads nothing there. git receive-pack is not used: its chain of
+// processes (receive-pack, unpack-objects, rev-list, a pre-receive hook
+// and its cat-file) cost 30-40 ms of CPU per push.
 //
 // # Measured
 //
@@ -113,8 +148,8 @@
 // exactly as on the writer. A status push is authenticated on the replica
 // and then forwarded unchanged to the writer, which checks the install's
 // request signature again (it covers method and path, not the host) and
-// runs the pre-receive check: a replica holds no key and cannot push what
-// the install could not. With the writer down, replicas keep answering
+// checks the push: a replica holds no key and cannot push what the
+// install could not. With the writer down, replicas keep answering
 // polls and fetches from their mirror and answer pushes 502; agents keep
 // their applied state and retry with backoff.
 //

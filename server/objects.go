@@ -154,11 +154,38 @@ func (d *objectDB) close() {
 // megabyte of state, which was a fifth of a push's CPU.
 var zlibWriters sync.Pool
 
-// writeLoose writes an object as git writes a loose one: zlib-compressed
-// "type size\0content" in objects/xx/yyyy, through a temporary file
-// renamed into place, synced first when sync is set (git's core.fsync
-// loose-object).
-func writeLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []byte, sync bool) error {
+// pending is a file written under a temporary name (git's tmp_obj_ or
+// lock file), to be synced and renamed into place.
+type pending struct {
+	f          *os.File
+	tmp, final string
+}
+
+// sync flushes the file to disk.
+func (p *pending) sync() error { return p.f.Sync() }
+
+// commit closes the file and renames it into place.
+func (p *pending) commit() error {
+	err := p.f.Close()
+	if err == nil {
+		err = os.Rename(p.tmp, p.final)
+	}
+	if err != nil {
+		os.Remove(p.tmp)
+	}
+	return err
+}
+
+// abort closes and removes the file.
+func (p *pending) abort() {
+	p.f.Close()
+	os.Remove(p.tmp)
+}
+
+// createLoose writes an object as git writes a loose one, under a
+// temporary name: zlib-compressed "type size\0content", to become
+// objects/xx/yyyy.
+func createLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []byte) (*pending, error) {
 	hex := h.String()
 	fan := filepath.Join(dir, "objects", hex[:2])
 	var b bytes.Buffer
@@ -182,22 +209,30 @@ func writeLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []by
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("write object %s: %w", h, err)
+		return nil, fmt.Errorf("write object %s: %w", h, err)
 	}
-	_, err = f.Write(b.Bytes())
-	if err == nil {
-		if sync {
-			err = f.Sync()
+	p := &pending{f: f, tmp: tmp, final: filepath.Join(fan, hex[2:])}
+	if _, err := f.Write(b.Bytes()); err != nil {
+		p.abort()
+		return nil, fmt.Errorf("write object %s: %w", h, err)
+	}
+	return p, nil
+}
+
+// writeLoose writes an object as a loose file, synced first when sync is
+// set (git's core.fsync loose-object).
+func writeLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []byte, sync bool) error {
+	p, err := createLoose(dir, h, t, content)
+	if err != nil {
+		return err
+	}
+	if sync {
+		if err := p.sync(); err != nil {
+			p.abort()
+			return fmt.Errorf("write object %s: %w", h, err)
 		}
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(fan, hex[2:]))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := p.commit(); err != nil {
 		return fmt.Errorf("write object %s: %w", h, err)
 	}
 	return nil
@@ -210,53 +245,62 @@ var errRefLocked = errors.New("ref is locked")
 // by a writer that died (git's own hold one for milliseconds).
 const staleLock = 10 * time.Second
 
-// writeRef moves the loose ref name of the repository at dir from old to
-// new as git's files backend does: it takes name.lock (O_EXCL: git's
-// writers, pack-refs among them, wait for it or fail), checks a loose file
-// still names old, writes new (synced when sync is set: git's core.fsync
-// reference) and renames the lock onto the ref.
-// The caller holds the install's lock and has checked old against the ref
-// table, which only this server moves; a loose file that names something
-// else means another writer moved the ref after all, and the update is
-// refused as stale.
-func writeRef(dir, name string, old, new plumbing.Hash, sync bool) error {
+// lockRef starts moving the loose ref name of the repository at dir from
+// old to new as git's files backend does: it takes name.lock (O_EXCL:
+// git's writers, pack-refs among them, wait for it or fail), checks that a
+// loose file still names old and writes new into the lock; committing the
+// pending file renames it onto the ref. The caller has checked old against
+// the ref table, which only this server moves; a loose file that names
+// something else means another writer moved the ref after all, and the
+// update is refused as stale.
+func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 	path := filepath.Join(dir, filepath.FromSlash(name))
 	lock := path + ".lock"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("update %s: %w", name, err)
+	open := func() (*os.File, error) { return os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) }
+	f, err := open()
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			f, err = open()
+		}
 	}
-	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, os.ErrExist) {
 		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
 			os.Remove(lock)
-			f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			f, err = open()
 		}
 	}
 	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("update %s: %w", name, errRefLocked)
+		return nil, fmt.Errorf("update %s: %w", name, errRefLocked)
 	}
 	if err != nil {
-		return fmt.Errorf("update %s: %w", name, err)
+		return nil, fmt.Errorf("update %s: %w", name, err)
 	}
+	p := &pending{f: f, tmp: lock, final: path}
 	if cur, ok := readLooseRef(dir, name); ok && cur != old {
-		f.Close()
-		os.Remove(lock)
-		return fmt.Errorf("update %s: is %s, not %s: %w", name, cur, old, errStaleRef)
+		p.abort()
+		return nil, fmt.Errorf("update %s: is %s, not %s: %w", name, cur, old, errStaleRef)
 	}
-	_, err = f.WriteString(new.String() + "\n")
-	if err == nil {
-		if sync {
-			err = f.Sync()
+	if _, err := f.WriteString(new.String() + "\n"); err != nil {
+		p.abort()
+		return nil, fmt.Errorf("update %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// writeRef moves a loose ref (lockRef), synced first when sync is set
+// (git's core.fsync reference).
+func writeRef(dir, name string, old, new plumbing.Hash, sync bool) error {
+	p, err := lockRef(dir, name, old, new)
+	if err != nil {
+		return err
+	}
+	if sync {
+		if err := p.sync(); err != nil {
+			p.abort()
+			return fmt.Errorf("update %s: %w", name, err)
 		}
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(lock, path)
-	}
-	if err != nil {
-		os.Remove(lock)
+	if err := p.commit(); err != nil {
 		return fmt.Errorf("update %s: %w", name, err)
 	}
 	return nil

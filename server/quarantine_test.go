@@ -270,3 +270,42 @@ func TestReadFsyncPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestPushStoreBatch writes one batch of three pushes, syncing as
+// core.fsync=committed asks: two land, the one whose ref moved under it
+// fails alone and moves nothing.
+func TestPushStoreBatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "r.git")
+	gittest.InitBare(t, dir)
+	s := &pushStore{dir: dir, fsync: fsyncPolicy{objects: true, refs: true}}
+	var batch []*storeJob
+	for _, id := range []string{"acme", "globex", "initech"} {
+		pack, h, _ := statusPack(t, id, plumbing.ZeroHash, testKey(t, id))
+		q := newQuarantine(nil)
+		if err := q.readPack(pack); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, &storeJob{q: q, c: pushCommand{plumbing.ZeroHash, h, schemas.StatusRef(id)}})
+	}
+	moved := plumbing.NewHash(strings.Repeat("2", 40))
+	if err := writeRef(dir, schemas.StatusRef("globex"), plumbing.ZeroHash, moved, false); err != nil {
+		t.Fatal(err)
+	}
+	s.write(batch)
+	for _, j := range batch {
+		got := gittest.Git(t, dir, "rev-parse", j.c.ref)
+		if j.c.ref == schemas.StatusRef("globex") {
+			if !errors.Is(j.err, errStaleRef) || got != moved.String() {
+				t.Errorf("globex: %v, ref %s", j.err, got)
+			}
+			continue
+		}
+		if j.err != nil || got != j.c.new.String() {
+			t.Errorf("%s: %v, ref %s", j.c.ref, j.err, got)
+		}
+		gittest.Git(t, dir, "cat-file", "-e", j.c.new.String()+"^{tree}")
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "*", "tmp_obj_*")); len(tmp) > 0 {
+		t.Errorf("temporary files left: %v", tmp)
+	}
+}

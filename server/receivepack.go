@@ -190,7 +190,7 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportRefusal(w, caps, cmds, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "))
 		return
 	}
-	if err := s.store(q, c); err != nil {
+	if err := s.pushes.store(q, c); err != nil {
 		if errors.Is(err, errStaleRef) || errors.Is(err, errRefLocked) {
 			s.refuse(install, own, reasonStale, err.Error())
 			s.metrics.observePush(resultRefused, start)
@@ -209,22 +209,6 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	}
 	s.metrics.observePush(resultAccepted, start)
 	writeReport(w, caps, "ok", []string{"ok " + c.ref}, "")
-}
-
-// store writes a checked push: its objects, then the ref, synced as git
-// would (fsyncPolicy), so that a push answered "ok" survives the server's
-// end.
-func (s *Server) store(q *quarantine, c pushCommand) error {
-	for _, h := range q.order {
-		t, data, err := q.content(h)
-		if err != nil {
-			return err
-		}
-		if err := writeLoose(s.cfg.Dir, h, t, data, s.fsync.objects); err != nil {
-			return err
-		}
-	}
-	return writeRef(s.cfg.Dir, c.ref, c.old, c.new, s.fsync.refs)
 }
 
 // pushSlot waits for a turn to hold a push in memory; release ends it. It

@@ -118,8 +118,8 @@ type Server struct {
 	refs     *refTable
 	keys     *keyTable
 	verifier *request.Verifier
-	objects  *objectDB   // the repository's objects, read by pushes
-	fsync    fsyncPolicy // what a push syncs, as git would
+	objects  *objectDB  // the repository's objects, read by pushes
+	pushes   *pushStore // writes checked pushes
 	mux      *http.ServeMux
 
 	gitSlots  chan struct{} // one per git process allowed at once
@@ -182,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gitSlots:  make(chan struct{}, cfg.MaxGit),
 		pushSlots: make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
 		objects:   newObjectDB(dir),
-		fsync:     readFsyncPolicy(ctx, dir),
+		pushes:    newPushStore(dir, readFsyncPolicy(ctx, dir)),
 		metrics:   newMetrics(),
 		boot:      bootID(),
 		writer:    writer,
@@ -204,8 +204,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close ends the git process the server keeps for reading objects.
+// Close stops taking pushes once those being written are, and ends the
+// git process the server keeps for reading objects.
 func (s *Server) Close() error {
+	s.pushes.close()
 	s.objects.close()
 	return nil
 }
