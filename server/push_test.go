@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
@@ -156,5 +161,49 @@ func TestConcurrentInstalls(t *testing.T) {
 		if got := e.serverRef(schemas.StatusRef(id)); got != a.head.String() {
 			t.Errorf("%s: status ref %q, want %s", id, got, a.head)
 		}
+	}
+}
+
+// TestPushReportPlain pushes with a bare command list that asks for
+// report-status without the side-band: the answer is plain pkt-lines, as
+// git receive-pack writes them.
+func TestPushReportPlain(t *testing.T) {
+	e := newEnv(t)
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	h, err := a.commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := gitobj.NewBatch()
+	objs, err := a.st.IterEncodedObjects(plumbing.AnyObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := objs.ForEach(func(o plumbing.EncodedObject) error { _, err := bt.AddEncoded(o); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	line := plumbing.ZeroHash.String() + " " + h.String() + " " + schemas.StatusRef("acme") + "\x00report-status\n"
+	fmt.Fprintf(&body, "%04x%s0000", len(line)+4, line)
+	if err := bt.WritePack(&body); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/tenant.git/git-receive-pack", &body)
+	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
+	if err := (&request.Signer{Install: "acme", Key: e.keys["acme"]}).Sign(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	want := "000eunpack ok\n" + fmt.Sprintf("%04x", len("ok "+schemas.StatusRef("acme")+"\n")+4) + "ok " + schemas.StatusRef("acme") + "\n0000"
+	if string(got) != want {
+		t.Fatalf("report %q, want %q", got, want)
+	}
+	if ref := e.serverRef(schemas.StatusRef("acme")); ref != h.String() {
+		t.Fatalf("status ref %q, want %s", ref, h)
 	}
 }
