@@ -247,7 +247,8 @@ const staleLock = 10 * time.Second
 
 // lockRef starts moving the loose ref name of the repository at dir from
 // old to new as git's files backend does: it takes name.lock (O_EXCL:
-// git's writers, pack-refs among them, wait for it or fail), checks that a
+// git's writers, pack-refs among them, wait for it or fail; a lock held
+// by another is waited for up to about 130 ms), checks that a
 // loose file still names old and writes new into the lock; committing the
 // pending file renames it onto the ref. The caller has checked old against
 // the ref table, which only this server moves; a loose file that names
@@ -262,6 +263,12 @@ func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 			f, err = open()
 		}
+	}
+	// Another writer's lock (git pack-refs, run by git gc): wait for it as
+	// git does (core.filesRefLockTimeout, 100 ms by default).
+	for wait := time.Millisecond; errors.Is(err, os.ErrExist) && wait <= 64*time.Millisecond; wait *= 2 {
+		time.Sleep(wait)
+		f, err = open()
 	}
 	if errors.Is(err, os.ErrExist) {
 		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {

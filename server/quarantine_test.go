@@ -202,6 +202,13 @@ func TestReadThinPack(t *testing.T) {
 	if want, _ := os.ReadFile(filepath.Join(src, "status.json")); !bytes.Equal(got, want) {
 		t.Fatal("the resolved blob differs from the file")
 	}
+	// What the repository lacks is missing, and the reader goes on.
+	if _, _, err := db.info(plumbing.NewHash(strings.Repeat("3", 40))); !errors.Is(err, errNoObject) {
+		t.Fatalf("info of a missing object: %v", err)
+	}
+	if typ, _, err := db.info(plumbing.NewHash(a)); err != nil || typ != plumbing.CommitObject {
+		t.Fatalf("info of %s: %v %v", a, typ, err)
+	}
 }
 
 // TestWriteObjectsAndRef writes a push's objects and ref and reads them
