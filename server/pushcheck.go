@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
@@ -18,10 +17,6 @@ const maxNewCommits = 10000
 // ErrRefused is a status push the server refuses: the client is told why,
 // and nothing is written.
 var ErrRefused = errors.New("push refused")
-
-func authorizedKey(k ssh.PublicKey) string {
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
-}
 
 // checkPush is the check every status push passes before anything is
 // written: the command moves the install's status ref, and every new
