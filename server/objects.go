@@ -150,9 +150,10 @@ func (d *objectDB) close() {
 	d.stop()
 }
 
-// zlibWriters keeps zlib writers for reuse: a new one allocates about a
-// megabyte of state, which was a fifth of a push's CPU.
-var zlibWriters sync.Pool
+// zlibWriters and zlibStorers keep zlib writers (compressing, storing)
+// for reuse: a new one allocates about a megabyte of state, which was a
+// fifth of a push's CPU.
+var zlibWriters, zlibStorers sync.Pool
 
 // pending is a file written under a temporary name (git's tmp_obj_ or
 // lock file), to be synced and renamed into place.
@@ -190,9 +191,17 @@ func createLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []b
 	fan := filepath.Join(dir, "objects", hex[:2])
 	var b bytes.Buffer
 	b.Grow(len(content)/2 + 64)
-	zw, _ := zlibWriters.Get().(*zlib.Writer)
+	// Trees and small objects are stored, not compressed, as gitobj
+	// packs them: a status commit's tree is object ids, its blob a few
+	// hundred bytes, and building a Huffman table for each cost more than
+	// the bytes it saves.
+	pool, level := &zlibWriters, zlib.BestSpeed
+	if t == plumbing.TreeObject || len(content) < 256 {
+		pool, level = &zlibStorers, zlib.NoCompression
+	}
+	zw, _ := pool.Get().(*zlib.Writer)
 	if zw == nil {
-		zw, _ = zlib.NewWriterLevel(&b, zlib.BestSpeed)
+		zw, _ = zlib.NewWriterLevel(&b, level)
 	} else {
 		zw.Reset(&b)
 	}
@@ -200,7 +209,7 @@ func createLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []b
 	_, _ = zw.Write(fmt.Appendf(nil, "%s %d\x00", t, len(content)))
 	_, _ = zw.Write(content)
 	_ = zw.Close()
-	zlibWriters.Put(zw)
+	pool.Put(zw)
 	tmp := filepath.Join(fan, "tmp_obj_"+hex[2:10]+strconv.FormatUint(rand.Uint64(), 36))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if errors.Is(err, os.ErrNotExist) {
