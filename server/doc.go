@@ -82,36 +82,37 @@
 //	poll CPU (client+server)  247 µs              219 µs
 //	polls/s, 16 pollers       1,325               1,162
 //	fetch of own state        1,004 B, 4.8 ms CPU 1,028 B, 4.5 ms CPU
-//	status push, wire         1,298 B in, 223 out 1,297 B in, 215 out
+//	status push, wire         1,298 B in, 219 out 1,297 B in, 223 out
 //
 // 220 µs of CPU per poll is about 9,000 polls/s on two idle cores, client
 // included.
 //
 // Status write-back, BenchmarkStatusWriteBack (1,000 agents, each pushing
 // signed status commits one after another for 60 s with the agent's own
-// client, in the benchmark's process), load average 18–20 from other
+// client, in the benchmark's process), load average 11–14 from other
 // builds on the two cores:
 //
 //	                          1,000 installs      100,000 installs
-//	updates/s                 138                 131
-//	CPU per update            2.15 ms             2.30 ms
-//	p50 / p99 latency         7.1 s / 12.0 s      7.6 s / 11.5 s
+//	updates/s                 204                 135
+//	CPU per update            2.05 ms             2.47 ms
+//	p50 / p99 latency         4.2 s / 12.1 s      7.3 s / 10.7 s
 //	lost, errors              0, 0                0, 0
-//	commits verified          8,712 (all)         8,305 (all)
+//	commits verified          12,553 (all)        8,657 (all)
 //
-// The CPU is the server's and the 1,000 clients' together; the profile
-// puts the server's share at about 0.9 ms per update (reading and
-// checking 0.35 ms, writing four files 0.55 ms: creating files cost ten
-// times more on the loaded machine than on a quiet one), the clients'
-// at 0.6 ms, the rest is garbage collection. The process got about a
-// third of one core from the loaded machine, so the rates are what that
-// third gives; two idle cores give 2 / 2.2 ms, about 900 updates/s with
-// the clients, and the server alone about 1,800. The latency is the
-// queue of a closed loop: 1,000 agents over 135 updates/s is 7 s each.
-// The chain of processes it replaced (git receive-pack, unpack-objects,
-// rev-list, a pre-receive hook binary and its cat-file) cost 30–40 ms of
-// CPU per push: about 10 updates/s on the same machine. Nothing of it
-// grows with the fleet: the ref table answers the old tip, and the push
+// The CPU is the server's and the 1,000 clients' together. The profile
+// puts the server's share at about 0.95 ms per update: reading and
+// checking 0.3 ms, writing 0.6 ms, of which creating the four files
+// (three loose objects, the ref lock) is 0.5 ms, ten times what it costs
+// on a quiet disk; the clients' at 0.6 ms; the rest is garbage collection.
+// The process got a third to half of one core from the loaded machine, so
+// the rates are what that gives; two idle cores give 2 / 2.1 ms, about
+// 950 updates/s with the clients, the server alone about 1,800. The
+// latency is the queue of a closed loop: 1,000 agents over 200 updates/s
+// is 5 s each. The chain of processes it replaced (git receive-pack,
+// unpack-objects, rev-list, a pre-receive hook binary and its cat-file)
+// cost 30–40 ms of CPU per push: about 10 updates/s on the same machine.
+// Nothing of it grows with the fleet (the two columns differ by the load
+// of the moment): the ref table answers the old tip, and an agent's push
 // reads nothing of the repository.
 //
 // # Fleet view
