@@ -196,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
 	}
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
+		s.Close()
 		return nil, err
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
