@@ -41,7 +41,7 @@ cfnspec: ## fetch the CloudFormation resource specification for the stack tests 
 
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
-	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent ./cmd/nuon-prereceive
+	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
