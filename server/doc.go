@@ -121,7 +121,13 @@
 // # Following main
 //
 // Run checks main every PollInterval and when /hooks/main is posted: with an
-// Upstream it first fetches main from it. A new main is rendered exactly as
+// Upstream it first fetches main from it. A private upstream's credentials
+// (UpstreamAuth: a token, a user name and password, or an SSH key with its
+// known_hosts; package gitauth, the same flags as every command) reach
+// git through its environment only (gitauth.Auth.Env), never its argv; an
+// http(s) Upstream with user information in it is refused, and logs name
+// the upstream without it. A fetch or push the upstream refuses fails with
+// an error that names the upstream and where the credentials came from. A new main is rendered exactly as
 // `nuon render` does (package publish), the table is updated, the install
 // keys are re-read lazily from the new main (an install added on main can
 // authenticate at once), and the refs that moved are pushed upstream

@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
@@ -34,8 +36,13 @@ type Config struct {
 	RenderKey *signature.Signer
 	// Upstream is the tenant repository on the vendor's git host: main is
 	// fetched from it, rendered and status refs are pushed to it. Empty
-	// means none: main is what is pushed to Dir.
+	// means none: main is what is pushed to Dir. An http(s) URL must not
+	// carry user information: credentials come from UpstreamAuth.
 	Upstream string
+	// UpstreamAuth holds the credentials for Upstream (package gitauth:
+	// a token, a user name and password, or an SSH key and known_hosts),
+	// given to git through its environment, never its argv. Nil: none.
+	UpstreamAuth *gitauth.Auth
 	// PollInterval is how often main (and Upstream) is checked; default
 	// 30s. A POST to /hooks/main checks at once.
 	PollInterval time.Duration
@@ -130,7 +137,9 @@ type Server struct {
 	keys     *keyTable
 	verifier *request.Verifier
 	hooks    string // core.hooksPath for receive-pack
-	mux      *http.ServeMux
+	// upstreamEnv gives git the upstream's credentials (gitauth.Auth.Env).
+	upstreamEnv []string
+	mux         *http.ServeMux
 
 	gitSlots chan struct{} // one per git process allowed at once
 
@@ -177,16 +186,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var upstreamEnv []string
+	if cfg.Upstream != "" {
+		if err := checkUpstream(cfg.Upstream); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if upstreamEnv, err = cfg.UpstreamAuth.Env(cfg.Upstream); err != nil {
+			return nil, fmt.Errorf("server: upstream credentials: %w", err)
+		}
+	}
 	refs, err := loadRefs(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		refs: refs,
-		keys: newKeyTable(dir),
-		wake: make(chan struct{}, 1),
+		upstreamEnv: upstreamEnv,
+		cfg:         cfg,
+		log:         cfg.Logger,
+		refs:        refs,
+		keys:        newKeyTable(dir),
+		wake:        make(chan struct{}, 1),
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
 		metrics:  newMetrics(),
@@ -202,14 +221,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Upstream != "" {
-		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
+		s.mirror = newMirror(dir, cfg.Upstream, s.upstreamEnv, cfg.UpstreamAuth, s.log, s.metrics)
 	}
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
 		return nil, err
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
-	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode, "hook", cfg.HookCommand[0])
+	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", gitproto.Redact(cfg.Upstream), "upstream_auth", cfg.UpstreamAuth, "mode", cfg.Mode, "hook", cfg.HookCommand[0])
 	return s, nil
 }
 
