@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/internal/testenv"
 )
 
 // TestVerifyOpenSSH: a request signed by OpenSSH's own ssh-keygen -Y sign
@@ -26,7 +27,7 @@ import (
 func TestVerifyOpenSSH(t *testing.T) {
 	keygen, err := exec.LookPath("ssh-keygen")
 	if err != nil {
-		t.Skip("ssh-keygen is not installed (openssh-client)")
+		testenv.Missing(t, "ssh-keygen is not installed: run `make sshd`")
 	}
 	acme := signer(t, "acme")
 	raw, err := os.ReadFile("../../../fixtures/keys/acme")
