@@ -47,6 +47,14 @@ import (
 // NUON_BENCH_POLL_SIGN=each every poll is signed anew, as agents do, and
 // the generator's CPU includes the signing. NUON_BENCH_NUON names the nuon
 // binary to measure; default one built from this tree.
+//
+// A fleet polling through keep-alive connections holds one open per agent.
+// With NUON_BENCH_POLL_IDLE=N, N more connections (one poll each, as many
+// installs) stay open and idle through the run, and it reports the
+// server's resident memory per idle connection, read just after they
+// were opened, before a garbage collection could shrink their goroutines'
+// stacks (keep N under the open files limit, ulimit -n, of both
+// processes).
 func BenchmarkServerPolls(b *testing.B) {
 	sizes := []int{1000, 100000}
 	if s := os.Getenv("NUON_BENCH_POLL_INSTALLS"); s != "" {
@@ -65,6 +73,10 @@ func BenchmarkServerPolls(b *testing.B) {
 		perWorker: 32,
 		signEach:  os.Getenv("NUON_BENCH_POLL_SIGN") == "each",
 	}
+	idle := 0
+	if os.Getenv("NUON_BENCH_POLL_IDLE") != "" {
+		idle = envInt(b, "NUON_BENCH_POLL_IDLE", 0)
+	}
 	key, err := signature.LoadSigner(filepath.Join(repoRoot(), "fixtures", "keys", "acme"))
 	if err != nil {
 		b.Fatal(err)
@@ -77,7 +89,16 @@ func BenchmarkServerPolls(b *testing.B) {
 		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) {
 			dir := pollFleet(b, n, key)
 			base, pid := startPollServer(b, bin, dir)
+			var perIdle float64
+			if idle > 0 {
+				before := procStatus(b, pid, "VmRSS")
+				defer idleConns(b, base+"/tenant.git", n, idle, key)()
+				perIdle = float64(procStatus(b, pid, "VmRSS")-before) / float64(idle)
+			}
 			for b.Loop() {
+				if idle > 0 {
+					b.ReportMetric(perIdle, "server-KB/idle-conn")
+				}
 				r := opts.run(b, base+"/tenant.git", pid, n, key)
 				b.ReportMetric(r.polls/r.elapsed.Seconds(), "polls/s")
 				b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
@@ -185,6 +206,41 @@ func startPollServer(tb testing.TB, bin, dir string) (base string, pid int) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// idleConns opens count keep-alive connections to the server, each with
+// a transport of its own after one poll of its own install, and leaves
+// them idle until close.
+func idleConns(tb testing.TB, url string, n, count int, key *signature.Signer) (close func()) {
+	tb.Helper()
+	trs := make([]*http.Transport, count)
+	ctx := context.Background()
+	var failed atomic.Pointer[error]
+	sem := make(chan struct{}, 64) // connections opened at once
+	var wg sync.WaitGroup
+	for i := range trs {
+		trs[i] = &http.Transport{MaxIdleConnsPerHost: 1}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			id := pollInstall(i % n)
+			c := &gitproto.Client{URL: url, HTTP: &http.Client{Transport: trs[i], Timeout: time.Minute},
+				Auth: (&request.Signer{Install: id, Key: key}).SetAuth}
+			if _, err := c.LsRefs(ctx, schemas.InstallRef(id)); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		tb.Fatal(*err)
+	}
+	return func() {
+		for _, tr := range trs {
+			tr.CloseIdleConnections()
+		}
+	}
+}
 
 // pollLoad is one run of the poll load generator.
 type pollLoad struct {
