@@ -137,11 +137,12 @@ type Server struct {
 	keys     *keyTable
 	verifier *request.Verifier
 	hooks    string // core.hooksPath for receive-pack
-	// upstreamEnv gives git the upstream's credentials (gitauth.Auth.Env).
-	upstreamEnv []string
-	mux         *http.ServeMux
+	mux      *http.ServeMux
 
 	gitSlots chan struct{} // one per git process allowed at once
+
+	// upstreamEnv gives git the upstream's credentials (gitauth.Auth.Env).
+	upstreamEnv []string
 
 	pushMu sync.Map // install → *sync.Mutex: one push per install at a time
 
@@ -200,18 +201,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		upstreamEnv: upstreamEnv,
-		cfg:         cfg,
-		log:         cfg.Logger,
-		refs:        refs,
-		keys:        newKeyTable(dir),
-		wake:        make(chan struct{}, 1),
+		cfg:  cfg,
+		log:  cfg.Logger,
+		refs: refs,
+		keys: newKeyTable(dir),
+		wake: make(chan struct{}, 1),
 
 		gitSlots: make(chan struct{}, cfg.MaxGit),
 		metrics:  newMetrics(),
 		boot:     bootID(),
 		writer:   writer,
 		client:   &http.Client{Timeout: 30 * time.Second},
+
+		upstreamEnv: upstreamEnv,
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
