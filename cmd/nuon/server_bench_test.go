@@ -31,7 +31,10 @@ import (
 // agent's own client, one request per poll) from NUON_BENCH_POLL_WORKERS
 // workers (default 32), each on its own keep-alive connection, for
 // NUON_BENCH_POLL_SECONDS (default 10). Each worker polls 32 installs in
-// turn. It reports
+// turn, as fast as the server answers or, with NUON_BENCH_POLL_RATE, at
+// that many polls per second from all workers together (open loop: a
+// poll's latency counts from when it was due, so a server that cannot keep
+// the rate shows it in p99 and in polls/s). It reports
 //
 //   - polls/s and the p50 and p99 latency of a poll;
 //   - the server's CPU per poll, from /proc/<pid>/stat of the server
@@ -73,6 +76,9 @@ func BenchmarkServerPolls(b *testing.B) {
 		perWorker: 32,
 		signEach:  os.Getenv("NUON_BENCH_POLL_SIGN") == "each",
 	}
+	if os.Getenv("NUON_BENCH_POLL_RATE") != "" {
+		opts.rate = envInt(b, "NUON_BENCH_POLL_RATE", 0)
+	}
 	idle := 0
 	if os.Getenv("NUON_BENCH_POLL_IDLE") != "" {
 		idle = envInt(b, "NUON_BENCH_POLL_IDLE", 0)
@@ -108,8 +114,8 @@ func BenchmarkServerPolls(b *testing.B) {
 				b.ReportMetric(float64(r.sent)/r.polls, "req-B/poll")
 				b.ReportMetric(float64(r.received)/r.polls, "resp-B/poll")
 				b.ReportMetric(float64(procStatus(b, pid, "VmHWM"))/1024, "server-peak-MB")
-				b.Logf("%d installs, %d workers, %s: %.0f polls, load average %s before, %s after",
-					n, opts.workers, opts.duration, r.polls, r.loadBefore, r.loadAfter)
+				b.Logf("%d installs, %d workers, %s, rate %d/s (0: as fast as answered): %.0f polls, load average %s before, %s after",
+					n, opts.workers, opts.duration, opts.rate, r.polls, r.loadBefore, r.loadAfter)
 			}
 		})
 	}
@@ -247,6 +253,7 @@ type pollLoad struct {
 	duration           time.Duration
 	workers, perWorker int
 	signEach           bool
+	rate               int // polls per second from all workers; 0: as fast as they can
 }
 
 type pollResult struct {
@@ -336,13 +343,24 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
 	var polls atomic.Int64
-	for _, pw := range ws {
+	for w, pw := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// With a rate, worker w's i-th poll is due at start +
+			// (i*workers + w)/rate; a late one is sent at once and its
+			// latency counts from when it was due, so a server that
+			// falls behind shows in p99 (no coordinated omission).
 			for i := 0; ; i++ {
 				t0 := time.Now()
-				if t0.After(deadline) || failed.Load() != nil {
+				if o.rate > 0 {
+					due := start.Add(time.Duration(float64(i*len(ws)+w) / float64(o.rate) * float64(time.Second)))
+					if d := due.Sub(t0); d > 0 {
+						time.Sleep(d)
+					}
+					t0 = due
+				}
+				if time.Now().After(deadline) || failed.Load() != nil {
 					return
 				}
 				if !o.signEach && t0.Sub(pw.signed) > time.Minute {
