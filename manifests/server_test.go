@@ -67,7 +67,8 @@ func TestServerManifests(t *testing.T) {
 		spec corev1.PodTemplateSpec
 		args []string
 	}{
-		{"writer", writer.Spec.Template, []string{"--replica-token-file=/etc/nuon/tokens/replica-token", "--render-key=/etc/nuon/render/render.key"}},
+		{"writer", writer.Spec.Template, []string{"--replica-token-file=/etc/nuon/tokens/replica-token", "--render-key=/etc/nuon/render/render.key",
+			"--upstream=$(NUON_UPSTREAM)", "--git-token-file=/etc/nuon/upstream/token"}},
 		{"replica", replicas.Spec.Template, []string{"--mode=replica", "--writer=http://nuon-server-writer.nuon-server.svc:8080"}},
 	} {
 		c := d.spec.Spec.Containers[0]
@@ -84,6 +85,32 @@ func TestServerManifests(t *testing.T) {
 			Spec: *d.spec.Spec.DeepCopy()}
 		if _, err := cs.CoreV1().Pods("nuon-server").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 			t.Errorf("%s's pod is refused (restricted policy?): %v", d.name, err)
+		}
+	}
+
+	// The upstream's credentials: a file from a Secret, read-only and for
+	// its owner alone; nothing secret in the URL or the environment.
+	ws := writer.Spec.Template.Spec
+	var upstreamVol *corev1.Volume
+	for i, v := range ws.Volumes {
+		if v.Name == "upstream" {
+			upstreamVol = &ws.Volumes[i]
+		}
+	}
+	if upstreamVol == nil || upstreamVol.Secret == nil || upstreamVol.Secret.SecretName != "nuon-server-upstream" ||
+		upstreamVol.Secret.DefaultMode == nil || *upstreamVol.Secret.DefaultMode != 0o400 {
+		t.Errorf("writer: upstream credentials volume %+v, want Secret nuon-server-upstream with mode 0400", upstreamVol)
+	}
+	mounted := false
+	for _, m := range ws.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == "upstream" && m.MountPath == "/etc/nuon/upstream" && m.ReadOnly)
+	}
+	if !mounted {
+		t.Errorf("writer: upstream credentials not mounted read-only at /etc/nuon/upstream: %+v", ws.Containers[0].VolumeMounts)
+	}
+	for _, e := range ws.Containers[0].Env {
+		if strings.Contains(e.Value, "@") || e.ValueFrom != nil {
+			t.Errorf("writer: env %s = %q: credentials belong in the upstream Secret's files", e.Name, e.Value)
 		}
 	}
 

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/requests"
@@ -93,12 +94,11 @@ func (s *Server) Sync(ctx context.Context) error {
 // sync is one step of Sync; it returns what happened as a metrics result.
 func (s *Server) sync(ctx context.Context) (string, error) {
 	if s.cfg.Upstream != "" {
-		u, env := upstreamURL(s.cfg.Upstream)
 		// Operators' requests too (a pattern, so a missing ref is no
 		// error): a new one renders its install again.
-		if err := gitEnv(ctx, s.cfg.Dir, env, "fetch", "--quiet", "--no-tags", u, "+"+schemas.MainRef+":"+schemas.MainRef,
+		if err := gitEnv(ctx, s.cfg.Dir, s.upstreamEnv, "fetch", "--quiet", "--no-tags", s.cfg.Upstream, "+"+schemas.MainRef+":"+schemas.MainRef,
 			"+"+requests.Ref+"*:"+requests.Ref+"*"); err != nil {
-			return "", fmt.Errorf("fetch main from upstream: %w", err)
+			return "", upstreamError("fetch main from", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
 		}
 	}
 	main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef)
@@ -159,18 +159,30 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 	}
 }
 
-// upstreamURL splits credentials off an upstream URL: git gets the URL
-// without them and the credentials as an HTTP header through its
-// environment (GIT_CONFIG_*), never on its command line.
-func upstreamURL(raw string) (string, []string) {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return raw, nil
+// checkUpstream refuses an http(s) upstream URL with user information:
+// whatever it holds would be in git's argv, where any user of the machine
+// reads it, and in its messages. Credentials come from auth (package
+// gitauth: a token or password file, or an SSH key).
+func checkUpstream(upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User == nil {
+		return nil
 	}
-	pass, _ := u.User.Password()
-	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
-	u.User = nil
-	return u.String(), []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + auth}
+	return fmt.Errorf("upstream %s: has user information in the URL; give credentials with --git-token-file, --git-username and --git-password-file, or --ssh-key instead", gitproto.Redact(upstream))
+}
+
+// upstreamError is a failed fetch from or push to the upstream: it names
+// the upstream (without user information) and where the credentials came
+// from, never what they are, and says so when the upstream refused them.
+func upstreamError(op, upstream string, auth *gitauth.Auth, err error) error {
+	msg := err.Error()
+	for _, refused := range []string{"Authentication failed", "could not read Username", "could not read Password",
+		"Permission denied", "Host key verification failed", "The requested URL returned error: 401", "The requested URL returned error: 403"} {
+		if strings.Contains(msg, refused) {
+			return fmt.Errorf("%s upstream %s: it refused the credentials (%s): %w", op, gitproto.Redact(upstream), auth, err)
+		}
+	}
+	return fmt.Errorf("%s upstream %s: %w", op, gitproto.Redact(upstream), err)
 }
 
 // git runs a git command in dir.
@@ -196,6 +208,8 @@ func gitEnv(ctx context.Context, dir string, env []string, args ...string) error
 // mirror pushes refs that moved to the upstream repository, batched.
 type mirror struct {
 	dir, upstream string
+	env           []string // gives git the upstream's credentials
+	auth          *gitauth.Auth
 	log           *slog.Logger
 	metrics       *metrics
 
@@ -209,8 +223,8 @@ type mirror struct {
 // whole refs/heads/nuon/ namespace.
 const maxMirrorArgs = 1000
 
-func newMirror(dir, upstream string, log *slog.Logger, m *metrics) *mirror {
-	return &mirror{dir: dir, upstream: upstream, log: log, metrics: m, dirty: map[string]bool{}, kickc: make(chan struct{}, 1)}
+func newMirror(dir, upstream string, env []string, auth *gitauth.Auth, log *slog.Logger, m *metrics) *mirror {
+	return &mirror{dir: dir, upstream: upstream, env: env, auth: auth, log: log, metrics: m, dirty: map[string]bool{}, kickc: make(chan struct{}, 1)}
 }
 
 func (m *mirror) add(refs ...string) {
@@ -276,14 +290,13 @@ func (m *mirror) push(ctx context.Context) error {
 		return nil
 	}
 	slices.Sort(refs)
-	u, env := upstreamURL(m.upstream)
 	// The whole namespace is pushed without --atomic: a ref the git host
 	// refuses (it moved there) must not hold back the others.
 	args := []string{"push", "--quiet"}
 	if !every {
 		args = append(args, "--atomic")
 	}
-	args = append(args, u)
+	args = append(args, m.upstream)
 	if every || len(refs) > maxMirrorArgs {
 		args = append(args, "refs/heads/nuon/*:refs/heads/nuon/*")
 	} else {
@@ -291,12 +304,12 @@ func (m *mirror) push(ctx context.Context) error {
 			args = append(args, r+":"+r)
 		}
 	}
-	if err := gitEnv(ctx, m.dir, env, args...); err != nil {
+	if err := gitEnv(ctx, m.dir, m.env, args...); err != nil {
 		// The named refs are tried again; the whole namespace is not (a
 		// diverged ref upstream would fail it every time).
 		m.add(refs...)
 		m.metrics.mirrors.WithLabelValues(resultError).Inc()
-		return err
+		return upstreamError("push to", m.upstream, m.auth, err)
 	}
 	m.metrics.mirrors.WithLabelValues(resultOK).Inc()
 	m.log.Info("mirrored upstream", "refs", len(refs))

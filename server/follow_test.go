@@ -1,31 +1,45 @@
 package server
 
 import (
+	"errors"
+	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
-func TestUpstreamURL(t *testing.T) {
-	for _, tc := range []struct {
-		in, url string
-		env     []string
-	}{
-		{"/srv/tenant.git", "/srv/tenant.git", nil},
-		{"https://git.example.com/v/t.git", "https://git.example.com/v/t.git", nil},
-		{"https://bot:s3cret@git.example.com/v/t.git", "https://git.example.com/v/t.git",
-			[]string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic Ym90OnMzY3JldA=="}},
-		{"ssh://git@git.example.com/v/t.git", "ssh://git@git.example.com/v/t.git", nil},
+func TestCheckUpstream(t *testing.T) {
+	for in, want := range map[string]string{
+		"/srv/tenant.git":                              "",
+		"https://git.example.com/v/t.git":              "",
+		"ssh://git@git.example.com/v/t.git":            "",
+		"git@git.example.com:v/t.git":                  "",
+		"https://bot:s3cret@git.example.com/v/t.git":   "user information",
+		"https://ghp_s3cret@git.example.com/v/t.git":   "user information",
+		"http://bot:s3cret@127.0.0.1:8080/tenant.git/": "user information",
 	} {
-		u, env := upstreamURL(tc.in)
-		if u != tc.url {
-			t.Errorf("%s: url %s, want %s", tc.in, u, tc.url)
+		err := checkUpstream(in)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("checkUpstream(%s) = %v, want %q", in, err, want)
 		}
-		if diff := cmp.Diff(tc.env, env); diff != "" {
-			t.Errorf("%s: env (-want +got):\n%s", tc.in, diff)
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("error shows the secret: %v", err)
 		}
 	}
 	if got := redactURL("fatal: https://bot:s3cret@git.example.com/x unreachable"); got != "fatal: https://REDACTED@git.example.com/x unreachable" {
 		t.Errorf("redactURL: %s", got)
+	}
+}
+
+func TestUpstreamError(t *testing.T) {
+	refused := errors.New("git fetch: exit status 128: fatal: could not read Username for 'https://git.example.com': terminal prompts disabled")
+	err := upstreamError("fetch main from", "https://git.example.com/v/t.git", nil, refused)
+	if want := "fetch main from upstream https://git.example.com/v/t.git: it refused the credentials (no git credentials): git fetch"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %q, want it to start %q", err, want)
+	}
+	if !errors.Is(err, refused) {
+		t.Error("error does not wrap git's")
+	}
+	down := errors.New("git fetch: exit status 128: fatal: unable to access 'https://git.example.com/v/t.git/': Could not resolve host")
+	if err := upstreamError("fetch main from", "ssh://git@git.example.com/v/t.git", nil, down); strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "upstream ssh://git.example.com/v/t.git:") {
+		t.Errorf("error %q", err)
 	}
 }

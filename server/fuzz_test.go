@@ -21,7 +21,7 @@ func FuzzParseV2Request(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := parseV2Request(bytes.NewReader(data))
+		req, err := parseV2Request(data)
 		if err == nil && req.command == "" {
 			t.Fatal("request without a command")
 		}

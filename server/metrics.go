@@ -72,6 +72,7 @@ type metrics struct {
 	renderChanged  prometheus.Counter
 	mainChecks     *prometheus.CounterVec
 	polls          *prometheus.CounterVec
+	pollsOK        prometheus.Counter // polls{result="ok"}, resolved once: it counts every poll
 	fetches        *prometheus.CounterVec
 	pushes         *prometheus.CounterVec
 	pushDuration   prometheus.Histogram
@@ -152,6 +153,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{resultOK, resultRefused} {
 		m.polls.WithLabelValues(r)
 	}
+	m.pollsOK = m.polls.WithLabelValues(resultOK)
 	for _, r := range []string{resultAccepted, resultRefused, resultError} {
 		m.pushes.WithLabelValues(r)
 	}

@@ -86,10 +86,13 @@ type ownRef struct {
 }
 
 // own returns an install's refs that exist, desired first.
-func (t *refTable) own(install string) []ownRef {
-	var out []ownRef
+func (t *refTable) own(install string) []ownRef { return t.appendOwn(nil, install) }
+
+// appendOwn appends an install's refs that exist to out, desired first.
+func (t *refTable) appendOwn(out []ownRef, install string) []ownRef {
+	desired, status := schemas.InstallRef(install), schemas.StatusRef(install)
 	t.mu.RLock()
-	for _, n := range []string{schemas.InstallRef(install), schemas.StatusRef(install)} {
+	for _, n := range [2]string{desired, status} {
 		if h, ok := t.refs[n]; ok {
 			out = append(out, ownRef{n, h})
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
@@ -33,8 +35,13 @@ type Config struct {
 	RenderKey *signature.Signer
 	// Upstream is the tenant repository on the vendor's git host: main is
 	// fetched from it, rendered and status refs are pushed to it. Empty
-	// means none: main is what is pushed to Dir.
+	// means none: main is what is pushed to Dir. An http(s) URL must not
+	// carry user information: credentials come from UpstreamAuth.
 	Upstream string
+	// UpstreamAuth holds the credentials for Upstream (package gitauth:
+	// a token, a user name and password, or an SSH key and known_hosts),
+	// given to git through its environment, never its argv. Nil: none.
+	UpstreamAuth *gitauth.Auth
 	// PollInterval is how often main (and Upstream) is checked; default
 	// 30s. A POST to /hooks/main checks at once.
 	PollInterval time.Duration
@@ -125,6 +132,9 @@ type Server struct {
 	gitSlots  chan struct{} // one per git process allowed at once
 	pushSlots chan struct{} // one per push held in memory at once
 
+	// upstreamEnv gives git the upstream's credentials (gitauth.Auth.Env).
+	upstreamEnv []string
+
 	pushMu sync.Map // install → *sync.Mutex: one push per install at a time
 
 	wake   chan struct{} // a webhook asks the follower to look now
@@ -168,6 +178,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var upstreamEnv []string
+	if cfg.Upstream != "" {
+		if err := checkUpstream(cfg.Upstream); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if upstreamEnv, err = cfg.UpstreamAuth.Env(cfg.Upstream); err != nil {
+			return nil, fmt.Errorf("server: upstream credentials: %w", err)
+		}
+	}
 	refs, err := loadRefs(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -187,13 +206,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		boot:      bootID(),
 		writer:    writer,
 		client:    &http.Client{Timeout: 30 * time.Second},
+
+		upstreamEnv: upstreamEnv,
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
 		s.keys.reset(main)
 	}
 	if cfg.Upstream != "" {
-		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
+		s.mirror = newMirror(dir, cfg.Upstream, s.upstreamEnv, cfg.UpstreamAuth, s.log, s.metrics)
 	}
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
 		s.Close()
@@ -201,7 +222,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
-	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode)
+	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", gitproto.Redact(cfg.Upstream), "upstream_auth", cfg.UpstreamAuth, "mode", cfg.Mode)
 	return s, nil
 }
 

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -43,19 +43,21 @@ func (s *Server) advertiseUpload(w http.ResponseWriter, r *http.Request, install
 	w.Write(v2Capabilities)
 }
 
-// v2Request is a parsed protocol v2 command request.
+// v2Request is a parsed protocol v2 command request. Capabilities the
+// client sends are not kept: nothing here depends on them, and git
+// upload-pack reads them again from the raw request on a fetch.
 type v2Request struct {
 	command string
-	caps    []string
 	args    []string
 }
 
-func parseV2Request(r io.Reader) (v2Request, error) {
+// parseV2Request parses a whole protocol v2 request held in memory.
+func parseV2Request(data []byte) (v2Request, error) {
 	var req v2Request
-	br := bufio.NewReader(r)
 	section := 0 // 0 capabilities, 1 arguments
 	for {
-		line, _, err := readPkt(br)
+		line, rest, err := nextPkt(data)
+		data = rest
 		switch {
 		case errors.Is(err, errDelim):
 			section = 1
@@ -68,15 +70,13 @@ func parseV2Request(r io.Reader) (v2Request, error) {
 		case err != nil:
 			return req, err
 		}
-		s := strings.TrimSuffix(string(line), "\n")
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		if section == 0 {
-			if c, ok := strings.CutPrefix(s, "command="); ok {
-				req.command = c
-			} else {
-				req.caps = append(req.caps, s)
+			if c, ok := bytes.CutPrefix(line, []byte("command=")); ok {
+				req.command = string(c)
 			}
 		} else {
-			req.args = append(req.args, s)
+			req.args = append(req.args, string(line))
 		}
 	}
 }
@@ -102,7 +102,7 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install stri
 		http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	req, err := parseV2Request(bytes.NewReader(raw))
+	req, err := parseV2Request(raw)
 	if err != nil {
 		s.refuse(install, "", reasonMalformed, "malformed request: "+err.Error())
 		http.Error(w, "nuon: malformed protocol v2 request (protocol version 2 is required)", http.StatusBadRequest)
@@ -111,7 +111,7 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install stri
 	switch req.command {
 	case "ls-refs":
 		s.lsRefs(w, req, install)
-		s.metrics.polls.WithLabelValues(resultOK).Inc()
+		s.metrics.pollsOK.Inc()
 	case "fetch":
 		s.fetch(w, r, req, raw, install)
 	default:
@@ -121,7 +121,8 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install stri
 }
 
 // lsRefs answers with the install's own refs that match the request's
-// prefixes: a few hundred bytes whatever the size of the fleet.
+// prefixes: a few hundred bytes whatever the size of the fleet. The answer
+// is built in one buffer on the stack, without a string per line.
 func (s *Server) lsRefs(w http.ResponseWriter, req v2Request, install string) {
 	var prefixes []string
 	for _, a := range req.args {
@@ -129,18 +130,35 @@ func (s *Server) lsRefs(w http.ResponseWriter, req v2Request, install string) {
 			prefixes = append(prefixes, p)
 		}
 	}
-	var out []byte
-	for _, ref := range s.refs.own(install) {
+	var buf [2 * (4 + 2*hashSize + 2 + 128)]byte
+	out := buf[:0]
+	var own [2]ownRef
+	for _, ref := range s.refs.appendOwn(own[:0], install) {
 		if len(prefixes) > 0 && !hasAnyPrefix(ref.name, prefixes) {
 			continue
 		}
-		out = pkt(out, ref.hash.String()+" "+ref.name+"\n")
+		out = appendPktLen(out, 4+2*hashSize+1+len(ref.name)+1)
+		out = hex.AppendEncode(out, ref.hash[:])
+		out = append(out, ' ')
+		out = append(out, ref.name...)
+		out = append(out, '\n')
 	}
 	out = append(out, pktFlush...)
-	w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
-	w.Header().Set("Cache-Control", "no-cache")
+	h := w.Header()
+	h["Content-Type"] = contentTypeUploadPackResult
+	h["Cache-Control"] = noCache
 	w.Write(out)
 }
+
+// hashSize is a SHA-1 object id in bytes.
+const hashSize = len(plumbing.ZeroHash)
+
+// Header values of every poll's answer, shared rather than allocated per
+// request (net/http only reads them).
+var (
+	contentTypeUploadPackResult = []string{"application/x-git-upload-pack-result"}
+	noCache                     = []string{"no-cache"}
+)
 
 func hasAnyPrefix(s string, prefixes []string) bool {
 	for _, p := range prefixes {

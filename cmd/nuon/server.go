@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/server"
@@ -53,6 +54,14 @@ does. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
 front): request signatures do not cover bodies.
 
+A private --upstream takes the same credentials as every other command that
+reads the tenant repository, given to git through its environment (never
+its command line); an https:// --upstream with user information in it is
+refused. A refused credential is an error that names the upstream and where
+the credentials came from, never what they are.
+
+` + gitauth.Help + `
+
 Operators see the fleet on /fleet: every install × component with its
 desired and applied version, phase, last status and staleness, errors,
 drift and refusals, filtered by channel and phase (?channel=beta&phase=Failed,
@@ -79,7 +88,13 @@ serves; /readyz answers 200 once main has been checked since start.`,
 
   # follow the vendor's git host; its push webhook posts to /hooks/main
   nuon server --repo /srv/tenant.git --render-key render.key \
-      --upstream https://git.example.com/vendor/tenant.git --poll-interval 1m
+      --upstream https://git.example.com/vendor/tenant.git --poll-interval 1m \
+      --git-token-file /etc/nuon/upstream/token
+
+  # the same over SSH, with a deploy key that may push
+  nuon server --repo /srv/tenant.git --render-key render.key \
+      --upstream ssh://git@git.example.com/vendor/tenant.git \
+      --ssh-key /etc/nuon/upstream/ssh-key --known-hosts /etc/nuon/upstream/known_hosts
 
   # with the fleet view for operators on https://nuon.example.com/fleet
   head -c 32 /dev/urandom | base64 > /etc/nuon/view-token
@@ -104,7 +119,7 @@ serves; /readyz answers 200 once main has been checked since start.`,
 	f.StringVar(&o.repo, "repo", "", "the tenant repository the server serves: a bare repository on local disk (required)")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	f.StringVar(&o.renderKey, "render-key", "", "OpenSSH ed25519 key that signs rendered commits (empty: serve without rendering)")
-	f.StringVar(&o.upstream, "upstream", "", "the tenant repository on the git host: main is fetched from it, rendered and status refs pushed to it")
+	f.StringVar(&o.upstream, "upstream", "", "the tenant repository on the git host: main is fetched from it, rendered and status refs pushed to it (credentials: --git-token-file, --git-username/--git-password-file or --ssh-key, never in the URL)")
 	f.DurationVar(&o.pollInterval, "poll-interval", 30*time.Second, "how often main is checked (a POST to /hooks/main checks at once)")
 	f.DurationVar(&o.maxSkew, "max-skew", request.DefaultMaxSkew, "largest clock difference accepted in a request signature")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve HTTPS)")
@@ -130,6 +145,13 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		ViewStaleAfter: o.viewStaleAfter,
 		Mode:           o.mode,
 		Writer:         o.writer,
+	}
+	if o.upstream != "" {
+		auth, err := g.GitAuth()
+		if err != nil {
+			return fmt.Errorf("upstream credentials: %w", err)
+		}
+		cfg.UpstreamAuth = auth
 	}
 	if o.replicaTokenFile != "" {
 		b, err := os.ReadFile(o.replicaTokenFile)

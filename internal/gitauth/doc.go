@@ -1,6 +1,7 @@
 // Package gitauth holds the credentials for the tenant repository, one
 // set of options shared by the agent and every command that opens the
-// repository (nuon agent, render, release, status, verify).
+// repository (nuon agent, render, release, status, verify, and nuon
+// server for its --upstream).
 //
 // # Where credentials come from
 //
@@ -15,6 +16,11 @@
 //   - SSH: --ssh-key FILE, an unencrypted OpenSSH private key, and
 //     --known-hosts FILE (default ~/.ssh/known_hosts). Host keys are always
 //     checked: an unknown or changed host key is an error that says which.
+//
+// The same credentials serve every transport: go-git (GoGit), the agent's
+// protocol client (Client) and the git command line (Env: an HTTP header
+// through git's GIT_CONFIG_* environment, OpenSSH with the key alone
+// through GIT_SSH_COMMAND), which nuon server runs for its upstream.
 //
 // An Auth never prints a secret: its String names the files it came from.
 // Credentials go over plain http:// only to a loopback address. The

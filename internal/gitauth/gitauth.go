@@ -64,6 +64,9 @@ type Auth struct {
 	username, password string
 	signer             ssh.Signer
 	hostKeys           ssh.HostKeyCallback
+	// keyFile and knownHosts are the absolute paths the SSH key and host
+	// keys came from, for OpenSSH under the git command line (Env).
+	keyFile, knownHosts string
 	// from says where the credentials came from, for String.
 	from []string
 }
@@ -118,6 +121,12 @@ func (o Options) Load(getenv func(string) string) (*Auth, error) {
 			kh = filepath.Join(home, ".ssh", "known_hosts")
 		}
 		if a.hostKeys, err = knownhosts.New(kh); err != nil {
+			return nil, fmt.Errorf("known_hosts: %w", err)
+		}
+		if a.keyFile, err = filepath.Abs(o.SSHKey); err != nil {
+			return nil, fmt.Errorf("ssh key: %w", err)
+		}
+		if a.knownHosts, err = filepath.Abs(kh); err != nil {
 			return nil, fmt.Errorf("known_hosts: %w", err)
 		}
 		a.from = append(a.from, "ssh key "+o.SSHKey+" with known hosts "+kh)
