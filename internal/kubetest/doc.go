@@ -22,6 +22,13 @@
 // deleted namespace stays Terminating. A test that needs an object's status
 // writes it itself through the status subresource.
 //
+// # Authentication
+//
+// The admin user (system:masters) has a static token. WithTokenWebhook
+// adds a webhook token authenticator (TokenReview v1, answers not cached)
+// for every other token: internal/ekstest uses it to authenticate IAM
+// principals by their access entries, as EKS does.
+//
 // # Binaries
 //
 // Assets finds the folder holding kube-apiserver and etcd: NUON_KUBE_ASSETS,

@@ -133,8 +133,8 @@ func dnsLabel(s string, n int) string {
 
 // New starts a server of the test's own, stopped when the test ends. Use it
 // where a package's TestMain cannot call Main; prefer Shared otherwise. It
-// skips or fails without the binaries as Shared does.
-func New(t testing.TB) *Server {
+// skips or fails without the binaries as Shared does. Options are Start's.
+func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	assets, err := Assets()
 	if errors.Is(err, ErrNoBinaries) {
@@ -147,7 +147,7 @@ func New(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Start(context.Background(), assets, dir)
+	srv, err := Start(context.Background(), assets, dir, opts...)
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)

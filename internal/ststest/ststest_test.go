@@ -61,7 +61,7 @@ func TestWire(t *testing.T) {
 		{"unknown key", "AKIANOBODY", form("ExternalId", "nuon-right-external-id"), 403, "InvalidClientTokenId"},
 		{"unsigned", "", form("ExternalId", "nuon-right-external-id"), 403, "MissingAuthenticationToken"},
 		{"bad duration", "AKIATENANT", form("ExternalId", "nuon-right-external-id", "DurationSeconds", "60"), 400, "ValidationError"},
-		{"other action", "AKIATENANT", form("Action", "GetCallerIdentity"), 400, "InvalidAction"},
+		{"other action", "AKIATENANT", form("Action", "GetSessionToken"), 400, "InvalidAction"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
