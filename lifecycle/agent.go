@@ -56,10 +56,7 @@ func (o *Options) agentBinary() (string, error) {
 // Deployment.
 func startAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
 	if o.Cloud == CloudAWS {
-		// ApplyAgent does the bootstrap, but EKS's API endpoint is private:
-		// reaching it from inside the VPC with an access entry for the
-		// applying principal is not built yet.
-		return "", "", fmt.Errorf("the agent bootstrap on EKS: %w", ErrUnsupported)
+		return awsAgent(ctx, o, st)
 	}
 	if o.AgentMode == AgentKubernetes {
 		return applyAgent(ctx, o, st)

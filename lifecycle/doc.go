@@ -29,12 +29,53 @@
 //
 // Each phase reports an [Event] when it ends. [Delete] reverses it.
 //
+// [Options.Only] runs some phases alone (for example the agent bootstrap
+// again); they read what earlier phases made from the install's directory.
+//
+// # AWS
+//
 // On CloudAWS the sandbox phase assumes the install's provision role
 // (stack.AssumeRole: ExternalId, a deadline on every call) and applies
 // sandboxes/aws-eks with only that role's credentials in terraform's
-// environment, its state in the stack's S3 bucket. Not built yet, and
-// refused with [ErrUnsupported]: the agent bootstrap on EKS (manifests/ by
-// server-side apply from inside the VPC) and Delete on AWS (the check for
-// controller-made load balancers, the agent's ECR repositories, destroy
-// with the deprovision role).
+// environment, its state in the stack's S3 bucket.
+//
+// The cluster's API endpoint is private, and the tenant is outside the
+// VPC. The one-time agent bootstrap reaches it like this, with least
+// privilege and no standing access:
+//
+//  1. sandbox: applied with public_access_cidrs = AWSOptions.BootstrapCIDRs,
+//     the tenant's egress CIDRs: the endpoint is public as well, from those
+//     addresses only (still behind EKS authentication). Without them it
+//     stays private and create must run inside the VPC (peering, a VPN).
+//  2. agent (eks.go): as the provision role, DescribeCluster (endpoint,
+//     CA); CreateAccessEntry for the role and AssociateAccessPolicy
+//     [BootstrapPolicy] at cluster scope (manifests/ makes Namespaces and
+//     Roles: a namespace-scoped policy cannot); wait until the cluster
+//     lets the role in; [ApplyAgent] with EKS tokens (aws-iam-authenticator's
+//     format: "k8s-aws-v1." + base64url of a presigned STS
+//     GetCallerIdentity URL signing x-k8s-aws-id, made locally with the
+//     SDK's presigner, refreshed before its 60 s expiry); then
+//     DeleteAccessEntry, also when the apply failed, and ListAccessEntries
+//     to check it is gone. A run killed in between leaves the entry: the
+//     next run reuses it (ResourceInUseException) and removes it. The
+//     agent pulls from ECR with its own role (Pod Identity), so no
+//     registry password goes into the cluster.
+//  3. endpoint: sandboxes/aws-eks applied again with public_access_cidrs
+//     empty: private only.
+//
+// Every AWS call has a deadline (AWSOptions.Timeout: stack.ErrTimeout),
+// every request to the cluster too (KubeTimeout): an endpoint this host
+// cannot reach is [ErrUnreachable] at once, with what to change. A
+// re-run of create opens and closes the endpoint again.
+//
+// Ways that need no public endpoint at all (an SSM session on a node, a
+// Lambda function in the VPC) need compute or code in the customer's
+// account that cannot be tested here without AWS; this path is tested up
+// to the AWS boundary: internal/ststest and internal/ekstest speak the
+// SDK's wire protocols, and a real kube-apiserver authenticates the EKS
+// tokens through ekstest's webhook, only while the access entry exists.
+//
+// Not built yet, and refused with [ErrUnsupported]: Delete on AWS (the
+// check for controller-made load balancers, the agent's ECR
+// repositories, destroy with the deprovision role).
 package lifecycle

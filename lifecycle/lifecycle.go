@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -102,6 +104,11 @@ type Options struct {
 	// AgentKubernetes, manifests/ applied to the sandbox's cluster by
 	// server-side apply with the install's key, trust file and registry.
 	AgentMode string
+	// Only, when set, runs just the phases it names, in their usual order
+	// (for example "agent", to bootstrap the agent again); a phase reads
+	// what earlier ones made from the install's directory. Default: every
+	// phase.
+	Only []string
 	// Progress receives an Event as each phase ends; default none.
 	Progress func(Event)
 	// OpenRepo opens the tenant repository (with the operator's git
@@ -137,10 +144,26 @@ type AWSOptions struct {
 	// which assumes the roles.
 	Tenant aws.Config
 	// STSEndpoint overrides STS's endpoint (a VPC endpoint, or a test's
-	// stand-in); default the SDK's resolution.
+	// stand-in); default the SDK's resolution. EKS tokens are presigned
+	// for it too.
 	STSEndpoint string
-	// Timeout bounds each STS call; default stack.DefaultTimeout.
+	// EKSEndpoint overrides EKS's endpoint; default the SDK's resolution.
+	EKSEndpoint string
+	// Timeout bounds each AWS call (STS, EKS); default
+	// stack.DefaultTimeout.
 	Timeout time.Duration
+	// BootstrapCIDRs are the tenant's egress CIDRs: the sandbox opens the
+	// cluster's public endpoint to them only from the sandbox phase until
+	// the agent is bootstrapped (endpoint phase). Default none: the
+	// endpoint stays private and create must run from inside the VPC
+	// (a peered VPC, a VPN).
+	BootstrapCIDRs []string
+	// AccessWait bounds how long the agent bootstrap waits for its access
+	// entry to take effect; default DefaultAccessWait.
+	AccessWait time.Duration
+	// KubeTimeout bounds each request to the cluster; default
+	// DefaultKubeTimeout.
+	KubeTimeout time.Duration
 }
 
 // ErrUnsupported is returned for what this package cannot do yet.
@@ -230,7 +253,19 @@ type state struct {
 
 func runPhases(ctx context.Context, o *Options, phases []phase) error {
 	st := &state{}
+	for _, name := range o.Only {
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
+			var names []string
+			for _, p := range phases {
+				names = append(names, p.name)
+			}
+			return fmt.Errorf("install %s: no phase %q (phases: %s)", o.ID, name, strings.Join(names, ", "))
+		}
+	}
 	for _, p := range phases {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, p.name) {
+			continue
+		}
 		start := time.Now()
 		o.Logger.InfoContext(ctx, "phase started", "install", o.ID, "phase", p.name)
 		res, detail, err := p.run(ctx, o, st)

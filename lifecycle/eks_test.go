@@ -1,0 +1,237 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"nuon.dev/nuon/internal/ekstest"
+	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/internal/ststest"
+	"nuon.dev/nuon/stack"
+)
+
+const (
+	provisionRole = "arn:aws:iam::" + customer + ":role/nuon-acme-provision"
+	clusterName   = "nuon-acme"
+	ecrHost       = customer + ".dkr.ecr.eu-west-1.amazonaws.com"
+)
+
+// eksCloud is the AWS boundary of the agent bootstrap: STS, EKS and a real
+// kube-apiserver that authenticates IAM principals through EKS's token
+// webhook, as an EKS cluster does.
+type eksCloud struct {
+	sts  *ststest.Server
+	eks  *ekstest.Server
+	kube *kubetest.Server
+}
+
+func newEKSCloud(t *testing.T) *eksCloud {
+	t.Helper()
+	c := &eksCloud{sts: ststest.New(t)}
+	c.sts.AddCaller(tenantKey, "arn:aws:iam::111111111111:user/tenant")
+	c.sts.AddRole(ststest.Role{ARN: provisionRole, TrustedAccount: "111111111111", ExternalID: externalID})
+	c.eks = ekstest.New(t, c.sts.URL)
+	c.kube = kubetest.New(t, kubetest.WithTokenWebhook(c.eks.WebhookURL(clusterName)))
+	ca, err := os.ReadFile(filepath.Join(c.kube.Dir(), "certs", "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eks.AddCluster(ekstest.Cluster{Name: clusterName, ARN: "arn:aws:eks:eu-west-1:" + customer + ":cluster/" + clusterName,
+		Endpoint: c.kube.URL, CA: ca, PublicAccess: true, PublicAccessCIDRs: []string{"203.0.113.7/32"}})
+	return c
+}
+
+// eksInstall is an install whose keys exist and whose sandbox outputs
+// are recorded, as the sandbox phase leaves them on AWS.
+func eksInstall(t *testing.T, c *eksCloud) (*Options, *state) {
+	t.Helper()
+	o := awsOptions(t, c.sts.URL)
+	o.AWS.EKSEndpoint = c.eks.URL
+	o.AWS.BootstrapCIDRs = []string{"203.0.113.7/32"}
+	o.AWS.AccessWait = 10 * time.Second
+	o.AWS.KubeTimeout = 5 * time.Second
+	if err := o.defaults(true); err != nil {
+		t.Fatal(err)
+	}
+	st := &state{}
+	if _, _, err := keys(context.Background(), &o, st); err != nil {
+		t.Fatal(err)
+	}
+	outs := map[string]any{
+		"cluster":  map[string]any{"name": clusterName, "endpoint": c.kube.URL, "certificate_authority": "", "arn": "arn:aws:eks:eu-west-1:" + customer + ":cluster/" + clusterName},
+		"registry": map[string]any{"url": ecrHost, "repository_prefix": "nuon/acme", "region": "eu-west-1"},
+	}
+	b, _ := json.Marshal(outs)
+	if err := os.MkdirAll(o.path(SandboxDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, o.path(OutputsFile), string(b))
+	return &o, &state{publicKey: st.publicKey}
+}
+
+// provisionCanReach tells whether the provision role, with a fresh EKS
+// token, is let into the cluster (false: 401).
+func provisionCanReach(t *testing.T, c *eksCloud, o *Options) bool {
+	t.Helper()
+	creds, err := o.assume(context.Background(), stack.Provision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cluster{name: clusterName, endpoint: c.kube.URL}
+	cl.ca, _ = os.ReadFile(filepath.Join(c.kube.Dir(), "certs", "apiserver.crt"))
+	cs := kubernetes.NewForConfigOrDie(o.eksConfig(cl, creds))
+	_, err = cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsUnauthorized(err) {
+		t.Fatalf("provision role's request: %v", err)
+	}
+	return err == nil
+}
+
+func ops(calls []ekstest.Call) []string {
+	var out []string
+	for _, c := range calls {
+		s := c.Op
+		if c.Code != "" {
+			s += " " + c.Code
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestAWSAgentBootstrap runs the agent phase on AWS up to the cloud
+// boundary: the provision role is refused by the cluster (401) until its
+// access entry exists; with it, manifests/ are applied with EKS tokens;
+// afterwards the entry is gone and the role is refused again. A run
+// killed after CreateAccessEntry leaves an entry that the next run reuses
+// and removes.
+func TestAWSAgentBootstrap(t *testing.T) {
+	c := newEKSCloud(t)
+	o, st := eksInstall(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if provisionCanReach(t, c, o) {
+		t.Fatal("the provision role reached the cluster without an access entry")
+	}
+	res, detail, err := startAgent(ctx, o, st)
+	if err != nil || res != Done {
+		t.Fatalf("agent phase: %s %s %v", res, detail, err)
+	}
+	issued := c.sts.Issued()
+	for _, call := range c.eks.Calls() {
+		if !slices.ContainsFunc(issued, func(i ststest.Credentials) bool { return i.AccessKeyID == call.AccessKey }) {
+			t.Errorf("EKS %s signed by %q, not by the provision role", call.Op, call.AccessKey)
+		}
+	}
+	if d := cmp.Diff([]string{"DescribeCluster", "CreateAccessEntry", "AssociateAccessPolicy", "DeleteAccessEntry", "ListAccessEntries"}, ops(c.eks.Calls())); d != "" {
+		t.Errorf("EKS calls (-want +got):\n%s", d)
+	}
+	authed := 0
+	for _, a := range c.eks.Auths() {
+		if a.User != "" {
+			authed++
+			if a.User != "arn:aws:sts::"+customer+":assumed-role/nuon-acme-provision/nuon-install-acme" {
+				t.Errorf("the cluster saw %s", a.User)
+			}
+		}
+	}
+	if authed == 0 {
+		t.Error("the webhook authenticated nobody: the apply did not go through EKS authentication")
+	}
+
+	admin := kubernetes.NewForConfigOrDie(c.kube.Config())
+	d, err := admin.AppsV1().Deployments(AgentNamespace).Get(ctx, "nuon-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--registry="+ecrHost) || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--registry-username") }) {
+		t.Errorf("agent args: %v", args)
+	}
+	if mf := d.GetManagedFields(); len(mf) == 0 || mf[0].Manager != FieldManager {
+		t.Errorf("managed fields: %+v", mf)
+	}
+	key, _ := os.ReadFile(o.path(KeyFile))
+	s, err := admin.CoreV1().Secrets(AgentNamespace).Get(ctx, "nuon-agent-key", metav1.GetOptions{})
+	if err != nil || string(s.Data["agent.key"]) != string(key) {
+		t.Errorf("nuon-agent-key: %v", err)
+	}
+	if _, err := admin.CoreV1().Secrets(AgentNamespace).Get(ctx, "nuon-registry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a registry password Secret for ECR: %v", err)
+	}
+	if e := c.eks.AccessEntries(clusterName); len(e) != 0 {
+		t.Errorf("access entries left: %+v", e)
+	}
+	if provisionCanReach(t, c, o) {
+		t.Error("the provision role still reaches the cluster after the bootstrap")
+	}
+
+	t.Run("killed run's entry is reused and removed", func(t *testing.T) {
+		c.eks.PutAccessEntry(clusterName, ekstest.AccessEntry{PrincipalARN: provisionRole})
+		before := len(c.eks.Calls())
+		res, detail, err := startAgent(ctx, o, st)
+		if err != nil || res != Unchanged {
+			t.Fatalf("agent phase again: %s %s %v", res, detail, err)
+		}
+		if d := cmp.Diff([]string{"DescribeCluster", "CreateAccessEntry ResourceInUseException", "AssociateAccessPolicy", "DeleteAccessEntry", "ListAccessEntries"}, ops(c.eks.Calls()[before:])); d != "" {
+			t.Errorf("EKS calls (-want +got):\n%s", d)
+		}
+		if e := c.eks.AccessEntries(clusterName); len(e) != 0 {
+			t.Errorf("access entries left: %+v", e)
+		}
+	})
+
+	t.Run("unreachable endpoint", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := "https://" + l.Addr().String()
+		l.Close()
+		silent := strings.Replace(ststest.BlackHole(t), "http://", "https://", 1)
+		ca, _ := os.ReadFile(filepath.Join(c.kube.Dir(), "certs", "apiserver.crt"))
+		defer c.eks.AddCluster(ekstest.Cluster{Name: clusterName, Endpoint: c.kube.URL, CA: ca})
+		for _, endpoint := range []string{refused, silent} {
+			c.eks.AddCluster(ekstest.Cluster{Name: clusterName, Endpoint: endpoint, CA: ca, PublicAccess: false})
+			start := time.Now()
+			_, _, err = startAgent(ctx, o, st)
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "--bootstrap-cidr") {
+				t.Errorf("%s: agent phase: %v, want unreachable naming --bootstrap-cidr", endpoint, err)
+			}
+			if d := time.Since(start); d > 20*time.Second {
+				t.Errorf("%s: took %s with a 5s request timeout", endpoint, d)
+			}
+			if e := c.eks.AccessEntries(clusterName); len(e) != 0 {
+				t.Errorf("%s: a failed bootstrap left access entries: %+v", endpoint, e)
+			}
+		}
+	})
+
+	t.Run("EKS deadline", func(t *testing.T) {
+		o := *o
+		o.AWS.EKSEndpoint = ststest.BlackHole(t)
+		start := time.Now()
+		_, _, err := startAgent(ctx, &o, st)
+		if !errors.Is(err, stack.ErrTimeout) {
+			t.Errorf("agent phase: %v, want a timeout", err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("took %s with a 2s deadline", d)
+		}
+	})
+}
