@@ -28,7 +28,7 @@ const (
 
 // setup is STS (with the provision role assumed once) and EKS with one
 // cluster, and an SDK client signed with the role's credentials.
-func setup(t *testing.T) (*ststest.Server, *Server, *eks.Client, ststest.Credentials) {
+func setup(t testing.TB) (*ststest.Server, *Server, *eks.Client, ststest.Credentials) {
 	t.Helper()
 	st := ststest.New(t)
 	st.AddCaller("AKIATENANT", "arn:aws:iam::111111111111:user/tenant")
