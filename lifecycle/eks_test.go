@@ -196,6 +196,27 @@ func TestAWSAgentBootstrap(t *testing.T) {
 		}
 	})
 
+	t.Run("waits for the entry to propagate", func(t *testing.T) {
+		c.eks.SetPropagation(3 * time.Second)
+		defer c.eks.SetPropagation(0)
+		start := time.Now()
+		if res, detail, err := startAgent(ctx, o, st); err != nil || res != Unchanged {
+			t.Fatalf("agent phase: %s %s %v", res, detail, err)
+		}
+		if d := time.Since(start); d < 3*time.Second {
+			t.Errorf("applied after %s, before the entry took effect", d)
+		}
+		o := *o
+		o.AWS.AccessWait = time.Second
+		_, _, err := startAgent(ctx, &o, st)
+		if err == nil || !strings.Contains(err.Error(), "did not take effect within 1s") {
+			t.Errorf("agent phase with a short wait: %v", err)
+		}
+		if e := c.eks.AccessEntries(clusterName); len(e) != 0 {
+			t.Errorf("access entries left: %+v", e)
+		}
+	})
+
 	t.Run("unreachable endpoint", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -234,4 +255,30 @@ func TestAWSAgentBootstrap(t *testing.T) {
 			t.Errorf("took %s with a 2s deadline", d)
 		}
 	})
+}
+
+// TestAWSVarsEndpoint checks what terraform gets for the endpoint: the
+// bootstrap CIDRs in the sandbox phase, none in the endpoint phase.
+func TestAWSVarsEndpoint(t *testing.T) {
+	o := awsOptions(t, "http://127.0.0.1:1")
+	for _, tt := range []struct {
+		name string
+		open []string
+		want string
+	}{
+		{"closed", nil, "public_access_cidrs=[]"},
+		{"open", []string{"203.0.113.7/32", "198.51.100.0/28"}, `public_access_cidrs=["203.0.113.7/32","198.51.100.0/28"]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := o.awsVars(tt.open)
+			if !slices.Contains(vars, tt.want) {
+				t.Errorf("vars %v lack %s", vars, tt.want)
+			}
+		})
+	}
+	// Without bootstrap CIDRs nothing was opened: the endpoint phase has
+	// nothing to close and assumes no role.
+	if res, _, err := closeEndpoint(context.Background(), &o, &state{}); err != nil || res != Unchanged {
+		t.Errorf("endpoint phase without CIDRs: %s %v", res, err)
+	}
 }

@@ -32,6 +32,7 @@
 // cluster's name, and maps the caller (an assumed-role session is its
 // role's ARN) to a Kubernetes user only while an access entry for it
 // exists on that cluster: no entry, no user (the API server answers 401).
+// SetPropagation delays a new entry's effect, as EKS's propagation does.
 //
 // Access policies are not an authorizer here: an entry with
 // AmazonEKSClusterAdminPolicy at cluster scope is put in the group

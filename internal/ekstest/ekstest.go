@@ -47,6 +47,9 @@ type AccessEntry struct {
 	Username     string
 	Groups       []string
 	Policies     []Policy
+	// Created is when it was made; it authenticates from Created plus
+	// the server's propagation delay on.
+	Created time.Time
 }
 
 // Call is one API request the stand-in answered.
@@ -80,11 +83,12 @@ type Server struct {
 	sts    *url.URL
 	client *http.Client
 
-	mu       sync.Mutex
-	clusters map[string]*Cluster
-	entries  map[string]map[string]*AccessEntry // cluster → principal → entry
-	calls    []Call
-	auths    []Auth
+	mu          sync.Mutex
+	propagation time.Duration
+	clusters    map[string]*Cluster
+	entries     map[string]map[string]*AccessEntry // cluster → principal → entry
+	calls       []Call
+	auths       []Auth
 }
 
 // New serves the stand-in until the test ends. Tokens are checked against
@@ -117,6 +121,14 @@ func (s *Server) AddCluster(c Cluster) {
 // kubetest.WithTokenWebhook. The cluster may be added after.
 func (s *Server) WebhookURL(name string) string {
 	return s.URL + "/authenticate/" + url.PathEscape(name)
+}
+
+// SetPropagation makes a new access entry authenticate only d after it
+// was created, as EKS takes a moment to propagate it; default 0.
+func (s *Server) SetPropagation(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.propagation = d
 }
 
 // AccessEntries returns a cluster's access entries, by principal.
@@ -258,7 +270,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, segs []string, c
 		if _, ok := entries[p]; ok {
 			return writeError(w, http.StatusConflict, "ResourceInUseException", "The specified access entry resource is already in use on this cluster.")
 		}
-		e := &AccessEntry{PrincipalARN: p, Username: str("username")}
+		e := &AccessEntry{PrincipalARN: p, Username: str("username"), Created: time.Now()}
 		_ = json.Unmarshal(body["kubernetesGroups"], &e.Groups)
 		entries[p] = e
 		writeJSON(w, map[string]any{"accessEntry": entryJSON(e)})

@@ -65,6 +65,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, cluster st
 		}
 		s.mu.Lock()
 		e, ok := s.entries[cluster][principal]
+		if ok && time.Since(e.Created) < s.propagation {
+			ok = false
+		}
 		if ok {
 			a.User = e.Username
 			if a.User == "" {
