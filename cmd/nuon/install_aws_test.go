@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +28,8 @@ import (
 // outputs (sandbox/outputs.json, as the sandbox phase leaves them) and
 // runs the keys and agent phases (--phase). The agent's manifests land in
 // the cluster, the provision role's access entry is gone afterwards, the
-// tenant's secret is never printed, and a second run changes nothing.
+// tenant's secret is never printed, and a second run changes nothing. A
+// run killed with its access entry made leaves it; the next removes it.
 func TestInstallCreateAWSAgent(t *testing.T) {
 	const (
 		customer   = "222222222222"
@@ -113,6 +116,33 @@ func TestInstallCreateAWSAgent(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"keys unchanged", "agent unchanged"}, got); d != "" {
 		t.Errorf("second run (-want +got):\n%s", d)
+	}
+
+	// Killed while it waits for its access entry to take effect: the
+	// entry stays; the next run reuses it and removes it.
+	eks.SetPropagation(time.Hour)
+	cmd := exec.Command(nuonBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(eks.AccessEntries(cluster)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if e := eks.AccessEntries(cluster); len(e) != 1 || e[0].PrincipalARN != role {
+		t.Fatalf("after the kill, access entries %+v, want the provision role's", e)
+	}
+	eks.SetPropagation(0)
+	before := len(eks.Calls())
+	out = nuon(t, env, 0, args...)
+	if e := eks.AccessEntries(cluster); len(e) != 0 {
+		t.Errorf("the run after the kill left access entries: %+v", e)
+	}
+	if !slices.ContainsFunc(eks.Calls()[before:], func(c ekstest.Call) bool { return c.Op == "CreateAccessEntry" && c.Code == "ResourceInUseException" }) {
+		t.Errorf("the run after the kill did not find the entry it left: %+v", eks.Calls()[before:])
 	}
 
 	// A phase that does not exist is refused.
