@@ -238,6 +238,8 @@ type tokenTransport struct {
 	made  time.Time
 }
 
+var _ http.RoundTripper = (*tokenTransport)(nil)
+
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	if t.token == "" || time.Since(t.made) > tokenRefresh {

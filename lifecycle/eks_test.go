@@ -234,6 +234,11 @@ func TestAWSAgentBootstrap(t *testing.T) {
 			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "--bootstrap-cidr") {
 				t.Errorf("%s: agent phase: %v, want unreachable naming --bootstrap-cidr", endpoint, err)
 			}
+			for _, i := range c.sts.Issued() {
+				if err != nil && (strings.Contains(err.Error(), i.SecretAccessKey) || strings.Contains(err.Error(), i.SessionToken)) {
+					t.Errorf("%s: the error names the role's credentials", endpoint)
+				}
+			}
 			if d := time.Since(start); d > 20*time.Second {
 				t.Errorf("%s: took %s with a 5s request timeout", endpoint, d)
 			}
