@@ -57,7 +57,10 @@
 //     SDK's presigner, refreshed before its 60 s expiry); then
 //     DeleteAccessEntry, also when the apply failed, and ListAccessEntries
 //     to check it is gone. A run killed in between leaves the entry: the
-//     next run reuses it (ResourceInUseException) and removes it. The
+//     next run reuses it (ResourceInUseException; the entry is tagged
+//     nuon.dev/purpose=agent-bootstrap) and removes it. An entry for the
+//     role without that tag is standing access someone else made: the
+//     bootstrap refuses with [ErrStandingAccess] and leaves it alone. The
 //     agent pulls from ECR with its own role (Pod Identity), so no
 //     registry password goes into the cluster.
 //  3. endpoint: sandboxes/aws-eks applied again with public_access_cidrs

@@ -136,19 +136,41 @@ func (o *Options) describeCluster(ctx context.Context, c *eks.Client, name strin
 	return res, nil
 }
 
-// grantAccess gives principal a cluster-wide BootstrapPolicy access entry.
-// An entry left by a killed run is reused (reused is true).
+// bootstrapTag marks the access entries the bootstrap makes, and only
+// those are reused and deleted.
+const bootstrapTag, bootstrapTagValue = "nuon.dev/purpose", "agent-bootstrap"
+
+// ErrStandingAccess: the provision role has an access entry the bootstrap
+// did not make (the sandbox's access_entries, or by hand). The bootstrap
+// neither widens nor deletes it; remove it, since the role needs access
+// only while the bootstrap runs. Not retried.
+var ErrStandingAccess = errors.New("standing access entry")
+
+// grantAccess gives principal a cluster-wide BootstrapPolicy access entry,
+// tagged as the bootstrap's. An entry a killed run left (tagged so) is
+// reused (reused is true); any other is ErrStandingAccess.
 func (o *Options) grantAccess(ctx context.Context, c *eks.Client, clusterName, principal string) (reused bool, err error) {
 	err = o.awsCall(ctx, "create access entry for "+principal, func(ctx context.Context) error {
 		_, err := c.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{
 			ClusterName: aws.String(clusterName), PrincipalArn: aws.String(principal), Type: aws.String("STANDARD"),
-			Tags: map[string]string{"nuon.dev/install": o.ID, "nuon.dev/purpose": "agent-bootstrap"},
+			Tags: map[string]string{"nuon.dev/install": o.ID, bootstrapTag: bootstrapTagValue},
 		})
 		return err
 	})
 	var inUse *ekstypes.ResourceInUseException
 	if errors.As(err, &inUse) {
-		reused, err = true, nil
+		var out *eks.DescribeAccessEntryOutput
+		err = o.awsCall(ctx, "describe access entry of "+principal, func(ctx context.Context) (err error) {
+			out, err = c.DescribeAccessEntry(ctx, &eks.DescribeAccessEntryInput{ClusterName: aws.String(clusterName), PrincipalArn: aws.String(principal)})
+			return err
+		})
+		if err != nil {
+			return false, err
+		}
+		if out.AccessEntry == nil || out.AccessEntry.Tags[bootstrapTag] != bootstrapTagValue {
+			return false, fmt.Errorf("cluster %s: %w for %s, not made by the agent bootstrap (the sandbox's access_entries?): remove it; the bootstrap gives the role access only while it runs", clusterName, ErrStandingAccess, principal)
+		}
+		reused = true
 	}
 	if err != nil {
 		return false, err
@@ -352,6 +374,9 @@ func awsAgent(ctx context.Context, o *Options, st *state) (string, string, error
 	}
 	principal := o.roleARN(stack.Provision)
 	reused, err := o.grantAccess(ctx, c, cl.name, principal)
+	if errors.Is(err, ErrStandingAccess) {
+		return "", "", err // not ours to delete
+	}
 	if reused {
 		o.Logger.InfoContext(ctx, "reusing the access entry an earlier run left", "install", o.ID, "principal", principal)
 	}

@@ -182,17 +182,32 @@ func TestAWSAgentBootstrap(t *testing.T) {
 	}
 
 	t.Run("killed run's entry is reused and removed", func(t *testing.T) {
-		c.eks.PutAccessEntry(clusterName, ekstest.AccessEntry{PrincipalARN: provisionRole})
+		c.eks.PutAccessEntry(clusterName, ekstest.AccessEntry{PrincipalARN: provisionRole, Tags: map[string]string{"nuon.dev/purpose": "agent-bootstrap"}})
 		before := len(c.eks.Calls())
 		res, detail, err := startAgent(ctx, o, st)
 		if err != nil || res != Unchanged {
 			t.Fatalf("agent phase again: %s %s %v", res, detail, err)
 		}
-		if d := cmp.Diff([]string{"DescribeCluster", "CreateAccessEntry ResourceInUseException", "AssociateAccessPolicy", "DeleteAccessEntry", "ListAccessEntries"}, ops(c.eks.Calls()[before:])); d != "" {
+		if d := cmp.Diff([]string{"DescribeCluster", "CreateAccessEntry ResourceInUseException", "DescribeAccessEntry", "AssociateAccessPolicy", "DeleteAccessEntry", "ListAccessEntries"}, ops(c.eks.Calls()[before:])); d != "" {
 			t.Errorf("EKS calls (-want +got):\n%s", d)
 		}
 		if e := c.eks.AccessEntries(clusterName); len(e) != 0 {
 			t.Errorf("access entries left: %+v", e)
+		}
+	})
+
+	t.Run("a standing entry is refused and left alone", func(t *testing.T) {
+		standing := ekstest.AccessEntry{PrincipalARN: provisionRole, Policies: []ekstest.Policy{{ARN: "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy", Scope: "cluster"}}}
+		c.eks.PutAccessEntry(clusterName, standing)
+		_, _, err := startAgent(ctx, o, st)
+		if !errors.Is(err, ErrStandingAccess) {
+			t.Errorf("agent phase: %v, want a standing access refusal", err)
+		}
+		if d := cmp.Diff([]ekstest.AccessEntry{standing}, c.eks.AccessEntries(clusterName)); d != "" {
+			t.Errorf("the standing entry changed (-want +got):\n%s", d)
+		}
+		if !c.eks.DeleteEntry(clusterName, provisionRole) {
+			t.Fatal("the standing entry is gone")
 		}
 	})
 

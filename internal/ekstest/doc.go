@@ -11,6 +11,7 @@
 //	GET    /clusters/{name}                                        DescribeCluster
 //	POST   /clusters/{name}/access-entries                         CreateAccessEntry
 //	GET    /clusters/{name}/access-entries                         ListAccessEntries
+//	GET    /clusters/{name}/access-entries/{principalArn}          DescribeAccessEntry
 //	DELETE /clusters/{name}/access-entries/{principalArn}          DeleteAccessEntry
 //	POST   /clusters/{name}/access-entries/{principalArn}/access-policies  AssociateAccessPolicy
 //

@@ -47,6 +47,7 @@ type AccessEntry struct {
 	Username     string
 	Groups       []string
 	Policies     []Policy
+	Tags         map[string]string
 	// Created is when it was made; it authenticates from Created plus
 	// the server's propagation delay on.
 	Created time.Time
@@ -157,6 +158,16 @@ func (s *Server) PutAccessEntry(cluster string, e AccessEntry) {
 	s.entries[cluster][e.PrincipalARN] = &e
 }
 
+// DeleteEntry removes an access entry directly, as its owner would; it
+// tells whether there was one.
+func (s *Server) DeleteEntry(cluster, principal string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.entries[cluster][principal]
+	delete(s.entries[cluster], principal)
+	return ok
+}
+
 // Calls returns the API calls answered so far.
 func (s *Server) Calls() []Call {
 	s.mu.Lock()
@@ -214,6 +225,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, segs []string, c
 		call.Op = "ListAccessEntries"
 	case len(segs) == 4 && segs[2] == "access-entries" && r.Method == http.MethodDelete:
 		call.Op, call.Principal = "DeleteAccessEntry", segs[3]
+	case len(segs) == 4 && segs[2] == "access-entries" && r.Method == http.MethodGet:
+		call.Op, call.Principal = "DescribeAccessEntry", segs[3]
 	case len(segs) == 5 && segs[2] == "access-entries" && segs[4] == "access-policies" && r.Method == http.MethodPost:
 		call.Op, call.Principal = "AssociateAccessPolicy", segs[3]
 	default:
@@ -243,7 +256,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, segs []string, c
 	now := float64(time.Now().Unix())
 	entryJSON := func(e *AccessEntry) map[string]any {
 		return map[string]any{"clusterName": c.Name, "principalArn": e.PrincipalARN, "kubernetesGroups": e.Groups,
-			"username": e.Username, "type": "STANDARD", "createdAt": now, "modifiedAt": now,
+			"username": e.Username, "type": "STANDARD", "createdAt": now, "modifiedAt": now, "tags": e.Tags,
 			"accessEntryArn": strings.Replace(c.ARN, ":cluster/", ":access-entry/", 1) + "/" + e.PrincipalARN}
 	}
 	switch call.Op {
@@ -272,6 +285,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, segs []string, c
 		}
 		e := &AccessEntry{PrincipalARN: p, Username: str("username"), Created: time.Now()}
 		_ = json.Unmarshal(body["kubernetesGroups"], &e.Groups)
+		_ = json.Unmarshal(body["tags"], &e.Tags)
 		entries[p] = e
 		writeJSON(w, map[string]any{"accessEntry": entryJSON(e)})
 	case "ListAccessEntries":
@@ -281,6 +295,12 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, segs []string, c
 		}
 		sort.Strings(list)
 		writeJSON(w, map[string]any{"accessEntries": list})
+	case "DescribeAccessEntry":
+		e, ok := entries[call.Principal]
+		if !ok {
+			return writeError(w, http.StatusNotFound, "ResourceNotFoundException", "The specified access entry resource can't be found.")
+		}
+		writeJSON(w, map[string]any{"accessEntry": entryJSON(e)})
 	case "DeleteAccessEntry":
 		if _, ok := entries[call.Principal]; !ok {
 			return writeError(w, http.StatusNotFound, "ResourceNotFoundException", "The specified access entry resource can't be found.")

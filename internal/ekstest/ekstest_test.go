@@ -65,8 +65,11 @@ func TestAPI(t *testing.T) {
 	if _, err := c.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("other")}); !errors.As(err, new(*ekstypes.ResourceNotFoundException)) {
 		t.Errorf("unknown cluster: %v", err)
 	}
-	if _, err := c.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(cluster), PrincipalArn: aws.String(role)}); err != nil {
+	if _, err := c.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(cluster), PrincipalArn: aws.String(role), Tags: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
+	}
+	if de, err := c.DescribeAccessEntry(ctx, &eks.DescribeAccessEntryInput{ClusterName: aws.String(cluster), PrincipalArn: aws.String(role)}); err != nil || de.AccessEntry.Tags["k"] != "v" || aws.ToString(de.AccessEntry.PrincipalArn) != role {
+		t.Errorf("DescribeAccessEntry: %+v %v", de, err)
 	}
 	if _, err := c.CreateAccessEntry(ctx, &eks.CreateAccessEntryInput{ClusterName: aws.String(cluster), PrincipalArn: aws.String(role)}); !errors.As(err, new(*ekstypes.ResourceInUseException)) {
 		t.Errorf("second CreateAccessEntry: %v", err)
@@ -85,7 +88,7 @@ func TestAPI(t *testing.T) {
 	if d := cmp.Diff([]string{role}, l.AccessEntries); d != "" {
 		t.Errorf("ListAccessEntries (-want +got):\n%s", d)
 	}
-	want := []AccessEntry{{PrincipalARN: role, Policies: []Policy{{ARN: ClusterAdminPolicy, Scope: "cluster"}}}}
+	want := []AccessEntry{{PrincipalARN: role, Policies: []Policy{{ARN: ClusterAdminPolicy, Scope: "cluster"}}, Tags: map[string]string{"k": "v"}}}
 	if d := cmp.Diff(want, s.AccessEntries(cluster), cmpopts.IgnoreFields(AccessEntry{}, "Created")); d != "" {
 		t.Errorf("entries (-want +got):\n%s", d)
 	}

@@ -31,7 +31,7 @@ variables {
   repositories         = ["shop/api", "shop/web"]
   tags                 = { team = "payments", cost-center = "42" }
   access_entries = [
-    { principal_arn = "arn:aws:iam::111122223333:role/nuon-acme-provision", policy = "AmazonEKSClusterAdminPolicy" },
+    { principal_arn = "arn:aws:iam::111122223333:role/platform-admins", policy = "AmazonEKSClusterAdminPolicy" },
     { principal_arn = "arn:aws:iam::111122223333:role/oncall", namespaces = ["shop"] },
   ]
 }
