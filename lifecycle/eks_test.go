@@ -39,7 +39,7 @@ type eksCloud struct {
 	kube *kubetest.Server
 }
 
-func newEKSCloud(t *testing.T) *eksCloud {
+func newEKSCloud(t testing.TB) *eksCloud {
 	t.Helper()
 	c := &eksCloud{sts: ststest.New(t)}
 	c.sts.AddCaller(tenantKey, "arn:aws:iam::111111111111:user/tenant")
@@ -57,7 +57,7 @@ func newEKSCloud(t *testing.T) *eksCloud {
 
 // eksInstall is an install whose keys exist and whose sandbox outputs
 // are recorded, as the sandbox phase leaves them on AWS.
-func eksInstall(t *testing.T, c *eksCloud) (*Options, *state) {
+func eksInstall(t testing.TB, c *eksCloud) (*Options, *state) {
 	t.Helper()
 	o := awsOptions(t, c.sts.URL)
 	o.AWS.EKSEndpoint = c.eks.URL
@@ -300,5 +300,23 @@ func TestAWSVarsEndpoint(t *testing.T) {
 	// nothing to close and assumes no role.
 	if res, _, err := closeEndpoint(context.Background(), &o, &state{}); err != nil || res != Unchanged {
 		t.Errorf("endpoint phase without CIDRs: %s %v", res, err)
+	}
+}
+
+// BenchmarkAWSAgentBootstrap is one agent phase on AWS with nothing to
+// change in the cluster: AssumeRole, DescribeCluster, the access entry
+// made, waited for, the apply (unchanged) with EKS tokens, the entry
+// deleted and checked gone.
+func BenchmarkAWSAgentBootstrap(b *testing.B) {
+	c := newEKSCloud(b)
+	o, st := eksInstall(b, c)
+	ctx := context.Background()
+	if _, _, err := startAgent(ctx, o, st); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := startAgent(ctx, o, st); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
