@@ -71,6 +71,12 @@
 // cannot reach is [ErrUnreachable] at once, with what to change. A
 // re-run of create opens and closes the endpoint again.
 //
+// One agent phase with nothing to change takes ~70 ms and ~86 ms of CPU
+// (every process: the test, the stand-ins, kube-apiserver and etcd) on
+// the 2-core machine against the stand-ins (BenchmarkAWSAgentBootstrap);
+// on AWS the access entry's propagation (seconds) and the endpoint's
+// updates in the sandbox and endpoint phases (minutes each) dominate.
+//
 // Ways that need no public endpoint at all (an SSM session on a node, a
 // Lambda function in the VPC) need compute or code in the customer's
 // account that cannot be tested here without AWS; this path is tested up

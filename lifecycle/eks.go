@@ -351,7 +351,7 @@ func (o *Options) waitForAccess(ctx context.Context, cfg *rest.Config, cl *clust
 //  6. delete the access entry, whatever happened in 4 and 5, and check
 //     that it is gone.
 //
-// The endpoint-close phase then closes the public endpoint.
+// The endpoint phase then closes the public endpoint (closeEndpoint).
 func awsAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
 	outs := st.outputs
 	if outs == nil {
@@ -388,8 +388,12 @@ func awsAgent(ctx context.Context, o *Options, st *state) (string, string, error
 	if err != nil || rerr != nil {
 		return "", "", errors.Join(err, rerr)
 	}
-	if still, err := o.hasAccessEntry(ctx, c, cl.name, principal); err != nil || still {
-		return "", "", errors.Join(err, fmt.Errorf("cluster %s: the access entry of %s is still there", cl.name, principal))
+	still, err := o.hasAccessEntry(ctx, c, cl.name, principal)
+	if err != nil {
+		return "", "", err
+	}
+	if still {
+		return "", "", fmt.Errorf("cluster %s: the access entry of %s is still there after DeleteAccessEntry", cl.name, principal)
 	}
 	changed := 0
 	for _, e := range cs.Entries {
