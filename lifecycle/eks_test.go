@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"nuon.dev/nuon/internal/ekstest"
 	"nuon.dev/nuon/internal/kubetest"
 	"nuon.dev/nuon/internal/ststest"
+	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/stack"
 )
 
@@ -318,5 +320,37 @@ func BenchmarkAWSAgentBootstrap(b *testing.B) {
 		if _, _, err := startAgent(ctx, o, st); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCloseEndpointUpToTheBoundary runs the endpoint phase with bootstrap
+// CIDRs: it assumes the provision role and runs terraform with only its
+// credentials, up to the AWS boundary (terraform's S3 backend).
+func TestCloseEndpointUpToTheBoundary(t *testing.T) {
+	if _, err := exec.LookPath("terraform"); err != nil {
+		testenv.Missing(t, "terraform is not installed")
+	}
+	sts := ststest.New(t)
+	sts.AddCaller(tenantKey, "arn:aws:iam::111111111111:user/tenant")
+	sts.AddRole(ststest.Role{ARN: provisionRole, TrustedAccount: "111111111111", ExternalID: externalID})
+	edge := newBoundary(t)
+	t.Setenv("AWS_ENDPOINT_URL_STS", edge.URL)
+	t.Setenv("AWS_ENDPOINT_URL_S3", edge.URL)
+	o := awsOptions(t, sts.URL)
+	o.AWS.BootstrapCIDRs = []string{"203.0.113.7/32"}
+	if err := o.defaults(true); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := closeEndpoint(context.Background(), &o, &state{})
+	if err == nil || !strings.Contains(err.Error(), "terraform init") {
+		t.Fatalf("endpoint phase: %v, want a terraform init error at the boundary", err)
+	}
+	calls := sts.Calls()
+	if len(calls) != 1 || calls[0].RoleARN != provisionRole || calls[0].Code != "" {
+		t.Fatalf("STS calls: %+v", calls)
+	}
+	seen := edge.seen()
+	if len(seen) == 0 || slices.ContainsFunc(seen, func(k string) bool { return k != sts.Issued()[0].AccessKeyID }) {
+		t.Errorf("terraform signed with %v, want only the provision role's %s", seen, sts.Issued()[0].AccessKeyID)
 	}
 }
