@@ -12,7 +12,7 @@ import (
 )
 
 // post sends a raw query-protocol request as the SDK would, signed by key.
-func post(t *testing.T, s *Server, key string, form url.Values) (int, []byte) {
+func post(t testing.TB, s *Server, key string, form url.Values) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/", strings.NewReader(form.Encode()))
 	if err != nil {
