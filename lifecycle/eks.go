@@ -254,6 +254,7 @@ func (o *Options) eksToken(ctx context.Context, creds *stack.Credentials, cluste
 type tokenTransport struct {
 	next http.RoundTripper
 	make func(ctx context.Context) (string, error)
+	now  func() time.Time // default time.Now
 
 	mu    sync.Mutex
 	token string
@@ -263,14 +264,18 @@ type tokenTransport struct {
 var _ http.RoundTripper = (*tokenTransport)(nil)
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	now := time.Now
+	if t.now != nil {
+		now = t.now
+	}
 	t.mu.Lock()
-	if t.token == "" || time.Since(t.made) > tokenRefresh {
+	if t.token == "" || now().Sub(t.made) > tokenRefresh {
 		tok, err := t.make(req.Context())
 		if err != nil {
 			t.mu.Unlock()
 			return nil, err
 		}
-		t.token, t.made = tok, time.Now()
+		t.token, t.made = tok, now()
 	}
 	tok := t.token
 	t.mu.Unlock()

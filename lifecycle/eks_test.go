@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -352,5 +355,32 @@ func TestCloseEndpointUpToTheBoundary(t *testing.T) {
 	seen := edge.seen()
 	if len(seen) == 0 || slices.ContainsFunc(seen, func(k string) bool { return k != sts.Issued()[0].AccessKeyID }) {
 		t.Errorf("terraform signed with %v, want only the provision role's %s", seen, sts.Issued()[0].AccessKeyID)
+	}
+}
+
+// TestTokenTransport checks that requests carry an EKS token made again
+// before the presigned URL's 60 s expiry, and only then.
+func TestTokenTransport(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	now := time.Unix(1_800_000_000, 0)
+	made := 0
+	tr := &tokenTransport{next: http.DefaultTransport, now: func() time.Time { return now },
+		make: func(context.Context) (string, error) { made++; return fmt.Sprintf("k8s-aws-v1.token%d", made), nil }}
+	client := &http.Client{Transport: tr}
+	for _, step := range []time.Duration{0, 30 * time.Second, 20 * time.Second, 10 * time.Second} {
+		now = now.Add(step)
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	want := []string{"Bearer k8s-aws-v1.token1", "Bearer k8s-aws-v1.token1", "Bearer k8s-aws-v1.token2", "Bearer k8s-aws-v1.token2"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Authorization headers (-want +got):\n%s", d)
 	}
 }
