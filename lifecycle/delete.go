@@ -35,35 +35,55 @@ const ArchivePrefix = "refs/nuon/archive/"
 //  5. archive: removes installs/<id>.yaml from main and moves the
 //     install's refs under refs/nuon/archive/<id>/.
 //
+// On CloudAWS phases 3 and 4 are instead (the agent runs in the cluster
+// and goes with it):
+//
+//  3. deprovision-role: assumes the install's deprovision role
+//     (stack.AssumeRole, its ExternalId, a deadline);
+//  4. load-balancers: waits, up to o.AWS.LoadBalancerWait, until no load
+//     balancer of either ELB API is tagged for the cluster or in the
+//     sandbox's VPC, else fails with a *LoadBalancersLeftError naming each;
+//  5. registry: deletes every ECR repository under the sandbox's
+//     repository prefix, with force;
+//  6. sandbox: terraform destroy of sandboxes/aws-eks with the role's
+//     credentials, its state in the stack's bucket; then DestroyedFile,
+//     so that a re-run skips these phases.
+//
 // Like Create, each phase checks first and a re-run continues.
 func Delete(ctx context.Context, o Options, render func(context.Context) error) error {
 	if err := o.defaults(false); err != nil {
 		return err
 	}
-	if o.Cloud == CloudAWS {
-		// Destroying an EKS sandbox first needs the check for
-		// controller-made load balancers and the removal of the agent's
-		// ECR repositories (sandboxes/README.md, teardown order).
-		return fmt.Errorf("install %s: delete on aws: %w", o.ID, ErrUnsupported)
-	}
 	if render == nil {
 		render = func(context.Context) error { return nil }
 	}
-	return runPhases(ctx, &o, []phase{
+	phases := []phase{
 		{"mark-deleted", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
 			return markDeleted(ctx, o, render)
 		}},
 		{"components", waitDeleted},
-		{"agent", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
-			res, err := stopAgent(ctx, o, 30*time.Second)
-			return res, "", err
-		}},
-		{"sandbox", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
-			res, err := destroySandbox(ctx, o)
-			return res, "", err
-		}},
-		{"archive", archive},
-	})
+	}
+	if o.Cloud == CloudAWS {
+		// The agent runs in the cluster and goes with it.
+		phases = append(phases,
+			unlessDestroyed(phase{"deprovision-role", assumeDeprovision}),
+			unlessDestroyed(phase{"load-balancers", waitLoadBalancers}),
+			unlessDestroyed(phase{"registry", deleteRepositories}),
+			unlessDestroyed(phase{"sandbox", awsDestroy}),
+		)
+	} else {
+		phases = append(phases,
+			phase{"agent", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+				res, err := stopAgent(ctx, o, 30*time.Second)
+				return res, "", err
+			}},
+			phase{"sandbox", func(ctx context.Context, o *Options, _ *state) (string, string, error) {
+				res, err := destroySandbox(ctx, o)
+				return res, "", err
+			}},
+		)
+	}
+	return runPhases(ctx, &o, append(phases, phase{"archive", archive}))
 }
 
 func (o *Options) openRepo() (*gitrepo.Repo, error) { return o.OpenRepo(o.Repo) }
@@ -212,7 +232,8 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 func pidAliveAgent(o *Options) bool { return agentPID(o) != 0 }
 
 // archive removes installs/<id>.yaml from main and moves the install's
-// refs under ArchivePrefix<id>/.
+// refs under ArchivePrefix<id>/: the copies and the deletions in one
+// gitrepo.Apply, one atomic push on a remote repository.
 func archive(ctx context.Context, o *Options, _ *state) (string, string, error) {
 	file := installPath(o.ID)
 	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+ArchivePrefix+o.ID+"/.\n",
@@ -252,12 +273,14 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 	if err != nil {
 		return "", "", err
 	}
-	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+	archived := ArchivePrefix + o.ID + "/"
+	if err := repo.Fetch(ctx, schemas.InstallRef(o.ID), schemas.StatusRef(o.ID), archived); err != nil {
 		return "", "", err
 	}
+	// One Apply: the copies and the deletions go together (one atomic
+	// push on a remote), so the history is never without a ref.
 	var updates []gitrepo.Update
 	var moved []string
-	var gone []plumbing.ReferenceName
 	for _, name := range []string{schemas.InstallRef(o.ID), schemas.StatusRef(o.ID)} {
 		h, err := repo.Ref(plumbing.ReferenceName(name))
 		if err != nil {
@@ -266,7 +289,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if h.IsZero() {
 			continue
 		}
-		to := plumbing.ReferenceName(ArchivePrefix + o.ID + "/" + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
+		to := plumbing.ReferenceName(archived + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
 		old, err := repo.Ref(to)
 		if err != nil {
 			return "", "", err
@@ -274,22 +297,11 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if old != h {
 			updates = append(updates, gitrepo.Update{Name: to, Old: old, New: h})
 		}
-		gone = append(gone, plumbing.ReferenceName(name))
+		updates = append(updates, gitrepo.Update{Name: plumbing.ReferenceName(name), Old: h})
 		moved = append(moved, name+" -> "+to.String())
 	}
 	if err := repo.Apply(ctx, updates); err != nil {
 		return "", "", err
-	}
-	// gitrepo moves refs forward only; the originals are removed here, on
-	// a local repository. On a remote one they stay beside their archive
-	// copies (the renderer leaves the ref of an install gone from main
-	// alone) until removed by hand.
-	if !repo.Remote {
-		for _, name := range gone {
-			if err := repo.Git().Storer.RemoveReference(name); err != nil {
-				return "", "", fmt.Errorf("remove %s: %w", name, err)
-			}
-		}
 	}
 	if !removed && len(moved) == 0 {
 		return Unchanged, "", nil

@@ -84,7 +84,41 @@
 // SDK's wire protocols, and a real kube-apiserver authenticates the EKS
 // tokens through ekstest's webhook, only while the access entry exists.
 //
-// Not built yet, and refused with [ErrUnsupported]: Delete on AWS (the
-// check for controller-made load balancers, the agent's ECR
-// repositories, destroy with the deprovision role).
+// # Delete on AWS
+//
+// Once the agent reported every component deleted, [Delete] assumes the
+// install's deprovision role, which may only describe and delete, and
+// uses nothing else (sandboxes/README.md, teardown order):
+//
+//   - load-balancers: load balancers that Kubernetes controllers made for
+//     Services and Ingresses are in no Terraform state; left behind, they
+//     hold network interfaces and security groups in the subnets and
+//     terraform destroy fails on the VPC half way. Both ELB APIs are
+//     listed (DescribeLoadBalancers, DescribeTags): one tagged
+//     elbv2.k8s.aws/cluster=<cluster> or kubernetes.io/cluster/<cluster>,
+//     or in the sandbox's VPC, is waited for (AWSOptions.LoadBalancerWait),
+//     then named in a [LoadBalancersLeftError]. Delete never deletes one
+//     itself, and has no flag to: its controller owns it with its target
+//     groups, listeners and security groups, and makes it again while its
+//     Service or Ingress exists, so the fix is in the cluster (or, with
+//     the cluster gone, the customer's), and the deprovision role needs no
+//     load balancer deletion.
+//   - registry: the ECR repositories under the sandbox's repository
+//     prefix (nuon/<id>/) are deleted with force: the agent made them,
+//     so terraform does not know them.
+//   - sandbox: terraform destroy of sandboxes/aws-eks with the role's
+//     credentials and the S3 backend; ECR repositories (force_delete) and
+//     Route53 zones (force_destroy) go even when not empty.
+//
+// The cluster's name, VPC and repository prefix come from
+// sandbox/outputs.json when Create recorded it, else from the names
+// sandboxes/aws-eks gives (nuon-<id>, nuon/<id>). Every AWS call has a
+// deadline (AWSOptions.Timeout): an endpoint that does not answer fails
+// with stack.ErrTimeout, a refusal is stack.ErrAccessDenied.
+//
+// # The audit log
+//
+// The archive phase keeps the install's history: its desired and status
+// refs are copied under refs/nuon/archive/<id>/ and deleted, in one
+// atomic push on a remote repository (gitrepo.Apply).
 package lifecycle

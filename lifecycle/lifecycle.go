@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/stack"
 )
 
 // Agent modes.
@@ -149,9 +150,19 @@ type AWSOptions struct {
 	STSEndpoint string
 	// EKSEndpoint overrides EKS's endpoint; default the SDK's resolution.
 	EKSEndpoint string
-	// Timeout bounds each AWS call (STS, EKS); default
-	// stack.DefaultTimeout.
+	// ELBEndpoint and ECREndpoint override Elastic Load Balancing's (both
+	// of its APIs) and ECR's endpoints, which Delete calls with the
+	// deprovision role; default the SDK's resolution (which reads
+	// AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING(_V2) and AWS_ENDPOINT_URL_ECR
+	// when Tenant came from config.LoadDefaultConfig).
+	ELBEndpoint, ECREndpoint string
+	// Timeout bounds each AWS API call (STS, EKS, ELB, ECR), retries
+	// included; default stack.DefaultTimeout.
 	Timeout time.Duration
+	// LoadBalancerWait is how long Delete waits for the load balancers
+	// that Kubernetes controllers made in the sandbox to go before it
+	// fails naming them; default 10 minutes.
+	LoadBalancerWait time.Duration
 	// BootstrapCIDRs are the tenant's egress CIDRs: the sandbox opens the
 	// cluster's public endpoint to them only from the sandbox phase until
 	// the agent is bootstrapped (endpoint phase). Default none: the
@@ -200,8 +211,16 @@ func (o *Options) defaults(create bool) error {
 		if a.Account == "" || a.ExternalID == "" || a.Region == "" || a.StateBucket == "" {
 			return fmt.Errorf("install %s: --cloud aws needs the account, ExternalId, region and state bucket of its stack", o.ID)
 		}
-		if create && (len(a.AvailabilityZones) < 2 || a.Domain == "") {
-			return fmt.Errorf("install %s: --cloud aws needs 2 or 3 availability zones and a domain", o.ID)
+		if len(a.AvailabilityZones) < 2 || a.Domain == "" {
+			// Delete too: terraform destroy evaluates the sandbox with its
+			// inputs.
+			return fmt.Errorf("install %s: --cloud aws needs 2 or 3 availability zones and a domain (the sandbox's inputs)", o.ID)
+		}
+		if o.AWS.Timeout <= 0 {
+			o.AWS.Timeout = stack.DefaultTimeout
+		}
+		if o.AWS.LoadBalancerWait <= 0 {
+			o.AWS.LoadBalancerWait = 10 * time.Minute
 		}
 	default:
 		return fmt.Errorf("install %s: unknown cloud %q (local or aws)", o.ID, o.Cloud)
@@ -249,6 +268,8 @@ type phase struct {
 type state struct {
 	publicKey string
 	outputs   *Outputs
+	// creds are the deprovision role's, which Delete on AWS assumes once.
+	creds *stack.Credentials
 }
 
 func runPhases(ctx context.Context, o *Options, phases []phase) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 )
@@ -276,4 +277,40 @@ func bucketPolicy() obj {
 // description is the text the stack and module open with.
 func description(o Options) string {
 	return fmt.Sprintf("nuon install %s: roles the tenant (account %s) may assume with this install's ExternalId, one per phase, and the install's Terraform state bucket. Delete this stack to revoke all access.", o.InstallID, o.TenantAccount)
+}
+
+// Allows reports whether the role of phase p may call action
+// ("elasticloadbalancing:DescribeTags"): some statement of its policy
+// allows it and none denies it. Resources and conditions are not
+// evaluated; it answers "is this action in the role's policy at all",
+// which tests use to keep the policy in step with the calls made with
+// the role. Action names compare case-insensitively, with IAM's * and ?.
+func Allows(o Options, p Phase, action string) bool {
+	match := func(s obj) bool {
+		var patterns []string
+		switch a := s["Action"].(type) {
+		case string:
+			patterns = []string{a}
+		case []string:
+			patterns = a
+		}
+		for _, pat := range patterns {
+			if ok, _ := path.Match(strings.ToLower(pat), strings.ToLower(action)); ok {
+				return true
+			}
+		}
+		return false
+	}
+	allowed := false
+	for _, st := range policy(o, p)["Statement"].([]any) {
+		s := st.(obj)
+		if !match(s) {
+			continue
+		}
+		if s["Effect"] == "Deny" {
+			return false
+		}
+		allowed = true
+	}
+	return allowed
 }

@@ -224,3 +224,24 @@ func TestNoEscalation(t *testing.T) {
 		}
 	}
 }
+
+func TestAllows(t *testing.T) {
+	for _, tt := range []struct {
+		p      Phase
+		action string
+		want   bool
+	}{
+		{Deprovision, "elasticloadbalancing:DescribeLoadBalancers", true},
+		{Deprovision, "ElasticLoadBalancing:describetags", true},
+		{Deprovision, "ecr:DeleteRepository", true},
+		{Deprovision, "elasticloadbalancing:DeleteLoadBalancer", false},
+		{Deprovision, "ecr:CreateRepository", false},
+		{Maintenance, "ecr:DeleteRepository", false}, // allowed, then denied
+		{Provision, "ecr:DeleteRepository", true},
+		{Provision, "ec2:CreateVpc", true},
+	} {
+		if got := Allows(opts(), tt.p, tt.action); got != tt.want {
+			t.Errorf("Allows(%s, %s) = %v, want %v", tt.p, tt.action, got, tt.want)
+		}
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/lifecycle"
 	"nuon.dev/nuon/schemas"
-	"nuon.dev/nuon/stack"
 )
 
 type installOptions struct {
@@ -128,12 +127,8 @@ outside the install can reach the cluster afterwards.`,
 			}
 			o.Logger = g.Logger()
 			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
-			if o.Cloud == lifecycle.CloudAWS {
-				// The tenant's own credentials, from the SDK's default chain;
-				// they only assume the install's roles.
-				if o.AWS.Tenant, err = config.LoadDefaultConfig(cmd.Context(), config.WithRegion(o.AWS.Region)); err != nil {
-					return fmt.Errorf("aws configuration: %w", err)
-				}
+			if err := o.tenantAWS(cmd.Context()); err != nil {
+				return err
 			}
 			return lifecycle.Create(cmd.Context(), o.Options)
 		},
@@ -149,6 +144,19 @@ outside the install can reach the cluster afterwards.`,
 	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
 	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
 	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
+	o.awsFlags(cmd)
+	f.StringVar(&o.AWS.EKSEndpoint, "eks-endpoint", "", "aws: EKS endpoint (default: the SDK's)")
+	f.StringSliceVar(&o.AWS.BootstrapCIDRs, "bootstrap-cidr", nil, "aws: this host's egress CIDR the cluster's public endpoint opens to during the agent bootstrap (repeatable; default none: private only, run from inside the VPC)")
+	f.StringArrayVar(&o.Only, "phase", nil, "run only this phase (repeatable): keys, sandbox, install-file, agent, endpoint")
+	_ = cmd.MarkFlagRequired("channel")
+	_ = cmd.MarkFlagRequired("render-key")
+	return cmd
+}
+
+// awsFlags are the flags of --cloud aws that create and delete share: the
+// customer's stack and the sandbox's inputs.
+func (o *installOptions) awsFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
 	f.StringVar(&o.AWS.Account, "account", "", "aws: the customer's account, where the stack made the install's roles")
 	f.StringVar(&o.AWS.ExternalID, "external-id", "", "aws: the install's ExternalId (from nuon install stack)")
 	f.StringVar(&o.AWS.Region, "region", "", "aws: the sandbox's region")
@@ -156,13 +164,20 @@ outside the install can reach the cluster afterwards.`,
 	f.StringVar(&o.AWS.Domain, "domain", "", "aws: the install's public domain")
 	f.StringVar(&o.AWS.StateBucket, "state-bucket", "", "aws: the stack's state bucket (the sandbox's state goes there)")
 	f.StringVar(&o.AWS.STSEndpoint, "sts-endpoint", "", "aws: STS endpoint (default: the SDK's, e.g. a VPC endpoint); EKS tokens are presigned for it")
-	f.StringVar(&o.AWS.EKSEndpoint, "eks-endpoint", "", "aws: EKS endpoint (default: the SDK's)")
-	f.StringSliceVar(&o.AWS.BootstrapCIDRs, "bootstrap-cidr", nil, "aws: this host's egress CIDR the cluster's public endpoint opens to during the agent bootstrap (repeatable; default none: private only, run from inside the VPC)")
-	f.DurationVar(&o.AWS.Timeout, "aws-timeout", stack.DefaultTimeout, "aws: deadline of each AWS call (STS, EKS)")
-	f.StringArrayVar(&o.Only, "phase", nil, "run only this phase (repeatable): keys, sandbox, install-file, agent, endpoint")
-	_ = cmd.MarkFlagRequired("channel")
-	_ = cmd.MarkFlagRequired("render-key")
-	return cmd
+	f.DurationVar(&o.AWS.Timeout, "aws-timeout", 30*time.Second, "aws: deadline of each AWS API call, retries included")
+}
+
+// tenantAWS loads the tenant's own AWS configuration, from the SDK's
+// default chain, for --cloud aws: it only assumes the install's roles.
+func (o *installOptions) tenantAWS(ctx context.Context) error {
+	if o.Cloud != lifecycle.CloudAWS {
+		return nil
+	}
+	var err error
+	if o.AWS.Tenant, err = config.LoadDefaultConfig(ctx, config.WithRegion(o.AWS.Region)); err != nil {
+		return fmt.Errorf("aws configuration: %w", err)
+	}
+	return nil
 }
 
 // installAuthor parses --author as release does.
@@ -192,11 +207,36 @@ func newInstallDeleteCmd(g *cli.Globals) *cobra.Command {
                 the sandbox's state
   archive       removes installs/ID.yaml from main and moves the install's
                 refs (nuon/installs/ID, nuon/status/ID) under
-                refs/nuon/archive/ID/: its history stays as the audit log
+                refs/nuon/archive/ID/, in one atomic push on a remote
+                repository: its history stays as the audit log
+
+--cloud aws: the agent runs in the cluster and goes with it; instead of
+the agent and sandbox phases, with only the install's deprovision role
+(nuon-ID-deprovision in --account, with --external-id, a deadline on
+every AWS call, --aws-timeout):
+
+  deprovision-role  assumes the deprovision role, which may only describe
+                    and delete
+  load-balancers    waits (--load-balancer-wait) until no load balancer
+                    that Kubernetes controllers made is left (ELBv2 and
+                    classic ELB: tagged for the cluster or in the sandbox's
+                    VPC), else fails naming each; it never deletes them:
+                    delete the Service or Ingress that made them
+  registry          deletes the ECR repositories the agent made under
+                    nuon/ID/, images and all
+  sandbox           terraform destroy of sandboxes/aws-eks, state in
+                    --state-bucket (same --region, --availability-zones
+                    and --domain as create)
 
 Re-run it after a failure or a kill: each phase checks first.`,
 		Example: `  nuon install delete acme --repo tenant.git --dir ~/.nuon/acme --render keys/render
-  git -C tenant.git log refs/nuon/archive/acme/status`,
+  git -C tenant.git log refs/nuon/archive/acme/status
+
+  # on AWS, with the tenant's credentials from the SDK's default chain
+  nuon install delete acme --cloud aws --repo https://git.example.com/tenant.git \
+      --dir ~/.nuon/acme --account 222222222222 --external-id nuon-… \
+      --region eu-west-1 --availability-zones eu-west-1a,eu-west-1b \
+      --domain acme.example.com --state-bucket nuon-acme-state-… -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ID = args[0]
@@ -209,6 +249,9 @@ Re-run it after a failure or a kill: each phase checks first.`,
 			}
 			o.Logger = g.Logger()
 			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
+			if err := o.tenantAWS(cmd.Context()); err != nil {
+				return err
+			}
 			var render func(context.Context) error
 			if renderKey != "" {
 				quiet := *g
@@ -226,5 +269,9 @@ Re-run it after a failure or a kill: each phase checks first.`,
 	f.StringVar(&renderKey, "render", "", "render with this private key after marking the install deleted (when no tenant server renders on push)")
 	f.DurationVar(&o.DeleteTimeout, "timeout", 10*time.Minute, "how long to wait for the agent to delete every component")
 	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	o.awsFlags(cmd)
+	f.StringVar(&o.AWS.ELBEndpoint, "elb-endpoint", "", "aws: Elastic Load Balancing endpoint, both APIs (default: the SDK's)")
+	f.StringVar(&o.AWS.ECREndpoint, "ecr-endpoint", "", "aws: ECR endpoint (default: the SDK's)")
+	f.DurationVar(&o.AWS.LoadBalancerWait, "load-balancer-wait", 10*time.Minute, "aws: how long to wait for controller-made load balancers to go")
 	return cmd
 }

@@ -1,5 +1,7 @@
 // Package ecrtest is a loopback fake of Amazon ECR for tests: its
-// control-plane API, speaking the JSON 1.1 protocol aws-sdk-go-v2 sends
+// control-plane API (GetAuthorizationToken, CreateRepository,
+// DescribeRepositories by name or in pages, DeleteRepository, which
+// refuses a repository holding images unless forced), speaking the JSON 1.1 protocol aws-sdk-go-v2 sends
 // (POST /, X-Amz-Target: AmazonEC2ContainerRegistry_V20150921.<Op>,
 // application/x-amz-json-1.1, errors as HTTP 400 {"__type", "message"},
 // times in epoch seconds), and a registry endpoint in front of a real
@@ -20,15 +22,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"nuon.dev/nuon/internal/oci/ocitest"
 )
@@ -54,6 +62,7 @@ type Server struct {
 	tokens  map[string]time.Time // token → expiry
 	repos   map[string]time.Time // repository → creation
 	calls   map[string]int
+	signers map[string]map[string]bool // operation → access keys
 	expired int
 }
 
@@ -78,6 +87,7 @@ func New(t testing.TB, backend *ocitest.Registry, opts ...Option) *Server {
 		AccountID: "111111111111", Region: "us-east-1",
 		backend: backend, lifetime: 12 * time.Hour, now: time.Now,
 		tokens: map[string]time.Time{}, repos: map[string]time.Time{}, calls: map[string]int{},
+		signers: map[string]map[string]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -107,6 +117,65 @@ func (s *Server) Calls() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// Signers returns the access keys that signed calls of operation op,
+// sorted.
+func (s *Server) Signers(op string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.signers[op]))
+}
+
+// PutImage pushes a small random image as repository:tag straight into
+// the backend registry: an image the agent pushed. The repository must
+// have been created through the API for the registry endpoint to serve it.
+func (s *Server) PutImage(t testing.TB, repository, tag string) {
+	t.Helper()
+	ref, err := name.ParseReference(s.backend.Host + "/" + repository + ":" + tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithAuth(s.backend.Auth()), remote.WithTransport(s.backendTransport())); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+}
+
+func (s *Server) backendTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: s.backend.RootCAs()}
+	return tr
+}
+
+// images counts the tags of a repository in the backend.
+func (s *Server) images(repository string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, s.backend.URL()+"/v2/"+repository+"/tags/list", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.SetBasicAuth(s.backend.Username, s.backend.Password)
+	resp, err := (&http.Client{Transport: s.backendTransport(), Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return 0, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("tags of %s: %s", repository, resp.Status)
+	}
+	var list struct {
+		Tags []string `json:"tags"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return 0, err
+	}
+	return len(list.Tags), nil
 }
 
 // Expired counts registry requests refused because their token had
@@ -150,6 +219,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{"MissingAuthenticationTokenException", "Missing Authentication Token"})
 		return
 	}
+	key, _, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential="), "/")
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{"SerializationException", err.Error()})
@@ -157,6 +227,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.calls[op]++
+	if s.signers[op] == nil {
+		s.signers[op] = map[string]bool{}
+	}
+	s.signers[op][key] = true
 	s.mu.Unlock()
 	switch op {
 	case "GetAuthorizationToken":
@@ -165,6 +239,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.createRepository(w, body)
 	case "DescribeRepositories":
 		s.describeRepositories(w, body)
+	case "DeleteRepository":
+		s.deleteRepository(w, body)
 	default:
 		writeJSON(w, http.StatusBadRequest, apiError{"UnknownOperationException", "unsupported operation " + op})
 	}
@@ -238,9 +314,14 @@ func (s *Server) repository(name string, created time.Time, mutability string) m
 	}
 }
 
+// describeRepositories describes the repositories named, or, with no
+// names, every repository in pages of maxResults (1-1000, default 100)
+// with a nextToken, as ECR does.
 func (s *Server) describeRepositories(w http.ResponseWriter, body []byte) {
 	var in struct {
 		RepositoryNames []string `json:"repositoryNames"`
+		MaxResults      *int     `json:"maxResults"`
+		NextToken       string   `json:"nextToken"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{"SerializationException", err.Error()})
@@ -249,6 +330,39 @@ func (s *Server) describeRepositories(w http.ResponseWriter, body []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	repos := []map[string]any{}
+	if len(in.RepositoryNames) == 0 {
+		size := 100
+		if in.MaxResults != nil {
+			size = *in.MaxResults
+		}
+		if size < 1 || size > 1000 {
+			writeJSON(w, http.StatusBadRequest, apiError{"InvalidParameterException", "maxResults must be between 1 and 1000"})
+			return
+		}
+		names := slices.Sorted(maps.Keys(s.repos))
+		start := 0
+		if in.NextToken != "" {
+			// The token is the last name of the previous page.
+			start, _ = slices.BinarySearch(names, in.NextToken)
+			if start < len(names) && names[start] == in.NextToken {
+				start++
+			}
+		}
+		end := min(start+size, len(names))
+		for _, n := range names[start:end] {
+			repos = append(repos, s.repository(n, s.repos[n], "MUTABLE"))
+		}
+		out := map[string]any{"repositories": repos}
+		if end < len(names) {
+			out["nextToken"] = names[end-1]
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if in.MaxResults != nil || in.NextToken != "" {
+		writeJSON(w, http.StatusBadRequest, apiError{"InvalidParameterException", "maxResults and nextToken cannot be used with repositoryNames"})
+		return
+	}
 	for _, n := range in.RepositoryNames {
 		created, ok := s.repos[n]
 		if !ok {
@@ -259,6 +373,48 @@ func (s *Server) describeRepositories(w http.ResponseWriter, body []byte) {
 		repos = append(repos, s.repository(n, created, "MUTABLE"))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"repositories": repos})
+}
+
+// deleteRepository deletes a repository; one that holds images only with
+// force, as ECR does.
+func (s *Server) deleteRepository(w http.ResponseWriter, body []byte) {
+	var in struct {
+		RepositoryName string `json:"repositoryName"`
+		RegistryID     string `json:"registryId"`
+		Force          bool   `json:"force"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{"SerializationException", err.Error()})
+		return
+	}
+	if in.RegistryID != "" && in.RegistryID != s.AccountID {
+		writeJSON(w, http.StatusBadRequest, apiError{"InvalidParameterException", "registry " + in.RegistryID + " is not this account's"})
+		return
+	}
+	s.mu.Lock()
+	created, ok := s.repos[in.RepositoryName]
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, apiError{"RepositoryNotFoundException",
+			fmt.Sprintf("The repository with name '%s' does not exist in the registry with id '%s'", in.RepositoryName, s.AccountID)})
+		return
+	}
+	if !in.Force {
+		n, err := s.images(in.RepositoryName)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, apiError{"ServerException", err.Error()})
+			return
+		}
+		if n > 0 {
+			writeJSON(w, http.StatusBadRequest, apiError{"RepositoryNotEmptyException",
+				fmt.Sprintf("The repository with name '%s' in registry with id '%s' cannot be deleted because it still contains images", in.RepositoryName, s.AccountID)})
+			return
+		}
+	}
+	s.mu.Lock()
+	delete(s.repos, in.RepositoryName)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"repository": s.repository(in.RepositoryName, created, "MUTABLE")})
 }
 
 func epoch(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }

@@ -56,6 +56,8 @@
 //     server lacks; report-status is read from the sideband and every
 //     refused ref comes back in a *PushError with the server's reason and
 //     its hooks' messages (errors.Is(err, ErrStale) for a ref that moved).
+//     A zero new value deletes a ref (delete-refs; no pack when every
+//     command is a deletion), in the same atomic push as the others.
 //     Over HTTP the push is one POST: git's http-backend does not need the
 //     advertisement GET, which lists every ref.
 //

@@ -14,7 +14,10 @@ import (
 )
 
 // RefUpdate moves one ref on the server from Old (zero: the ref must not
-// exist) to New.
+// exist) to New; a zero New deletes the ref, which must be at Old. Old of
+// a deletion must be an object the server has: git's receive-pack drops
+// the check of an old value it cannot parse ("allowing deletion of
+// corrupt ref"), so name the commit read from the server.
 type RefUpdate struct {
 	Name     plumbing.ReferenceName
 	Old, New plumbing.Hash
@@ -60,7 +63,8 @@ func (e *PushError) Error() string {
 
 // Is makes errors.Is(err, ErrStale) hold when a ref was refused because it
 // moved: git's "non-fast-forward", "fetch first" and "stale info" reasons,
-// or a failed compare-and-swap ("cannot lock ref ... but expected").
+// or a failed compare-and-swap ("cannot lock ref ... but expected", or
+// "unable to resolve reference" for a ref expected at a value and gone).
 func (e *PushError) Is(target error) bool {
 	if target != ErrStale {
 		return false
@@ -73,7 +77,7 @@ func (e *PushError) Is(target error) bool {
 		}
 	}
 	for _, m := range e.Messages {
-		if strings.Contains(m, "but expected") {
+		if strings.Contains(m, "but expected") || strings.Contains(m, "unable to resolve reference") {
 			return true
 		}
 	}
@@ -89,7 +93,8 @@ func (e *PushError) Is(target error) bool {
 // its hooks' messages; errors.Is(err, ErrStale) says a ref moved. Over
 // SSH a ref that moved is noticed from the advertisement before anything
 // is sent. With the "atomic" capability, which git servers offer, the
-// server moves all refs or none.
+// server moves all refs or none. An update with a zero New deletes its
+// ref (git's delete-refs); a push of deletions only sends no pack.
 func (c *Client) Push(ctx context.Context, st storer.EncodedObjectStorer, updates ...RefUpdate) error {
 	if len(updates) == 0 {
 		return nil
@@ -166,6 +171,11 @@ func pushRequest(adv *v0Advertisement, updates []RefUpdate, pack []byte) ([]byte
 		})
 		if !adv.caps.Supports("report-status") {
 			return nil, fmt.Errorf("%w: receive-pack without report-status", ErrUnsupported)
+		}
+		for _, u := range updates {
+			if u.New.IsZero() && !adv.caps.Supports("delete-refs") {
+				return nil, fmt.Errorf("%w: receive-pack without delete-refs cannot delete %s", ErrUnsupported, u.Name)
+			}
 		}
 	}
 	var buf bytes.Buffer

@@ -163,6 +163,62 @@ func testPush(t *testing.T, c *Client, dir string, local storer.EncodedObjectSto
 	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "non-fast-forward") {
 		t.Errorf("non-fast-forward push: %v, want ErrStale saying non-fast-forward", err)
 	}
+
+	testDelete(t, c, dir, local, ref, second, first)
+}
+
+// testDelete archives ref (at cur) as an install's delete does: one atomic
+// push copies it under an archive name and deletes it, with the checks a
+// deletion needs. stale is a commit the server has that ref is not at.
+func testDelete(t *testing.T, c *Client, dir string, local storer.EncodedObjectStorer, ref plumbing.ReferenceName, cur, stale plumbing.Hash) {
+	ctx := context.Background()
+	archive := plumbing.ReferenceName("refs/nuon/archive/acme/status")
+	exists := func(name plumbing.ReferenceName) bool {
+		_, err := gittest.Run(dir, nil, "rev-parse", "--verify", "--quiet", name.String())
+		return err == nil
+	}
+
+	// A deletion from a stale read is refused, and, atomic, so is the copy.
+	err := c.Push(ctx, local, RefUpdate{Name: archive, New: cur}, RefUpdate{Name: ref, Old: stale, New: plumbing.ZeroHash})
+	if !errors.Is(err, ErrStale) {
+		t.Errorf("delete from a stale read: %v, want ErrStale", err)
+	}
+	if exists(archive) || !exists(ref) {
+		t.Fatalf("a refused atomic push moved a ref: archive %v, %s %v", exists(archive), ref, exists(ref))
+	}
+
+	// A server that forbids deletions says so, and nothing moves.
+	gittest.Git(t, dir, "config", "receive.denyDeletes", "true")
+	err = c.Push(ctx, local, RefUpdate{Name: archive, New: cur}, RefUpdate{Name: ref, Old: cur, New: plumbing.ZeroHash})
+	gittest.Git(t, dir, "config", "--unset", "receive.denyDeletes")
+	if pe, ok := errors.AsType[*PushError](err); !ok || errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "deletion prohibited") {
+		t.Errorf("delete where deletions are denied: %v (%T), want a PushError saying deletion prohibited", err, pe)
+	}
+	if exists(archive) || !exists(ref) {
+		t.Fatalf("a refused atomic push moved a ref: archive %v, %s %v", exists(archive), ref, exists(ref))
+	}
+
+	// The archive: copied and deleted in one push.
+	if err := c.Push(ctx, local, RefUpdate{Name: archive, New: cur}, RefUpdate{Name: ref, Old: cur, New: plumbing.ZeroHash}); err != nil {
+		t.Fatal(err)
+	}
+	if exists(ref) {
+		t.Errorf("%s still exists after its deletion", ref)
+	}
+	if got := gittest.Git(t, dir, "rev-parse", archive.String()); got != cur.String() {
+		t.Errorf("%s = %s, want %s", archive, got, cur)
+	}
+	// Deleting what is gone is stale; a push of deletions only sends no pack.
+	if err := c.Push(ctx, local, RefUpdate{Name: ref, Old: cur, New: plumbing.ZeroHash}); !errors.Is(err, ErrStale) {
+		t.Errorf("deleting a deleted ref: %v, want ErrStale", err)
+	}
+	if err := c.Push(ctx, local, RefUpdate{Name: archive, Old: cur, New: plumbing.ZeroHash}); err != nil {
+		t.Fatalf("push of a deletion alone: %v", err)
+	}
+	if exists(archive) {
+		t.Errorf("%s still exists after its deletion", archive)
+	}
+	gittest.Git(t, dir, "fsck", "--strict", "--no-dangling")
 }
 
 func TestSSHVersion0(t *testing.T) {

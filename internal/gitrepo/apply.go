@@ -13,7 +13,8 @@ import (
 	"nuon.dev/nuon/internal/gitproto"
 )
 
-// Update is one ref update from Old (zero: the ref must not exist) to New.
+// Update is one ref update from Old (zero: the ref must not exist) to New;
+// a zero New deletes the ref, which must be at Old.
 type Update struct {
 	Name     plumbing.ReferenceName
 	Old, New plumbing.Hash
@@ -25,11 +26,12 @@ var ErrStale = errors.New("a ref moved since it was read")
 // Apply moves the refs. The objects must already be in Storer.
 //
 // On a remote repository all updates go in one atomic push: the server
-// moves every ref or none. On a local one the refs that live in
-// packed-refs (or do not exist yet) move together, in one new packed-refs
-// renamed into place, and a ref that has a file of its own is
-// compare-and-swapped alone. The last update is applied last: put the ref
-// others read first there.
+// moves every ref or none, deletions included (receive-pack's delete-refs
+// and atomic). On a local one the refs that live in packed-refs (or do
+// not exist yet) move together, in one new packed-refs renamed into place,
+// and a ref that has a file of its own is compare-and-swapped alone (a
+// deletion removes its file after packed-refs is written). The last update
+// is applied last: put the ref others read first there.
 func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 	if len(updates) == 0 {
 		return nil
@@ -38,8 +40,8 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 		if err := checkRefName(u.Name); err != nil {
 			return err
 		}
-		if u.New.IsZero() {
-			return fmt.Errorf("update %s: deleting a ref is not supported", u.Name)
+		if u.New.IsZero() && u.Old.IsZero() {
+			return fmt.Errorf("update %s: neither an old nor a new value", u.Name)
 		}
 	}
 	if !r.Remote {
@@ -48,7 +50,11 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 	for _, u := range updates {
 		// The mirror is ours alone; the push below is what must not lose
 		// an update.
-		if err := r.repo.Storer.SetReference(plumbing.NewHashReference(u.Name, u.New)); err != nil {
+		err := r.repo.Storer.SetReference(plumbing.NewHashReference(u.Name, u.New))
+		if u.New.IsZero() {
+			err = r.repo.Storer.RemoveReference(u.Name)
+		}
+		if err != nil {
 			return fmt.Errorf("update %s in the mirror: %w", u.Name, err)
 		}
 	}
@@ -59,6 +65,9 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 	require := make([]config.RefSpec, 0, len(updates))
 	for i, u := range updates {
 		specs[i] = config.RefSpec(u.Name + ":" + u.Name)
+		if u.New.IsZero() {
+			specs[i] = config.RefSpec(":" + u.Name)
+		}
 		if !u.Old.IsZero() {
 			require = append(require, config.RefSpec(u.Old.String()+":"+u.Name.String()))
 		}

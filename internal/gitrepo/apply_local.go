@@ -30,7 +30,9 @@ const (
 // packed-refs is written under git's lock, packed-refs.lock, and renamed
 // into place, one atomic step for all of them. A ref with a file of its
 // own, which git or go-git wrote, is compare-and-swapped alone, before
-// that step, or after it when it is the last update.
+// that step, or after it when it is the last update. A deletion takes the
+// ref out of packed-refs in that step and removes its file, if it has
+// one, after it, as git does, so the ref never reads as an older value.
 func (r *Repo) applyLocal(updates []Update) (err error) {
 	sf, ok := r.repo.Storer.(interface{ Filesystem() billy.Filesystem })
 	if !ok {
@@ -60,7 +62,7 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 	if err != nil {
 		return fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
 	}
-	var loose, inPack []Update
+	var loose, inPack, looseDeletes []Update
 	// Built only for a new ref: it lists every packed ref's folders.
 	var dirs *dirCheck
 	for _, u := range updates {
@@ -75,6 +77,13 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 			}
 			if cur != u.Old {
 				return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+			}
+			if u.New.IsZero() {
+				looseDeletes = append(looseDeletes, u)
+				if !packed.hash(u.Name).IsZero() {
+					inPack = append(inPack, u)
+				}
+				continue
 			}
 			loose = append(loose, u)
 		default:
@@ -116,8 +125,32 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 		}
 		locked = false
 	}
+	for _, u := range looseDeletes {
+		if err := r.removeLoose(fsys, u); err != nil {
+			return err
+		}
+	}
 	if len(loose) > 0 && loose[len(loose)-1] == last {
 		return r.casLoose(last)
+	}
+	return nil
+}
+
+// removeLoose removes the file of a ref being deleted, if it is still at
+// u.Old.
+func (r *Repo) removeLoose(fsys billy.Filesystem, u Update) error {
+	ref, err := r.repo.Storer.Reference(u.Name)
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return fmt.Errorf("delete %s: %w: it is gone, expected %s", u.Name, ErrStale, u.Old)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", u.Name, err)
+	}
+	if ref.Hash() != u.Old {
+		return fmt.Errorf("delete %s: %w: it is %s, expected %s", u.Name, ErrStale, ref.Hash(), u.Old)
+	}
+	if err := fsys.Remove(u.Name.String()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", u.Name, err)
 	}
 	return nil
 }
@@ -145,6 +178,12 @@ func (r *Repo) applyEach(updates []Update) error {
 		if cur != u.Old {
 			return fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
 		}
+		if u.New.IsZero() {
+			if err := r.repo.Storer.RemoveReference(u.Name); err != nil {
+				return fmt.Errorf("delete %s: %w", u.Name, err)
+			}
+			continue
+		}
 		if err := r.casLoose(u); err != nil {
 			return err
 		}
@@ -170,6 +209,7 @@ type packedRefs struct {
 
 type packedRef struct {
 	name string
+	// hash is "" for a ref deleted since the file was read: not written.
 	hash string
 	// peeled is the object an annotated tag points to ("^" line), or "".
 	peeled string
@@ -253,15 +293,22 @@ func (p *packedRefs) find(name string) *packedRef {
 
 func (p *packedRefs) hash(name plumbing.ReferenceName) plumbing.Hash {
 	r := p.find(name.String())
-	if r == nil {
+	if r == nil || r.hash == "" {
 		return plumbing.ZeroHash
 	}
 	return plumbing.NewHash(r.hash)
 }
 
+// set sets a ref; the zero hash deletes it.
 func (p *packedRefs) set(name plumbing.ReferenceName, h plumbing.Hash) {
 	if r := p.find(name.String()); r != nil {
 		*r = packedRef{name: r.name, hash: h.String()}
+		if h.IsZero() {
+			r.hash = ""
+		}
+		return
+	}
+	if h.IsZero() {
 		return
 	}
 	if p.addedAt == nil {
@@ -278,6 +325,9 @@ func (p *packedRefs) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	fmt.Fprintf(bw, "# pack-refs with: %s \n", strings.Join(p.traits, " "))
 	line := func(r packedRef) {
+		if r.hash == "" {
+			return
+		}
 		bw.WriteString(r.hash)
 		bw.WriteByte(' ')
 		bw.WriteString(r.name)

@@ -165,7 +165,8 @@ func TestApplyLocalRefusals(t *testing.T) {
 	}{
 		{"a ref named like an existing ref's folder", []gitrepo.Update{{Name: "refs/heads/main/x", New: c[0]}}, "refs/heads/main exists"},
 		{"a bad name", []gitrepo.Update{{Name: "refs/heads/a b", New: c[0]}}, "not a valid ref name"},
-		{"a deletion", []gitrepo.Update{{Name: "refs/heads/main", Old: c[2]}}, "not supported"},
+		{"neither old nor new", []gitrepo.Update{{Name: "refs/heads/main"}}, "neither an old nor a new value"},
+		{"a deletion from a stale read", []gitrepo.Update{{Name: "refs/heads/main", Old: c[1]}}, "moved since it was read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refs(t, dir)
@@ -269,4 +270,68 @@ func BenchmarkApplyLocalFleet(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(move2.Microseconds())/1000/float64(b.N), "move2-ms/op")
+}
+
+// TestApplyLocalDeletes archives refs as an install's delete does: copies
+// under another name and deletions in one Apply, for a ref in packed-refs,
+// a ref with a file of its own, and one that has both (git pack-refs, then
+// update-ref); a deletion from a stale read moves nothing.
+func TestApplyLocalDeletes(t *testing.T) {
+	ctx := context.Background()
+	dir, c := bare(t)
+	gittest.Git(t, dir, "update-ref", "refs/heads/nuon/installs/acme", c[0].String())
+	gittest.Git(t, dir, "update-ref", "refs/heads/nuon/status/acme", c[1].String())
+	gittest.Git(t, dir, "pack-refs", "--all")
+	// packed and then moved: a file and a packed-refs line.
+	gittest.Git(t, dir, "update-ref", "refs/heads/nuon/status/acme", c[2].String())
+	gittest.Git(t, dir, "update-ref", "refs/heads/loose", c[0].String())
+	if _, err := os.Stat(filepath.Join(dir, "refs", "heads", "nuon", "status", "acme")); err != nil {
+		t.Fatalf("the status ref has no file of its own: %v", err)
+	}
+	r := open(t, dir)
+
+	stale := []gitrepo.Update{
+		{Name: "refs/nuon/archive/acme/status", New: c[1]},
+		{Name: "refs/heads/nuon/status/acme", Old: c[1], New: plumbing.ZeroHash},
+	}
+	before := refs(t, dir)
+	if err := r.Apply(ctx, stale); !errors.Is(err, gitrepo.ErrStale) {
+		t.Fatalf("delete from a stale read: %v, want ErrStale", err)
+	}
+	if diff := cmp.Diff(before, refs(t, dir)); diff != "" {
+		t.Errorf("a stale delete moved refs (-want +got):\n%s", diff)
+	}
+
+	err := r.Apply(ctx, []gitrepo.Update{
+		{Name: "refs/nuon/archive/acme/installs", New: c[0]},
+		{Name: "refs/nuon/archive/acme/status", New: c[2]},
+		{Name: "refs/heads/nuon/installs/acme", Old: c[0], New: plumbing.ZeroHash},
+		{Name: "refs/heads/loose", Old: c[0], New: plumbing.ZeroHash},
+		{Name: "refs/heads/nuon/status/acme", Old: c[2], New: plumbing.ZeroHash},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"refs/heads/main":                 c[2].String(),
+		"refs/nuon/archive/acme/installs": c[0].String(),
+		"refs/nuon/archive/acme/status":   c[2].String(),
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refs (-want +got):\n%s", diff)
+	}
+	packed, err := os.ReadFile(filepath.Join(dir, "packed-refs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(packed), "nuon/status/acme") || strings.Contains(string(packed), "nuon/installs/acme") {
+		t.Errorf("packed-refs still names a deleted ref:\n%s", packed)
+	}
+	gittest.Git(t, dir, "fsck", "--strict")
+
+	// Deleting what is gone is stale.
+	err = r.Apply(ctx, []gitrepo.Update{{Name: "refs/heads/nuon/status/acme", Old: c[2], New: plumbing.ZeroHash}})
+	if !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("deleting a deleted ref: %v, want ErrStale", err)
+	}
 }

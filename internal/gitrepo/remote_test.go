@@ -87,6 +87,29 @@ func TestRemote(t *testing.T) {
 			if got := gittest.Git(t, dir, "rev-parse", "refs/heads/b"); got != commits[1].String() {
 				t.Errorf("refs/heads/b moved to %s in a refused atomic push", got)
 			}
+
+			// An archive: b copied under refs/nuon/archive/ and deleted in
+			// one atomic push; from a stale read, neither happens.
+			archive := []gitrepo.Update{
+				{Name: "refs/nuon/archive/b", New: commits[1]},
+				{Name: "refs/heads/b", Old: commits[0], New: plumbing.ZeroHash},
+			}
+			if err := r.Apply(ctx, archive); !errors.Is(err, gitrepo.ErrStale) {
+				t.Fatalf("stale delete: %v, want ErrStale", err)
+			}
+			if _, err := gittest.Run(dir, nil, "rev-parse", "--verify", "--quiet", "refs/nuon/archive/b"); err == nil {
+				t.Error("refs/nuon/archive/b made by a refused atomic push")
+			}
+			archive[1].Old = commits[1]
+			if err := r.Apply(ctx, archive); err != nil {
+				t.Fatal(err)
+			}
+			if got := gittest.Git(t, dir, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/b", "refs/nuon/"); got != "refs/nuon/archive/b "+commits[1].String() {
+				t.Errorf("refs after the archive: %q, want only refs/nuon/archive/b at %s", got, commits[1])
+			}
+			if h, _ := r.Ref("refs/heads/b"); !h.IsZero() {
+				t.Error("refs/heads/b is still in the mirror")
+			}
 		})
 	}
 }

@@ -1,5 +1,6 @@
 // Package ststest is a loopback stand-in for AWS STS for tests. It speaks
-// the query protocol aws-sdk-go-v2 uses: POST / with a form body
+// the query protocol aws-sdk-go-v2 uses (internal/awstest holds its
+// plumbing, shared with internal/elbtest): POST / with a form body
 // (Action=AssumeRole&Version=2011-06-15&RoleArn=…&ExternalId=…), signed
 // with SigV4 (the caller is known by the access key of its Authorization
 // header), answered with an XML AssumeRoleResponse, or with an XML

@@ -1,11 +1,8 @@
 package ststest
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/xml"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -14,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nuon.dev/nuon/internal/awstest"
 )
 
 // Namespace is the XML namespace of STS answers.
@@ -111,10 +110,7 @@ func (s *Server) Issued() []Credentials {
 	return append([]Credentials(nil), s.issued...)
 }
 
-var (
-	credentialRe = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([A-Z0-9]+)/[0-9]{8}/[a-z0-9-]+/sts/aws4_request, SignedHeaders=[^,]+, Signature=[0-9a-f]{64}$`)
-	accountRe    = regexp.MustCompile(`^arn:aws[a-z-]*:(?:iam|sts)::([0-9]{12}):`)
-)
+var accountRe = regexp.MustCompile(`^arn:aws[a-z-]*:(?:iam|sts)::([0-9]{12}):`)
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Get("Action") == "GetCallerIdentity" {
@@ -125,23 +121,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return
 	}
-	if r.Method != http.MethodPost || r.URL.Path != "/" {
-		writeError(w, http.StatusBadRequest, "InvalidAction", "STS takes POST / only")
+	q := awstest.ParseQuery(w, r, Namespace)
+	if q == nil {
 		return
 	}
-	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-		writeError(w, http.StatusBadRequest, "InvalidParameterValue", "the body must be application/x-www-form-urlencoded")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
-	if err := r.ParseForm(); err != nil {
-		writeError(w, http.StatusBadRequest, "MalformedQueryString", err.Error())
-		return
-	}
-	call := Call{
-		Action: r.PostForm.Get("Action"), RoleARN: r.PostForm.Get("RoleArn"),
-		RoleSessionName: r.PostForm.Get("RoleSessionName"), ExternalID: r.PostForm.Get("ExternalId"),
-	}
+	call := Call{Action: q.Action, RoleARN: q.Get("RoleArn"), RoleSessionName: q.Get("RoleSessionName"), ExternalID: q.Get("ExternalId")}
 	code := s.answer(w, r, &call)
 	call.Code = code
 	s.mu.Lock()
@@ -151,12 +135,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 // answer writes the answer to one call and returns its error code.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, call *Call) string {
-	m := credentialRe.FindStringSubmatch(r.Header.Get("Authorization"))
-	if m == nil {
+	key := awstest.AccessKey(r, "sts")
+	if key == "" {
 		return writeError(w, http.StatusForbidden, "MissingAuthenticationToken", "Request is missing Authentication Token")
 	}
 	s.mu.Lock()
-	caller, known := s.callers[m[1]]
+	caller, known := s.callers[key]
 	role, roleKnown := s.roles[call.RoleARN]
 	s.mu.Unlock()
 	if !known {
@@ -244,68 +228,17 @@ type xmlCredentials struct {
 	Expiration      string `xml:"Expiration"`
 }
 
-type errorResponse struct {
-	XMLName   xml.Name `xml:"ErrorResponse"`
-	Xmlns     string   `xml:"xmlns,attr"`
-	Type      string   `xml:"Error>Type"`
-	Code      string   `xml:"Error>Code"`
-	Message   string   `xml:"Error>Message"`
-	RequestID string   `xml:"RequestId"`
-}
-
 func writeError(w http.ResponseWriter, status int, code, msg string) string {
-	writeXML(w, status, errorResponse{Xmlns: Namespace, Type: "Sender", Code: code, Message: msg, RequestID: random(16)})
-	return code
+	return awstest.WriteError(w, status, Namespace, code, msg)
 }
 
-func writeXML(w http.ResponseWriter, status int, v any) {
-	b, err := xml.Marshal(v)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/xml")
-	w.WriteHeader(status)
-	_, _ = w.Write(append([]byte(xml.Header), b...))
-}
+func writeXML(w http.ResponseWriter, status int, v any) { awstest.WriteXML(w, status, v) }
 
-func random(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)[:n]
-}
+func random(n int) string { return awstest.Random(n) }
 
 // BlackHole returns the URL of an endpoint that accepts connections and
-// never answers, until the test ends.
+// never answers, until the test ends (awstest.BlackHole).
 func BlackHole(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return "http://" + l.Addr().String()
+	return awstest.BlackHole(t)
 }

@@ -11,6 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+type errorResponse struct {
+	XMLName xml.Name `xml:"ErrorResponse"`
+	Code    string   `xml:"Error>Code"`
+}
+
 // post sends a raw query-protocol request as the SDK would, signed by key.
 func post(t testing.TB, s *Server, key string, form url.Values) (int, []byte) {
 	t.Helper()
