@@ -189,7 +189,7 @@ func configureAgent(d *appsv1.Deployment, b Bootstrap) error {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nuon-registry-ca"}}}})
 	}
 	if b.GitToken != "" {
-		c.Env = append(c.Env, fromSecret("NUON_GIT_TOKEN", "nuon-git", "token"))
+		c.Env = append(c.Env, fromSecret(gitTokenEnv, "nuon-git", "token"))
 	}
 	return nil
 }

@@ -21,11 +21,12 @@
 //  4. agent: on the local sandbox (no kubelet) nuon-agent runs as a process
 //     in its own session, with a pid file and its log in the install's
 //     directory, reading the registry password from the sandbox's
-//     password file into its environment (never argv). With
+//     password file (and Options.GitTokenFile, the repository's token)
+//     into its environment (never argv). With
 //     [AgentKubernetes], manifests/ are applied to the sandbox's cluster
 //     by server-side apply ([ApplyAgent], fluxcd/pkg/ssa) with the install
-//     key and registry password as Secrets, the trust file and registry CA
-//     as ConfigMaps.
+//     key, registry password and repository token as Secrets, the trust
+//     file and registry CA as ConfigMaps.
 //
 // Each phase reports an [Event] when it ends. [Delete] reverses it.
 //

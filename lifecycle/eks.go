@@ -430,5 +430,8 @@ func (o *Options) applyToEKS(ctx context.Context, outs *Outputs, cl *cluster, cr
 	if b.Trust, err = os.ReadFile(o.path(TrustFile)); err != nil {
 		return nil, err
 	}
+	if b.GitToken, err = o.gitToken(); err != nil {
+		return nil, err
+	}
 	return ApplyAgent(ctx, cfg, b)
 }

@@ -69,6 +69,8 @@ func eksInstall(t testing.TB, c *eksCloud) (*Options, *state) {
 	o.AWS.BootstrapCIDRs = []string{"203.0.113.7/32"}
 	o.AWS.AccessWait = 10 * time.Second
 	o.AWS.KubeTimeout = 5 * time.Second
+	o.GitTokenFile = filepath.Join(t.TempDir(), "git-token")
+	writeFile(t, o.GitTokenFile, "git-token-for-the-tenant-repo\n")
 	if err := o.defaults(true); err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +177,9 @@ func TestAWSAgentBootstrap(t *testing.T) {
 	s, err := admin.CoreV1().Secrets(AgentNamespace).Get(ctx, "nuon-agent-key", metav1.GetOptions{})
 	if err != nil || string(s.Data["agent.key"]) != string(key) {
 		t.Errorf("nuon-agent-key: %v", err)
+	}
+	if s, err := admin.CoreV1().Secrets(AgentNamespace).Get(ctx, "nuon-git", metav1.GetOptions{}); err != nil || string(s.Data["token"]) != "git-token-for-the-tenant-repo" {
+		t.Errorf("nuon-git does not hold the repository token (%v)", err)
 	}
 	if _, err := admin.CoreV1().Secrets(AgentNamespace).Get(ctx, "nuon-registry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a registry password Secret for ECR: %v", err)
@@ -382,5 +387,42 @@ func TestTokenTransport(t *testing.T) {
 	want := []string{"Bearer k8s-aws-v1.token1", "Bearer k8s-aws-v1.token1", "Bearer k8s-aws-v1.token2", "Bearer k8s-aws-v1.token2"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Authorization headers (-want +got):\n%s", d)
+	}
+}
+
+// TestAgentProcessGitToken checks that the agent process gets the
+// repository token in its environment, never on its command line.
+func TestAgentProcessGitToken(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{ID: "globex", Repo: "https://git.vendor.example/tenant.git", Dir: dir, Channel: "beta", KubeAssets: "unused",
+		RenderKey: filepath.Join(dir, "render.pub"), GitTokenFile: filepath.Join(dir, "git-token"),
+		Agent: filepath.Join(dir, "fake-agent")}
+	writeFile(t, o.RenderKey, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv render\n")
+	writeFile(t, o.GitTokenFile, "git-token-of-the-tenant\n")
+	writeFile(t, filepath.Join(dir, "password"), "registry-password\n")
+	// It records its environment and arguments and waits, as an agent would.
+	writeFile(t, o.Agent, "#!/bin/sh\nenv > \""+dir+"/agent-env\"\necho \"$@\" > \""+dir+"/agent-args\"\nsleep 30\n")
+	if err := os.Chmod(o.Agent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.defaults(true); err != nil {
+		t.Fatal(err)
+	}
+	st := &state{outputs: &Outputs{}}
+	st.outputs.Registry.URL, st.outputs.Registry.PasswordFile = "127.0.0.1:5000", filepath.Join(dir, "password")
+	if _, _, err := keys(context.Background(), &o, st); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := startAgent(context.Background(), &o, st); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = stopAgent(context.Background(), &o, 5*time.Second) })
+	env, _ := os.ReadFile(filepath.Join(dir, "agent-env"))
+	args, _ := os.ReadFile(filepath.Join(dir, "agent-args"))
+	if !strings.Contains(string(env), "NUON_GIT_TOKEN=git-token-of-the-tenant\n") {
+		t.Errorf("the agent's environment lacks the token")
+	}
+	if strings.Contains(string(args), "git-token-of-the-tenant") {
+		t.Errorf("the token is on the agent's command line: %s", args)
 	}
 }

@@ -97,6 +97,12 @@ type Options struct {
 	// Agent is the nuon-agent binary; default nuon-agent beside this
 	// executable, else on PATH.
 	Agent string
+	// GitTokenFile, when set, holds the token the agent reads the tenant
+	// repository with over HTTPS (a git host that is not nuon server,
+	// which authenticates the install by its key). The bootstrap in a
+	// cluster puts it in the Secret nuon-git (NUON_GIT_TOKEN); never in
+	// argv or a ConfigMap. Default: none.
+	GitTokenFile string
 	// AgentFlags are added to the agent's command line (for example
 	// --vendor-key FILE, --interval 5s).
 	AgentFlags []string

@@ -143,6 +143,7 @@ outside the install can reach the cluster afterwards.`,
 	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
 	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
 	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
+	f.StringVar(&o.GitTokenFile, "agent-git-token-file", "", "file holding the token the agent reads the tenant repository with over HTTPS (a git host other than nuon server); it goes to the cluster in the Secret nuon-git, never in argv")
 	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
 	o.awsFlags(cmd)
 	f.StringVar(&o.AWS.EKSEndpoint, "eks-endpoint", "", "aws: EKS endpoint (default: the SDK's)")
