@@ -65,7 +65,10 @@
 //     agent pulls from ECR with its own role (Pod Identity), so no
 //     registry password goes into the cluster.
 //  3. endpoint: sandboxes/aws-eks applied again with public_access_cidrs
-//     empty: private only.
+//     empty: private only. When the agent phase fails, Create stops before
+//     it: no access entry is left, but the endpoint stays open to the
+//     bootstrap CIDRs until Create runs again (Options.Only "endpoint"
+//     closes it alone).
 //
 // Every AWS call has a deadline (AWSOptions.Timeout: stack.ErrTimeout),
 // every request to the cluster too (KubeTimeout): an endpoint this host

@@ -94,7 +94,9 @@ the provision role, gives that role a temporary EKS access entry
 (AmazonEKSClusterAdminPolicy), applies manifests/ with EKS tokens, and
 deletes the entry again, also when the apply fails; a run killed in
 between leaves it, and the next run reuses and deletes it. Nothing
-outside the install can reach the cluster afterwards.`,
+outside the install can reach the cluster afterwards. If the agent phase
+fails, the endpoint stays open to --bootstrap-cidr (with no access entry)
+until create runs again; --phase endpoint closes it alone.`,
 		Example: `  # a local install for development, committed on main, rendered at once
   nuon install create acme --cloud local --repo tenant.git --dir ~/.nuon/acme \
       --channel stable --render-key keys/render.pub --commit \
