@@ -75,7 +75,7 @@
 // cannot reach is [ErrUnreachable] at once, with what to change. A
 // re-run of create opens and closes the endpoint again.
 //
-// One agent phase with nothing to change takes ~70 ms and ~86 ms of CPU
+// One agent phase with nothing to change takes ~70-80 ms and ~80 ms of CPU
 // (every process: the test, the stand-ins, kube-apiserver and etcd) on
 // the 2-core machine against the stand-ins (BenchmarkAWSAgentBootstrap);
 // on AWS the access entry's propagation (seconds) and the endpoint's
