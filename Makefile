@@ -41,7 +41,7 @@ cfnspec: ## fetch the CloudFormation resource specification for the stack tests 
 
 .PHONY: build
 build: ## build bin/nuon and bin/nuon-agent
-	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent ./cmd/nuon-prereceive
+	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
@@ -67,25 +67,27 @@ bench: tf-providers tf-aws cfnspec kube-binaries registry sshd ## run the benchm
 	NUON_REQUIRE_TOOLS=1 $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./...
 
 # ---- Kubernetes -------------------------------------------------------------
-# A real kube-apiserver and etcd, and kubectl of the same version, built from
-# the Go module proxy in their own module (tools/kube) and cached outside the
-# clone by version. Tests and benchmarks find them through NUON_KUBE_ASSETS
-# (internal/kubetest); the demo starts one with kube-up.
+# A real kube-apiserver, kube-controller-manager and etcd, and kubectl of the
+# same version, built from the Go module proxy in their own module
+# (tools/kube) and cached outside the clone by version, all four in one
+# folder. Only what is missing is built. Tests and benchmarks find them
+# through NUON_KUBE_ASSETS (internal/kubetest); the demo and the local
+# sandbox start them with kube-up.
 KUBE_VERSION := v1.37.1
 KUBE_ASSETS  := $(CACHE)/kube/$(KUBE_VERSION)
 KUBE_DIR     ?= $(DEMO_DIR)/kube
 export NUON_KUBE_ASSETS := $(KUBE_ASSETS)
 
 .PHONY: kube-binaries
-kube-binaries: ## build kube-apiserver, etcd and kubectl of one version for tests and benchmarks (cached in $(CACHE); ~11 min cold)
+kube-binaries: ## build kube-apiserver, kube-controller-manager, etcd and kubectl of one version (cached in $(CACHE)/kube/VERSION; ~11-14 min cold)
 	hack/kube-binaries.sh $(KUBE_ASSETS)
 
 .PHONY: kube-up
-kube-up: kube-binaries ## start a local kube-apiserver in KUBE_DIR; prints its kubeconfig
+kube-up: kube-binaries ## start a local kube-apiserver and kube-controller-manager in KUBE_DIR; prints its kubeconfig
 	@hack/kube-up.sh $(KUBE_ASSETS) $(KUBE_DIR)
 
 .PHONY: kube-down
-kube-down: ## stop the kube-apiserver kube-up started
+kube-down: ## stop what kube-up started
 	hack/kube-down.sh $(KUBE_DIR)
 
 

@@ -227,6 +227,8 @@ func (p *pass) record(job *schemas.Job, spec *schemas.ComponentState, action str
 		Job:       job.ID,
 		Digests:   map[string]string{},
 		Health:    res.Health,
+		// A dead job's lock broken to run: reported until the next apply.
+		BrokenLock: res.BrokenLock,
 	}
 	// An apply is as good as a drift check: the schedule starts again.
 	p.agent.checked[name] = p.agent.cfg.Now()

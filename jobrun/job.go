@@ -240,6 +240,11 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *re
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
 		out.Drift, out.Health, out.Answer = redactReports(res, red)
+		if res.BrokenLock != nil {
+			l := *res.BrokenLock
+			l.Who = red.String(l.Who)
+			out.BrokenLock = &l
+		}
 		if out.Outputs != nil {
 			v, err := schemas.WalkStrings(out.Outputs, "", func(_, s string) (any, error) { return red.String(s), nil })
 			if err != nil {

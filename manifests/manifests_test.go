@@ -81,7 +81,7 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("apply the manifests: %v\n%s", err, log.String())
 	}
 	entries, _ := fs.Glob(manifests.FS, "*.yaml")
-	if n := len(res.Outputs["inventory"].([]any)); n != 10 || len(entries) != 4 {
+	if n := len(res.Outputs["inventory"].([]any)); n != 15 || len(entries) != 4 {
 		t.Errorf("applied %d objects from %d files: %v", n, len(entries), res.Outputs["inventory"])
 	}
 	log.Reset()
@@ -118,6 +118,19 @@ func checkAccess(t *testing.T, cs *kubernetes.Clientset) {
 		{jobSA, "create", "", "namespaces", "", "", false},
 		{jobSA, "create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 		{jobSA, "delete", "", "pods", "", "shop", false},
+		// The terraform state (Terraform's kubernetes backend) in
+		// nuon-state: what the backend calls, and no more.
+		{jobSA, "list", "", "secrets", "", "nuon-state", true},
+		{jobSA, "create", "", "secrets", "", "nuon-state", true},
+		{jobSA, "update", "", "secrets", "", "nuon-state", true},
+		{jobSA, "delete", "", "secrets", "", "nuon-state", false},
+		{jobSA, "update", "coordination.k8s.io", "leases", "", "nuon-state", true},
+		{jobSA, "delete", "coordination.k8s.io", "leases", "", "nuon-state", false},
+		{jobSA, "create", "", "configmaps", "", "nuon-state", false},
+		{jobSA, "list", "", "secrets", "", "nuon-system", false},
+		{agentSA, "get", "coordination.k8s.io", "leases", "", "nuon-state", true},
+		{agentSA, "update", "coordination.k8s.io", "leases", "", "nuon-state", false},
+		{agentSA, "get", "", "secrets", "", "nuon-state", false},
 	}
 	for _, tt := range tests {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{

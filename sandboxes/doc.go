@@ -12,7 +12,11 @@
 // validate` and `terraform test` with mock_provider "aws" against the real
 // hashicorp/aws 6.25.0 schema, served by the schema-only provider `make
 // tf-aws` builds (NUON_TF_AWS_CLI_CONFIG). local by applying it: a real
-// etcd and kube-apiserver (NUON_KUBE_ASSETS) and docker-registry start,
-// a second apply changes nothing, and destroy leaves no process and no file
-// but the state.
+// etcd, kube-apiserver and kube-controller-manager (NUON_KUBE_ASSETS) and
+// docker-registry start, a second apply changes nothing, and destroy leaves
+// no process and no file but the state. TestLocalKubeControllers runs the
+// sandbox's kube-up.sh alone and shows what the controller manager brings:
+// deleted namespaces removed (never left Terminating), dependents
+// garbage-collected with their owners, a Job's pod made by the Job
+// controller.
 package sandboxes

@@ -118,6 +118,19 @@ type JobResult struct {
 	Health *Health `json:"health,omitempty"`
 	// Answer is a debug job's output.
 	Answer *Answer `json:"answer,omitempty"`
+	// BrokenLock is the state lock this job broke before it could run:
+	// one held by a job the agent knew was dead (killed before terraform
+	// released it).
+	BrokenLock *StateLock `json:"brokenLock,omitempty"`
+}
+
+// StateLock is a Terraform state lock, as Terraform describes it.
+type StateLock struct {
+	ID        string `json:"id"`
+	Operation string `json:"operation,omitempty"`
+	Who       string `json:"who,omitempty"`
+	// Created is when the lock was taken (RFC 3339).
+	Created string `json:"created,omitempty"`
 }
 
 // Drift actions: how a resource differs from the desired state.
@@ -351,4 +364,7 @@ type ComponentStatus struct {
 	// Corrected says the Drift above was corrected: the component's mode
 	// is correct and the agent re-applied its applied spec.
 	Corrected bool `json:"corrected,omitempty"`
+	// BrokenLock is the state lock of a dead job that the last apply
+	// broke before it ran.
+	BrokenLock *StateLock `json:"brokenLock,omitempty"`
 }

@@ -155,7 +155,8 @@ func samples() map[string]any {
 				Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api",
 				Status: HealthProgressing, Message: "Available: 0/2",
 			}}},
-			Answer: &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
+			Answer:     &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
+			BrokenLock: &StateLock{ID: "40290185-f2dc-28ad-e50d-695851c37436", Operation: "OperationTypeApply", Who: "root@nuon-db-g1-x7k2p", Created: "2026-11-23T22:47:31.113906158Z"},
 		},
 		SchemaRequest: Request{
 			APIVersion: APIVersion, Kind: KindRequest, ID: "r-1", Install: "acme", Type: RequestLogs, Component: "api",
@@ -180,8 +181,9 @@ func samples() map[string]any {
 				Health: &Health{Status: HealthProgressing, Message: "1 of 2 ready", Resources: []ResourceHealth{{
 					Address: "output.healthy", Kind: "Deployment", Namespace: "shop", Name: "api", Status: HealthProgressing, Message: "Available: 0/2",
 				}}},
-				Drift:     []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
-				Corrected: true,
+				Drift:      []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
+				Corrected:  true,
+				BrokenLock: &StateLock{ID: "40290185-f2dc-28ad-e50d-695851c37436", Operation: "OperationTypeApply", Who: "root@nuon-db-g1-x7k2p", Created: "2026-11-23T22:47:31.113906158Z"},
 			}},
 		},
 	}

@@ -143,3 +143,8 @@ func (k *keyTable) mainCommit() plumbing.Hash {
 	defer k.mu.RUnlock()
 	return k.main
 }
+
+// authorizedKey is k in authorized_keys form, without a comment.
+func authorizedKey(k ssh.PublicKey) string {
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
+}

@@ -29,6 +29,7 @@ const (
 	reasonStale          = "stale"
 	reasonNoKey          = "no_agent_key"
 	reasonNotAccepted    = "push_not_accepted"
+	reasonTooLarge       = "push_too_large"
 	reasonWriterRefused  = "writer_refused"
 	reasonOther          = "other"
 	reasonViewLogin      = "view_login"
@@ -115,7 +116,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nuon_server_push_duration_seconds",
-			Help:    "Time to accept or refuse a status push, receive-pack and pre-receive check included.",
+			Help:    "Time to accept or refuse a status push: reading its pack, the checks and the writes.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -3,12 +3,11 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -20,14 +19,9 @@ import (
 
 // receiveCaps are the receive-pack capabilities advertised: what git
 // receive-pack supports, less deleting refs, atomic multi-ref pushes and
-// push options, which an install never needs.
+// push options, which an install never needs. The report is the same
+// lines in report-status and its v2.
 const receiveCaps = "report-status report-status-v2 side-band-64k quiet ofs-delta object-format=sha1 agent=nuon-server"
-
-// Environment of the pre-receive hook.
-const (
-	envInstall  = "NUON_INSTALL"
-	envAgentKey = "NUON_AGENT_KEY"
-)
 
 // advertiseReceive writes the protocol v0 receive-pack advertisement with
 // only the install's own refs, whatever the size of the fleet.
@@ -106,9 +100,12 @@ func (s *Server) installLock(install string) *sync.Mutex {
 	return m.(*sync.Mutex)
 }
 
-// receivePack checks a push's commands against the install, then runs git
-// receive-pack with the pre-receive check, which verifies fast-forward and
-// every new commit's signature before the ref moves.
+// receivePack accepts or refuses a status push in-process: it checks the
+// commands against the install, reads the pack into a quarantine in
+// memory (go-git's parser), checks every new commit (checkPush), writes
+// the objects as loose files and moves the ref (writeRef), then answers
+// with git's report-status. Pushes of different installs run side by
+// side; one install's pushes one at a time.
 func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install string) {
 	start := time.Now()
 	var rd io.Reader = http.MaxBytesReader(w, r.Body, 256<<20)
@@ -121,7 +118,7 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		rd = bytes.NewReader(raw)
 	}
 	br := bufio.NewReaderSize(rd, 64<<10)
-	cmds, caps, raw, err := readCommands(br)
+	cmds, caps, _, err := readCommands(br)
 	if err != nil {
 		s.refuse(install, "", reasonMalformed, "malformed push: "+err.Error())
 		s.metrics.observePush(resultRefused, start)
@@ -142,6 +139,8 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 			reason, code = "deleting the status ref is not allowed", reasonDelete
 		case c.old != cur:
 			reason, code = "stale: the status ref moved; fetch and push again", reasonStale
+		case len(cmds) > 1:
+			reason, code = "one command per push", reasonMalformed
 		}
 		if reason != "" {
 			s.refuse(install, c.ref, code, reason)
@@ -155,6 +154,7 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportRefusal(w, caps, nil, "")
 		return
 	}
+	c := cmds[0]
 	key, ok := s.keys.lookup(install)
 	if !ok {
 		s.refuse(install, own, reasonNoKey, "no agent key on main")
@@ -163,71 +163,99 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportRefusal(w, caps, cmds, "install has no agent key")
 		return
 	}
-	release, err := s.gitSlot(r.Context())
+	release, err := s.pushSlot(r.Context())
 	if err != nil {
 		return
 	}
 	defer release()
-	// Every ref but the install's own is hidden from receive-pack, and the
-	// repository's refs, which the quarantined push sees as an alternate's,
-	// are limited to the install's own: git's connectivity check then reads
-	// two refs instead of every ref of the fleet (it ran a for-each-ref of
-	// all of them: 189 ms of git CPU per push at 100,000 installs), and git
-	// itself refuses updates to hidden refs.
-	cmd := exec.CommandContext(r.Context(), "git",
-		"-c", "core.hooksPath="+s.hooks,
-		"-c", "receive.denyDeletes=true",
-		"-c", "receive.denyNonFastForwards=true",
-		"-c", "receive.advertisePushOptions=false",
-		// Housekeeping runs once per poll interval (Run), not after
-		// every push.
-		"-c", "receive.autogc=false",
-		"-c", "receive.hideRefs=refs/",
-		"-c", "receive.hideRefs=!"+schemas.InstallRef(install),
-		"-c", "receive.hideRefs=!"+own,
-		"-c", "core.alternateRefsPrefixes="+schemas.InstallRef(install)+" "+own,
-		"receive-pack", "--stateless-rpc", s.cfg.Dir)
-	cmd.Env = append(os.Environ(),
-		envInstall+"="+install,
-		envAgentKey+"="+authorizedKey(key),
-	)
-	cmd.Stdin = io.MultiReader(bytes.NewReader(raw), br)
-	w.Header().Set("Content-Type", "application/x-git-receive-pack-result")
-	w.Header().Set("Cache-Control", "no-cache")
-	cmd.Stdout = w
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	runErr := cmd.Run()
-	// receive-pack writes the ref it moves as a loose file.
-	moved, ok := readLooseRef(s.cfg.Dir, own)
-	if !ok {
-		moved, _ = revParse(r.Context(), s.cfg.Dir, own)
+	q := newQuarantine(s.objects)
+	pack, err := io.ReadAll(io.LimitReader(br, maxPushPack+1))
+	if err == nil {
+		err = q.readPack(pack)
 	}
-	if moved != cur && !moved.IsZero() {
-		s.refs.set(own, moved)
-		s.log.Info("status pushed", "install", install, "ref", own, "commit", moved.String())
-		if s.mirror != nil {
-			s.mirror.add(own)
+	if err != nil {
+		code := reasonMalformed
+		if errors.Is(err, errTooLarge) {
+			code = reasonTooLarge
+			drain(br)
 		}
-		s.metrics.observePush(resultAccepted, start)
+		s.refuse(install, own, code, "pack refused: "+err.Error())
+		s.metrics.observePush(resultRefused, start)
+		reportUnpack(w, caps, cmds, err.Error())
 		return
 	}
-	reason := strings.TrimSpace(stderr.String())
-	if runErr != nil && reason == "" {
-		reason = runErr.Error()
+	if err := checkPush(q, key, install, c); err != nil {
+		s.refuse(install, own, reasonNotAccepted, "push not accepted: "+err.Error())
+		s.metrics.observePush(resultRefused, start)
+		reportRefusal(w, caps, cmds, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "))
+		return
 	}
-	s.refuse(install, own, reasonNotAccepted, "push not accepted: "+reason)
-	s.metrics.observePush(resultRefused, start)
+	if err := s.pushes.store(q, c); err != nil {
+		if errors.Is(err, errStaleRef) || errors.Is(err, errRefLocked) {
+			s.refuse(install, own, reasonStale, err.Error())
+			s.metrics.observePush(resultRefused, start)
+			reportRefusal(w, caps, cmds, "stale: the status ref moved; fetch and push again")
+			return
+		}
+		s.log.Error("status push not written", "install", install, "ref", own, "error", err)
+		s.metrics.observePush(resultError, start)
+		reportRefusal(w, caps, cmds, "the server could not write the push; try again")
+		return
+	}
+	s.refs.set(own, c.new)
+	s.log.Info("status pushed", "install", install, "ref", own, "commit", c.new.String())
+	if s.mirror != nil {
+		s.mirror.add(own)
+	}
+	s.metrics.observePush(resultAccepted, start)
+	writeReport(w, caps, "ok", []string{"ok " + c.ref}, "")
+}
+
+// pushSlot waits for a turn to hold a push in memory; release ends it. It
+// fails when the request is cancelled first.
+func (s *Server) pushSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case s.pushSlots <- struct{}{}:
+		return func() { <-s.pushSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // reportRefusal answers a push with git's report-status, every command
 // refused with reason ("" for an empty push), and the reason on the
 // progress band so that git prints it as "remote: …".
 func reportRefusal(w http.ResponseWriter, caps []string, cmds []pushCommand, reason string) {
-	var rep []byte
-	rep = pkt(rep, "unpack ok\n")
+	var lines []string
 	for _, c := range cmds {
-		rep = pkt(rep, "ng "+c.ref+" "+reason+"\n")
+		lines = append(lines, "ng "+c.ref+" "+reason)
+	}
+	progress := ""
+	if reason != "" {
+		progress = "nuon: refused: " + reason
+	}
+	writeReport(w, caps, "ok", lines, progress)
+}
+
+// reportUnpack answers a push whose pack could not be read, as git does:
+// the unpack status names the problem, every command fails.
+func reportUnpack(w http.ResponseWriter, caps []string, cmds []pushCommand, problem string) {
+	problem = strings.ReplaceAll(problem, "\n", " ")
+	var lines []string
+	for _, c := range cmds {
+		lines = append(lines, "ng "+c.ref+" unpacker error")
+	}
+	writeReport(w, caps, problem, lines, "nuon: refused: "+problem)
+}
+
+// writeReport writes report-status: "unpack STATUS", one line per
+// command, inside band 1 with side-band-64k (progress, if any, on band 2
+// before it).
+func writeReport(w http.ResponseWriter, caps []string, unpack string, lines []string, progress string) {
+	var rep []byte
+	rep = pkt(rep, "unpack "+unpack+"\n")
+	for _, l := range lines {
+		rep = pkt(rep, l+"\n")
 	}
 	rep = append(rep, pktFlush...)
 	w.Header().Set("Content-Type", "application/x-git-receive-pack-result")
@@ -237,8 +265,8 @@ func reportRefusal(w http.ResponseWriter, caps []string, cmds []pushCommand, rea
 		return
 	}
 	var b []byte
-	if reason != "" {
-		b = sideband(b, 2, []byte("nuon: refused: "+reason+"\n"))
+	if progress != "" {
+		b = sideband(b, 2, []byte(progress+"\n"))
 	}
 	b = sideband(b, 1, rep)
 	b = append(b, pktFlush...)

@@ -31,7 +31,6 @@ func replica(t *testing.T, e *env, writerURL string, interval time.Duration) (*s
 		Writer:       writerURL,
 		ReplicaToken: replicaToken,
 		PollInterval: interval,
-		HookCommand:  hookCommand(t),
 		Logger:       slog.New(slog.NewTextHandler(e.log, nil)).With("replica", t.Name()),
 	})
 	if err != nil {
@@ -48,7 +47,7 @@ func replica(t *testing.T, e *env, writerURL string, interval time.Duration) (*s
 func writer(t *testing.T, e *env) *httptest.Server {
 	t.Helper()
 	srv, err := server.New(context.Background(), server.Config{
-		Dir: e.dir, PollInterval: time.Hour, HookCommand: hookCommand(t),
+		Dir: e.dir, PollInterval: time.Hour,
 		ReplicaToken: replicaToken, Logger: slog.New(slog.NewTextHandler(e.log, nil)).With("writer", true),
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -44,13 +43,10 @@ type Config struct {
 	// MaxSkew bounds a request signature's clock skew; default
 	// request.DefaultMaxSkew.
 	MaxSkew time.Duration
-	// MaxGit bounds the git processes (upload-pack, receive-pack) running
-	// at once; more requests wait their turn, so a fleet pushing at once
-	// queues instead of thrashing the machine. Default 2 × GOMAXPROCS.
+	// MaxGit bounds the git processes (upload-pack) running at once;
+	// more requests wait their turn, so a fleet fetching at once queues
+	// instead of thrashing the machine. Default 2 × GOMAXPROCS.
 	MaxGit int
-	// HookCommand runs the pre-receive check (RunPreReceive) inside git
-	// receive-pack; default this executable with "server pre-receive".
-	HookCommand []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger gets every refusal and every change; default discards.
@@ -98,13 +94,6 @@ func (c *Config) defaults() error {
 	if c.MaxSkew <= 0 {
 		c.MaxSkew = request.DefaultMaxSkew
 	}
-	if len(c.HookCommand) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("server: find own executable for the pre-receive hook: %w", err)
-		}
-		c.HookCommand = []string{exe, "server", "pre-receive"}
-	}
 	if c.MaxGit <= 0 {
 		c.MaxGit = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -129,10 +118,12 @@ type Server struct {
 	refs     *refTable
 	keys     *keyTable
 	verifier *request.Verifier
-	hooks    string // core.hooksPath for receive-pack
+	objects  *objectDB  // the repository's objects, read by pushes
+	pushes   *pushStore // writes checked pushes
 	mux      *http.ServeMux
 
-	gitSlots chan struct{} // one per git process allowed at once
+	gitSlots  chan struct{} // one per git process allowed at once
+	pushSlots chan struct{} // one per push held in memory at once
 
 	pushMu sync.Map // install → *sync.Mutex: one push per install at a time
 
@@ -188,33 +179,39 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		keys: newKeyTable(dir),
 		wake: make(chan struct{}, 1),
 
-		gitSlots: make(chan struct{}, cfg.MaxGit),
-		metrics:  newMetrics(),
-		boot:     bootID(),
-		writer:   writer,
-		client:   &http.Client{Timeout: 30 * time.Second},
+		gitSlots:  make(chan struct{}, cfg.MaxGit),
+		pushSlots: make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
+		objects:   newObjectDB(dir),
+		pushes:    newPushStore(dir, readFsyncPolicy(ctx, dir)),
+		metrics:   newMetrics(),
+		boot:      bootID(),
+		writer:    writer,
+		client:    &http.Client{Timeout: 30 * time.Second},
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
 		s.keys.reset(main)
 	}
-	if s.hooks, err = writeHook(cfg.HookCommand); err != nil {
-		return nil, err
-	}
 	if cfg.Upstream != "" {
 		s.mirror = newMirror(dir, cfg.Upstream, s.log, s.metrics)
 	}
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
+		s.Close()
 		return nil, err
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.routes()
-	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode, "hook", cfg.HookCommand[0])
+	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", redactURL(cfg.Upstream), "mode", cfg.Mode)
 	return s, nil
 }
 
-// Close removes the server's temporary files.
-func (s *Server) Close() error { return os.RemoveAll(s.hooks) }
+// Close stops taking pushes once those being written are, and ends the
+// git process the server keeps for reading objects.
+func (s *Server) Close() error {
+	s.pushes.close()
+	s.objects.close()
+	return nil
+}
 
 // Mux is the server's router, for packages that add pages (fleet view,
 // metrics) beside the git endpoint.
@@ -340,25 +337,6 @@ func (s *Server) readiness() error {
 
 // Metrics serves the server's Prometheus metrics (also on /metrics).
 func (s *Server) Metrics() http.Handler { return s.metrics.handler() }
-
-// writeHook writes a hooks directory whose pre-receive runs command.
-func writeHook(command []string) (string, error) {
-	dir, err := os.MkdirTemp("", "nuon-server-hooks-")
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\nexec")
-	for _, a := range command {
-		b.WriteString(" '" + strings.ReplaceAll(a, "'", `'\''`) + "'")
-	}
-	b.WriteString("\n")
-	if err := os.WriteFile(filepath.Join(dir, "pre-receive"), []byte(b.String()), 0o755); err != nil {
-		os.RemoveAll(dir)
-		return "", err
-	}
-	return dir, nil
-}
 
 // revParse resolves a ref of the repository at dir.
 func revParse(ctx context.Context, dir, ref string) (plumbing.Hash, error) {

@@ -34,21 +34,7 @@ import (
 const (
 	fixtureKeys   = "../fixtures/keys"
 	fixtureTenant = "../fixtures/tenant"
-	hookEnv       = "NUON_SERVER_TEST_PRE_RECEIVE"
 )
-
-// TestMain doubles as the pre-receive hook: receive-pack runs this test
-// binary with hookEnv set, as it runs `nuon server pre-receive` in
-// production.
-func TestMain(m *testing.M) {
-	if os.Getenv(hookEnv) == "1" {
-		if err := server.RunPreReceive(context.Background(), os.Stdin, os.Stderr, os.Getenv); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // syncBuffer is a log sink tests read while the server writes.
 type syncBuffer struct {
@@ -99,14 +85,6 @@ func loadKey(t testing.TB, name string) (*signature.Signer, string) {
 	return s, p
 }
 
-func hookCommand(t testing.TB) []string {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"env", hookEnv + "=1", exe}
-}
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, log: &syncBuffer{}, keys: map[string]*signature.Signer{}, keyFiles: map[string]string{}}
@@ -133,7 +111,6 @@ func newEnv(t *testing.T) *env {
 		Upstream:     e.upstream,
 		PollInterval: time.Hour,
 		MirrorDelay:  10 * time.Millisecond,
-		HookCommand:  hookCommand(t),
 		Logger:       slog.New(slog.NewTextHandler(e.log, nil)),
 	})
 	if err != nil {
@@ -580,7 +557,7 @@ func TestMirrorAfterRestart(t *testing.T) {
 		t.Fatalf("upstream already has %s", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Config{Dir: e.dir, Upstream: e.upstream, PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, HookCommand: hookCommand(t)})
+	srv, err := server.New(ctx, server.Config{Dir: e.dir, Upstream: e.upstream, PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 	t.Helper()
 	e := newEnv(t)
 	srv, err := server.New(context.Background(), server.Config{
-		Dir: e.dir, PollInterval: time.Hour, HookCommand: hookCommand(t),
+		Dir: e.dir, PollInterval: time.Hour,
 		ViewToken: viewToken, Logger: slog.New(slog.NewTextHandler(e.log, nil)),
 	})
 	if err != nil {

@@ -87,16 +87,43 @@ const (
 //
 // The pod sees job.StateDir at the same path. Without a volume of
 // Kube.Volumes mounted there (Kube.VolumeMounts), it is an emptyDir: fine
-// for helm, whose state is the release history in the cluster, but
-// terraform state and the manifests inventory must live on a shared
-// volume, such as the agent's own workdir volume mounted at the same
-// path.
+// for helm, whose state is the release history in the cluster, and for
+// terraform, whose state never lives there: the runner sets
+// NUON_TF_STATE_NAMESPACE (Kube.StateNamespace) and
+// NUON_TF_STATE_SECRET_SUFFIX (terraform.StateSecretSuffix of the install
+// and component) on a terraform job, and the plugin keeps the state in
+// Terraform's kubernetes backend: a Secret per component, locked by a
+// Lease, in a namespace that holds nothing else (manifests/ gives the
+// jobs' service account exactly the Secret and Lease verbs the backend
+// calls there). The manifests inventory still needs a shared volume.
+//
+// # State locks
+//
+// A job killed while terraform held the state lock leaves the Lease held,
+// and every later terraform command fails with "Error acquiring the state
+// lock". Before a terraform job starts, the runner reads that Lease. While
+// another Kubernetes Job of the same install and component is alive (not
+// finished, or with a pod neither succeeded nor failed), the lock may be
+// that job's: the runner waits for it to end and never breaks its lock.
+// Once every job of the component is dead (finished, failed or gone, its
+// pods terminated or gone), a lock still held is a dead job's: the runner
+// logs it and hands its ID to the new job (NUON_TF_STATE_STALE_LOCK). The
+// plugin then runs `terraform force-unlock` for that ID, and that ID only,
+// when terraform reports it, and reports the lock in the result
+// (JobResult.BrokenLock, then the component's status). A lock with another
+// ID was taken since by a live job: the plugin waits for it until the
+// job's deadline. The Local runner needs none of this: its state file's
+// lock is an fcntl lock, which the kernel drops when the process dies.
 type Kube struct {
 	// Client talks to the cluster the Jobs run in: NewKubeClient's, or
 	// a *kubernetes.Clientset.
 	Client KubeClient
 	// Namespace the Jobs and their ConfigMaps are created in.
 	Namespace string
+	// StateNamespace holds the terraform jobs' state: a Secret and a
+	// lock Lease per component (Terraform's kubernetes backend). Default
+	// DefaultStateNamespace.
+	StateNamespace string
 	// Image runs the job: an image with nuon as its entrypoint or on PATH.
 	Image string
 	// Command is the container's argv before the manifest path. Default

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,4 +197,17 @@ func decodeStatus(b []byte) (metav1.Status, bool) {
 		return metav1.Status{}, false
 	}
 	return st, true
+}
+
+// coordinationV1 is the API path of Leases.
+const coordinationV1 = "/apis/coordination.k8s.io/v1"
+
+// getLease reads the Lease named name in namespace ns.
+func (a kubeAPI) getLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, error) {
+	var l coordinationv1.Lease
+	err := call(ctx, a.c.Get().AbsPath(coordinationV1).Namespace(ns).Resource("leases").Name(name), &l)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
 }

@@ -46,7 +46,7 @@ func (k *Kube) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas.
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
-	for _, step := range []func(context.Context) error{r.prepareDir, r.clearFinished, r.create} {
+	for _, step := range []func(context.Context) error{r.prepareDir, r.clearFinished, r.checkStateLock, r.create} {
 		if err := step(ctx); err != nil {
 			return nil, fmt.Errorf("job %s: %w", job.ID, err)
 		}
@@ -74,6 +74,9 @@ type kubeRun struct {
 	waitErr error
 	// keepOnCancel leaves the Job running when ctx ends.
 	keepOnCancel bool
+	// staleLock is the ID of a state lock held by a dead job of the
+	// component, which the job may break (checkStateLock).
+	staleLock string
 }
 
 func (k *Kube) newKubeRun(job *schemas.Job, dir string) (*kubeRun, error) {
@@ -149,7 +152,7 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 // create creates the manifest's ConfigMap, then the Job, then makes the
 // Job the ConfigMap's owner.
 func (r *kubeRun) create(ctx context.Context) error {
-	cm, job, err := r.k.objects(&r.job, r.name)
+	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock)
 	if err != nil {
 		return err
 	}
@@ -176,7 +179,7 @@ func (r *kubeRun) create(ctx context.Context) error {
 }
 
 // objects returns the ConfigMap and the Job that run job.
-func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batchv1.Job, error) {
+func (k *Kube) objects(job *schemas.Job, name, staleLock string) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -244,7 +247,7 @@ func (k *Kube) objects(job *schemas.Job, name string) (*corev1.ConfigMap, *batch
 						Name:                     jobContainer,
 						Image:                    k.Image,
 						Command:                  append(append([]string{}, k.command()...), podManifestFile),
-						Env:                      k.Env,
+						Env:                      append(append([]corev1.EnvVar{}, k.Env...), k.stateEnv(job, staleLock)...),
 						EnvFrom:                  envFrom,
 						VolumeMounts:             mounts,
 						Resources:                k.Resources,

@@ -23,10 +23,11 @@ import (
 	"nuon.dev/nuon/schemas"
 )
 
-// The test binary plays three parts. With envChild set it is a job
+// The test binary plays four parts. With envChild set it is a job
 // process (`nuon job run MANIFEST`) with the test plugins; with envAgent
 // set it is an agent that runs the job in envAgent and never returns
-// (the test kills it); otherwise it runs the tests.
+// (the test kills it); with envPod set it is a job's pod with the real
+// terraform plugin (kubelet_test.go); otherwise it runs the tests.
 const (
 	envChild     = "NUON_JOBS_TEST_CHILD"
 	envAgent     = "NUON_JOBS_TEST_AGENT"
@@ -39,6 +40,8 @@ func TestMain(m *testing.M) {
 		os.Exit(jobProcess())
 	case os.Getenv(envAgent) != "":
 		os.Exit(agentProcess(os.Getenv(envAgent)))
+	case os.Getenv(envPod) == "1":
+		os.Exit(podProcess())
 	}
 	os.Exit(m.Run())
 }

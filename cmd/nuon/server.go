@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -70,15 +69,10 @@ serves its whole repository, read-only, to read replicas. A replica
 missing directory) keeps its own mirror, refreshed every --poll-interval and
 after each push it forwards; it answers polls and fetches from the mirror
 and forwards an install's status push, after checking its signature, to the
-writer, which checks it again and runs the pre-receive check.
+writer, which checks it again before it accepts it.
 
 /metrics serves Prometheus metrics; /healthz answers while the process
-serves; /readyz answers 200 once main has been checked since start.
-
-'nuon server pre-receive' is the check git receive-pack runs for each push;
-it is not meant to be run by hand. When nuon-prereceive (make build) lies
-beside nuon, the server runs it instead: the same check, in a binary a
-tenth the size that starts about ten times faster.`,
+serves; /readyz answers 200 once main has been checked since start.`,
 		Example: `  # serve and render a local repository
   nuon server --repo /srv/tenant.git --render-key render.key --listen :8443 \
       --tls-cert tls.crt --tls-key tls.key
@@ -121,18 +115,6 @@ tenth the size that starts about ten times faster.`,
 	f.StringVar(&o.replicaTokenFile, "replica-token-file", "", "file with the token replicas present to the writer (on the writer: serve replicas; on a replica: required)")
 	f.DurationVar(&o.viewStaleAfter, "view-stale-after", 10*time.Minute, "age past which the fleet view marks an install's last status stale")
 	_ = cmd.MarkFlagRequired("repo")
-	cmd.AddCommand(&cobra.Command{
-		Use:    "pre-receive",
-		Short:  "The pre-receive check git receive-pack runs inside nuon server",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := server.RunPreReceive(cmd.Context(), os.Stdin, g.Stderr, os.Getenv); err != nil {
-				return cli.ExitError{Code: 1}
-			}
-			return nil
-		},
-	})
 	return cmd
 }
 
@@ -145,7 +127,6 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		MaxSkew:      o.maxSkew,
 		Logger:       log,
 
-		HookCommand:    hookCommand(),
 		ViewStaleAfter: o.viewStaleAfter,
 		Mode:           o.mode,
 		Writer:         o.writer,
@@ -214,20 +195,4 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		err = nil
 	}
 	return err
-}
-
-// hookCommand is the pre-receive check git receive-pack runs per push:
-// nuon-prereceive beside this binary when it is there (it starts about
-// ten times faster than the whole nuon), else nil: `nuon server
-// pre-receive`, the server's default.
-func hookCommand() []string {
-	self, err := os.Executable()
-	if err != nil {
-		return nil
-	}
-	hook := filepath.Join(filepath.Dir(self), "nuon-prereceive")
-	if fi, err := os.Stat(hook); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return []string{hook}
-	}
-	return nil
 }

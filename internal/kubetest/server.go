@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -39,8 +41,46 @@ const (
 	StopGrace = 10 * time.Second
 )
 
-// ErrNoBinaries reports that kube-apiserver or etcd was not found.
+// ErrNoBinaries reports that kube-apiserver or etcd (or, when asked for,
+// kube-controller-manager) was not found.
 var ErrNoBinaries = errors.New("kube-apiserver and etcd not found")
+
+// ControllerManagerUser is the user kube-controller-manager authenticates
+// as, with its own token: the user the API server's bootstrap RBAC policy
+// binds the system:kube-controller-manager role to. With
+// --use-service-account-credentials each controller then acts as its own
+// service account in kube-system (system:controller:NAME roles).
+const ControllerManagerUser = "system:kube-controller-manager"
+
+// Option changes how Start starts the control plane.
+type Option func(*options)
+
+type options struct {
+	controllerManager bool
+	tokenWebhook      string
+}
+
+// WithTokenWebhook makes the API server authenticate bearer tokens it does
+// not know (everything but the admin token) by asking url, a webhook token
+// authenticator that answers TokenReview v1
+// (--authentication-token-webhook-config-file), as EKS authenticates IAM
+// principals. Answers are not cached
+// (--authentication-token-webhook-cache-ttl=0), so a principal whose
+// access is revoked is refused on its next request. Default: no webhook.
+func WithTokenWebhook(url string) Option { return func(o *options) { o.tokenWebhook = url } }
+
+// WithControllerManager also starts kube-controller-manager (from the same
+// assets folder) with every default controller: the service account and
+// token controllers, the namespace controller (a deleted namespace is
+// emptied and goes), the garbage collector (owner references), and the
+// Job, Deployment and ReplicaSet controllers (they create Pods, which stay
+// Pending: there is no scheduler or kubelet). Start returns once the
+// controllers run (the default ServiceAccount of the default namespace
+// exists). Without it nothing plays the controllers: tests that need them
+// write the objects and statuses themselves.
+func WithControllerManager() Option {
+	return func(o *options) { o.controllerManager = true }
+}
 
 // Server is a running etcd and kube-apiserver on loopback.
 type Server struct {
@@ -50,10 +90,11 @@ type Server struct {
 	// URL is the API server's https URL.
 	URL string
 
-	config    *rest.Config
-	dir       string
-	etcd      *process
-	apiserver *process
+	config            *rest.Config
+	dir               string
+	etcd              *process
+	apiserver         *process
+	controllerManager *process
 }
 
 // Config returns a copy of the admin client configuration, without
@@ -91,11 +132,16 @@ func Assets() (string, error) {
 
 func hasBinaries(dir string) bool {
 	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		if !executable(filepath.Join(dir, b)) {
 			return false
 		}
 	}
 	return true
+}
+
+func executable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 // adminToken is the bearer token of the admin user; the server listens on
@@ -106,29 +152,16 @@ func adminToken() string {
 	return hex.EncodeToString(b)
 }
 
-// startConfig holds Start's options.
-type startConfig struct {
-	tokenWebhook string
-}
-
-// Option configures Start and New.
-type Option func(*startConfig)
-
-// WithTokenWebhook makes the API server authenticate bearer tokens it does
-// not know (everything but the admin token) by asking url, a webhook token
-// authenticator that answers TokenReview v1 (--authentication-token-webhook-config-file),
-// as EKS authenticates IAM principals. Answers are not cached
-// (--authentication-token-webhook-cache-ttl=0), so a principal whose
-// access is revoked is refused on its next request. Default: no webhook.
-func WithTokenWebhook(url string) Option { return func(c *startConfig) { c.tokenWebhook = url } }
-
 // Start starts etcd and kube-apiserver from the binaries in assets, with
-// their files in dir, and waits until the API server is ready. Stop
-// them with Stop.
+// their files in dir, and waits until the API server is ready; with
+// WithControllerManager, kube-controller-manager too. Stop them with Stop.
 func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, err error) {
-	var c startConfig
-	for _, o := range opts {
-		o(&c)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.controllerManager && !executable(filepath.Join(assets, "kube-controller-manager")) {
+		return nil, fmt.Errorf("%w: no kube-controller-manager in %s: run `make kube-binaries`", ErrNoBinaries, assets)
 	}
 	s = &Server{dir: dir}
 	defer func() {
@@ -160,9 +193,10 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 		return nil, fmt.Errorf("start etcd: %w", err)
 	}
 
-	token := adminToken()
+	token, kcmToken := adminToken(), adminToken()
 	tokens := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+	lines := token + ",admin,admin,system:masters\n" + kcmToken + "," + ControllerManagerUser + "," + ControllerManagerUser + "\n"
+	if err := os.WriteFile(tokens, []byte(lines), 0o600); err != nil {
 		return nil, err
 	}
 	saKey, saPub := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
@@ -187,9 +221,9 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 		"--profiling=false",
 		"--v=0",
 	}
-	if c.tokenWebhook != "" {
+	if o.tokenWebhook != "" {
 		file := filepath.Join(dir, "token-webhook.kubeconfig")
-		if err := writeWebhookConfig(file, c.tokenWebhook); err != nil {
+		if err := writeWebhookConfig(file, o.tokenWebhook); err != nil {
 			return nil, err
 		}
 		args = append(args, "--authentication-token-webhook-config-file="+file,
@@ -213,7 +247,67 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 	if err := writeKubeconfig(s.Kubeconfig, s.config); err != nil {
 		return nil, err
 	}
+	if o.controllerManager {
+		if err := s.startControllerManager(ctx, assets, kcmToken, saKey); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startControllerManager starts kube-controller-manager with a kubeconfig
+// of its own (ControllerManagerUser), each controller acting as its own
+// service account, and waits until the controllers run.
+func (s *Server) startControllerManager(ctx context.Context, assets, token, saKey string) error {
+	kubeconfig := filepath.Join(s.dir, "controller-manager.kubeconfig")
+	cfg := s.Config()
+	cfg.BearerToken = token
+	if err := writeKubeconfig(kubeconfig, cfg); err != nil {
+		return err
+	}
+	var err error
+	s.controllerManager, err = startProcess(filepath.Join(assets, "kube-controller-manager"), filepath.Join(s.dir, "controller-manager.log"),
+		"--kubeconfig="+kubeconfig,
+		// No serving port: nothing scrapes it, and no port to collide.
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+saKey,
+		"--root-ca-file="+filepath.Join(s.dir, "certs", "apiserver.crt"),
+		"--controllers=*",
+		"--profiling=false",
+		"--v=0",
+	)
+	if err != nil {
+		return fmt.Errorf("start kube-controller-manager: %w", err)
+	}
+	return s.waitControllers(ctx)
+}
+
+// waitControllers waits until the service account controller made the
+// default namespace's ServiceAccount: the controllers run.
+func (s *Server) waitControllers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(s.Config())
+	if err != nil {
+		return err
+	}
+	var last error
+	for {
+		_, last = cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if last == nil {
+			return nil
+		}
+		if s.controllerManager.exited() {
+			return fmt.Errorf("kube-controller-manager exited: %s", s.controllerManager.tail())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-controller-manager: controllers not running after %s (%v); its log: %s", StartTimeout, last, s.controllerManager.tail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // waitReady polls /readyz until the API server answers ok, one of the
@@ -258,10 +352,11 @@ func (s *Server) waitReady(ctx context.Context, token string) error {
 	}
 }
 
-// Stop stops kube-apiserver, then etcd, and waits for both.
+// Stop stops kube-controller-manager (if it runs), then kube-apiserver,
+// then etcd, and waits for each.
 func (s *Server) Stop() error {
 	var errs []error
-	for _, p := range []*process{s.apiserver, s.etcd} {
+	for _, p := range []*process{s.controllerManager, s.apiserver, s.etcd} {
 		if p != nil {
 			errs = append(errs, p.stop(StopGrace))
 		}

@@ -132,8 +132,9 @@ func dnsLabel(s string, n int) string {
 }
 
 // New starts a server of the test's own, stopped when the test ends. Use it
-// where a package's TestMain cannot call Main; prefer Shared otherwise. It
-// skips or fails without the binaries as Shared does. Options are Start's.
+// where a package's TestMain cannot call Main, or with options the shared
+// server lacks (WithControllerManager); prefer Shared otherwise. It skips
+// or fails without the binaries as Shared does.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	assets, err := Assets()
@@ -148,6 +149,10 @@ func New(t testing.TB, opts ...Option) *Server {
 		t.Fatal(err)
 	}
 	srv, err := Start(context.Background(), assets, dir, opts...)
+	if errors.Is(err, ErrNoBinaries) {
+		os.RemoveAll(dir)
+		testenv.Missing(t, "%v", err)
+	}
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)

@@ -39,15 +39,19 @@ func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env
 
 // planChanges saves a plan and notes whether it changes anything.
 func (r *run) planChanges(ctx context.Context) error {
-	changed, err := r.tf.Plan(ctx, tfexec.Out(r.plan))
-	r.changed = changed
-	return err
+	return r.locking(ctx, func(ctx context.Context) error {
+		changed, err := r.tf.Plan(ctx, tfexec.Out(r.plan))
+		r.changed = changed
+		return err
+	})
 }
 
 // applyPlan applies the saved plan, nothing else. An empty plan is applied
 // too: it records the refreshed state.
 func (r *run) applyPlan(ctx context.Context) error {
-	return r.tf.Apply(ctx, tfexec.DirOrPlan(r.plan))
+	return r.locking(ctx, func(ctx context.Context) error {
+		return r.tf.Apply(ctx, tfexec.DirOrPlan(r.plan))
+	})
 }
 
 // outputs reads the module's outputs from the state into the result. The
@@ -84,6 +88,7 @@ func (r *run) outputs(ctx context.Context) error {
 		res.Outputs[name] = v
 	}
 	slices.Sort(res.Sensitive)
+	res.BrokenLock = r.brokenLock.schema()
 	r.result = res
 	return nil
 }

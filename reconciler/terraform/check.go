@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -44,7 +42,7 @@ func (p *Plugin) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env
 		return nil, err
 	}
 	defer r.cleanup()
-	if _, err := os.Stat(r.state); errors.Is(err, os.ErrNotExist) {
+	if none, _ := r.noState(); none {
 		return nil, fmt.Errorf("terraform drift %s: nothing applied yet (no state)", job.Component)
 	}
 	res := &schemas.JobResult{APIVersion: schemas.APIVersion, Job: job.ID}
@@ -58,6 +56,7 @@ func (p *Plugin) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env
 	); err != nil {
 		return nil, err
 	}
+	res.BrokenLock = r.brokenLock.schema()
 	for _, d := range res.Drift {
 		fmt.Fprintf(r.out, "%s %s: %s %s\n", d.Address, d.Action, strings.Join(d.Fields, ", "), d.Diff)
 	}
@@ -179,7 +178,7 @@ func (p *Plugin) Health(ctx context.Context, job *schemas.Job, env reconciler.En
 	if job.Terraform == nil || job.Terraform.Health == nil || job.Terraform.Health.Output == "" {
 		return &schemas.Health{Status: schemas.HealthUnknown, Message: "no health check (terraform.health)"}, nil
 	}
-	if _, err := os.Stat(r.state); errors.Is(err, os.ErrNotExist) {
+	if none, _ := r.noState(); none {
 		return &schemas.Health{Status: schemas.HealthUnknown, Message: "nothing applied yet"}, nil
 	}
 	var h *schemas.Health
@@ -264,7 +263,7 @@ func (p *Plugin) Debug(ctx context.Context, job *schemas.Job, env reconciler.Env
 		return err
 	}
 	defer r.cleanup()
-	if _, err := os.Stat(r.state); errors.Is(err, os.ErrNotExist) {
+	if none, _ := r.noState(); none {
 		fmt.Fprintln(out, "(no state: nothing applied yet)")
 		return nil
 	}

@@ -14,6 +14,33 @@
 // points the local backend at it and replaces any backend the module
 // declares.
 //
+// # State in the cluster
+//
+// A job of the Kubernetes Job runner has no state directory that outlives
+// it. There, the runner sets EnvStateNamespace and EnvStateSecretSuffix
+// (or Plugin.Backend is set), and the override file configures Terraform's
+// built-in kubernetes backend instead: the state in the Secret
+// tfstate-default-SUFFIX, locked by the Lease lock-tfstate-default-SUFFIX,
+// both in that namespace, reached with KUBECONFIG's path when set and the
+// pod's service account (in_cluster_config) otherwise; no credential is
+// written into the backend block. The suffix (StateSecretSuffix) is one
+// per install and component. Without a local state file the plugin cannot
+// tell before init whether anything was applied: Destroy, Drift, Health
+// and Debug then run terraform, which finds an empty state itself. A
+// component's local state is not migrated into the cluster.
+//
+// # State locks
+//
+// Every command that takes the state lock (plan, apply, destroy) goes
+// through the same handling. When terraform fails with "Error acquiring
+// the state lock", the plugin reads the lock's ID, operation, holder and
+// time from terraform's "Lock Info" (ParseLockError). If the ID is the
+// one the agent found held by a dead job (EnvStaleLock, Plugin.StaleLock),
+// it runs `terraform force-unlock -force ID`, says so in the log, reports
+// the lock as JobResult.BrokenLock and runs the command again. Any other
+// lock may be a live job's: the plugin waits, retrying every
+// Plugin.LockPoll until the job's context ends, and never breaks it.
+//
 // # Apply
 //
 // Apply runs these steps in order and stops at the first that fails; the

@@ -44,9 +44,21 @@ type Plugin struct {
 	// Grace is how long terraform may take to stop after the job's context
 	// ends. Default DefaultGrace.
 	Grace time.Duration
-	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv).
-	// Default os.LookupEnv.
+	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv),
+	// and the state's environment (EnvStateNamespace, EnvStateSecretSuffix,
+	// EnvStaleLock, KUBECONFIG). Default os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
+	// Backend keeps the state in Terraform's kubernetes backend. Default:
+	// the backend EnvStateNamespace and EnvStateSecretSuffix name, else
+	// the local state file in the component's state directory.
+	Backend *KubernetesBackend
+	// StaleLock is the ID of a state lock held by a job the agent knows is
+	// dead: a command that finds the state locked by it runs `terraform
+	// force-unlock` and goes on. Default: EnvStaleLock.
+	StaleLock string
+	// LockPoll is how often a state locked by another job is retried.
+	// Default DefaultLockPoll.
+	LockPoll time.Duration
 }
 
 var _ reconciler.Plugin = (*Plugin)(nil)
@@ -63,8 +75,15 @@ type run struct {
 	tf  *tfexec.Terraform
 
 	dir   string // the extracted module, terraform's working directory
-	state string // the state file, kept across jobs
+	state string // the state file, kept across jobs (local backend)
 	plan  string // the saved plan
+
+	// backend, when set, keeps the state in the cluster instead of state.
+	backend   *KubernetesBackend
+	staleLock string
+	lockPoll  time.Duration
+	// brokenLock is the dead job's lock this run broke.
+	brokenLock *LockInfo
 
 	vars    map[string]any
 	changed bool
@@ -108,6 +127,15 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	r.dir = filepath.Join(dir, moduleDir)
 	r.state = filepath.Join(dir, stateFile)
 	r.plan = filepath.Join(r.dir, planFile)
+	r.backend = p.backend()
+	r.staleLock = p.StaleLock
+	if r.staleLock == "" {
+		r.staleLock, _ = r.lookup(EnvStaleLock)
+	}
+	r.lockPoll = p.LockPoll
+	if r.lockPoll <= 0 {
+		r.lockPoll = DefaultLockPoll
+	}
 
 	bin := p.Binary
 	if bin == "" {
@@ -136,6 +164,22 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	r.tf.SetStderr(r.out)
 	r.tf.SetLogger(printfLogger{r.logger})
 	return r, nil
+}
+
+// backend is Plugin.Backend, or the one the environment names, or nil for
+// the local state file.
+func (p *Plugin) backend() *KubernetesBackend {
+	if p.Backend != nil {
+		return p.Backend
+	}
+	return backendFromEnv(p.lookupEnv())
+}
+
+func (p *Plugin) lookupEnv() func(string) (string, bool) {
+	if p.LookupEnv != nil {
+		return p.LookupEnv
+	}
+	return os.LookupEnv
 }
 
 // environ is terraform's environment: the job's own, less the secrets
@@ -169,6 +213,20 @@ func (r *run) do(ctx context.Context, steps ...step) error {
 		}
 	}
 	return nil
+}
+
+// noState reports that nothing was ever applied: there is no local state
+// file. With the kubernetes backend the plugin cannot tell before init,
+// and reports false: terraform finds an empty state itself.
+func (r *run) noState() (bool, error) {
+	if r.backend != nil {
+		return false, nil
+	}
+	_, err := os.Stat(r.state)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	return false, err
 }
 
 // cleanup removes the files that hold resolved secrets; the state keeps

@@ -25,8 +25,9 @@ const (
 
 // Files the plugin writes into the module.
 const (
-	// overrideFile points the local backend at stateFile. As an override
-	// file it replaces whatever backend the module declares.
+	// overrideFile points the local backend at stateFile, or configures
+	// the kubernetes backend. As an override file it replaces whatever
+	// backend the module declares.
 	overrideFile = "nuon_override.tf.json"
 	// varFile holds the job's inputs; terraform loads *.auto.tfvars.json
 	// by itself, in plan and destroy alike.
@@ -45,21 +46,26 @@ func (r *run) extract(ctx context.Context) error {
 	if err := reconciler.ExtractFresh(ctx, r.env, a, r.dir); err != nil {
 		return err
 	}
-	if err := writeBackend(filepath.Join(r.dir, overrideFile), r.state); err != nil {
+	if err := writeBackend(filepath.Join(r.dir, overrideFile), r.backendConfig()); err != nil {
 		return err
 	}
 	return writeVarFile(filepath.Join(r.dir, varFile), r.vars)
 }
 
-// writeBackend writes a JSON-syntax override file that keeps the state in
-// the local file state.
-func writeBackend(path, state string) error {
+// backendConfig is the backend block's type and body: the kubernetes
+// backend when the run has one, else the local state file.
+func (r *run) backendConfig() map[string]any {
+	if r.backend != nil {
+		return map[string]any{"kubernetes": r.backend.config(r.lookup)}
+	}
+	return map[string]any{"local": map[string]any{"path": escapeTemplate(r.state)}}
+}
+
+// writeBackend writes a JSON-syntax override file with the backend block
+// backend, which replaces any backend the module declares.
+func writeBackend(path string, backend map[string]any) error {
 	override := map[string]any{
-		"terraform": map[string]any{
-			"backend": map[string]any{
-				"local": map[string]any{"path": escapeTemplate(state)},
-			},
-		},
+		"terraform": map[string]any{"backend": backend},
 	}
 	b, err := json.MarshalIndent(override, "", "  ")
 	if err != nil {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # kube-down.sh DIR
 #
-# Stops what kube-up.sh DIR started: kube-apiserver first, then etcd
-# (an API server whose etcd is gone first can hang retrying it), each with
-# SIGTERM and, after 10 s, SIGKILL. The data in DIR stays.
+# Stops what kube-up.sh DIR started: kube-controller-manager, then
+# kube-apiserver, then etcd (an API server whose etcd is gone first can
+# hang retrying it), each with SIGTERM and, after 10 s, SIGKILL. The data
+# in DIR stays.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -30,6 +31,7 @@ stop() { # name
 	rm -f "$pidfile"
 }
 
+stop kube-controller-manager
 stop kube-apiserver
 stop etcd
 echo "kube-down: stopped the control plane in $dir" >&2

@@ -4,8 +4,9 @@
 # resources whose create-time provisioners start the processes and whose
 # destroy-time provisioners stop them and remove their files.
 #
-#   kube      etcd and kube-apiserver from var.kube_assets on loopback
-#             (kube-up.sh), standing in for the cluster
+#   kube      etcd, kube-apiserver and kube-controller-manager from
+#             var.kube_assets on loopback (kube-up.sh), standing in for the
+#             cluster (no scheduler or kubelet: Pods stay Pending)
 #   registry  docker-registry with TLS and basic auth (registry.sh),
 #             standing in for ECR
 #

@@ -17,7 +17,7 @@ variable "dir" {
 }
 
 variable "kube_assets" {
-  description = "Directory holding etcd and kube-apiserver (make kube-binaries: ~/.cache/nuon/kube/<version>)."
+  description = "Directory holding etcd, kube-apiserver and kube-controller-manager (make kube-binaries: ~/.cache/nuon/kube/<version>)."
   type        = string
 }
 

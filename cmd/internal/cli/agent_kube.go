@@ -22,6 +22,7 @@ type kubeJobOptions struct {
 	serviceAccount string
 	secret         string
 	stateClaim     string
+	stateNamespace string
 	err            error
 }
 
@@ -33,6 +34,7 @@ func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&k.serviceAccount, "job-service-account", jobs.DefaultJobServiceAccount, "with --job-runner kube: service account of the Jobs")
 	f.StringVar(&k.secret, "job-secret", "", "with --job-runner kube: Secret whose keys become the jobs' NUON_SECRET_<KEY> variables")
 	f.StringVar(&k.stateClaim, "job-state-claim", "", "with --job-runner kube: PersistentVolumeClaim mounted at --workdir in the Jobs, for component state")
+	f.StringVar(&k.stateNamespace, "job-state-namespace", jobs.DefaultStateNamespace, "with --job-runner kube: namespace of the terraform components' state (a Secret and a lock Lease each, Terraform's kubernetes backend)")
 }
 
 // jobArgs adds --kubeconfig to a local job's command line.
@@ -79,6 +81,7 @@ func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Log
 		Command:        podCommand(local.Command),
 		ServiceAccount: k.serviceAccount,
 		SecretName:     k.secret,
+		StateNamespace: k.stateNamespace,
 		Logger:         log,
 	}
 	if k.stateClaim != "" {

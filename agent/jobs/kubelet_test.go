@@ -1,0 +1,344 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/jobrun"
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/terraform"
+	"nuon.dev/nuon/schemas"
+)
+
+// The test binary as a job's pod (`nuon job run --pod`) with the real
+// terraform plugin, its modules read from envModules.
+const (
+	envPod     = "NUON_JOBS_TEST_POD"
+	envModules = "NUON_JOBS_TEST_MODULES"
+)
+
+// podProcess is what `nuon job run --pod MANIFEST` does, with the real
+// terraform plugin, less PodMain's write of the result to
+// /dev/termination-log, a path of the whole machine here: the test kubelet
+// takes the termination message from the result file instead.
+func podProcess() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
+	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], plugins, dirModules(os.Getenv(envModules)), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "nuon:", err)
+		return 1
+	}
+	return 0
+}
+
+// dirModules serves each artifact from the folder of dirModules named as
+// the last element of its repository.
+type dirModules string
+
+func (d dirModules) Extract(_ context.Context, a schemas.Artifact, dir string) error {
+	repo, _, _ := strings.Cut(a.Local, "@")
+	return os.CopyFS(dir, os.DirFS(filepath.Join(string(d), path.Base(repo))))
+}
+
+// kubelet plays the kubelet for the pods of one namespace, which the test
+// API server has none of: it runs each new pod's command as a local
+// process, with the pod's volumes mapped to temporary folders (the
+// manifest's paths rewritten to match), its environment, and a kubeconfig
+// holding a token of the pod's service account (TokenRequest, as the
+// kubelet mounts one) in KUBECONFIG instead of the in-cluster files; it
+// writes the pod's status as it starts and ends. The controllers
+// (kubetest.WithControllerManager) do the rest: the Job controller creates
+// the pods and finishes the Jobs from their status.
+type kubelet struct {
+	t       *testing.T
+	cs      kubernetes.Interface
+	srv     *kubetest.Server
+	ns      string
+	env     []string // added to every pod's environment
+	root    string
+	mu      sync.Mutex
+	started map[string]*podRun // by pod name
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// podRun is one pod's process.
+type podRun struct {
+	cmd  *exec.Cmd
+	log  string
+	exit chan struct{}
+}
+
+func startKubelet(t *testing.T, srv *kubetest.Server, ns string, env []string) *kubelet {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &kubelet{t: t, cs: srv.Clientset(t), srv: srv, ns: ns, env: env, root: t.TempDir(),
+		started: map[string]*podRun{}, stop: cancel, done: make(chan struct{})}
+	go k.loop(ctx)
+	t.Cleanup(func() {
+		cancel()
+		<-k.done
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for _, p := range k.started {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.exit
+		}
+	})
+	return k
+}
+
+func (k *kubelet) loop(ctx context.Context) {
+	defer close(k.done)
+	for ctx.Err() == nil {
+		pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				k.mu.Lock()
+				_, seen := k.started[p.Name]
+				k.mu.Unlock()
+				if !seen && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodPending {
+					if err := k.run(ctx, p); err != nil {
+						k.t.Errorf("kubelet: pod %s: %v", p.Name, err)
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// run starts the process of pod p and marks the pod running.
+func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
+	dir := filepath.Join(k.root, p.Name)
+	c := p.Spec.Containers[0]
+	vols := map[string]string{} // volume name → host folder
+	for _, v := range p.Spec.Volumes {
+		host := filepath.Join(dir, "volumes", v.Name)
+		if err := os.MkdirAll(host, 0o700); err != nil {
+			return err
+		}
+		vols[v.Name] = host
+	}
+	mounts := map[string]string{} // mount path → host folder
+	for _, m := range c.VolumeMounts {
+		mounts[path.Clean(m.MountPath)] = vols[m.Name]
+	}
+	hostPath := func(s string) string {
+		// The longest mount path that holds s.
+		for _, mp := range slices.SortedFunc(maps.Keys(mounts), func(a, b string) int { return len(b) - len(a) }) {
+			if s == mp || strings.HasPrefix(s, mp+"/") {
+				return mounts[mp] + strings.TrimPrefix(s, mp)
+			}
+		}
+		return s
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		cm, err := k.cs.CoreV1().ConfigMaps(k.ns).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for key, val := range cm.Data {
+			if key == ManifestFile {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(val), &m); err != nil {
+					return err
+				}
+				for _, f := range []string{"resultFile", "stateDir"} {
+					if s, ok := m[f].(string); ok {
+						m[f] = hostPath(s)
+					}
+				}
+				b, _ := json.Marshal(m)
+				val = string(b)
+			}
+			if err := os.WriteFile(filepath.Join(vols[v.Name], key), []byte(val), 0o600); err != nil {
+				return err
+			}
+		}
+	}
+
+	env := append(os.Environ(), k.env...)
+	env = append(env, envPod+"=1", "GORACE=atexit_sleep_ms=0", "TMPDIR="+hostPath("/tmp"))
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	for _, ef := range c.EnvFrom {
+		if ef.SecretRef == nil {
+			continue
+		}
+		s, err := k.cs.CoreV1().Secrets(k.ns).Get(ctx, ef.SecretRef.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && ptr.Deref(ef.SecretRef.Optional, false) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for key, val := range s.Data {
+			env = append(env, ef.Prefix+key+"="+string(val))
+		}
+	}
+	kubeconfig, err := k.serviceAccountKubeconfig(ctx, p, dir)
+	if err != nil {
+		return err
+	}
+	env = append(env, "KUBECONFIG="+kubeconfig)
+
+	argv := slices.Clone(c.Command)
+	argv[len(argv)-1] = hostPath(argv[len(argv)-1])
+	cmd := exec.Command(os.Args[0], argv[1:]...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logFile := filepath.Join(dir, "log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{})}
+	k.mu.Lock()
+	k.started[p.Name] = pr
+	k.mu.Unlock()
+
+	now := metav1.Now()
+	k.setStatus(p.Name, func(st *corev1.PodStatus) {
+		st.Phase, st.StartTime = corev1.PodRunning, &now
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	})
+	go func() {
+		defer close(pr.exit)
+		err := cmd.Wait()
+		code := int32(0)
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = int32(ee.ExitCode())
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int32(ws.Signal())
+			}
+		}
+		// The result file stands in for /dev/termination-log.
+		msg, _ := os.ReadFile(hostPath(PodResultFile))
+		end := metav1.Now()
+		phase := corev1.PodSucceeded
+		if code != 0 {
+			phase = corev1.PodFailed
+		}
+		k.setStatus(p.Name, func(st *corev1.PodStatus) {
+			st.Phase = phase
+			st.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Started: ptr.To(false),
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: code, Message: string(msg), StartedAt: now, FinishedAt: end}}}}
+		})
+	}()
+	return nil
+}
+
+// kill kills the process of the pod whose name starts with prefix, as a
+// node that dies would: SIGKILL to its whole process group, no cleanup.
+func (k *kubelet) kill(prefix string) {
+	k.t.Helper()
+	k.mu.Lock()
+	var pr *podRun
+	for name, p := range k.started {
+		if strings.HasPrefix(name, prefix) {
+			pr = p
+		}
+	}
+	k.mu.Unlock()
+	if pr == nil {
+		k.t.Fatalf("no pod %s… runs", prefix)
+	}
+	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+	<-pr.exit
+}
+
+// log returns the output of the pod whose name starts with prefix.
+func (k *kubelet) log(prefix string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var b strings.Builder
+	for name, p := range k.started {
+		if strings.HasPrefix(name, prefix) {
+			out, _ := os.ReadFile(p.log)
+			fmt.Fprintf(&b, "--- pod %s\n%s", name, out)
+		}
+	}
+	return b.String()
+}
+
+// setStatus writes the pod's status, retrying on conflicts.
+func (k *kubelet) setStatus(name string, set func(*corev1.PodStatus)) {
+	for range 50 {
+		p, err := k.cs.CoreV1().Pods(k.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if err == nil {
+			set(&p.Status)
+			if _, err = k.cs.CoreV1().Pods(k.ns).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err == nil {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	k.t.Errorf("kubelet: could not write the status of pod %s", name)
+}
+
+// serviceAccountKubeconfig writes a kubeconfig holding a token of the pod's
+// service account bound to the pod, as the kubelet projects one.
+func (k *kubelet) serviceAccountKubeconfig(ctx context.Context, p *corev1.Pod, dir string) (string, error) {
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+	}}
+	tok, err := k.cs.CoreV1().ServiceAccounts(k.ns).CreateToken(ctx, p.Spec.ServiceAccountName, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of service account %s: %w", p.Spec.ServiceAccountName, err)
+	}
+	cfg := k.srv.Config()
+	ca, err := os.ReadFile(cfg.TLSClientConfig.CAFile)
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["pod"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: ca}
+	kc.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	kc.Contexts["pod"] = &clientcmdapi.Context{Cluster: "pod", AuthInfo: "pod", Namespace: k.ns}
+	kc.CurrentContext = "pod"
+	file := filepath.Join(dir, "serviceaccount.kubeconfig")
+	return file, clientcmd.WriteToFile(*kc, file)
+}
