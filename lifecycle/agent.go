@@ -21,6 +21,9 @@ import (
 // password (cmd/internal/cli).
 const registryPasswordEnv = "NUON_REGISTRY_PASSWORD"
 
+// gitTokenEnv is where nuon-agent reads the tenant repository's token.
+const gitTokenEnv = "NUON_GIT_TOKEN"
+
 // agentPID returns the pid of the install's running agent, or 0.
 func agentPID(o *Options) int {
 	b, err := os.ReadFile(o.path(AgentPIDFile))
@@ -56,10 +59,7 @@ func (o *Options) agentBinary() (string, error) {
 // Deployment.
 func startAgent(ctx context.Context, o *Options, st *state) (string, string, error) {
 	if o.Cloud == CloudAWS {
-		// ApplyAgent does the bootstrap, but EKS's API endpoint is private:
-		// reaching it from inside the VPC with an access entry for the
-		// applying principal is not built yet.
-		return "", "", fmt.Errorf("the agent bootstrap on EKS: %w", ErrUnsupported)
+		return awsAgent(ctx, o, st)
 	}
 	if o.AgentMode == AgentKubernetes {
 		return applyAgent(ctx, o, st)
@@ -92,8 +92,15 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 		return "", "", err
 	}
 	defer logf.Close()
+	token, err := o.gitToken()
+	if err != nil {
+		return "", "", err
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), registryPasswordEnv+"="+strings.TrimSpace(string(password)))
+	if token != "" {
+		cmd.Env = append(cmd.Env, gitTokenEnv+"="+token)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -182,6 +189,9 @@ func applyAgent(ctx context.Context, o *Options, st *state) (string, string, err
 			return "", "", err
 		}
 	}
+	if b.GitToken, err = o.gitToken(); err != nil {
+		return "", "", err
+	}
 	cs, err := ApplyAgent(ctx, cfg, b)
 	if err != nil {
 		return "", "", err
@@ -196,4 +206,16 @@ func applyAgent(ctx context.Context, o *Options, st *state) (string, string, err
 		return Unchanged, fmt.Sprintf("%d objects in %s", len(cs.Entries), outs.Cluster.Endpoint), nil
 	}
 	return Done, fmt.Sprintf("%d of %d objects applied to %s", changed, len(cs.Entries), outs.Cluster.Endpoint), nil
+}
+
+// gitToken reads GitTokenFile, if set.
+func (o *Options) gitToken() (string, error) {
+	if o.GitTokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(o.GitTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("git token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

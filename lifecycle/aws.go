@@ -85,10 +85,20 @@ func (o *Options) awsTerraform(ctx context.Context, creds *stack.Credentials) (*
 	return tf, nil
 }
 
-func (o *Options) awsVars() []string {
+// awsVars are sandboxes/aws-eks's variables; open lists the CIDRs the
+// public endpoint is open to (none: private only).
+func (o *Options) awsVars(open []string) []string {
 	return []string{"install_id=" + o.ID, "region=" + o.AWS.Region, "domain=" + o.AWS.Domain,
-		`availability_zones=["` + strings.Join(o.AWS.AvailabilityZones, `","`) + `"]`,
-		"maintenance_role_arn=" + o.roleARN(stack.Maintenance)}
+		`availability_zones=` + hclList(o.AWS.AvailabilityZones),
+		"maintenance_role_arn=" + o.roleARN(stack.Maintenance),
+		"public_access_cidrs=" + hclList(open)}
+}
+
+func hclList(xs []string) string {
+	if len(xs) == 0 {
+		return "[]"
+	}
+	return `["` + strings.Join(xs, `","`) + `"]`
 }
 
 // awsSandbox assumes the provision role and applies sandboxes/aws-eks
@@ -103,5 +113,27 @@ func awsSandbox(ctx context.Context, o *Options, st *state) (string, string, err
 	if err != nil {
 		return "", "", err
 	}
-	return applyAndRecord(ctx, o, st, tf, o.awsVars())
+	return applyAndRecord(ctx, o, st, tf, o.awsVars(o.AWS.BootstrapCIDRs))
+}
+
+// closeEndpoint applies sandboxes/aws-eks again with the public endpoint
+// closed, once the agent is bootstrapped. Without BootstrapCIDRs the
+// sandbox phase never opened it.
+func closeEndpoint(ctx context.Context, o *Options, st *state) (string, string, error) {
+	if len(o.AWS.BootstrapCIDRs) == 0 {
+		return Unchanged, "private only (never opened)", nil
+	}
+	creds, err := o.assume(ctx, stack.Provision)
+	if err != nil {
+		return "", "", err
+	}
+	tf, err := o.awsTerraform(ctx, creds)
+	if err != nil {
+		return "", "", err
+	}
+	res, _, err := applyAndRecord(ctx, o, st, tf, o.awsVars(nil))
+	if err != nil {
+		return "", "", err
+	}
+	return res, "private only", nil
 }

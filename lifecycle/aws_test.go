@@ -63,7 +63,7 @@ func (b *boundary) seen() []string {
 	return append([]string(nil), b.keys...)
 }
 
-func awsOptions(t *testing.T, sts string) Options {
+func awsOptions(t testing.TB, sts string) Options {
 	t.Helper()
 	render := t.TempDir() + "/render.pub"
 	writeFile(t, render, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv render\n")

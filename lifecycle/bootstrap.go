@@ -38,7 +38,9 @@ type Bootstrap struct {
 	Trust []byte
 	// Registry, RegistryUsername and RegistryPassword are the install
 	// registry's host and credentials: --registry, --registry-username and
-	// NUON_REGISTRY_PASSWORD from the Secret nuon-registry. RegistryCA,
+	// NUON_REGISTRY_PASSWORD from the Secret nuon-registry. Without a
+	// username (ECR) only --registry is set and no Secret is made: the
+	// agent asks ECR for a token with its own role. RegistryCA,
 	// when set, is its CA (the ConfigMap nuon-registry-ca: not a secret).
 	Registry, RegistryUsername, RegistryPassword string
 	RegistryCA                                   []byte
@@ -115,8 +117,10 @@ func BootstrapObjects(b Bootstrap) ([]*unstructured.Unstructured, error) {
 	if err := add(configMap("nuon-agent-trust", map[string]string{"allowed_signers": string(b.Trust)})); err != nil {
 		return nil, err
 	}
-	if err := add(secret("nuon-registry", map[string]string{"password": b.RegistryPassword})); err != nil {
-		return nil, err
+	if b.RegistryUsername != "" {
+		if err := add(secret("nuon-registry", map[string]string{"password": b.RegistryPassword})); err != nil {
+			return nil, err
+		}
 	}
 	if len(b.RegistryCA) > 0 {
 		if err := add(configMap("nuon-registry-ca", map[string]string{"ca.pem": string(b.RegistryCA)})); err != nil {
@@ -171,7 +175,11 @@ func configureAgent(d *appsv1.Deployment, b Bootstrap) error {
 			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
 	}
 	if b.Registry != "" {
-		c.Args = append(c.Args, "--registry="+b.Registry, "--registry-username="+b.RegistryUsername)
+		c.Args = append(c.Args, "--registry="+b.Registry)
+	}
+	// ECR (no username): the agent gets its token with its own role.
+	if b.Registry != "" && b.RegistryUsername != "" {
+		c.Args = append(c.Args, "--registry-username="+b.RegistryUsername)
 		c.Env = append(c.Env, fromSecret(registryPasswordEnv, "nuon-registry", "password"))
 	}
 	if len(b.RegistryCA) > 0 {
@@ -181,7 +189,7 @@ func configureAgent(d *appsv1.Deployment, b Bootstrap) error {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nuon-registry-ca"}}}})
 	}
 	if b.GitToken != "" {
-		c.Env = append(c.Env, fromSecret("NUON_GIT_TOKEN", "nuon-git", "token"))
+		c.Env = append(c.Env, fromSecret(gitTokenEnv, "nuon-git", "token"))
 	}
 	return nil
 }

@@ -9,10 +9,14 @@ func Create(ctx context.Context, o Options) error {
 	if err := o.defaults(true); err != nil {
 		return err
 	}
-	return runPhases(ctx, &o, []phase{
+	phases := []phase{
 		{"keys", keys},
 		{"sandbox", sandbox},
 		{"install-file", commitInstallFile},
 		{"agent", startAgent},
-	})
+	}
+	if o.Cloud == CloudAWS {
+		phases = append(phases, phase{"endpoint", closeEndpoint})
+	}
+	return runPhases(ctx, &o, phases)
 }

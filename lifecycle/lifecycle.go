@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -95,6 +97,12 @@ type Options struct {
 	// Agent is the nuon-agent binary; default nuon-agent beside this
 	// executable, else on PATH.
 	Agent string
+	// GitTokenFile, when set, holds the token the agent reads the tenant
+	// repository with over HTTPS (a git host that is not nuon server,
+	// which authenticates the install by its key). The bootstrap in a
+	// cluster puts it in the Secret nuon-git (NUON_GIT_TOKEN); never in
+	// argv or a ConfigMap. Default: none.
+	GitTokenFile string
 	// AgentFlags are added to the agent's command line (for example
 	// --vendor-key FILE, --interval 5s).
 	AgentFlags []string
@@ -103,6 +111,11 @@ type Options struct {
 	// AgentKubernetes, manifests/ applied to the sandbox's cluster by
 	// server-side apply with the install's key, trust file and registry.
 	AgentMode string
+	// Only, when set, runs just the phases it names, in their usual order
+	// (for example "agent", to bootstrap the agent again); a phase reads
+	// what earlier ones made from the install's directory. Default: every
+	// phase.
+	Only []string
 	// Progress receives an Event as each phase ends; default none.
 	Progress func(Event)
 	// OpenRepo opens the tenant repository (with the operator's git
@@ -138,21 +151,36 @@ type AWSOptions struct {
 	// which assumes the roles.
 	Tenant aws.Config
 	// STSEndpoint overrides STS's endpoint (a VPC endpoint, or a test's
-	// stand-in); default the SDK's resolution.
+	// stand-in); default the SDK's resolution. EKS tokens are presigned
+	// for it too.
 	STSEndpoint string
+	// EKSEndpoint overrides EKS's endpoint; default the SDK's resolution.
+	EKSEndpoint string
 	// ELBEndpoint and ECREndpoint override Elastic Load Balancing's (both
 	// of its APIs) and ECR's endpoints, which Delete calls with the
 	// deprovision role; default the SDK's resolution (which reads
 	// AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING(_V2) and AWS_ENDPOINT_URL_ECR
 	// when Tenant came from config.LoadDefaultConfig).
 	ELBEndpoint, ECREndpoint string
-	// Timeout bounds each AWS API call (STS, ELB, ECR), retries included;
-	// default stack.DefaultTimeout.
+	// Timeout bounds each AWS API call (STS, EKS, ELB, ECR), retries
+	// included; default stack.DefaultTimeout.
 	Timeout time.Duration
 	// LoadBalancerWait is how long Delete waits for the load balancers
 	// that Kubernetes controllers made in the sandbox to go before it
 	// fails naming them; default 10 minutes.
 	LoadBalancerWait time.Duration
+	// BootstrapCIDRs are the tenant's egress CIDRs: the sandbox opens the
+	// cluster's public endpoint to them only from the sandbox phase until
+	// the agent is bootstrapped (endpoint phase). Default none: the
+	// endpoint stays private and create must run from inside the VPC
+	// (a peered VPC, a VPN).
+	BootstrapCIDRs []string
+	// AccessWait bounds how long the agent bootstrap waits for its access
+	// entry to take effect; default DefaultAccessWait.
+	AccessWait time.Duration
+	// KubeTimeout bounds each request to the cluster; default
+	// DefaultKubeTimeout.
+	KubeTimeout time.Duration
 }
 
 // ErrUnsupported is returned for what this package cannot do yet.
@@ -252,7 +280,19 @@ type state struct {
 
 func runPhases(ctx context.Context, o *Options, phases []phase) error {
 	st := &state{}
+	for _, name := range o.Only {
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
+			var names []string
+			for _, p := range phases {
+				names = append(names, p.name)
+			}
+			return fmt.Errorf("install %s: no phase %q (phases: %s)", o.ID, name, strings.Join(names, ", "))
+		}
+	}
 	for _, p := range phases {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, p.name) {
+			continue
+		}
 		start := time.Now()
 		o.Logger.InfoContext(ctx, "phase started", "install", o.ID, "phase", p.name)
 		res, detail, err := p.run(ctx, o, st)

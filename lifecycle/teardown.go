@@ -337,7 +337,7 @@ func awsDestroy(ctx context.Context, o *Options, st *state) (string, string, err
 		return Unchanged, "nothing in the state", nil
 	}
 	dopts := []tfexec.DestroyOption{tfexec.LockTimeout(lockWait)}
-	for _, v := range o.awsVars() {
+	for _, v := range o.awsVars(nil) {
 		dopts = append(dopts, tfexec.Var(v))
 	}
 	if err := tf.Destroy(ctx, dopts...); err != nil {

@@ -71,6 +71,8 @@ func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
                 applied to the sandbox's cluster by server-side apply with
                 the install key as a Secret, the trust file, the registry
                 and its password (a Secret)
+  endpoint      (aws only) the sandbox applied again with the cluster's
+                public endpoint closed
 
 Each phase first looks at what exists: after a failure or a kill, run the
 same command again and it continues, with nothing made twice. Nothing in
@@ -78,12 +80,23 @@ DIR is committed; the private key never leaves it. The agent converges the
 install once its desired state is rendered (nuon render, or the tenant
 server after the branch is merged).
 
+--phase NAME runs only the phases named (repeatable), reading what the
+others made from DIR: --phase agent bootstraps the agent again.
+
 --cloud aws: the sandbox phase assumes the install's provision role
 (nuon-ID-provision in --account, with --external-id, a deadline on every
-STS call) and applies sandboxes/aws-eks with its credentials, in the
-environment only, its state in the stack's --state-bucket. The agent
-bootstrap on EKS (manifests/ by server-side apply from inside the VPC) is
-not built yet: the agent phase says so and stops.`,
+AWS call) and applies sandboxes/aws-eks with its credentials, in the
+environment only, its state in the stack's --state-bucket. The cluster's
+API endpoint is private; --bootstrap-cidr (this host's egress CIDRs) opens
+its public endpoint to those addresses only, until the endpoint phase
+closes it. Without it, run create from inside the VPC. The agent phase, as
+the provision role, gives that role a temporary EKS access entry
+(AmazonEKSClusterAdminPolicy), applies manifests/ with EKS tokens, and
+deletes the entry again, also when the apply fails; a run killed in
+between leaves it, and the next run reuses and deletes it. Nothing
+outside the install can reach the cluster afterwards. If the agent phase
+fails, the endpoint stays open to --bootstrap-cidr (with no access entry)
+until create runs again; --phase endpoint closes it alone.`,
 		Example: `  # a local install for development, committed on main, rendered at once
   nuon install create acme --cloud local --repo tenant.git --dir ~/.nuon/acme \
       --channel stable --render-key keys/render.pub --commit \
@@ -92,7 +105,18 @@ not built yet: the agent phase says so and stops.`,
   nuon render --repo tenant.git --key keys/render
 
   # the same for a script: one JSON object per phase
-  nuon install create acme ... -o json`,
+  nuon install create acme ... -o json
+
+  # in a customer's AWS account, from a host whose egress address is 203.0.113.7
+  nuon install stack acme --tenant-account 111111111111 -o acme-stack.json  # the customer applies it
+  nuon install create acme --cloud aws --repo tenant.git --dir ~/.nuon/acme \
+      --channel stable --render-key keys/render.pub \
+      --account 222222222222 --external-id nuon-… --state-bucket nuon-acme-state-… \
+      --region eu-west-1 --availability-zones eu-west-1a,eu-west-1b \
+      --domain acme.example.com --bootstrap-cidr 203.0.113.7/32
+
+  # bootstrap the agent again, after the sandbox is up
+  nuon install create acme ... --phase agent`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ID = args[0]
@@ -121,8 +145,12 @@ not built yet: the agent phase says so and stops.`,
 	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
 	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
 	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
+	f.StringVar(&o.GitTokenFile, "agent-git-token-file", "", "file holding the token the agent reads the tenant repository with over HTTPS (a git host other than nuon server); it goes to the cluster in the Secret nuon-git, never in argv")
 	f.StringArrayVar(&o.AgentFlags, "agent-flag", nil, "a flag added to the agent's command line, e.g. --agent-flag=--interval=5s (repeatable)")
 	o.awsFlags(cmd)
+	f.StringVar(&o.AWS.EKSEndpoint, "eks-endpoint", "", "aws: EKS endpoint (default: the SDK's)")
+	f.StringSliceVar(&o.AWS.BootstrapCIDRs, "bootstrap-cidr", nil, "aws: this host's egress CIDR the cluster's public endpoint opens to during the agent bootstrap (repeatable; default none: private only, run from inside the VPC)")
+	f.StringArrayVar(&o.Only, "phase", nil, "run only this phase (repeatable): keys, sandbox, install-file, agent, endpoint")
 	_ = cmd.MarkFlagRequired("channel")
 	_ = cmd.MarkFlagRequired("render-key")
 	return cmd
@@ -138,7 +166,7 @@ func (o *installOptions) awsFlags(cmd *cobra.Command) {
 	f.StringSliceVar(&o.AWS.AvailabilityZones, "availability-zones", nil, "aws: 2 or 3 zones, comma-separated")
 	f.StringVar(&o.AWS.Domain, "domain", "", "aws: the install's public domain")
 	f.StringVar(&o.AWS.StateBucket, "state-bucket", "", "aws: the stack's state bucket (the sandbox's state goes there)")
-	f.StringVar(&o.AWS.STSEndpoint, "sts-endpoint", "", "aws: STS endpoint (default: the SDK's, e.g. a VPC endpoint)")
+	f.StringVar(&o.AWS.STSEndpoint, "sts-endpoint", "", "aws: STS endpoint (default: the SDK's, e.g. a VPC endpoint); EKS tokens are presigned for it")
 	f.DurationVar(&o.AWS.Timeout, "aws-timeout", 30*time.Second, "aws: deadline of each AWS API call, retries included")
 }
 

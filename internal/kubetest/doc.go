@@ -37,6 +37,13 @@
 // and stopping with it costs ~0.9 s more CPU (BenchmarkStart: 3.0 against
 // 2.2 CPU-seconds) and ~120 MB more memory.
 //
+// # Authentication
+//
+// The admin user (system:masters) has a static token. WithTokenWebhook
+// adds a webhook token authenticator (TokenReview v1, answers not cached)
+// for every other token: internal/ekstest uses it to authenticate IAM
+// principals by their access entries, as EKS does.
+//
 // # Binaries
 //
 // Assets finds the folder holding kube-apiserver and etcd (and

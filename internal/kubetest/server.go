@@ -57,7 +57,17 @@ type Option func(*options)
 
 type options struct {
 	controllerManager bool
+	tokenWebhook      string
 }
+
+// WithTokenWebhook makes the API server authenticate bearer tokens it does
+// not know (everything but the admin token) by asking url, a webhook token
+// authenticator that answers TokenReview v1
+// (--authentication-token-webhook-config-file), as EKS authenticates IAM
+// principals. Answers are not cached
+// (--authentication-token-webhook-cache-ttl=0), so a principal whose
+// access is revoked is refused on its next request. Default: no webhook.
+func WithTokenWebhook(url string) Option { return func(o *options) { o.tokenWebhook = url } }
 
 // WithControllerManager also starts kube-controller-manager (from the same
 // assets folder) with every default controller: the service account and
@@ -195,22 +205,32 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 	}
 	port := ports[2]
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(port)
-	s.apiserver, err = startProcess(filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "apiserver.log"),
-		"--etcd-servers="+etcdURL,
+	args := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(dir, "certs"),
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, "certs"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+saPub,
-		"--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
 		"--authorization-mode=RBAC",
-		"--token-auth-file="+tokens,
+		"--token-auth-file=" + tokens,
 		"--profiling=false",
 		"--v=0",
-	)
+	}
+	if o.tokenWebhook != "" {
+		file := filepath.Join(dir, "token-webhook.kubeconfig")
+		if err := writeWebhookConfig(file, o.tokenWebhook); err != nil {
+			return nil, err
+		}
+		args = append(args, "--authentication-token-webhook-config-file="+file,
+			"--authentication-token-webhook-version=v1",
+			"--authentication-token-webhook-cache-ttl=0s")
+	}
+	s.apiserver, err = startProcess(filepath.Join(assets, "kube-apiserver"), filepath.Join(dir, "apiserver.log"), args...)
 	if err != nil {
 		return nil, fmt.Errorf("start kube-apiserver: %w", err)
 	}
@@ -464,5 +484,16 @@ func writeKubeconfig(path string, cfg *rest.Config) error {
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
 	kc.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "admin", Namespace: "default"}
 	kc.CurrentContext = "kubetest"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// writeWebhookConfig writes the kubeconfig the API server reads to reach a
+// webhook token authenticator at url.
+func writeWebhookConfig(path, url string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["webhook"] = &clientcmdapi.Cluster{Server: url}
+	kc.AuthInfos["apiserver"] = &clientcmdapi.AuthInfo{}
+	kc.Contexts["webhook"] = &clientcmdapi.Context{Cluster: "webhook", AuthInfo: "apiserver"}
+	kc.CurrentContext = "webhook"
 	return clientcmd.WriteToFile(*kc, path)
 }

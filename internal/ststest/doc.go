@@ -9,8 +9,18 @@
 // It knows callers (access key → principal ARN) and roles (ARN, the
 // account they trust, the ExternalId they require), refuses a wrong or
 // missing ExternalId as STS does, issues fresh temporary credentials, and
-// records every call. Signatures are not verified: the stand-in checks who
-// calls, not their cryptography.
+// records every call. Signatures of AssumeRole are not verified: the
+// stand-in checks who calls, not their cryptography.
+//
+// GetCallerIdentity is answered too, signed (POST, the caller by its
+// access key) and presigned (GET /?Action=GetCallerIdentity&X-Amz-…, the
+// form of an EKS token, which aws-iam-authenticator forwards to STS with
+// the x-k8s-aws-id header). A presigned request is checked as STS does:
+// only credentials this server issued, their session token, the
+// signature recomputed with their secret over every signed header (so a
+// token for one cluster does not pass for another), and its expiry. The
+// answer is the assumed-role session's ARN, in XML or, when the request
+// accepts application/json, in JSON.
 //
 // Point the SDK at it with sts.Options.BaseEndpoint (or
 // AWS_ENDPOINT_URL_STS) set to Server.URL. BlackHole gives an endpoint

@@ -42,6 +42,9 @@ type Call struct {
 type Credentials struct {
 	AccessKeyID, SecretAccessKey, SessionToken string
 	Expiration                                 time.Time
+	// Arn is the assumed-role session they belong to,
+	// arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION.
+	Arn string
 }
 
 // Server is the stand-in.
@@ -56,6 +59,7 @@ type Server struct {
 	roles   map[string]Role
 	calls   []Call
 	issued  []Credentials
+	byKey   map[string]Credentials // issued, by access key
 }
 
 // Option configures New.
@@ -67,7 +71,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // New serves the stand-in until the test ends.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s := &Server{now: time.Now, callers: map[string]string{}, roles: map[string]Role{}}
+	s := &Server{now: time.Now, callers: map[string]string{}, roles: map[string]Role{}, byKey: map[string]Credentials{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -109,6 +113,14 @@ func (s *Server) Issued() []Credentials {
 var accountRe = regexp.MustCompile(`^arn:aws[a-z-]*:(?:iam|sts)::([0-9]{12}):`)
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Get("Action") == "GetCallerIdentity" {
+		call := Call{Action: "GetCallerIdentity"}
+		call.Code = s.presignedIdentity(w, r, &call)
+		s.mu.Lock()
+		s.calls = append(s.calls, call)
+		s.mu.Unlock()
+		return
+	}
 	q := awstest.ParseQuery(w, r, Namespace)
 	if q == nil {
 		return
@@ -135,6 +147,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, call *Call) stri
 		return writeError(w, http.StatusForbidden, "InvalidClientTokenId", "The security token included in the request is invalid.")
 	}
 	call.Caller = caller
+	if call.Action == "GetCallerIdentity" {
+		return writeIdentity(w, r, caller)
+	}
 	if call.Action != "AssumeRole" {
 		return writeError(w, http.StatusBadRequest, "InvalidAction", "Could not find operation "+call.Action+" for version "+r.PostForm.Get("Version"))
 	}
@@ -159,24 +174,26 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, call *Call) stri
 	if !roleKnown || am == nil || am[1] != role.TrustedAccount || (role.ExternalID != "" && call.ExternalID != role.ExternalID) {
 		return writeError(w, http.StatusForbidden, "AccessDenied", denied)
 	}
-	c := Credentials{
-		AccessKeyID: "ASIA" + strings.ToUpper(random(8)), SecretAccessKey: random(20), SessionToken: random(64),
-		Expiration: s.now().Add(time.Duration(duration) * time.Second).UTC().Truncate(time.Second),
-	}
-	s.mu.Lock()
-	s.issued = append(s.issued, c)
-	s.mu.Unlock()
 	roleName := call.RoleARN[strings.LastIndex(call.RoleARN, "/")+1:]
 	roleAccount := accountRe.FindStringSubmatch(call.RoleARN)
 	acct := ""
 	if roleAccount != nil {
 		acct = roleAccount[1]
 	}
+	c := Credentials{
+		AccessKeyID: "ASIA" + strings.ToUpper(random(8)), SecretAccessKey: random(20), SessionToken: random(64),
+		Expiration: s.now().Add(time.Duration(duration) * time.Second).UTC().Truncate(time.Second),
+		Arn:        fmt.Sprintf("arn:aws:sts::%s:assumed-role/%s/%s", acct, roleName, call.RoleSessionName),
+	}
+	s.mu.Lock()
+	s.issued = append(s.issued, c)
+	s.byKey[c.AccessKeyID] = c
+	s.mu.Unlock()
 	resp := assumeRoleResponse{
 		Xmlns: Namespace,
 		Result: assumeRoleResult{
 			User: assumedRoleUser{
-				Arn:    fmt.Sprintf("arn:aws:sts::%s:assumed-role/%s/%s", acct, roleName, call.RoleSessionName),
+				Arn:    c.Arn,
 				RoleID: "AROA" + strings.ToUpper(random(8)) + ":" + call.RoleSessionName,
 			},
 			Credentials: xmlCredentials{c.AccessKeyID, c.SecretAccessKey, c.SessionToken, c.Expiration.Format(time.RFC3339)},

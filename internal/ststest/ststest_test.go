@@ -17,7 +17,7 @@ type errorResponse struct {
 }
 
 // post sends a raw query-protocol request as the SDK would, signed by key.
-func post(t *testing.T, s *Server, key string, form url.Values) (int, []byte) {
+func post(t testing.TB, s *Server, key string, form url.Values) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/", strings.NewReader(form.Encode()))
 	if err != nil {
@@ -66,7 +66,7 @@ func TestWire(t *testing.T) {
 		{"unknown key", "AKIANOBODY", form("ExternalId", "nuon-right-external-id"), 403, "InvalidClientTokenId"},
 		{"unsigned", "", form("ExternalId", "nuon-right-external-id"), 403, "MissingAuthenticationToken"},
 		{"bad duration", "AKIATENANT", form("ExternalId", "nuon-right-external-id", "DurationSeconds", "60"), 400, "ValidationError"},
-		{"other action", "AKIATENANT", form("Action", "GetCallerIdentity"), 400, "InvalidAction"},
+		{"other action", "AKIATENANT", form("Action", "GetSessionToken"), 400, "InvalidAction"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

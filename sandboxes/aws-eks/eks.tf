@@ -93,7 +93,10 @@ resource "aws_eks_cluster" "this" {
     subnet_ids              = [for s in aws_subnet.private : s.id]
     security_group_ids      = [aws_security_group.cluster.id]
     endpoint_private_access = true
-    endpoint_public_access  = false
+    # Public only while nuon install create bootstraps the agent, and only
+    # from the tenant's egress CIDRs; then applied again without them.
+    endpoint_public_access = length(var.public_access_cidrs) > 0
+    public_access_cidrs    = length(var.public_access_cidrs) > 0 ? var.public_access_cidrs : null
   }
 
   encryption_config {

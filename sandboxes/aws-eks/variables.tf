@@ -83,6 +83,20 @@ variable "access_entries" {
   }
 }
 
+variable "public_access_cidrs" {
+  description = "The tenant's egress CIDRs the cluster's public API endpoint is opened to, only while nuon install create bootstraps the agent. Empty (the default): private endpoint only."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0)) && !endswith(c, "/0") && strcontains(c, ".")])
+    error_message = "public_access_cidrs must be IPv4 CIDRs narrower than /0 (the tenant's egress addresses, e.g. 203.0.113.7/32)."
+  }
+  validation {
+    condition     = length(var.public_access_cidrs) <= 40
+    error_message = "public_access_cidrs takes at most 40 CIDRs (an EKS limit)."
+  }
+}
+
 variable "node_instance_types" {
   description = "Instance types of the managed node group."
   type        = list(string)

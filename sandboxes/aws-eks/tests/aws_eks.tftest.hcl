@@ -31,7 +31,7 @@ variables {
   repositories         = ["shop/api", "shop/web"]
   tags                 = { team = "payments", cost-center = "42" }
   access_entries = [
-    { principal_arn = "arn:aws:iam::111122223333:role/nuon-acme-provision", policy = "AmazonEKSClusterAdminPolicy" },
+    { principal_arn = "arn:aws:iam::111122223333:role/platform-admins", policy = "AmazonEKSClusterAdminPolicy" },
     { principal_arn = "arn:aws:iam::111122223333:role/oncall", namespaces = ["shop"] },
   ]
 }
@@ -208,6 +208,48 @@ run "single_nat" {
     condition     = length(aws_nat_gateway.this) == 1
     error_message = "single_nat_gateway makes one NAT gateway"
   }
+}
+
+run "bootstrap_endpoint" {
+  command = plan
+  variables {
+    public_access_cidrs = ["203.0.113.7/32", "198.51.100.0/28"]
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].endpoint_public_access == true && aws_eks_cluster.this.vpc_config[0].endpoint_private_access == true
+    error_message = "during the bootstrap the endpoint is public as well as private"
+  }
+  assert {
+    condition     = toset(aws_eks_cluster.this.vpc_config[0].public_access_cidrs) == toset(["203.0.113.7/32", "198.51.100.0/28"])
+    error_message = "the public endpoint is open to the tenant's egress CIDRs only"
+  }
+}
+
+run "closed_after_bootstrap" {
+  command = plan
+  variables {
+    public_access_cidrs = []
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].endpoint_public_access == false
+    error_message = "without public_access_cidrs the endpoint is private only"
+  }
+}
+
+run "rejects_open_endpoint" {
+  command = plan
+  variables {
+    public_access_cidrs = ["0.0.0.0/0"]
+  }
+  expect_failures = [var.public_access_cidrs]
+}
+
+run "rejects_ipv6_or_garbage_cidr" {
+  command = plan
+  variables {
+    public_access_cidrs = ["203.0.113.7"]
+  }
+  expect_failures = [var.public_access_cidrs]
 }
 
 run "rejects_bad_install_id" {
