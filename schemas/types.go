@@ -309,7 +309,7 @@ type Sandbox struct {
 	Version string `yaml:"version,omitempty" json:"version,omitempty"`
 	// Inputs are the module's variables for this install; they win over
 	// nuon.yaml's sandbox inputs.
-	Inputs map[string]string `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	Inputs map[string]any `yaml:"inputs,omitempty" json:"inputs,omitempty"`
 	// Role is the role the agent assumes to apply sandbox upgrades on AWS
 	// (the stack's maintenance role); none on local.
 	Role *SandboxRole `yaml:"role,omitempty" json:"role,omitempty"`
