@@ -30,7 +30,7 @@ func TestInstallFileHandOver(t *testing.T) {
 		{name: "local, unmanaged", o: local, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "local"},
 			Sandbox: schemas.Sandbox{Name: "local"}, Registry: "127.0.0.1:5000/nuon/acme", AgentKey: "ssh-ed25519 AAAA k"}},
 		{name: "local, managed", o: local, managed: true, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "local"},
-			Sandbox: schemas.Sandbox{Name: "local", Inputs: map[string]any{"dir": "/srv/acme/sandbox/run", "kube_assets": "/cache/kube"}},
+			Sandbox:  schemas.Sandbox{Name: "local", Inputs: map[string]any{"dir": "/srv/acme/sandbox/run", "kube_assets": "/cache/kube"}},
 			AgentKey: "ssh-ed25519 AAAA k"}},
 		{name: "aws, managed", o: aws, managed: true, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "aws"},
 			Sandbox: schemas.Sandbox{Name: "aws-eks", Inputs: map[string]any{

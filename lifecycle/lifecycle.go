@@ -32,7 +32,7 @@ const (
 const (
 	KeyFile      = "agent.key" // and agent.key.pub
 	TrustFile    = "trust"
-	SandboxDir   = "sandbox" // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
+	SandboxDir   = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
 	ModuleDir    = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
 	OutputsFile  = "sandbox/outputs.json"
 	RuntimeDir   = "sandbox/run" // the local sandbox's processes
