@@ -11,9 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/spf13/cobra"
@@ -355,28 +355,12 @@ func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Lo
 	return func() { _ = hs.Close() }, nil
 }
 
-// assumeRole assumes a sandbox's role (the stack's maintenance role) from
-// the agent's own AWS identity, the SDK's default chain, with
-// stack.AssumeRole, and returns its credentials as a job's environment.
+// assumeRole assumes a sandbox's role from the agent's own AWS identity:
+// the SDK's default chain (EKS Pod Identity in the install's cluster).
 func assumeRole(install, endpoint string) func(ctx context.Context, role schemas.SandboxRole) ([]string, error) {
-	return func(ctx context.Context, role schemas.SandboxRole) ([]string, error) {
-		cfg, err := awsconfig.LoadDefaultConfig(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("the agent's AWS identity: %w", err)
-		}
-		opts := []stack.AssumeOption{stack.WithSessionName("nuon-agent-" + install)}
-		if endpoint != "" {
-			opts = append(opts, stack.WithEndpoint(endpoint))
-		}
-		creds, err := stack.AssumeRole(ctx, cfg, role.ARN, role.ExternalID, opts...)
-		if err != nil {
-			return nil, err
-		}
-		var env []string
-		for k, v := range creds.Env() {
-			env = append(env, k+"="+v)
-		}
-		slices.Sort(env)
-		return env, nil
+	opts := []stack.AssumeOption{stack.WithSessionName("nuon-agent-" + install)}
+	if endpoint != "" {
+		opts = append(opts, stack.WithEndpoint(endpoint))
 	}
+	return agent.AssumeRoleFrom(func(ctx context.Context) (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }, opts...)
 }
