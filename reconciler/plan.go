@@ -101,7 +101,7 @@ func Resolve(cs *schemas.ComponentState, outs Outputs, sensitive map[string][]st
 			if !strings.Contains(a.Local, "${") {
 				continue
 			}
-			v, err := substitute("artifact "+a.Name, a.Local, outs, sensitive)
+			v, err := substitute("artifact "+a.Name, a.Local, outs, sensitive, true)
 			if err != nil {
 				return nil, err
 			}
@@ -116,7 +116,7 @@ func Resolve(cs *schemas.ComponentState, outs Outputs, sensitive map[string][]st
 		return &out, nil
 	}
 	inputs, err := schemas.WalkStrings(map[string]any(cs.Inputs), "", func(field, s string) (any, error) {
-		return substitute("input "+field, s, outs, sensitive)
+		return substitute("input "+field, s, outs, sensitive, false)
 	})
 	if err != nil {
 		return nil, err
@@ -126,31 +126,14 @@ func Resolve(cs *schemas.ComponentState, outs Outputs, sensitive map[string][]st
 }
 
 // substitute resolves the output references in s; what is the field's
-// name for errors.
-func substitute(what, s string, outs Outputs, sensitive map[string][]string) (any, error) {
+// name for errors. With onlyStrings, every value must be a string (an
+// artifact reference is made of them).
+func substitute(what, s string, outs Outputs, sensitive map[string][]string, onlyStrings bool) (any, error) {
 	var missing error
 	v, err := schemas.Substitute(s, func(r schemas.Ref) (any, bool) {
-		var v any
-		var ok bool
-		switch r.Kind {
-		case schemas.RefOutput:
-			v, ok = outs[r.Name][r.Output]
-			if !ok && missing == nil {
-				if slices.Contains(sensitive[r.Name], r.Output) {
-					missing = fmt.Errorf("%s: ${%s} is a sensitive output; it cannot be passed on as an input", what, r)
-				} else {
-					missing = fmt.Errorf("%s: ${%s} has no value: component %s did not output %q", what, r, r.Name, r.Output)
-				}
-			}
-		case schemas.RefSandbox:
-			v, ok = sandboxOutput(outs, r)
-			if !ok && missing == nil {
-				if _, applied := outs[schemas.SandboxComponent]; !applied {
-					missing = fmt.Errorf("%s: ${%s} has no value: the sandbox has recorded no outputs yet", what, r)
-				} else {
-					missing = fmt.Errorf("%s: ${%s} has no value: the sandbox did not output it", what, r)
-				}
-			}
+		v, ok := lookup(what, r, outs, sensitive, &missing)
+		if _, isString := v.(string); ok && onlyStrings && !isString && missing == nil {
+			missing = fmt.Errorf("%s: ${%s} is a %T, not a string", what, r, v)
 		}
 		return v, ok
 	})
@@ -158,6 +141,38 @@ func substitute(what, s string, outs Outputs, sensitive map[string][]string) (an
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return v, missing
+}
+
+// lookup finds one output reference's value; the first reference without
+// one sets *missing.
+func lookup(what string, r schemas.Ref, outs Outputs, sensitive map[string][]string, missing *error) (any, bool) {
+	var v any
+	var ok bool
+	var why error
+	switch r.Kind {
+	case schemas.RefOutput:
+		if v, ok = outs[r.Name][r.Output]; ok {
+			break
+		}
+		if slices.Contains(sensitive[r.Name], r.Output) {
+			why = fmt.Errorf("%s: ${%s} is a sensitive output; it cannot be passed on as an input", what, r)
+		} else {
+			why = fmt.Errorf("%s: ${%s} has no value: component %s did not output %q", what, r, r.Name, r.Output)
+		}
+	case schemas.RefSandbox:
+		if v, ok = sandboxOutput(outs, r); ok {
+			break
+		}
+		if _, applied := outs[schemas.SandboxComponent]; !applied {
+			why = fmt.Errorf("%s: ${%s} has no value: the sandbox has recorded no outputs yet", what, r)
+		} else {
+			why = fmt.Errorf("%s: ${%s} has no value: the sandbox did not output it", what, r)
+		}
+	}
+	if why != nil && *missing == nil {
+		*missing = why
+	}
+	return v, ok
 }
 
 // sandboxOutput looks a sandbox reference up: the whole output, or one
