@@ -327,9 +327,10 @@ func stopLocalInstall(t *testing.T, dir string) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}
-	mod := filepath.Join(dir, "sandbox")
-	_ = exec.Command(filepath.Join(mod, "kube-down.sh"), filepath.Join(mod, "run", "kube")).Run()
-	_ = exec.Command(filepath.Join(mod, "registry.sh"), "down", filepath.Join(mod, "run", "registry")).Run()
+	sb := filepath.Join(dir, "sandbox")
+	mod := filepath.Join(sb, "module")
+	_ = exec.Command(filepath.Join(mod, "kube-down.sh"), filepath.Join(sb, "run", "kube")).Run()
+	_ = exec.Command(filepath.Join(mod, "registry.sh"), "down", filepath.Join(sb, "run", "registry")).Run()
 	for _, pid := range processesUnder(dir) {
 		t.Errorf("process %d still runs under %s; killing it", pid, dir)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
