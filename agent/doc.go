@@ -96,6 +96,9 @@
 //   - State: its jobs keep their state in Config.SandboxDir, where nuon
 //     install create applied it (the install's directory locally), so the
 //     agent's first apply adopts what create made and changes nothing.
+//     (On AWS create keeps the state in the stack's S3 bucket; sandbox
+//     jobs with that backend are not built yet: they need the terraform
+//     plugin to take a backend other than its local file.)
 //     Until the agent records its own, the outputs.json create left there
 //     says which registry the sandbox's module is copied into.
 //   - Credentials: an install that names a role (sandbox.role: the stack's
