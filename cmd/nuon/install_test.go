@@ -192,6 +192,7 @@ func TestInstallLocal(t *testing.T) {
 		t.Error("a private key reached git")
 	}
 
+	sandboxPIDs := processesUnder(filepath.Join(dir, "sandbox/run/kube/etcd"))
 	nuon(t, env, 0, "render", "--repo", bare, "--key", filepath.Join(root, "fixtures", "keys", "render"))
 	want := map[string]string{"sandbox": "Applied", "network": "Applied", "database": "Applied", "api-image": "Applied", "api": "Applied", "dashboards": "Applied"}
 	got := waitPhases(t, env, bare, want, 4*time.Minute)
@@ -206,13 +207,22 @@ func TestInstallLocal(t *testing.T) {
 			t.Errorf("after the agent's sandbox apply: %d processes for %s, want 1", n, p)
 		}
 	}
+	if now := processesUnder(filepath.Join(dir, "sandbox/run/kube/etcd")); !cmp.Equal(sandboxPIDs, now) {
+		t.Errorf("the agent's sandbox apply restarted etcd: pids %v, then %v", sandboxPIDs, now)
+	}
 	var status struct {
 		Components map[string]struct {
+			Job     string
 			Outputs map[string]any
 		}
 	}
 	if err := json.Unmarshal([]byte(gittest.Git(t, bare, "show", "refs/heads/nuon/status/acme:status.json")), &status); err != nil {
 		t.Fatal(err)
+	}
+	// Its first apply changed nothing: the state create made is adopted.
+	var res struct{ Changed bool }
+	if b, err := os.ReadFile(filepath.Join(dir, "agent", "jobs", status.Components["sandbox"].Job, "result.json")); err != nil || json.Unmarshal(b, &res) != nil || res.Changed {
+		t.Errorf("the agent's sandbox job (%s): changed %v, %v; want an apply that changes nothing", status.Components["sandbox"].Job, res.Changed, err)
 	}
 	if reg, _ := status.Components["sandbox"].Outputs["registry"].(map[string]any); reg["url"] != outs.Registry.URL {
 		got := status.Components["sandbox"].Outputs["registry"]
