@@ -257,3 +257,45 @@ func jobNames(rep *agent.Report) []string {
 	}
 	return out
 }
+
+// TestSandboxRoleRefused: a role the stand-in refuses (a wrong
+// ExternalId) fails the sandbox, with STS's reason and no job, and blocks
+// every other component.
+func TestSandboxRoleRefused(t *testing.T) {
+	sts := ststest.New(t)
+	sts.AddCaller(agentKeyID, agentPrincipal)
+	sts.AddRole(ststest.Role{ARN: maintenance, TrustedAccount: "222222222222", ExternalID: "the-stack's-own"})
+	tn := newTenant(t)
+	for _, c := range []string{"b", "c", "d"} {
+		os.Remove(filepath.Join(tn.src, "releases", c+".yaml"))
+	}
+	tn.write("nuon.yaml", "name: test\nsandbox: {repository: registry.test/app/sandbox}\ncomponents:\n  - {name: a, type: terraform, repository: registry.test/app/a}\n")
+	tn.write("channels/stable.yaml", "components: {sandbox: 0.1.0, a: 1.0.0}\n")
+	tn.write("releases/sandbox.yaml", strings.Replace(release("sandbox", "0.1.0"), "module:", "local:", 1))
+	for _, id := range []string{"acme", "globex"} {
+		tn.write("installs/"+id+".yaml", fmt.Sprintf("channel: stable\ncloud: {provider: aws}\nsandbox: {name: local, role: {arn: %s, externalID: %s}}\nregistry: 127.0.0.1:5000/%s\nagentKey: %s\n",
+			maintenance, sandboxExtID, id, tn.keys[id].AuthorizedKey()))
+	}
+	tn.commit("a sandbox with a role")
+	tn.renderMain()
+	identity := func(context.Context) (aws.Config, error) {
+		return aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider(agentKeyID, "agent-secret", "")}, nil
+	}
+	a := tn.agent("acme", func(cfg *agent.Config) {
+		cfg.AssumeRole = agent.AssumeRoleFrom(identity, stack.WithEndpoint(sts.URL))
+	})
+	rep := a.reconcile(t)
+	sb, comp := rep.Status.Components["sandbox"], rep.Status.Components["a"]
+	if sb.Phase != schemas.PhaseFailed || !strings.Contains(sb.Error, "access denied") || !strings.Contains(sb.Error, maintenance) {
+		t.Errorf("sandbox: %s %q, want Failed, access denied to %s", sb.Phase, sb.Error, maintenance)
+	}
+	if comp.Phase != schemas.PhaseBlocked {
+		t.Errorf("a: %s %q, want Blocked behind the sandbox", comp.Phase, comp.Error)
+	}
+	if got := runs(t, a.records); len(got) != 0 {
+		t.Errorf("plugin calls %v, want none", got)
+	}
+	if calls := sts.Calls(); len(calls) != 1 || calls[0].Code != "AccessDenied" || calls[0].ExternalID != sandboxExtID {
+		t.Errorf("STS calls %+v", calls)
+	}
+}
