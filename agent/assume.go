@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
 )
@@ -17,7 +18,9 @@ import (
 // expiring pod credentials are refreshed), with stack.AssumeRole and opts.
 // The role's temporary credentials become the job's environment
 // (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and
-// AWS_REGION), never its manifest.
+// AWS_REGION), never its manifest; the secret key and session token are
+// also given as secrets of the job (redact.EnvPrefix), so the job redacts
+// them from its log and result like any secret.
 func AssumeRoleFrom(identity func(context.Context) (aws.Config, error), opts ...stack.AssumeOption) func(context.Context, schemas.SandboxRole) ([]string, error) {
 	return func(ctx context.Context, role schemas.SandboxRole) ([]string, error) {
 		cfg, err := identity(ctx)
@@ -31,6 +34,9 @@ func AssumeRoleFrom(identity func(context.Context) (aws.Config, error), opts ...
 		var env []string
 		for k, v := range creds.Env() {
 			env = append(env, k+"="+v)
+			if k == "AWS_SECRET_ACCESS_KEY" || k == "AWS_SESSION_TOKEN" {
+				env = append(env, redact.EnvPrefix+k+"="+v)
+			}
 		}
 		slices.Sort(env)
 		return env, nil

@@ -43,7 +43,7 @@ variable "creds_file" { type = string }
 resource "terraform_data" "upgrade" {
   triggers_replace = "` + v + `"
   provisioner "local-exec" {
-    command     = "printf '%s %s %s' \"$AWS_ACCESS_KEY_ID\" \"$AWS_SESSION_TOKEN\" \"$AWS_REGION\" > \"$OUT\""
+    command     = "printf '%s %s %s' \"$AWS_ACCESS_KEY_ID\" \"$AWS_SESSION_TOKEN\" \"$AWS_REGION\" > \"$OUT\"; echo \"secret key $AWS_SECRET_ACCESS_KEY\""
     environment = { OUT = "${var.creds_file}.` + v + `" }
   }
 }
@@ -192,6 +192,11 @@ deleted: %v
 		issued := sts.Issued()[calls-1]
 		if got, want := readFile(t, creds+"."+version), issued.AccessKeyID+" "+issued.SessionToken+" eu-west-1"; got != want {
 			t.Errorf("terraform ran with %q, want the maintenance role's credentials %q", got, want)
+		}
+		// What terraform printed is redacted in the job's log.
+		jobLog := readFile(t, filepath.Join(a.workdir, "work", "jobs", st.Components["sandbox"].Job, "log"))
+		if strings.Contains(jobLog, issued.SecretAccessKey) || !strings.Contains(jobLog, "secret key [redacted]") {
+			t.Errorf("the sandbox job's log does not redact the role's secret key:\n%s", jobLog)
 		}
 		// No credential reaches git.
 		if log := tn.git("log", "-p", "refs/heads/nuon/status/acme"); strings.Contains(log, issued.SecretAccessKey) || strings.Contains(log, issued.SessionToken) {
