@@ -57,6 +57,21 @@ type Config struct {
 	// components are unsupported. For development only; every status the
 	// agent writes then says so (schemas.ArtifactsUnverified).
 	InsecureSkipArtifactVerification bool
+	// SandboxDir is the sandbox's state directory: where nuon install
+	// create applied it (SandboxDir/terraform.tfstate) and recorded its
+	// outputs (SandboxDir/outputs.json). The sandbox's jobs keep their
+	// state there, so the agent's first apply adopts what create made,
+	// and create's outputs.json stands for the sandbox's outputs until the
+	// agent has recorded its own (to find the registry the sandbox's module
+	// is copied into). Default WORKDIR/components/sandbox, like any
+	// component.
+	SandboxDir string
+	// AssumeRole returns the environment of a sandbox job whose install
+	// names a role (schemas.SandboxRole, the stack's maintenance role):
+	// the role's temporary AWS credentials, assumed from the agent's own
+	// identity with stack.AssumeRole. They reach the job through
+	// jobs.EnvRunner only, never its manifest. Nil fails such a job.
+	AssumeRole func(ctx context.Context, role schemas.SandboxRole) ([]string, error)
 	// Concurrency bounds the jobs running at once; default 4.
 	Concurrency int
 	// DriftConcurrency bounds the drift checks running at once in the

@@ -81,6 +81,38 @@
 // exponentially while a pass fails; the install keeps running its last
 // applied state meanwhile.
 //
+// # The sandbox
+//
+// When nuon.yaml declares a sandbox, the desired state has a terraform
+// component named sandbox (schemas.SandboxComponent) that every other
+// component depends on: it is applied first, with the same terraform job
+// as any component, and a change of its version on the channel is a new
+// generation like any other. Its outputs (the contract of
+// sandboxes/README.md) are recorded in its status and resolve
+// ${install.sandbox.outputs.OUTPUT[.KEY]} in the other components'
+// inputs, and in artifact references when the install names no registry
+// (the sandbox's registry output stands for it). Unchanged, it runs no job.
+//
+//   - State: its jobs keep their state in Config.SandboxDir, where nuon
+//     install create applied it (the install's directory locally), so the
+//     agent's first apply adopts what create made and changes nothing.
+//     (On AWS create keeps the state in the stack's S3 bucket; sandbox
+//     jobs with that backend are not built yet: they need the terraform
+//     plugin to take a backend other than its local file.)
+//     Until the agent records its own, the outputs.json create left there
+//     says which registry the sandbox's module is copied into.
+//   - Credentials: an install that names a role (sandbox.role: the stack's
+//     maintenance role and the install's ExternalId, in its rendered
+//     install.json, never a secret in git) gets each sandbox job run with
+//     that role's temporary credentials, assumed from the agent's own
+//     identity (Config.AssumeRole, AssumeRoleFrom: stack.AssumeRole) and
+//     handed to the job's environment through jobs.EnvRunner, never its
+//     manifest. Locally no role is named and none is assumed.
+//   - Deletion: the agent never destroys the sandbox. A deleted install
+//     (or an app that no longer declares one) drops it from the status;
+//     nuon install delete destroys it with the deprovision role once every
+//     component is gone.
+//
 // # Trust in the status ref
 //
 // The status ref is the agent's memory of what it applied and the

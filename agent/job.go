@@ -32,6 +32,9 @@ func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *sch
 		Timeout:    a.timeout(spec).String(),
 		StateDir:   filepath.Join(a.cfg.Workdir, "components", spec.Name),
 	}
+	if spec.Name == schemas.SandboxComponent && a.cfg.SandboxDir != "" {
+		job.StateDir = a.cfg.SandboxDir
+	}
 	job.ResultFile = filepath.Join(a.jobDir(job.ID), "result.json")
 	for _, art := range spec.Artifacts {
 		art.Source = "" // jobs deploy from the install registry only

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/debugcmd"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/redact/redacttest"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -30,7 +32,14 @@ func TestMain(m *testing.M) {
 		defer stop()
 		manifest := os.Args[len(os.Args)-1]
 		plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: recorder{}}
-		if err := jobrun.Main(ctx, manifest, plugins, nil, os.Stdout, jobrun.WithStdio()); err != nil {
+		var artifacts reconciler.ArtifactSource
+		if layout := os.Getenv("NUON_TEST_LAYOUT"); layout != "" {
+			// The real terraform, its modules from an OCI image layout
+			// (sandbox_test.go).
+			plugins[schemas.TypeTerraform] = &terraform.Plugin{}
+			artifacts = oci.Layout{Path: layout}
+		}
+		if err := jobrun.Main(ctx, manifest, plugins, artifacts, os.Stdout, jobrun.WithStdio()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

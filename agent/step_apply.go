@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -25,6 +29,13 @@ func (p *pass) apply(ctx context.Context) (outcome, error) {
 		if cs.Phase == schemas.PhaseApplied {
 			outs[name] = cs.Outputs
 			sensitive[name] = cs.Sensitive
+		}
+	}
+	if _, ok := outs[schemas.SandboxComponent]; !ok && d.Components[schemas.SandboxComponent] != nil {
+		// Until the agent has applied the sandbox, the outputs create
+		// recorded say where its registry is.
+		if seed := a.sandboxSeed(); seed != nil {
+			outs[schemas.SandboxComponent] = seed
 		}
 	}
 	plan := reconciler.NewPlan(d.Components, d.Install.Components, have)
@@ -104,6 +115,19 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 		typ = s.Applied.Spec.Type
 		spec = s.Applied.Spec
 	}
+	if s.Action == reconciler.Delete && s.Component == schemas.SandboxComponent {
+		// The agent never destroys the sandbox it runs on: nuon install
+		// delete does, with the deprovision role, once every component is
+		// gone. The record goes; the state stays where create put it.
+		mu.Lock()
+		delete(p.rec.Status.Components, s.Component)
+		delete(p.rec.Applied, s.Component)
+		p.rec.dirty = true
+		p.note("left the sandbox to nuon install delete (not destroyed by the agent)")
+		mu.Unlock()
+		log.Info("sandbox no longer desired; left in place for nuon install delete")
+		return
+	}
 	if s.Action == reconciler.Delete && spec == nil {
 		// Never run: nothing to destroy, only the record to drop.
 		mu.Lock()
@@ -171,7 +195,7 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 	}
 	log.Info("job started", "operation", op, "version", job.Version)
 	start := time.Now()
-	res, err := a.cfg.Runner.Run(ctx, job, a.jobDir(job.ID))
+	res, err := a.run(ctx, job, p.desired.Install.Sandbox.Role)
 	log.Info("job finished", "operation", op, "duration", time.Since(start).Round(time.Millisecond), "error", errString(err, res))
 	mu.Lock()
 	defer mu.Unlock()
@@ -266,3 +290,45 @@ func (p *pass) finish() {
 		p.rec.dirty = true
 	}
 }
+
+// run runs one apply or delete job; a sandbox job whose install names a
+// role runs with that role's credentials in its environment.
+func (a *Agent) run(ctx context.Context, job *schemas.Job, role *schemas.SandboxRole) (*schemas.JobResult, error) {
+	if job.Component != schemas.SandboxComponent || role == nil {
+		return a.cfg.Runner.Run(ctx, job, a.jobDir(job.ID))
+	}
+	er, ok := a.cfg.Runner.(jobs.EnvRunner)
+	if !ok {
+		return nil, fmt.Errorf("sandbox: the job runner cannot give a job the role %s's credentials", role.ARN)
+	}
+	if a.cfg.AssumeRole == nil {
+		return nil, fmt.Errorf("sandbox: this agent cannot assume the role %s (no AWS identity configured)", role.ARN)
+	}
+	env, err := a.cfg.AssumeRole(ctx, *role)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return er.RunEnv(ctx, job, a.jobDir(job.ID), env)
+}
+
+// sandboxSeed reads the sandbox outputs nuon install create recorded in
+// SandboxDir/outputs.json, or nil.
+func (a *Agent) sandboxSeed() map[string]any {
+	if a.cfg.SandboxDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(a.cfg.SandboxDir, SandboxOutputsFile))
+	if err != nil {
+		return nil
+	}
+	var outs map[string]any
+	if err := json.Unmarshal(b, &outs); err != nil {
+		a.log.Warn("sandbox outputs unreadable", "file", filepath.Join(a.cfg.SandboxDir, SandboxOutputsFile), "error", err)
+		return nil
+	}
+	return outs
+}
+
+// SandboxOutputsFile is where, in Config.SandboxDir, nuon install create
+// records the sandbox's outputs.
+const SandboxOutputsFile = "outputs.json"

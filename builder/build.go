@@ -28,6 +28,10 @@ type Target struct {
 	// or for an image component an OCI image layout directory or an image
 	// reference (registry/repository@digest or :tag).
 	Source string
+	// Artifact names the artifact in the release instead of its type's
+	// name: the sandbox's artifacts are named after their sandboxes
+	// (local, aws-eks), one per sandbox, all terraform modules.
+	Artifact string
 }
 
 // Options configure Build. Client and Signer are required.
@@ -114,6 +118,9 @@ func (b *build) resolve(context.Context) error {
 	b.art = Artifact{Component: c.Name, Type: c.Type, Repository: repo.Name(), Source: b.t.Source}
 	if k, ok := oci.KindOf(c.Type); ok {
 		b.art.Name = k.Artifact
+		if b.t.Artifact != "" {
+			b.art.Name = b.t.Artifact
+		}
 	} else if c.Type == schemas.TypeImage {
 		b.art.Name = oci.ImageArtifact
 	} else {

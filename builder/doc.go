@@ -47,6 +47,14 @@
 //	manifests/<component>   manifests
 //	images/<component>      image: an OCI image layout directory
 //
+// The sandbox, when nuon.yaml declares one (schemas.AppSandbox), is built
+// as the component sandbox: every folder of sandboxes/ under --src (or
+// of --dir sandbox=PATH: this repository's sandboxes/) that holds a
+// Terraform file is one terraform module artifact named after the folder
+// (local, aws-eks), pushed to the sandbox's repository. `nuon release
+// sandbox` records them together in releases/sandbox.yaml, and each
+// install runs the one its sandbox.name names.
+//
 // --dir COMPONENT=PATH overrides the convention; for an image component
 // PATH may also be an image reference (registry/repository@sha256:…),
 // which is copied by digest. The repository fixtures/ follows this

@@ -201,6 +201,10 @@ func appendVersion(app []byte, file string, old []byte, r Record) ([]byte, bool,
 			comp = &src.App.Components[i]
 		}
 	}
+	if comp == nil && r.Component == schemas.SandboxComponent && src.App.Sandbox != nil {
+		// The sandbox is released like a component, from its own entry.
+		comp = &schemas.Component{Name: r.Component, Type: schemas.TypeTerraform, Repository: src.App.Sandbox.Repository}
+	}
 	if comp == nil {
 		return nil, false, fmt.Errorf("release: no component %q in %s on main", r.Component, schemas.AppFile)
 	}

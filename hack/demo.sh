@@ -11,7 +11,9 @@
 # the agents on that channel updating just that component. Each install is
 # made by `nuon install create --cloud local`: its keys, its local sandbox
 # (kube-apiserver, a registry with TLS and basic auth), installs/<id>.yaml on
-# main, and its agent as a process; the last step deletes one install with
+# main, and its agent as a process, which adopts the sandbox as the install's
+# first component (released by vendor CI from sandboxes/ and pinned on both
+# channels, like any component); the last step deletes one install with
 # `nuon install delete`.
 set -euo pipefail
 
@@ -31,6 +33,10 @@ step "tenant repository at $demo/tenant.git (main = fixtures/tenant)"
 git init --quiet --bare --initial-branch=main "$demo/tenant.git"
 git clone --quiet "$demo/tenant.git" "$demo/main" 2>/dev/null
 cp -R "$root/fixtures/tenant/." "$demo/main/"
+# The app declares its sandbox: released from sandboxes/ like a component,
+# pinned on both channels, applied by each install's agent before the rest.
+printf '\nsandbox:\n  repository: registry.vendor.example/shop/sandbox\n' >>"$demo/main/nuon.yaml"
+sed -i 's/^components:$/components:\n  sandbox: 0.1.0/' "$demo/main/channels/stable.yaml" "$demo/main/channels/beta.yaml"
 git -C "$demo/main" add --all
 # The installs are made below by nuon install create, not written by hand.
 git -C "$demo/main" rm --quiet -r --cached installs && rm -r "$demo/main/installs"
@@ -53,8 +59,8 @@ cleanup() {
 	for id in "${installs[@]}"; do
 		d=$demo/installs/$id
 		[[ -f $d/agent.pid ]] && kill -- -"$(cat "$d/agent.pid")" 2>/dev/null || true
-		[[ -x $d/sandbox/kube-down.sh ]] && "$d/sandbox/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
-		[[ -x $d/sandbox/registry.sh ]] && "$d/sandbox/registry.sh" down "$d/sandbox/run/registry" || true
+		[[ -x $d/sandbox/module/kube-down.sh ]] && "$d/sandbox/module/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
+		[[ -x $d/sandbox/module/registry.sh ]] && "$d/sandbox/module/registry.sh" down "$d/sandbox/run/registry" || true
 	done
 	"$root/hack/registry.sh" stop "$demo/registries/vendor"
 }
@@ -69,16 +75,16 @@ step "nuon build: package each component, push it by digest, sign it (cosign's f
 export COSIGN_PASSWORD= # the demo key has none
 build() { "$nuon" build --app "$demo/main/nuon.yaml" --key "$root/fixtures/keys/cosign.key" --log-level warn "$@"; }
 build --src "$root/fixtures/previous" -o json database api api-image dashboards >"$demo/build-previous.json"
-build --src "$root/fixtures" | sed 's/^/  /'
+build --src "$root/fixtures" --dir sandbox="$root/sandboxes" | sed 's/^/  /'
 echo "  a rebuild gives the same digests and keeps the signatures:"
-build --src "$root/fixtures" -o json | tee "$demo/build.json" | grep -c '"signed": false' | sed 's/^/    unchanged artifacts: /'
+build --src "$root/fixtures" --dir sandbox="$root/sandboxes" -o json | tee "$demo/build.json" | grep -c '"signed": false' | sed 's/^/    unchanged artifacts: /'
 
 step "nuon release: each version's digests recorded on main, one commit each"
 release() { "$nuon" release "$1" --repo "$demo/tenant.git" --version "$2" --from "$3" | sed -n 's/^released /  released /p'; }
 for cv in database:1.0.0 api:2.3.0 api-image:2.3.0 dashboards:1.1.0; do release "${cv%%:*}" "${cv#*:}" "$demo/build-previous.json"; done
-for cv in network:1.0.0 database:1.1.0 api:2.4.0 api-image:2.4.0 dashboards:1.2.0; do release "${cv%%:*}" "${cv#*:}" "$demo/build.json"; done
+for cv in network:1.0.0 database:1.1.0 api:2.4.0 api-image:2.4.0 dashboards:1.2.0 sandbox:0.1.0; do release "${cv%%:*}" "${cv#*:}" "$demo/build.json"; done
 git -C "$demo/main" pull --quiet --ff-only
-diff -r "$root/fixtures/tenant/releases" "$demo/main/releases" &&
+diff -r -x sandbox.yaml "$root/fixtures/tenant/releases" "$demo/main/releases" &&
 	echo "  releases/ on main is fixtures/tenant/releases, digest for digest: the builds are reproducible"
 
 step "a released version never changes"
@@ -151,6 +157,18 @@ acme_curl=(curl -s --cacert "$demo/installs/acme/sandbox/run/registry/cert.pem" 
 	sed 's/^/  nuon\/acme\/shop\/network tags: /'
 echo
 # ---- end of artifacts ---------------------------------------------------------
+
+step "acme's sandbox: its agent's first component, adopted from nuon install create"
+git -C "$demo/tenant.git" show refs/heads/nuon/status/acme:status.json | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+sb = st["components"]["sandbox"]
+print("  sandbox %s %s; its outputs feed the components:" % (sb["version"], sb["phase"]))
+for k in ("registry", "cluster", "dns"):
+    print("    %-9s %s" % (k, {kk: v for kk, v in sb["outputs"][k].items() if kk != "certificate_authority"}))'
+git -C "$demo/tenant.git" show refs/heads/nuon/installs/acme:install.json | python3 -c '
+import json, sys
+print("  apply order: " + " → ".join(json.load(sys.stdin)["components"]))'
 
 step "nuon status"
 "$nuon" status --repo "$demo/tenant.git"

@@ -85,7 +85,10 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	args := []string{"agent", "--repo", o.Repo, "--install", o.ID,
 		"--trust", o.path(TrustFile), "--key", o.path(KeyFile), "--workdir", o.path(AgentDir),
 		"--registry", outs.Registry.URL, "--registry-ca", outs.Registry.CAFile,
-		"--registry-username", outs.Registry.Username, "--kubeconfig", outs.Cluster.Kubeconfig}
+		"--registry-username", outs.Registry.Username, "--kubeconfig", outs.Cluster.Kubeconfig,
+		// The hand-over: the agent's sandbox jobs keep their state where
+		// the sandbox phase left it.
+		"--sandbox-dir", o.path(SandboxDir)}
 	args = append(args, o.AgentFlags...)
 	logf, err := os.OpenFile(o.path(AgentLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -11,18 +11,25 @@
 //     the install's directory, which the operator names. Never committed:
 //     only the public key goes into installs/<id>.yaml, as agentKey.
 //  2. sandbox: the sandbox module (sandboxes.Extract) applied with the real
-//     terraform (terraform-exec); its state stays in the install's directory
-//     (local) and its outputs are recorded in sandbox/outputs.json.
+//     terraform (terraform-exec); locally the module is in sandbox/module
+//     and its state in sandbox/terraform.tfstate, the layout of the
+//     agent's terraform jobs, and its outputs are recorded in
+//     sandbox/outputs.json.
 //  3. install-file: installs/<id>.yaml written as a commit on the branch
 //     nuon/install/<id> for review, or on main (Options.Commit). The
-//     hand-over: its registry is the sandbox's registry output (url and
-//     repository_prefix), not typed by anyone. An identical file is left
-//     alone.
+//     hand-over: when main's nuon.yaml declares a sandbox, the file names
+//     it (sandbox.name; its version is the channel's pin) with this
+//     install's module inputs, and on AWS the maintenance role and
+//     ExternalId the agent assumes for upgrades; no registry is written,
+//     the sandbox's registry output stands for it. Without a declared
+//     sandbox the registry is the sandbox's registry output (url and
+//     repository_prefix), copied. An identical file is left alone.
 //  4. agent: on the local sandbox (no kubelet) nuon-agent runs as a process
 //     in its own session, with a pid file and its log in the install's
 //     directory, reading the registry password from the sandbox's
 //     password file (and Options.GitTokenFile, the repository's token)
-//     into its environment (never argv). With
+//     into its environment (never argv), and with --sandbox-dir naming
+//     sandbox/, whose state its first pass adopts. With
 //     [AgentKubernetes], manifests/ are applied to the sandbox's cluster
 //     by server-side apply ([ApplyAgent], fluxcd/pkg/ssa) with the install
 //     key, registry password and repository token as Secrets, the trust

@@ -16,7 +16,9 @@ import (
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/sandboxes"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/stack"
 )
 
 // MainRef is the tenant repository's main branch.
@@ -27,21 +29,33 @@ func ReviewRef(id string) plumbing.ReferenceName {
 	return plumbing.NewBranchReferenceName("nuon/install/" + id)
 }
 
-// installFile is the content of installs/<id>.yaml.
-func installFile(o *Options, pub string, outs *Outputs) ([]byte, error) {
+// installFile is the content of installs/<id>.yaml. When the app
+// declares a sandbox (managed), the file names it and gives it this
+// install's inputs, and its registry is left to the sandbox's registry
+// output, which the agent reads: the hand-over. Otherwise the registry is
+// copied from the outputs, as before there were managed sandboxes.
+func installFile(o *Options, pub string, outs *Outputs, managed bool) ([]byte, error) {
 	in := schemas.Install{
 		Channel:  o.Channel,
 		Inputs:   o.Inputs,
 		Cloud:    schemas.Cloud{Provider: o.Cloud},
-		Sandbox:  schemas.Sandbox{Name: o.Cloud},
-		Registry: outs.Registry.URL + "/" + outs.Registry.RepositoryPrefix,
+		Sandbox:  schemas.Sandbox{Name: sandboxes.Local},
 		AgentKey: pub,
 	}
 	if o.Cloud == CloudAWS {
-		in.Sandbox.Name = "aws-eks"
+		in.Sandbox.Name = sandboxes.AWSEKS
 	}
 	var b bytes.Buffer
-	b.WriteString("# Written by nuon install create: registry comes from the sandbox's\n# registry output, agentKey is the install's own public key.\n")
+	if !managed {
+		in.Registry = outs.Registry.URL + "/" + outs.Registry.RepositoryPrefix
+		b.WriteString("# Written by nuon install create: registry comes from the sandbox's\n# registry output, agentKey is the install's own public key.\n")
+	} else {
+		in.Sandbox.Inputs = o.sandboxInputs()
+		if o.Cloud == CloudAWS {
+			in.Sandbox.Role = &schemas.SandboxRole{ARN: o.roleARN(stack.Maintenance), ExternalID: o.AWS.ExternalID}
+		}
+		b.WriteString("# Written by nuon install create. The sandbox is managed by the install's\n# agent from here on: its version is the channel's pin, its outputs (the\n# registry among them) reach components as ${install.sandbox.outputs.…}.\n# agentKey is the install's own public key.\n")
+	}
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(in); err != nil {
@@ -60,9 +74,8 @@ func commitInstallFile(ctx context.Context, o *Options, st *state) (string, stri
 			return "", "", fmt.Errorf("sandbox outputs: %w", err)
 		}
 	}
-	content, err := installFile(o, st.publicKey, outs)
-	if err != nil {
-		return "", "", err
+	content := func(app []byte) ([]byte, error) {
+		return installFile(o, st.publicKey, outs, managedSandbox(app))
 	}
 	target := MainRef
 	if !o.Commit {
@@ -82,7 +95,32 @@ func commitInstallFile(ctx context.Context, o *Options, st *state) (string, stri
 	}
 }
 
-func commitOnce(ctx context.Context, o *Options, repo *gitrepo.Repo, target plumbing.ReferenceName, file string, content []byte) (string, string, error) {
+// managedSandbox tells whether an app file (nuon.yaml) declares a
+// sandbox, which its installs' agents then manage.
+func managedSandbox(app []byte) bool {
+	var a struct {
+		Sandbox *schemas.AppSandbox `yaml:"sandbox"`
+	}
+	return yaml.Unmarshal(app, &a) == nil && a.Sandbox != nil
+}
+
+// sandboxInputs are the sandbox module's variables that are this
+// install's own (install_id comes from the renderer): the same values the
+// sandbox phase applied with, so that the agent's first apply changes
+// nothing.
+func (o *Options) sandboxInputs() map[string]any {
+	if o.Cloud == CloudAWS {
+		zones := make([]any, len(o.AWS.AvailabilityZones))
+		for i, z := range o.AWS.AvailabilityZones {
+			zones[i] = z
+		}
+		return map[string]any{"region": o.AWS.Region, "availability_zones": zones, "domain": o.AWS.Domain,
+			"maintenance_role_arn": o.roleARN(stack.Maintenance)}
+	}
+	return map[string]any{"dir": o.path(RuntimeDir), "kube_assets": o.KubeAssets}
+}
+
+func commitOnce(ctx context.Context, o *Options, repo *gitrepo.Repo, target plumbing.ReferenceName, file string, contentFor func(app []byte) ([]byte, error)) (string, string, error) {
 	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
 		return "", "", err
 	}
@@ -104,6 +142,16 @@ func commitOnce(ctx context.Context, o *Options, repo *gitrepo.Repo, target plum
 		return "", "", err
 	}
 	root, err := commit.Tree()
+	if err != nil {
+		return "", "", err
+	}
+	var app []byte
+	if f, err := root.File(schemas.AppFile); err == nil {
+		if s, err := f.Contents(); err == nil {
+			app = []byte(s)
+		}
+	}
+	content, err := contentFor(app)
 	if err != nil {
 		return "", "", err
 	}

@@ -35,7 +35,8 @@ const (
 const (
 	KeyFile      = "agent.key" // and agent.key.pub
 	TrustFile    = "trust"
-	SandboxDir   = "sandbox" // the module, its .terraform and its state
+	SandboxDir   = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
+	ModuleDir    = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
 	OutputsFile  = "sandbox/outputs.json"
 	RuntimeDir   = "sandbox/run" // the local sandbox's processes
 	AgentDir     = "agent"       // the agent's workdir

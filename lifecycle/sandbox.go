@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,10 +52,17 @@ type Outputs struct {
 }
 
 // terraform returns terraform-exec on the install's sandbox module,
-// extracted from this binary.
+// extracted from this binary into ModuleDir, its state in
+// SandboxDir/terraform.tfstate: the layout of the agent's terraform jobs
+// (package reconciler/terraform), so that the agent, given SandboxDir,
+// adopts the sandbox with the same module path and state, and its first
+// apply changes nothing.
 func (o *Options) terraform() (*tfexec.Terraform, error) {
-	dir := o.path(SandboxDir)
+	dir := o.path(ModuleDir)
 	if err := sandboxes.Extract(sandboxes.Local, dir); err != nil {
+		return nil, err
+	}
+	if _, err := writeIfChanged(filepath.Join(dir, localBackendFile), localBackend(o.path(SandboxDir+"/terraform.tfstate")), 0o600); err != nil {
 		return nil, err
 	}
 	tf, err := tfexec.NewTerraform(dir, o.Terraform)
@@ -73,6 +81,20 @@ func (o *Options) terraform() (*tfexec.Terraform, error) {
 		return nil, err
 	}
 	return tf, nil
+}
+
+// localBackendFile is the override file the agent's terraform plugin
+// writes too: it keeps the state outside the module's folder, which each
+// job replaces.
+const localBackendFile = "nuon_override.tf.json"
+
+// localBackend is the override that keeps the state in the local file
+// state, as the terraform plugin writes it.
+func localBackend(state string) []byte {
+	b, _ := json.MarshalIndent(map[string]any{
+		"terraform": map[string]any{"backend": map[string]any{"local": map[string]any{"path": state}}},
+	}, "", "  ")
+	return append(b, '\n')
 }
 
 func (o *Options) sandboxVars() []string {

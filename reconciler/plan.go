@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"nuon.dev/nuon/schemas"
 )
@@ -83,43 +84,110 @@ func NewPlan(desired map[string]*schemas.ComponentState, order []string, applied
 }
 
 // Outputs are the known outputs of finished components: component →
-// output → value. Sensitive outputs are absent.
+// output → value. Sensitive outputs are absent. The sandbox's are under
+// schemas.SandboxComponent.
 type Outputs map[string]map[string]any
 
-// Resolve returns a copy of cs whose ${components.X.outputs.Y} references
-// are replaced by the outputs' values. ${secrets.…} stay: the job resolves
-// them inside the install.
+// Resolve returns a copy of cs whose ${components.X.outputs.Y} and
+// ${install.sandbox.outputs.OUTPUT[.KEY]} references, in its inputs and
+// its artifacts' install-registry references, are replaced by the
+// outputs' values. ${secrets.…} stay: the job resolves them inside the
+// install.
 func Resolve(cs *schemas.ComponentState, outs Outputs, sensitive map[string][]string) (*schemas.ComponentState, error) {
 	out := *cs
+	if len(cs.Artifacts) > 0 {
+		out.Artifacts = slices.Clone(cs.Artifacts)
+		for i, a := range out.Artifacts {
+			if !strings.Contains(a.Local, "${") {
+				continue
+			}
+			v, err := substitute("artifact "+a.Name, a.Local, outs, sensitive, true)
+			if err != nil {
+				return nil, err
+			}
+			local, ok := v.(string)
+			if !ok {
+				return nil, fmt.Errorf("artifact %s: %s resolves to a %T, not a string", a.Name, a.Local, v)
+			}
+			out.Artifacts[i].Local = local
+		}
+	}
 	if len(cs.Inputs) == 0 {
 		return &out, nil
 	}
 	inputs, err := schemas.WalkStrings(map[string]any(cs.Inputs), "", func(field, s string) (any, error) {
-		var missing error
-		v, err := schemas.Substitute(s, func(r schemas.Ref) (any, bool) {
-			if r.Kind != schemas.RefOutput {
-				return nil, false
-			}
-			v, ok := outs[r.Name][r.Output]
-			if !ok && missing == nil {
-				if slices.Contains(sensitive[r.Name], r.Output) {
-					missing = fmt.Errorf("input %s: ${%s} is a sensitive output; it cannot be passed on as an input", field, r)
-				} else {
-					missing = fmt.Errorf("input %s: ${%s} has no value: component %s did not output %q", field, r, r.Name, r.Output)
-				}
-			}
-			return v, ok
-		})
-		if err != nil {
-			return nil, fmt.Errorf("input %s: %w", field, err)
-		}
-		return v, missing
+		return substitute("input "+field, s, outs, sensitive, false)
 	})
 	if err != nil {
 		return nil, err
 	}
 	out.Inputs = inputs.(map[string]any)
 	return &out, nil
+}
+
+// substitute resolves the output references in s; what is the field's
+// name for errors. With onlyStrings, every value must be a string (an
+// artifact reference is made of them).
+func substitute(what, s string, outs Outputs, sensitive map[string][]string, onlyStrings bool) (any, error) {
+	var missing error
+	v, err := schemas.Substitute(s, func(r schemas.Ref) (any, bool) {
+		v, ok := lookup(what, r, outs, sensitive, &missing)
+		if _, isString := v.(string); ok && onlyStrings && !isString && missing == nil {
+			missing = fmt.Errorf("%s: ${%s} is a %T, not a string", what, r, v)
+		}
+		return v, ok
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return v, missing
+}
+
+// lookup finds one output reference's value; the first reference without
+// one sets *missing.
+func lookup(what string, r schemas.Ref, outs Outputs, sensitive map[string][]string, missing *error) (any, bool) {
+	var v any
+	var ok bool
+	var why error
+	switch r.Kind {
+	case schemas.RefOutput:
+		if v, ok = outs[r.Name][r.Output]; ok {
+			break
+		}
+		if slices.Contains(sensitive[r.Name], r.Output) {
+			why = fmt.Errorf("%s: ${%s} is a sensitive output; it cannot be passed on as an input", what, r)
+		} else {
+			why = fmt.Errorf("%s: ${%s} has no value: component %s did not output %q", what, r, r.Name, r.Output)
+		}
+	case schemas.RefSandbox:
+		if v, ok = sandboxOutput(outs, r); ok {
+			break
+		}
+		if _, applied := outs[schemas.SandboxComponent]; !applied {
+			why = fmt.Errorf("%s: ${%s} has no value: the sandbox has recorded no outputs yet", what, r)
+		} else {
+			why = fmt.Errorf("%s: ${%s} has no value: the sandbox did not output it", what, r)
+		}
+	}
+	if why != nil && *missing == nil {
+		*missing = why
+	}
+	return v, ok
+}
+
+// sandboxOutput looks a sandbox reference up: the whole output, or one
+// key of it.
+func sandboxOutput(outs Outputs, r schemas.Ref) (any, bool) {
+	v, ok := outs[schemas.SandboxComponent][r.Name]
+	if !ok || r.Output == "" {
+		return v, ok
+	}
+	obj, isObj := v.(map[string]any)
+	if !isObj {
+		return nil, false
+	}
+	v, ok = obj[r.Output]
+	return v, ok
 }
 
 // SpecHash identifies a resolved spec: two specs with the same hash need

@@ -138,3 +138,51 @@ func TestSpecHashIsStable(t *testing.T) {
 		t.Error("different specs hashed the same")
 	}
 }
+
+func TestResolveSandbox(t *testing.T) {
+	outs := Outputs{schemas.SandboxComponent: {
+		"registry": map[string]any{"url": "127.0.0.1:5000", "repository_prefix": "nuon/acme"},
+		"dns":      map[string]any{"domain": "acme.example.com"},
+	}}
+	cs := comp("api", schemas.SandboxComponent)
+	cs.Inputs = map[string]any{
+		"image": "${install.sandbox.outputs.registry.url}/${install.sandbox.outputs.registry.repository_prefix}/api",
+		"dns":   "${install.sandbox.outputs.dns}",
+	}
+	cs.Artifacts = []schemas.Artifact{{Name: "chart", Local: "${install.sandbox.outputs.registry.url}/${install.sandbox.outputs.registry.repository_prefix}/shop/api@sha256:00", Digest: "sha256:00"}}
+	got, err := Resolve(cs, outs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"image": "127.0.0.1:5000/nuon/acme/api", "dns": map[string]any{"domain": "acme.example.com"}}
+	if d := cmp.Diff(want, got.Inputs); d != "" {
+		t.Errorf("inputs (-want +got):\n%s", d)
+	}
+	if got.Artifacts[0].Local != "127.0.0.1:5000/nuon/acme/shop/api@sha256:00" || cs.Artifacts[0].Local == got.Artifacts[0].Local {
+		t.Errorf("artifact %s (the desired spec's: %s)", got.Artifacts[0].Local, cs.Artifacts[0].Local)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		outs  Outputs
+		input string
+		want  string
+	}{
+		{"no sandbox outputs yet", Outputs{}, "${install.sandbox.outputs.registry.url}", "input x: ${install.sandbox.outputs.registry.url} has no value: the sandbox has recorded no outputs yet"},
+		{"a key the sandbox did not output", outs, "${install.sandbox.outputs.registry.region}", "input x: ${install.sandbox.outputs.registry.region} has no value: the sandbox did not output it"},
+		{"an output that is not an object", Outputs{schemas.SandboxComponent: {"registry": "x"}}, "${install.sandbox.outputs.registry.url}", "input x: ${install.sandbox.outputs.registry.url} has no value: the sandbox did not output it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := comp("api")
+			cs.Inputs = map[string]any{"x": tc.input}
+			if _, err := Resolve(cs, tc.outs, nil); err == nil || err.Error() != tc.want {
+				t.Errorf("Resolve: %v, want %s", err, tc.want)
+			}
+		})
+	}
+	cs = comp("api")
+	cs.Artifacts = []schemas.Artifact{{Name: "chart", Local: "${install.sandbox.outputs.registry}/x@sha256:00"}}
+	if _, err := Resolve(cs, outs, nil); err == nil || !strings.Contains(err.Error(), "artifact chart") {
+		t.Errorf("an artifact reference resolving to an object: %v", err)
+	}
+}

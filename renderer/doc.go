@@ -11,6 +11,21 @@
 // new commit. The tree holds nothing that is not a function of main:
 // generation and source commit are trailers of the install's commit.
 //
+// When nuon.yaml declares a sandbox, it is rendered as one more terraform
+// component, components/sandbox.json, first in install.json's order: the
+// artifact of its pinned release (the channel's pin, or the install's
+// sandbox.version) named after the install's sandbox.name, as the
+// module; nuon.yaml's sandbox inputs with the install's sandbox.inputs
+// over them and install_id set to the install's id; drift checks off.
+// Every other component depends on it. An install whose file names no
+// registry gets artifact references that start with the sandbox's
+// registry output, ${install.sandbox.outputs.registry.url}/
+// ${install.sandbox.outputs.registry.repository_prefix}, which its agent
+// resolves; a registry in the install's file wins. A sandbox version bump
+// is therefore a new generation like any other. A deleted install renders
+// no sandbox: its agent never destroys it (nuon install delete does, with
+// the deprovision role).
+//
 // # Commits and refs
 //
 // [Render] writes no object itself; it returns them in [Result.Objects]

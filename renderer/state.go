@@ -26,11 +26,24 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		return nil, fmt.Errorf("render %s: %w", id, err)
 	}
 	components := src.App.Components
+	sandbox := src.App.Sandbox != nil
 	if in.Deleted {
-		// Nothing is desired: the agent deletes what it applied.
-		order, components = []string{}, nil
+		// Nothing is desired: the agent deletes what it applied, and
+		// leaves the sandbox to nuon install delete.
+		order, components, sandbox = []string{}, nil, false
 	}
 	files := Files{}
+	if sandbox {
+		// The sandbox is applied before everything else.
+		order = append([]string{schemas.SandboxComponent}, order...)
+		cs, err := sandboxComponent(src, id, in)
+		if err != nil {
+			return nil, fmt.Errorf("render %s: sandbox: %w", id, err)
+		}
+		if files[schemas.ComponentStateFile(schemas.SandboxComponent)], err = encode(cs); err != nil {
+			return nil, fmt.Errorf("render %s: sandbox: %w", id, err)
+		}
+	}
 	state := schemas.InstallState{
 		APIVersion: schemas.APIVersion,
 		Kind:       schemas.KindInstallState,
@@ -48,6 +61,11 @@ func Install(src *schemas.Source, id string) (Files, error) {
 		return nil, fmt.Errorf("render %s: %w", id, err)
 	}
 	for _, c := range components {
+		if sandbox {
+			// Every component depends on the sandbox, and may read its
+			// outputs.
+			c.DependsOn = append(slices.Clone(c.DependsOn), schemas.SandboxComponent)
+		}
 		cs, err := component(src, id, in, c)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: component %s: %w", id, c.Name, err)
@@ -97,29 +115,108 @@ func component(src *schemas.Source, id string, in schemas.Install, c schemas.Com
 		cs.Artifacts = append(cs.Artifacts, schemas.Artifact{
 			Name:      n,
 			Source:    repo + "@" + a.Digest,
-			Local:     LocalRepository(in.Registry, repo) + "@" + a.Digest,
+			Local:     LocalRepository(installRegistry(src, in), repo) + "@" + a.Digest,
 			Digest:    a.Digest,
 			MediaType: a.MediaType,
 		})
 	}
 	if len(c.Inputs) > 0 {
-		inputs, err := schemas.WalkStrings(map[string]any(c.Inputs), "", func(_, s string) (any, error) {
-			return schemas.Substitute(s, func(r schemas.Ref) (any, bool) {
-				switch r.Kind {
-				case schemas.RefInstallID:
-					return id, true
-				case schemas.RefInstallInput:
-					v, ok := in.Inputs[r.Name]
-					return v, ok
-				}
-				return nil, false
-			})
-		})
+		inputs, err := installInputs(id, in, c.Inputs)
 		if err != nil {
-			return cs, fmt.Errorf("inputs: %w", err)
+			return cs, err
 		}
-		cs.Inputs = inputs.(map[string]any)
+		cs.Inputs = inputs
 	}
+	return cs, nil
+}
+
+// installInputs resolves the install references (${install.id},
+// ${install.inputs.NAME}) in inputs; every other reference stays, for the
+// agent.
+func installInputs(id string, in schemas.Install, inputs map[string]any) (map[string]any, error) {
+	out, err := schemas.WalkStrings(inputs, "", func(_, s string) (any, error) {
+		return schemas.Substitute(s, func(r schemas.Ref) (any, bool) {
+			switch r.Kind {
+			case schemas.RefInstallID:
+				return id, true
+			case schemas.RefInstallInput:
+				v, ok := in.Inputs[r.Name]
+				return v, ok
+			}
+			return nil, false
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inputs: %w", err)
+	}
+	return out.(map[string]any), nil
+}
+
+// sandboxRegistry is where the install's artifacts go when its file names
+// no registry: the sandbox's registry output, which the agent resolves
+// from the outputs it recorded when it applied the sandbox.
+const sandboxRegistry = "${install.sandbox.outputs.registry.url}/${install.sandbox.outputs.registry.repository_prefix}"
+
+// installRegistry is the install's registry: the one its file names, which
+// wins, else the sandbox's registry output (as references).
+func installRegistry(src *schemas.Source, in schemas.Install) string {
+	if in.Registry == "" && src.App.Sandbox != nil {
+		return sandboxRegistry
+	}
+	return in.Registry
+}
+
+// sandboxComponent renders the sandbox as a terraform component: the
+// artifact of its pinned release named after the install's sandbox, as
+// the module; nuon.yaml's sandbox inputs, then the install's, then
+// install_id; drift checks off (a plan of the whole sandbox every hour
+// is the vendor's to ask for, not a default).
+func sandboxComponent(src *schemas.Source, id string, in schemas.Install) (schemas.ComponentState, error) {
+	sb := src.App.Sandbox
+	version, ok := src.SandboxVersion(in)
+	if !ok {
+		return schemas.ComponentState{}, fmt.Errorf("channel %s pins no version", in.Channel)
+	}
+	rel, ok := src.ReleaseOf(schemas.SandboxComponent, version)
+	if !ok {
+		return schemas.ComponentState{}, fmt.Errorf("version %s has no release record", version)
+	}
+	a, ok := rel.Artifacts[in.Sandbox.Name]
+	if !ok {
+		return schemas.ComponentState{}, fmt.Errorf("version %s has no artifact %q", version, in.Sandbox.Name)
+	}
+	repo := a.Repository
+	if repo == "" {
+		repo = sb.Repository
+	}
+	cs := schemas.ComponentState{
+		APIVersion: schemas.APIVersion,
+		Kind:       schemas.KindComponentState,
+		Name:       schemas.SandboxComponent,
+		Type:       schemas.TypeTerraform,
+		Version:    version,
+		Artifacts: []schemas.Artifact{{
+			Name:      "module",
+			Source:    repo + "@" + a.Digest,
+			Local:     LocalRepository(installRegistry(src, in), repo) + "@" + a.Digest,
+			Digest:    a.Digest,
+			MediaType: a.MediaType,
+		}},
+		Terraform: sb.Terraform,
+		Drift:     &schemas.DriftSettings{Mode: schemas.DriftOff},
+	}
+	inputs, err := installInputs(id, in, sb.Inputs)
+	if err != nil {
+		return cs, err
+	}
+	if inputs == nil {
+		inputs = map[string]any{}
+	}
+	for k, v := range in.Sandbox.Inputs {
+		inputs[k] = v
+	}
+	inputs["install_id"] = id
+	cs.Inputs = inputs
 	return cs, nil
 }
 

@@ -31,6 +31,22 @@
 //	    inputs:
 //	      vpc_id: ${components.network.outputs.vpc_id}
 //
+// nuon.yaml may also declare the sandbox the installs run on ([AppSandbox]):
+// the Terraform module (sandboxes/local, sandboxes/aws-eks) that nuon
+// install create applies first and the install's agent then manages as
+// one more component, named sandbox ([SandboxComponent]), applied before
+// every other:
+//
+//	sandbox:
+//	  repository: registry.vendor.example/shop/sandbox
+//	  inputs:
+//	    single_nat_gateway: true
+//
+// It is versioned like a component: releases/sandbox.yaml holds one
+// artifact per sandbox name (local, aws-eks), every channel pins it
+// (sandbox: 0.2.0 under components), and an install may override the pin
+// with its own sandbox.version (not versions).
+//
 // channels/<channel>.yaml pins the version of every component that the
 // installs on the channel run ([Channel]); promotion is a pull request
 // that edits a pin:
@@ -51,8 +67,13 @@
 //
 // installs/<id>.yaml is one customer install ([Install]), whose id is the
 // file's name: the channel it follows, its own input values, where it
-// runs, its registry, the public key its agent signs status with, and
-// optional per-component version overrides:
+// runs, its sandbox (which of the release's artifacts it runs, its own
+// module inputs, and on AWS the maintenance role its agent assumes for
+// sandbox upgrades), its registry, the public key its agent signs status
+// with, and optional per-component version overrides. The registry may be
+// left out when nuon.yaml declares a sandbox: the agent then copies
+// artifacts into the sandbox's registry output (url/repository_prefix); a
+// registry written here wins.
 //
 //	channel: stable
 //	inputs:
@@ -99,11 +120,18 @@
 //	${install.id}                       the install's id
 //	${install.inputs.NAME}              one of the install's inputs
 //	${components.NAME.outputs.OUTPUT}   an output of another component
+//	${install.sandbox.outputs.OUTPUT.KEY}  one key of a sandbox output
+//	${install.sandbox.outputs.OUTPUT}   a whole sandbox output (an object)
 //	${secrets.NAME}                     a secret of the install
 //
-// The renderer resolves the install references; the other two stay in the
-// rendered state and are resolved inside the install, so secrets never
-// leave it. A component may read the outputs only of components it
+// The renderer resolves ${install.id} and ${install.inputs.NAME}; the
+// others stay in the rendered state and are resolved inside the install,
+// by the agent from what it recorded (component outputs, the sandbox's
+// outputs) or by the job (secrets), so secrets never leave it. A sandbox
+// output and key must be in the outputs contract of sandboxes/README.md
+// ([SandboxOutputs]: cluster, vpc, registry, dns, agent), and nuon.yaml
+// must declare a sandbox; every component may read them (all depend on
+// the sandbox). The sandbox's own inputs may reference only the install. A component may read the outputs only of components it
 // depends on, directly or not, and only outputs they declare. "$${" is a
 // literal "${". A string that is exactly one reference takes the
 // referenced value's own type. [ParseRefs], [Substitute] and [WalkStrings]
@@ -114,8 +142,10 @@
 // After each file passes its schema, Load checks that the files agree:
 // component names are unique; dependsOn names other components and has no
 // cycle; references name declared outputs of dependencies; every channel
-// pins every component, and every pin and install override names a
-// released version of a component in nuon.yaml; a release file's component
+// pins every component (and the sandbox, when declared), and every pin and
+// install override names a released version of a component in nuon.yaml;
+// an install's sandbox release has an artifact for its sandbox name, and
+// an install without a declared sandbox names its registry; a release file's component
 // is its file name, with no version twice; an install's id, if written, is
 // its file name, its channel exists, it provides every input the
 // components reference, and its agent key is an ed25519 key.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -17,7 +18,12 @@ func seedFiles(f *testing.F, file string) {
 	if b, ok := base[file]; ok {
 		f.Add(b.Data)
 	}
-	for _, tc := range loadCases {
+	cases := slices.Clone(loadCases)
+	for _, tc := range sandboxCases {
+		tc.edits = append(slices.Clone(withSandbox), tc.edits...)
+		cases = append(cases, tc)
+	}
+	for _, tc := range cases {
 		fsys := tenant(f)
 		for _, e := range tc.edits {
 			e(f, fsys)
@@ -82,6 +88,8 @@ func FuzzParseRefs(f *testing.F) {
 		"", "plain", "${install.id}", "shop-${install.id}", "$${install.id}", "$$${install.id}", "${", "${}", "}${",
 		"${ install.id }", "${install.inputs.cidr}", "${components.network.outputs.vpc_id}", "${secrets.db_password}",
 		"a${install.inputs.x}b${secrets.y}c", "${install.domain}", "${install.inputs.db_size", "${a${install.id}}",
+		"${install.sandbox.outputs.registry.url}", "${install.sandbox.outputs.dns}", "${install.sandbox.outputs.registry.url}/${install.sandbox.outputs.registry.repository_prefix}/x",
+		"${install.sandbox.outputs}", "${install.sandbox.outputs.a.b.c}", "${install.sandbox.outputs.registry.}", "${install.sandbox.registry.url}",
 	} {
 		f.Add(s)
 	}

@@ -253,7 +253,7 @@ var loadCases = []struct {
 	{
 		name:  "unknown reference",
 		edits: []edit{replace("nuon.yaml", "      domain: ${install.inputs.domain}\n    manifests:", "      domain: ${install.domain}\n    manifests:")},
-		want:  []string{`nuon.yaml:49:15: components[4].inputs.domain: unknown reference ${install.domain}: want ${install.id}, ${install.inputs.NAME}, ${components.NAME.outputs.OUTPUT} or ${secrets.NAME}`},
+		want:  []string{`nuon.yaml:49:15: components[4].inputs.domain: unknown reference ${install.domain}: want ${install.id}, ${install.inputs.NAME}, ${install.sandbox.outputs.OUTPUT.KEY}, ${components.NAME.outputs.OUTPUT} or ${secrets.NAME}`},
 	},
 	{
 		name:  "unterminated reference",

@@ -12,6 +12,11 @@ const (
 	RefInstallInput = "install.inputs"
 	RefOutput       = "components.outputs"
 	RefSecret       = "secrets"
+	// RefSandbox is ${install.sandbox.outputs.OUTPUT} (a whole object of
+	// the sandbox outputs contract) or ${install.sandbox.outputs.OUTPUT.KEY}
+	// (one key of it), resolved inside the install from the outputs the
+	// agent recorded when it applied the sandbox.
+	RefSandbox = "install.sandbox.outputs"
 )
 
 // Ref is one ${…} reference inside an input string.
@@ -19,9 +24,11 @@ type Ref struct {
 	// Start and End delimit the whole ${…} in the string.
 	Start, End int
 	Kind       string
-	// Name is the install input, secret or component name.
+	// Name is the install input, secret or component name, or the
+	// sandbox output of a RefSandbox.
 	Name string
-	// Output is the output name of a component reference.
+	// Output is the output name of a component reference, or the key of
+	// a RefSandbox ("" for the whole object).
 	Output string
 }
 
@@ -34,6 +41,11 @@ func (r Ref) String() string {
 		return "install.inputs." + r.Name
 	case RefOutput:
 		return "components." + r.Name + ".outputs." + r.Output
+	case RefSandbox:
+		if r.Output == "" {
+			return RefSandbox + "." + r.Name
+		}
+		return RefSandbox + "." + r.Name + "." + r.Output
 	default:
 		return "secrets." + r.Name
 	}
@@ -89,8 +101,17 @@ func parseRef(expr string) (Ref, error) {
 		return Ref{Kind: RefOutput, Name: parts[1], Output: parts[3]}, nil
 	case len(parts) == 2 && parts[0] == "secrets" && identRE.MatchString(parts[1]):
 		return Ref{Kind: RefSecret, Name: parts[1]}, nil
+	case (len(parts) == 4 || len(parts) == 5) && parts[0] == "install" && parts[1] == "sandbox" && parts[2] == "outputs" && identRE.MatchString(parts[3]):
+		r := Ref{Kind: RefSandbox, Name: parts[3]}
+		if len(parts) == 5 {
+			if !identRE.MatchString(parts[4]) {
+				break
+			}
+			r.Output = parts[4]
+		}
+		return r, nil
 	}
-	return Ref{}, fmt.Errorf("unknown reference ${%s}: want ${install.id}, ${install.inputs.NAME}, ${components.NAME.outputs.OUTPUT} or ${secrets.NAME}", expr)
+	return Ref{}, fmt.Errorf("unknown reference ${%s}: want ${install.id}, ${install.inputs.NAME}, ${install.sandbox.outputs.OUTPUT.KEY}, ${components.NAME.outputs.OUTPUT} or ${secrets.NAME}", expr)
 }
 
 // Substitute replaces the references in s for which resolve returns ok,

@@ -199,6 +199,20 @@ func (s *Source) Component(name string) (Component, bool) {
 	return Component{}, false
 }
 
+// SandboxVersion is the sandbox version install in runs: its own
+// sandbox.version, else its channel's pin. ok is false when the app
+// declares no sandbox or nothing pins one.
+func (s *Source) SandboxVersion(in Install) (version string, ok bool) {
+	if s.App.Sandbox == nil {
+		return "", false
+	}
+	if in.Sandbox.Version != "" {
+		return in.Sandbox.Version, true
+	}
+	version, ok = s.Channels[in.Channel].Components[SandboxComponent]
+	return version, ok
+}
+
 // ReleaseOf returns the release record of one component version.
 func (s *Source) ReleaseOf(component, version string) (ReleaseVersion, bool) {
 	for _, v := range s.Releases[component].Versions {
@@ -254,6 +268,9 @@ func (c *checker) components() Problems {
 	var ps Problems
 	app := c.docs[AppFile]
 	for i, comp := range c.App.Components {
+		if comp.Name == SandboxComponent && c.App.Sandbox != nil {
+			ps = append(ps, app.at(fmt.Sprintf("components[%d].name", i), false, "%q is the sandbox's name (nuon.yaml declares a sandbox); name the component otherwise", comp.Name))
+		}
 		if j, dup := c.index[comp.Name]; dup {
 			first := app.at(fmt.Sprintf("components[%d].name", j), false, "")
 			ps = append(ps, app.at(fmt.Sprintf("components[%d].name", i), false, "component %q is declared twice (first at line %d)", comp.Name, first.Line))
@@ -276,7 +293,39 @@ func (c *checker) components() Problems {
 		i := c.index[cycle[0]]
 		return append(ps, app.at(fmt.Sprintf("components[%d].dependsOn", i), false, "dependency cycle: %s", strings.Join(cycle, " → ")))
 	}
-	return append(ps, c.checkInputs(c.index)...)
+	return append(append(ps, c.checkInputs(c.index)...), c.checkSandboxInputs()...)
+}
+
+// known tells whether name is a component of nuon.yaml, or the sandbox
+// when it declares one: what channels pin and releases/ holds.
+func (c *checker) known(name string) bool {
+	_, ok := c.index[name]
+	return ok || (name == SandboxComponent && c.App.Sandbox != nil)
+}
+
+// checkSandboxInputs checks nuon.yaml's sandbox inputs: the sandbox runs
+// before every component and reads nothing of the install but its id and
+// inputs.
+func (c *checker) checkSandboxInputs() Problems {
+	if c.App.Sandbox == nil {
+		return nil
+	}
+	var ps Problems
+	app := c.docs[AppFile]
+	_, _ = WalkStrings(map[string]any(c.App.Sandbox.Inputs), "sandbox.inputs", func(field, str string) (any, error) {
+		refs, err := ParseRefs(str)
+		if err != nil {
+			ps = append(ps, app.at(field, false, "%v", err))
+			return str, nil
+		}
+		for _, r := range refs {
+			if r.Kind != RefInstallID && r.Kind != RefInstallInput {
+				ps = append(ps, app.at(field, false, "${%s}: the sandbox's inputs may reference only ${install.id} and ${install.inputs.NAME}: it is applied before anything else", r))
+			}
+		}
+		return str, nil
+	})
+	return ps
 }
 
 // releases checks that each release file is its component's and lists a
@@ -287,7 +336,7 @@ func (c *checker) releases() Problems {
 		d := c.docs[path.Join(ReleasesDir, name+".yaml")]
 		if r.Component != name {
 			ps = append(ps, d.at("component", false, "is %q, but this file holds the releases of %q (its name)", r.Component, name))
-		} else if _, ok := c.index[name]; c.appOK && !ok {
+		} else if c.appOK && !c.known(name) {
 			ps = append(ps, d.at("component", false, "component %q is not in %s", name, AppFile))
 		}
 		seen := map[string]int{}
@@ -320,6 +369,9 @@ func (c *checker) channels() Problems {
 				ps = append(ps, d.at("components", true, "no version pin for component %q", comp.Name))
 			}
 		}
+		if _, ok := ch.Components[SandboxComponent]; c.App.Sandbox != nil && !ok {
+			ps = append(ps, d.at("components", true, "no version pin for the sandbox (%s: VERSION): nuon.yaml declares one", SandboxComponent))
+		}
 	}
 	return ps
 }
@@ -342,18 +394,55 @@ func (c *checker) install(id string, d *document) Problems {
 		return ps
 	}
 	for comp, version := range in.Versions {
+		if comp == SandboxComponent && c.App.Sandbox != nil {
+			ps = append(ps, d.at("versions."+comp, true, "the sandbox's version is overridden by sandbox.version, not versions"))
+			continue
+		}
 		ps = append(ps, c.checkPin(d, "versions."+comp, comp, version)...)
 	}
+	ps = append(ps, c.checkInstallSandbox(d, in)...)
 	for i, comp := range c.App.Components {
 		ps = append(ps, c.checkInstallInputs(d, in, i, comp)...)
 	}
 	return ps
 }
 
+// checkInstallSandbox checks an install's sandbox and registry against
+// nuon.yaml: without a declared sandbox the install names its registry;
+// with one, its sandbox's version is released and the release has an
+// artifact for the install's sandbox name.
+func (c *checker) checkInstallSandbox(d *document, in Install) Problems {
+	if c.App.Sandbox == nil {
+		var ps Problems
+		if in.Registry == "" {
+			ps = append(ps, d.at("registry", true, "is required: %s declares no sandbox whose registry output could stand for it", AppFile))
+		}
+		return ps
+	}
+	version, ok := c.SandboxVersion(in)
+	if !ok {
+		return nil // the channel's own problem, or the channel's missing
+	}
+	if in.Sandbox.Version != "" {
+		if ps := c.checkPin(d, "sandbox.version", SandboxComponent, version); ps != nil {
+			return ps
+		}
+	}
+	rel, ok := c.ReleaseOf(SandboxComponent, version)
+	if !ok {
+		return nil // reported on the channel
+	}
+	if _, ok := rel.Artifacts[in.Sandbox.Name]; !ok {
+		names := slices.Sorted(maps.Keys(rel.Artifacts))
+		return Problems{d.at("sandbox.name", false, "sandbox %s has no artifact %q (%s/%s.yaml has: %s)", version, in.Sandbox.Name, ReleasesDir, SandboxComponent, strings.Join(names, ", "))}
+	}
+	return nil
+}
+
 // checkPin checks that a channel pin or install override names a released
 // version of a component.
 func (c *checker) checkPin(d *document, field, comp, version string) Problems {
-	if _, ok := c.index[comp]; !ok {
+	if !c.known(comp) {
 		return Problems{d.at(field, true, "component %q is not in %s", comp, AppFile)}
 	}
 	file := path.Join(ReleasesDir, comp+".yaml")
@@ -478,6 +567,12 @@ func (s *Source) checkInputs(index map[string]int) Problems {
 				return str, nil
 			}
 			for _, r := range refs {
+				if r.Kind == RefSandbox {
+					if msg := checkSandboxRef(s.App.Sandbox, r); msg != "" {
+						ps = append(ps, app.at(field, false, "${%s}: %s", r, msg))
+					}
+					continue
+				}
 				if r.Kind != RefOutput {
 					continue
 				}
@@ -518,6 +613,23 @@ func (s *Source) checkInstallInputs(d *document, in Install, i int, c Component)
 		return str, nil
 	})
 	return ps
+}
+
+// checkSandboxRef says what is wrong with a sandbox output reference, or
+// "": the app must declare a sandbox, and the output and key must be in
+// the contract (SandboxOutputs).
+func checkSandboxRef(sb *AppSandbox, r Ref) string {
+	if sb == nil {
+		return AppFile + " declares no sandbox (sandbox:), so there are no sandbox outputs"
+	}
+	keys, ok := SandboxOutputs[r.Name]
+	if !ok {
+		return fmt.Sprintf("the sandbox has no output %q (its outputs: %s)", r.Name, strings.Join(slices.Sorted(maps.Keys(SandboxOutputs)), ", "))
+	}
+	if r.Output != "" && !slices.Contains(keys, r.Output) {
+		return fmt.Sprintf("the sandbox's output %s has no key %q (its keys: %s)", r.Name, r.Output, strings.Join(keys, ", "))
+	}
+	return ""
 }
 
 func outputList(outputs []string) string {

@@ -23,6 +23,45 @@ type App struct {
 	// Freshness bounds how long rendered state is trusted as current;
 	// nil: it never expires.
 	Freshness *Freshness `yaml:"freshness,omitempty" json:"freshness,omitempty"`
+	// Sandbox, when set, makes the install's sandbox a component the
+	// agent manages: released as releases/sandbox.yaml, pinned by every
+	// channel as the component SandboxComponent, applied before every
+	// other component, its outputs read as ${install.sandbox.outputs.…}.
+	Sandbox *AppSandbox `yaml:"sandbox,omitempty" json:"sandbox,omitempty"`
+}
+
+// SandboxComponent is the sandbox's name wherever components are named:
+// channel pins, install overrides, releases/sandbox.yaml, the rendered
+// components/sandbox.json and the agent's status. No component of
+// nuon.yaml may take it when the app declares a sandbox.
+const SandboxComponent = "sandbox"
+
+// AppSandbox is nuon.yaml's sandbox: the Terraform module (sandboxes/)
+// every install runs on, versioned and released like a component. A
+// release holds one artifact per sandbox name (local, aws-eks); an install
+// gets the one its sandbox.name names.
+type AppSandbox struct {
+	// Repository is where the sandbox's artifacts come from unless a
+	// release artifact names its own.
+	Repository string `yaml:"repository" json:"repository"`
+	// Inputs are the module's variables common to every install; they may
+	// reference ${install.id} and ${install.inputs.NAME}. An install's
+	// sandbox.inputs are added to them and win; install_id is always the
+	// install's id.
+	Inputs map[string]any `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	// Terraform tunes the terraform plugin for the sandbox's jobs.
+	Terraform *TerraformSettings `yaml:"terraform,omitempty" json:"terraform,omitempty"`
+}
+
+// SandboxOutputs is the sandboxes' outputs contract (sandboxes/README.md):
+// each output an object with these keys. ${install.sandbox.outputs.…} may
+// name only these.
+var SandboxOutputs = map[string][]string{
+	"cluster":  {"name", "endpoint", "certificate_authority", "arn"},
+	"vpc":      {"id", "public_subnet_ids", "private_subnet_ids"},
+	"registry": {"url", "repository_prefix", "region"},
+	"dns":      {"domain", "public_zone_id", "private_zone_id"},
+	"agent":    {"role_arn", "namespace", "service_account"},
 }
 
 // Freshness is the tenant's freshness bound (see app.schema.json).
@@ -205,8 +244,11 @@ type Install struct {
 	Cloud   Cloud             `yaml:"cloud" json:"cloud"`
 	Sandbox Sandbox           `yaml:"sandbox" json:"sandbox"`
 	// Registry is the install's own OCI registry and path prefix, where the
-	// agent copies artifacts before deploying them.
-	Registry string `yaml:"registry" json:"registry"`
+	// agent copies artifacts before deploying them. It may be left out when
+	// nuon.yaml declares a sandbox: the agent then copies into the
+	// sandbox's registry output (url/repository_prefix). When both exist,
+	// this one wins.
+	Registry string `yaml:"registry,omitempty" json:"registry,omitempty"`
 	// AgentKey is the OpenSSH public key the install's agent signs status
 	// commits with.
 	AgentKey string `yaml:"agentKey" json:"agentKey"`
@@ -260,9 +302,25 @@ type Cloud struct {
 
 // Sandbox names the install's base infrastructure.
 type Sandbox struct {
-	Name    string            `yaml:"name" json:"name"`
-	Version string            `yaml:"version,omitempty" json:"version,omitempty"`
-	Inputs  map[string]string `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	// Name is the sandbox (local, aws-eks): which artifact of the
+	// sandbox's release the install runs.
+	Name string `yaml:"name" json:"name"`
+	// Version overrides the channel's sandbox pin for this install.
+	Version string `yaml:"version,omitempty" json:"version,omitempty"`
+	// Inputs are the module's variables for this install; they win over
+	// nuon.yaml's sandbox inputs.
+	Inputs map[string]any `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	// Role is the role the agent assumes to apply sandbox upgrades on AWS
+	// (the stack's maintenance role); none on local.
+	Role *SandboxRole `yaml:"role,omitempty" json:"role,omitempty"`
+}
+
+// SandboxRole is a role the agent assumes, from its own identity, with
+// stack.AssumeRole. Neither field is a secret: the ExternalId guards
+// against a confused deputy, not against a reader of git.
+type SandboxRole struct {
+	ARN        string `yaml:"arn" json:"arn"`
+	ExternalID string `yaml:"externalID" json:"externalID"`
 }
 
 // InstallState is installs/<id>/install.json in the rendered tree: the

@@ -108,7 +108,8 @@ func TestNoPropertyNames(t *testing.T) {
 // samples are fully populated values of every written file kind.
 func samples() map[string]any {
 	cloud := Cloud{Provider: "aws", Region: "us-east-1", AccountID: "111111111111"}
-	sandbox := Sandbox{Name: "aws-eks", Version: "0.4.0", Inputs: map[string]string{"cluster_version": "1.31"}}
+	sandbox := Sandbox{Name: "aws-eks", Version: "0.4.0", Inputs: map[string]any{"cluster_version": "1.31"},
+		Role: &SandboxRole{ARN: "arn:aws:iam::111111111111:role/nuon-acme-maintenance", ExternalID: "nuon-acme-5f2c"}}
 	artifact := Artifact{
 		Name:      "chart",
 		Source:    "registry.vendor.example/shop/charts/api@" + testDigest,

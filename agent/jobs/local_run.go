@@ -27,6 +27,11 @@ import (
 // context.DeadlineExceeded. When ctx ends first, the job's processes are
 // stopped and the error wraps ctx.Err().
 func (l *Local) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas.JobResult, error) {
+	return l.RunEnv(ctx, job, dir, nil)
+}
+
+// RunEnv is Run with env added to the job process's environment.
+func (l *Local) RunEnv(ctx context.Context, job *schemas.Job, dir string, env []string) (*schemas.JobResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
@@ -34,6 +39,7 @@ func (l *Local) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
+	r.env = env
 	defer r.close()
 	for _, step := range []func() error{r.lockDir, r.writeManifest, r.openLog, r.start} {
 		if err := step(); err != nil {
@@ -57,6 +63,8 @@ type run struct {
 	dir     string
 	timeout time.Duration
 	logger  *slog.Logger
+	// env is the job's extra environment (RunEnv).
+	env []string
 
 	lock     *os.File
 	log      *os.File
@@ -146,7 +154,7 @@ func (r *run) start() error {
 		return err
 	}
 	cmd := exec.Command(argv[0], append(argv[1:], filepath.Join(r.dir, ManifestFile))...)
-	cmd.Env = append(os.Environ(), r.l.Env...)
+	cmd.Env = append(append(os.Environ(), r.l.Env...), r.env...)
 	cmd.Stdout = r.log
 	cmd.Stderr = r.log
 	cmd.ExtraFiles = []*os.File{r.lock}

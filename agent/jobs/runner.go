@@ -24,6 +24,17 @@ type Runner interface {
 	Recover(ctx context.Context, dir string) (*schemas.JobResult, error)
 }
 
+// EnvRunner is a Runner that can give one job extra environment, never
+// written to its manifest: the sandbox's jobs get the maintenance role's
+// temporary AWS credentials this way.
+type EnvRunner interface {
+	Runner
+	// RunEnv is Run with env (KEY=VALUE) added to the job's environment.
+	RunEnv(ctx context.Context, job *schemas.Job, dir string, env []string) (*schemas.JobResult, error)
+}
+
+var _ EnvRunner = (*Local)(nil)
+
 // Files in a job directory.
 const (
 	ManifestFile = "manifest.json"

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -183,11 +184,29 @@ type runner struct {
 	m *Metrics
 }
 
-var _ jobs.Runner = (*runner)(nil)
+var _ jobs.EnvRunner = (*runner)(nil)
 
 func (r *runner) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas.JobResult, error) {
 	start := time.Now()
 	res, err := r.Runner.Run(ctx, job, dir)
+	r.count(job, start, res, err)
+	return res, err
+}
+
+// RunEnv is the wrapped runner's RunEnv; a runner without one fails the
+// job.
+func (r *runner) RunEnv(ctx context.Context, job *schemas.Job, dir string, env []string) (*schemas.JobResult, error) {
+	er, ok := r.Runner.(jobs.EnvRunner)
+	if !ok {
+		return nil, fmt.Errorf("job %s: this job runner cannot give a job extra environment", job.ID)
+	}
+	start := time.Now()
+	res, err := er.RunEnv(ctx, job, dir, env)
+	r.count(job, start, res, err)
+	return res, err
+}
+
+func (r *runner) count(job *schemas.Job, start time.Time, res *schemas.JobResult, err error) {
 	out := ResultOK
 	switch {
 	case err != nil || res == nil:
@@ -199,5 +218,4 @@ func (r *runner) Run(ctx context.Context, job *schemas.Job, dir string) (*schema
 	}
 	r.m.jobs.WithLabelValues(job.Plugin, out).Inc()
 	r.m.jobDuration.WithLabelValues(job.Plugin).Observe(time.Since(start).Seconds())
-	return res, err
 }

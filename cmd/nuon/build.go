@@ -42,6 +42,11 @@ charts/<component>, manifests/<component>, images/<component> (an OCI image
 layout); --dir COMPONENT=PATH overrides that, and for an image component PATH
 may be an image reference instead.
 
+When nuon.yaml declares a sandbox, it is built too, as the component
+'sandbox': each folder of sandboxes/ under --src (or of --dir sandbox=PATH)
+becomes a terraform module artifact named after the folder (local, aws-eks).
+'nuon release sandbox' records them as one sandbox version.
+
 The signature is stored as 'cosign sign --key' stores it (the
 sha256-<digest>.sig tag), offline: no transparency log, no certificate. 'cosign
 verify --key cosign.pub --insecure-ignore-tlog' accepts it, and so does every
@@ -57,6 +62,10 @@ Amazon ECR from the AWS configuration.`,
 
   # one component from a directory of its own, tagged
   nuon build api --app nuon.yaml --dir api=./deploy/chart --key cosign.key --tag 2.5.0
+
+  # the sandbox: every module of nuon's sandboxes/, released as version 0.2.0
+  nuon build sandbox --app nuon.yaml --dir sandbox=./sandboxes --key cosign.key -o json > sandbox.json
+  nuon release sandbox --repo git@github.com:acme/tenant.git --version 0.2.0 --from sandbox.json
 
   # an image component: copy an image built elsewhere, by digest
   nuon build api-image --app nuon.yaml --key cosign.key \

@@ -63,11 +63,16 @@ func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
                 kube-apiserver and a registry with TLS and basic auth; state
                 and outputs in DIR/sandbox)
   install-file  installs/ID.yaml as a commit on the branch nuon/install/ID
-                for review, or on main with --commit; its registry is the
-                sandbox's registry output and its agentKey the install's key
+                for review, or on main with --commit; its agentKey is the
+                install's key. When nuon.yaml declares a sandbox, the file
+                names it with this install's module inputs (and on aws the
+                maintenance role) and no registry: the agent manages the
+                sandbox from then on, at the channel's version, and its
+                registry output stands for the install's registry. Without
+                one, the registry is copied from the sandbox's output.
   agent         nuon-agent started as a process (pid in DIR/agent.pid, log
-                in DIR/agent.log), since no kubelet runs on the local
-                sandbox; or, with --agent-mode kubernetes, manifests/
+                in DIR/agent.log, --sandbox-dir DIR/sandbox), since no
+                kubelet runs on the local sandbox; or, with --agent-mode kubernetes, manifests/
                 applied to the sandbox's cluster by server-side apply with
                 the install key as a Secret, the trust file, the registry
                 and its password (a Secret)

@@ -21,7 +21,10 @@ import (
 )
 
 // installTenant is a tenant repository with the sample app released from
-// the fixtures into a vendor registry, and no install yet.
+// the fixtures into a vendor registry, and no install yet. The app
+// declares a sandbox, released as 0.1.0 from this repository's
+// sandboxes/ and pinned on beta, and the network reads the sandbox's
+// registry output in a tag.
 func installTenant(t *testing.T, env []string) (bare string) {
 	t.Helper()
 	root := repoRoot()
@@ -35,13 +38,17 @@ func installTenant(t *testing.T, env []string) (bare string) {
 	os.RemoveAll(filepath.Join(src, "installs"))
 	os.Remove(filepath.Join(src, "channels", "stable.yaml")) // pins versions only the previous build has
 	app, _ := os.ReadFile(filepath.Join(src, "nuon.yaml"))
-	os.WriteFile(filepath.Join(src, "nuon.yaml"), []byte(strings.ReplaceAll(string(app), "registry.vendor.example", vendor.Host)), 0o644)
+	appText := strings.Replace(string(app), "      cidr: ${install.inputs.cidr}\n", "      cidr: ${install.inputs.cidr}\n      tags:\n        registry: ${install.sandbox.outputs.registry.url}\n", 1)
+	appText += "\nsandbox:\n  repository: registry.vendor.example/shop/sandbox\n"
+	os.WriteFile(filepath.Join(src, "nuon.yaml"), []byte(strings.ReplaceAll(appText, "registry.vendor.example", vendor.Host)), 0o644)
+	beta, _ := os.ReadFile(filepath.Join(src, "channels", "beta.yaml"))
+	os.WriteFile(filepath.Join(src, "channels", "beta.yaml"), []byte(strings.Replace(string(beta), "components:\n", "components:\n  sandbox: 0.1.0\n", 1)), 0o644)
 	gittest.InitBare(t, bare)
 	gittest.CommitDir(t, bare, "main", src, "shop")
 	current := nuon(t, env, 0, "build", "--app", filepath.Join(src, "nuon.yaml"), "--src", filepath.Join(root, "fixtures"),
-		"--key", filepath.Join(root, "fixtures", "keys", "cosign.key"), "-o", "json")
+		"--dir", "sandbox="+filepath.Join(root, "sandboxes"), "--key", filepath.Join(root, "fixtures", "keys", "cosign.key"), "-o", "json")
 	os.WriteFile(filepath.Join(dir, "current.json"), []byte(current), 0o644)
-	for _, c := range []string{"network:1.0.0", "database:1.1.0", "api-image:2.4.0", "api:2.4.0", "dashboards:1.2.0"} {
+	for _, c := range []string{"network:1.0.0", "database:1.1.0", "api-image:2.4.0", "api:2.4.0", "dashboards:1.2.0", "sandbox:0.1.0"} {
 		name, version, _ := strings.Cut(c, ":")
 		nuon(t, env, 0, "release", name, "--repo", bare, "--version", version, "--from", filepath.Join(dir, "current.json"))
 	}
@@ -86,7 +93,9 @@ func processesUnder(dir string) []int {
 // TestInstallLocal runs `nuon install create --cloud local` for real:
 // killed in the middle of its sandbox phase and run again (one API server,
 // one registry, one agent), a third time with nothing to do; then the
-// install is rendered and its agent process applies every component. Then
+// install is rendered and its agent process adopts the sandbox (the
+// state create made, no process started twice) and applies every
+// component, the network with the sandbox's registry output. Then
 // `nuon install delete`: the agent deletes every component, the agent and
 // the sandbox go (no process, no file but the state), and the install's
 // history stays under refs/nuon/archive/acme/.
@@ -154,34 +163,80 @@ func TestInstallLocal(t *testing.T) {
 		t.Errorf("%d agents, want 1", n)
 	}
 
-	// installs/acme.yaml on main: one commit, registry from the sandbox.
+	// installs/acme.yaml on main: one commit, naming the sandbox and no
+	// registry (the hand-over).
 	if log := gittest.Git(t, bare, "log", "--format=%s", "main", "--", "installs/acme.yaml"); strings.Count(log, "\n")+1 != 1 {
 		t.Errorf("installs/acme.yaml commits:\n%s", log)
 	}
 	file := gittest.Git(t, bare, "show", "main:installs/acme.yaml")
 	var outs struct {
-		Registry struct{ URL, RepositoryPrefix string } `json:"registry"`
+		Registry struct {
+			URL              string `json:"url"`
+			RepositoryPrefix string `json:"repository_prefix"`
+		} `json:"registry"`
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "sandbox", "outputs.json"))
 	if err := json.Unmarshal(b, &outs); err != nil {
 		t.Fatal(err)
 	}
 	pub, _ := os.ReadFile(filepath.Join(dir, "agent.key.pub"))
-	for _, want := range []string{"registry: " + outs.Registry.URL + "/nuon/acme", "agentKey: " + strings.TrimSpace(string(pub)), "provider: local"} {
+	for _, want := range []string{"name: local", "dir: " + filepath.Join(dir, "sandbox", "run"), "agentKey: " + strings.TrimSpace(string(pub)), "provider: local"} {
 		if !strings.Contains(file, want) {
 			t.Errorf("installs/acme.yaml lacks %q:\n%s", want, file)
 		}
+	}
+	if strings.Contains(file, "\nregistry:") {
+		t.Errorf("installs/acme.yaml names a registry; the sandbox's output stands for it:\n%s", file)
 	}
 	if strings.Contains(gittest.Git(t, bare, "log", "-p", "--all"), "PRIVATE KEY") {
 		t.Error("a private key reached git")
 	}
 
+	sandboxPIDs := processesUnder(filepath.Join(dir, "sandbox/run/kube/etcd"))
 	nuon(t, env, 0, "render", "--repo", bare, "--key", filepath.Join(root, "fixtures", "keys", "render"))
-	want := map[string]string{"network": "Applied", "database": "Applied", "api-image": "Applied", "api": "Applied", "dashboards": "Applied"}
+	want := map[string]string{"sandbox": "Applied", "network": "Applied", "database": "Applied", "api-image": "Applied", "api": "Applied", "dashboards": "Applied"}
 	got := waitPhases(t, env, bare, want, 4*time.Minute)
 	if d := cmp.Diff(want, got); d != "" {
 		log, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
 		t.Fatalf("component phases (-want +got):\n%s\nagent log:\n%s", d, tail(string(log), 4000))
+	}
+	// The agent adopted the sandbox create made: the same API server and
+	// registry, no second one, and its outputs recorded in the status.
+	for _, p := range []string{"sandbox/run/kube/etcd", "sandbox/run/registry/config.yml"} {
+		if n := len(processesUnder(filepath.Join(dir, p))); n != 1 {
+			t.Errorf("after the agent's sandbox apply: %d processes for %s, want 1", n, p)
+		}
+	}
+	if now := processesUnder(filepath.Join(dir, "sandbox/run/kube/etcd")); !cmp.Equal(sandboxPIDs, now) {
+		t.Errorf("the agent's sandbox apply restarted etcd: pids %v, then %v", sandboxPIDs, now)
+	}
+	var status struct {
+		Components map[string]struct {
+			Job     string
+			Outputs map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(gittest.Git(t, bare, "show", "refs/heads/nuon/status/acme:status.json")), &status); err != nil {
+		t.Fatal(err)
+	}
+	// Its first apply changed nothing: the state create made is adopted.
+	var res struct{ Changed bool }
+	if b, err := os.ReadFile(filepath.Join(dir, "agent", "jobs", status.Components["sandbox"].Job, "result.json")); err != nil || json.Unmarshal(b, &res) != nil || res.Changed {
+		t.Errorf("the agent's sandbox job (%s): changed %v, %v; want an apply that changes nothing", status.Components["sandbox"].Job, res.Changed, err)
+	}
+	if reg, _ := status.Components["sandbox"].Outputs["registry"].(map[string]any); reg["url"] != outs.Registry.URL {
+		got := status.Components["sandbox"].Outputs["registry"]
+		t.Errorf("the sandbox's recorded registry output %v, want %s", got, outs.Registry.URL)
+	}
+	// The network ran with the sandbox's registry output as a tag, and
+	// the sandbox module was copied into the sandbox's own registry.
+	network := gittest.Git(t, bare, "show", "refs/heads/nuon/status/acme:applied/network.json")
+	if !strings.Contains(network, `"registry": "`+outs.Registry.URL+`"`) {
+		t.Errorf("applied/network.json lacks the sandbox's registry %s:\n%s", outs.Registry.URL, network)
+	}
+	sandbox := gittest.Git(t, bare, "show", "refs/heads/nuon/status/acme:applied/sandbox.json")
+	if !strings.Contains(sandbox, `"local": "`+outs.Registry.URL+"/"+outs.Registry.RepositoryPrefix+"/shop/sandbox@sha256:") {
+		t.Errorf("applied/sandbox.json does not deploy from the sandbox's registry:\n%s", sandbox)
 	}
 	t.Logf("install create to every component applied: %s", time.Since(start).Round(100*time.Millisecond))
 
@@ -282,9 +337,10 @@ func stopLocalInstall(t *testing.T, dir string) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}
-	mod := filepath.Join(dir, "sandbox")
-	_ = exec.Command(filepath.Join(mod, "kube-down.sh"), filepath.Join(mod, "run", "kube")).Run()
-	_ = exec.Command(filepath.Join(mod, "registry.sh"), "down", filepath.Join(mod, "run", "registry")).Run()
+	sb := filepath.Join(dir, "sandbox")
+	mod := filepath.Join(sb, "module")
+	_ = exec.Command(filepath.Join(mod, "kube-down.sh"), filepath.Join(sb, "run", "kube")).Run()
+	_ = exec.Command(filepath.Join(mod, "registry.sh"), "down", filepath.Join(sb, "run", "registry")).Run()
 	for _, pid := range processesUnder(dir) {
 		t.Errorf("process %d still runs under %s; killing it", pid, dir)
 		_ = syscall.Kill(pid, syscall.SIGKILL)

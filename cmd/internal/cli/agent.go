@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
 	"github.com/spf13/cobra"
 
 	"nuon.dev/nuon/agent"
@@ -24,6 +27,8 @@ import (
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/stack"
 )
 
 type agentOptions struct {
@@ -34,6 +39,7 @@ type agentOptions struct {
 	concurrency, driftConcurrency                         int
 	jobCommand                                            string
 	metricsAddr                                           string
+	sandboxDir, stsEndpoint                               string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
 }
@@ -90,6 +96,15 @@ from an OCI image layout on local disk (development and air-gapped tests; the
 digests are checked as from a registry). Amazon ECR registries get their
 credentials from GetAuthorizationToken and their repositories created as
 needed; other registries use --registry-username or the docker config file.
+
+The sandbox (when nuon.yaml declares one) is the install's first component:
+every other component waits for it and may read its outputs
+(${install.sandbox.outputs.registry.url}). Its state stays where 'nuon install
+create' applied it (--sandbox-dir), so the agent's first pass adopts it; an
+install whose file names a role (sandbox.role, the stack's maintenance role)
+gets its sandbox upgrades applied with that role's credentials, assumed from
+the agent's own AWS identity (the SDK's default chain: EKS Pod Identity) with
+the install's ExternalId. The agent never destroys the sandbox.
 
 With --server-auth the agent talks to a tenant server ('nuon server') rather
 than a git host: every HTTP request it sends to --repo is signed with --key
@@ -153,6 +168,8 @@ install's agentKey on main. No token or password is needed.
 	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without a status commit; 0 sends no heartbeat")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
+	f.StringVar(&o.sandboxDir, "sandbox-dir", "", "the sandbox's state directory, as nuon install create left it (terraform.tfstate, outputs.json); default WORKDIR/components/sandbox")
+	f.StringVar(&o.stsEndpoint, "sts-endpoint", "", "STS endpoint for assuming the sandbox's maintenance role (a VPC endpoint); default the SDK's")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
 	o.sync.flags(f)
@@ -196,6 +213,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			return err
 		}
 	}
+	sandboxDir := o.sandboxDir
+	if sandboxDir != "" {
+		if sandboxDir, err = filepath.Abs(sandboxDir); err != nil {
+			return err
+		}
+	}
 	met := metrics.New()
 	syncer, err := o.sync.syncer(partsLog, met.Copied)
 	if err != nil {
@@ -229,6 +252,8 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			KillGrace: 90 * time.Second,
 		}, workdir, partsLog)),
 		Plugins:          JobPlugins,
+		SandboxDir:       sandboxDir,
+		AssumeRole:       assumeRole(o.install, o.stsEndpoint),
 		RequestTrust:     requestTrust,
 		Sync:             syncer,
 		Concurrency:      o.concurrency,
@@ -328,4 +353,14 @@ func serveMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Lo
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())
 	return func() { _ = hs.Close() }, nil
+}
+
+// assumeRole assumes a sandbox's role from the agent's own AWS identity:
+// the SDK's default chain (EKS Pod Identity in the install's cluster).
+func assumeRole(install, endpoint string) func(ctx context.Context, role schemas.SandboxRole) ([]string, error) {
+	opts := []stack.AssumeOption{stack.WithSessionName("nuon-agent-" + install)}
+	if endpoint != "" {
+		opts = append(opts, stack.WithEndpoint(endpoint))
+	}
+	return agent.AssumeRoleFrom(func(ctx context.Context) (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }, opts...)
 }
