@@ -35,6 +35,12 @@ func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *sch
 	if spec.Name == schemas.SandboxComponent && a.cfg.SandboxDir != "" {
 		job.StateDir = a.cfg.SandboxDir
 	}
+	if spec.Name == schemas.SandboxComponent && d.Install.Sandbox.State != nil {
+		// On AWS the sandbox's state is the S3 object create applied it
+		// with: the job adopts it instead of a local file.
+		st := *d.Install.Sandbox.State
+		job.State = &st
+	}
 	job.ResultFile = filepath.Join(a.jobDir(job.ID), "result.json")
 	for _, art := range spec.Artifacts {
 		art.Source = "" // jobs deploy from the install registry only

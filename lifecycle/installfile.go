@@ -53,6 +53,7 @@ func installFile(o *Options, pub string, outs *Outputs, managed bool) ([]byte, e
 		in.Sandbox.Inputs = o.sandboxInputs()
 		if o.Cloud == CloudAWS {
 			in.Sandbox.Role = &schemas.SandboxRole{ARN: o.roleARN(stack.Maintenance), ExternalID: o.AWS.ExternalID}
+			in.Sandbox.State = o.sandboxState()
 		}
 		b.WriteString("# Written by nuon install create. The sandbox is managed by the install's\n# agent from here on: its version is the channel's pin, its outputs (the\n# registry among them) reach components as ${install.sandbox.outputs.…}.\n# agentKey is the install's own public key.\n")
 	}
