@@ -45,7 +45,10 @@
 // On CloudAWS the sandbox phase assumes the install's provision role
 // (stack.AssumeRole: ExternalId, a deadline on every call) and applies
 // sandboxes/aws-eks with only that role's credentials in terraform's
-// environment, its state in the stack's S3 bucket.
+// environment, its state in the stack's S3 bucket (SandboxStateKey). The
+// install file then names that object as sandbox.state, beside the
+// maintenance role as sandbox.role, so that the agent's sandbox jobs keep
+// the same state with that role's credentials.
 //
 // The cluster's API endpoint is private, and the tenant is outside the
 // VPC. The one-time agent bootstrap reaches it like this, with least
