@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/internal/kubetest"
 	"nuon.dev/nuon/internal/redact"
@@ -46,7 +47,8 @@ output "id" { value = terraform_data.creds.id }
 // job's State) through the S3 stand-in. The maintenance role's
 // credentials (RunEnv) reach terraform through the job's own Secret,
 // owned by the Job: never in the Job, the ConfigMap or the log; the
-// garbage collector removes the Secret with the Job.
+// garbage collector removes the Secret with the Job. A suspended Job
+// left by an earlier run that stopped before its Secret is replaced.
 func TestKubeRunEnv(t *testing.T) {
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform: %v", err)
@@ -111,6 +113,16 @@ func TestKubeRunEnv(t *testing.T) {
 	job.Artifacts = []schemas.Artifact{{Name: terraform.ModuleArtifact, Local: "r.example/creds@" + testDigest, Digest: testDigest}}
 	job.Inputs = map[string]any{"out": out}
 	job.State = &schemas.S3State{Bucket: bucket, Key: "sandbox/terraform.tfstate", Region: "us-east-1"}
+	// A run that stopped between creating its suspended Job and its
+	// Secret left the Job behind: it never started, and is replaced.
+	_, left, err := k.objects(job, KubeName(job.ID), "", KubeName(job.ID)+"-env-lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left.Spec.Suspend = ptr.To(true)
+	if _, err := cs.BatchV1().Jobs(ns).Create(t.Context(), left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	res, err := k.RunEnv(t.Context(), job, dir, env)
 	if err != nil {
