@@ -26,7 +26,9 @@ import (
 // state there, reached by the real terraform's s3 backend with the
 // maintenance role's credentials: the upgrade finds the state the first
 // apply wrote (the resource is replaced, not created beside the old
-// one), and nothing is kept in the sandbox directory.
+// one), and nothing is kept in the sandbox directory. The module's
+// creds_file, a path of this machine, comes from the agent's own
+// SandboxInputs, not from git.
 func TestSandboxS3State(t *testing.T) {
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
@@ -62,11 +64,10 @@ components:
 cloud: {provider: aws, region: us-east-1, accountID: "222222222222"}
 sandbox:
   name: local
-  inputs: {creds_file: %s}
   role: {arn: %s, externalID: %s}
   state: {bucket: %s, key: %s, region: us-east-1}
 agentKey: %s
-`, creds, maintenance, sandboxExtID, bucket, key, tn.keys["acme"].AuthorizedKey()))
+`, maintenance, sandboxExtID, bucket, key, tn.keys["acme"].AuthorizedKey()))
 	os.Remove(filepath.Join(tn.src, "installs", "globex.yaml"))
 	tn.commit("a sandbox with its state in S3")
 	tn.renderMain()
@@ -79,6 +80,8 @@ agentKey: %s
 	none := filepath.Join(t.TempDir(), "none")
 	a := tn.agent("acme", func(cfg *agent.Config) {
 		cfg.SandboxDir = sandboxDir
+		// A path of this machine: the agent's, not the install file's.
+		cfg.SandboxInputs = map[string]string{"creds_file": creds}
 		cfg.AssumeRole = agent.AssumeRoleFrom(identity, stack.WithEndpoint(sts.URL))
 		l := cfg.Runner.(*jobs.Local)
 		l.Env = append(l.Env, "NUON_TEST_LAYOUT="+path, "AWS_ENDPOINT_URL_S3="+s3.URL, "AWS_ENDPOINT_URL_STS="+sts.URL,
@@ -103,6 +106,12 @@ agentKey: %s
 		if n := strings.Count(string(o.Body), `"type": "terraform_data"`); n != 1 {
 			t.Errorf("after %s the state holds %d terraform_data resources, want 1 (adopted, not created again)", version, n)
 		}
+	}
+	if _, err := os.Stat(creds + ".0.2.0"); err != nil {
+		t.Errorf("the sandbox job did not get the agent's own input creds_file: %v", err)
+	}
+	if strings.Contains(tn.git("show", "refs/heads/nuon/installs/acme:components/sandbox.json"), creds) {
+		t.Error("the agent's own input is in the rendered state")
 	}
 	if _, err := os.Stat(filepath.Join(sandboxDir, "terraform.tfstate")); err == nil {
 		t.Error("a local state file in the sandbox directory")

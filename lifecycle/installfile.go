@@ -108,7 +108,9 @@ func managedSandbox(app []byte) bool {
 // sandboxInputs are the sandbox module's variables that are this
 // install's own (install_id comes from the renderer): the same values the
 // sandbox phase applied with, so that the agent's first apply changes
-// nothing.
+// nothing. The local sandbox's inputs are paths of this machine, which
+// belong in no git repository: the agent gets them as flags instead
+// (agentSandboxInputs), and the install file names none.
 func (o *Options) sandboxInputs() map[string]any {
 	if o.Cloud == CloudAWS {
 		zones := make([]any, len(o.AWS.AvailabilityZones))
@@ -118,7 +120,16 @@ func (o *Options) sandboxInputs() map[string]any {
 		return map[string]any{"region": o.AWS.Region, "availability_zones": zones, "domain": o.AWS.Domain,
 			"maintenance_role_arn": o.roleARN(stack.Maintenance)}
 	}
-	return map[string]any{"dir": o.path(RuntimeDir), "kube_assets": o.KubeAssets}
+	return nil
+}
+
+// agentSandboxInputs are the agent's --sandbox-input flags: the local
+// sandbox's machine paths, as the sandbox phase applied it with.
+func (o *Options) agentSandboxInputs() []string {
+	if o.Cloud == CloudAWS {
+		return nil
+	}
+	return []string{"--sandbox-input", "dir=" + o.path(RuntimeDir), "--sandbox-input", "kube_assets=" + o.KubeAssets}
 }
 
 func commitOnce(ctx context.Context, o *Options, repo *gitrepo.Repo, target plumbing.ReferenceName, file string, contentFor func(app []byte) ([]byte, error)) (string, string, error) {

@@ -11,7 +11,8 @@ import (
 )
 
 // TestInstallFileHandOver checks what installs/<id>.yaml says: with a
-// sandbox declared in nuon.yaml it names the sandbox and its inputs and
+// sandbox declared in nuon.yaml it names the sandbox and its inputs (none
+// of this machine's paths: the agent gets those as flags) and
 // leaves the registry to the sandbox's output (on AWS with the
 // maintenance role the agent assumes and the S3 object create keeps the
 // sandbox's state in); without one it copies the
@@ -32,7 +33,7 @@ func TestInstallFileHandOver(t *testing.T) {
 		{name: "local, unmanaged", o: local, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "local"},
 			Sandbox: schemas.Sandbox{Name: "local"}, Registry: "127.0.0.1:5000/nuon/acme", AgentKey: "ssh-ed25519 AAAA k"}},
 		{name: "local, managed", o: local, managed: true, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "local"},
-			Sandbox:  schemas.Sandbox{Name: "local", Inputs: map[string]any{"dir": "/srv/acme/sandbox/run", "kube_assets": "/cache/kube"}},
+			Sandbox:  schemas.Sandbox{Name: "local"},
 			AgentKey: "ssh-ed25519 AAAA k"}},
 		{name: "aws, managed", o: aws, managed: true, want: schemas.Install{Channel: "beta", Cloud: schemas.Cloud{Provider: "aws"},
 			Sandbox: schemas.Sandbox{Name: "aws-eks", Inputs: map[string]any{
@@ -63,6 +64,13 @@ func TestInstallFileHandOver(t *testing.T) {
 				t.Errorf("installs/acme.yaml is not valid: %v\n%s", err, b)
 			}
 		})
+	}
+	// This machine's paths go to the agent it starts, not into git.
+	if d := cmp.Diff([]string{"--sandbox-input", "dir=/srv/acme/sandbox/run", "--sandbox-input", "kube_assets=/cache/kube"}, local.agentSandboxInputs()); d != "" {
+		t.Errorf("local agent's sandbox inputs (-want +got):\n%s", d)
+	}
+	if got := aws.agentSandboxInputs(); got != nil {
+		t.Errorf("AWS agent's sandbox inputs %v, want none", got)
 	}
 	if !managedSandbox([]byte("name: shop\nsandbox:\n  repository: r.example/shop/sandbox\ncomponents: []\n")) || managedSandbox([]byte("name: shop\ncomponents: []\n")) {
 		t.Error("managedSandbox does not tell a declared sandbox")
