@@ -50,7 +50,8 @@ type Plugin struct {
 	LookupEnv func(key string) (string, bool)
 	// Backend keeps the state in Terraform's kubernetes backend. Default:
 	// the backend EnvStateNamespace and EnvStateSecretSuffix name, else
-	// the local state file in the component's state directory.
+	// the local state file in the component's state directory. A job
+	// that names an S3 object (Job.State) uses the s3 backend instead.
 	Backend *KubernetesBackend
 	// StaleLock is the ID of a state lock held by a job the agent knows is
 	// dead: a command that finds the state locked by it runs `terraform
