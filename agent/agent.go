@@ -66,6 +66,14 @@ type Config struct {
 	// is copied into). Default WORKDIR/components/sandbox, like any
 	// component.
 	SandboxDir string
+	// SandboxInputs are the sandbox module's inputs that belong to this
+	// machine, not to the install's desired state: the local sandbox's
+	// dir and kube_assets, which nuon install create passes to the agent
+	// it starts (--sandbox-input) instead of writing them into git. They
+	// are added to every sandbox job's inputs and win over the rendered
+	// ones; they are not part of the spec, so changing them applies
+	// nothing by itself. Default none.
+	SandboxInputs map[string]string
 	// AssumeRole returns the environment of a sandbox job whose install
 	// names a role (schemas.SandboxRole, the stack's maintenance role):
 	// the role's temporary AWS credentials, assumed from the agent's own

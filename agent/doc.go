@@ -93,12 +93,13 @@
 // inputs, and in artifact references when the install names no registry
 // (the sandbox's registry output stands for it). Unchanged, it runs no job.
 //
-//   - State: its jobs keep their state in Config.SandboxDir, where nuon
-//     install create applied it (the install's directory locally), so the
-//     agent's first apply adopts what create made and changes nothing.
-//     (On AWS create keeps the state in the stack's S3 bucket; sandbox
-//     jobs with that backend are not built yet: they need the terraform
-//     plugin to take a backend other than its local file.)
+//   - State: its jobs keep their state where nuon install create applied
+//     it, so the agent's first apply adopts what create made and changes
+//     nothing: locally in Config.SandboxDir (the install's directory); on
+//     AWS in the S3 object the install's sandbox.state names (the stack's
+//     bucket, sandbox/terraform.tfstate), which the job carries as its
+//     State and the terraform plugin reaches with its s3 backend and the
+//     role's credentials below.
 //     Until the agent records its own, the outputs.json create left there
 //     says which registry the sandbox's module is copied into.
 //   - Credentials: an install that names a role (sandbox.role: the stack's

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"time"
 
@@ -34,6 +35,24 @@ func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *sch
 	}
 	if spec.Name == schemas.SandboxComponent && a.cfg.SandboxDir != "" {
 		job.StateDir = a.cfg.SandboxDir
+	}
+	if spec.Name == schemas.SandboxComponent && len(a.cfg.SandboxInputs) > 0 {
+		// This machine's own inputs (paths): never in git, never part of
+		// the spec, so they neither render nor trigger an apply.
+		inputs := maps.Clone(spec.Inputs)
+		if inputs == nil {
+			inputs = map[string]any{}
+		}
+		for k, v := range a.cfg.SandboxInputs {
+			inputs[k] = v
+		}
+		job.Inputs = inputs
+	}
+	if spec.Name == schemas.SandboxComponent && d.Install.Sandbox.State != nil {
+		// On AWS the sandbox's state is the S3 object create applied it
+		// with: the job adopts it instead of a local file.
+		st := *d.Install.Sandbox.State
+		job.State = &st
 	}
 	job.ResultFile = filepath.Join(a.jobDir(job.ID), "result.json")
 	for _, art := range spec.Artifacts {

@@ -89,6 +89,9 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 		// The hand-over: the agent's sandbox jobs keep their state where
 		// the sandbox phase left it.
 		"--sandbox-dir", o.path(SandboxDir)}
+	// The sandbox's inputs that are paths of this machine, which the
+	// install file does not hold.
+	args = append(args, o.agentSandboxInputs()...)
 	args = append(args, o.AgentFlags...)
 	logf, err := os.OpenFile(o.path(AgentLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

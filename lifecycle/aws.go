@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 
 	"nuon.dev/nuon/sandboxes"
+	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
 )
 
@@ -31,6 +32,17 @@ func (o *Options) assume(ctx context.Context, p stack.Phase) (*stack.Credentials
 	cfg := o.AWS.Tenant.Copy()
 	cfg.Region = o.AWS.Region
 	return stack.AssumeRole(ctx, cfg, o.roleARN(p), o.AWS.ExternalID, opts...)
+}
+
+// SandboxStateKey is the key of the sandbox's Terraform state in the
+// stack's bucket on AWS.
+const SandboxStateKey = "sandbox/terraform.tfstate"
+
+// sandboxState is where create keeps the sandbox's state on AWS, which
+// installs/<id>.yaml names (sandbox.state) so that the agent's sandbox
+// jobs keep using it.
+func (o *Options) sandboxState() *schemas.S3State {
+	return &schemas.S3State{Bucket: o.AWS.StateBucket, Key: SandboxStateKey, Region: o.AWS.Region}
 }
 
 // backendFile makes sandboxes/aws-eks keep its state in the stack's
@@ -73,10 +85,11 @@ func (o *Options) awsTerraform(ctx context.Context, creds *stack.Credentials) (*
 	if err := tf.SetEnv(tfexec.CleanEnv(env)); err != nil {
 		return nil, err
 	}
+	st := o.sandboxState()
 	err = tf.Init(ctx, tfexec.Upgrade(false), tfexec.Reconfigure(true),
-		tfexec.BackendConfig("bucket="+o.AWS.StateBucket),
-		tfexec.BackendConfig("key=sandbox/terraform.tfstate"),
-		tfexec.BackendConfig("region="+o.AWS.Region),
+		tfexec.BackendConfig("bucket="+st.Bucket),
+		tfexec.BackendConfig("key="+st.Key),
+		tfexec.BackendConfig("region="+st.Region),
 		tfexec.BackendConfig("use_lockfile=true"),
 		tfexec.BackendConfig("encrypt=true"))
 	if err != nil {

@@ -19,8 +19,10 @@
 //     nuon/install/<id> for review, or on main (Options.Commit). The
 //     hand-over: when main's nuon.yaml declares a sandbox, the file names
 //     it (sandbox.name; its version is the channel's pin) with this
-//     install's module inputs, and on AWS the maintenance role and
-//     ExternalId the agent assumes for upgrades; no registry is written,
+//     install's module inputs (on AWS; the local sandbox's are paths of
+//     this machine, which the agent gets as --sandbox-input flags), and on
+//     AWS the maintenance role and ExternalId the agent assumes for
+//     upgrades and the S3 object of the state; no registry is written,
 //     the sandbox's registry output stands for it. Without a declared
 //     sandbox the registry is the sandbox's registry output (url and
 //     repository_prefix), copied. An identical file is left alone.
@@ -29,7 +31,8 @@
 //     directory, reading the registry password from the sandbox's
 //     password file (and Options.GitTokenFile, the repository's token)
 //     into its environment (never argv), and with --sandbox-dir naming
-//     sandbox/, whose state its first pass adopts. With
+//     sandbox/, whose state its first pass adopts, and the local
+//     sandbox's dir and kube_assets as --sandbox-input. With
 //     [AgentKubernetes], manifests/ are applied to the sandbox's cluster
 //     by server-side apply ([ApplyAgent], fluxcd/pkg/ssa) with the install
 //     key, registry password and repository token as Secrets, the trust
@@ -45,7 +48,10 @@
 // On CloudAWS the sandbox phase assumes the install's provision role
 // (stack.AssumeRole: ExternalId, a deadline on every call) and applies
 // sandboxes/aws-eks with only that role's credentials in terraform's
-// environment, its state in the stack's S3 bucket.
+// environment, its state in the stack's S3 bucket (SandboxStateKey). The
+// install file then names that object as sandbox.state, beside the
+// maintenance role as sandbox.role, so that the agent's sandbox jobs keep
+// the same state with that role's credentials.
 //
 // The cluster's API endpoint is private, and the tenant is outside the
 // VPC. The one-time agent bootstrap reaches it like this, with least

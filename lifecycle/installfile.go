@@ -53,6 +53,7 @@ func installFile(o *Options, pub string, outs *Outputs, managed bool) ([]byte, e
 		in.Sandbox.Inputs = o.sandboxInputs()
 		if o.Cloud == CloudAWS {
 			in.Sandbox.Role = &schemas.SandboxRole{ARN: o.roleARN(stack.Maintenance), ExternalID: o.AWS.ExternalID}
+			in.Sandbox.State = o.sandboxState()
 		}
 		b.WriteString("# Written by nuon install create. The sandbox is managed by the install's\n# agent from here on: its version is the channel's pin, its outputs (the\n# registry among them) reach components as ${install.sandbox.outputs.…}.\n# agentKey is the install's own public key.\n")
 	}
@@ -107,7 +108,9 @@ func managedSandbox(app []byte) bool {
 // sandboxInputs are the sandbox module's variables that are this
 // install's own (install_id comes from the renderer): the same values the
 // sandbox phase applied with, so that the agent's first apply changes
-// nothing.
+// nothing. The local sandbox's inputs are paths of this machine, which
+// belong in no git repository: the agent gets them as flags instead
+// (agentSandboxInputs), and the install file names none.
 func (o *Options) sandboxInputs() map[string]any {
 	if o.Cloud == CloudAWS {
 		zones := make([]any, len(o.AWS.AvailabilityZones))
@@ -117,7 +120,16 @@ func (o *Options) sandboxInputs() map[string]any {
 		return map[string]any{"region": o.AWS.Region, "availability_zones": zones, "domain": o.AWS.Domain,
 			"maintenance_role_arn": o.roleARN(stack.Maintenance)}
 	}
-	return map[string]any{"dir": o.path(RuntimeDir), "kube_assets": o.KubeAssets}
+	return nil
+}
+
+// agentSandboxInputs are the agent's --sandbox-input flags: the local
+// sandbox's machine paths, as the sandbox phase applied it with.
+func (o *Options) agentSandboxInputs() []string {
+	if o.Cloud == CloudAWS {
+		return nil
+	}
+	return []string{"--sandbox-input", "dir=" + o.path(RuntimeDir), "--sandbox-input", "kube_assets=" + o.KubeAssets}
 }
 
 func commitOnce(ctx context.Context, o *Options, repo *gitrepo.Repo, target plumbing.ReferenceName, file string, contentFor func(app []byte) ([]byte, error)) (string, string, error) {

@@ -49,6 +49,11 @@ type Job struct {
 	Terraform *TerraformSettings `json:"terraform,omitempty"`
 	Helm      *HelmSettings      `json:"helm,omitempty"`
 	Manifests *ManifestSettings  `json:"manifests,omitempty"`
+	// State, on a terraform job, keeps the component's state in this S3
+	// object instead of the local state file (the sandbox on AWS: the
+	// install's sandbox.state). The credentials come with the job's
+	// environment, never its manifest.
+	State *S3State `json:"state,omitempty"`
 	// Debug is the command of a debug job (operation debug only).
 	Debug *DebugRequest `json:"debug,omitempty"`
 	// Timeout bounds the job, as a Go duration.

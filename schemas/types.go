@@ -313,6 +313,20 @@ type Sandbox struct {
 	// Role is the role the agent assumes to apply sandbox upgrades on AWS
 	// (the stack's maintenance role); none on local.
 	Role *SandboxRole `yaml:"role,omitempty" json:"role,omitempty"`
+	// State is where the sandbox's Terraform state is on AWS: the S3
+	// object nuon install create applied it with, which the agent's
+	// sandbox jobs keep using (with Role's credentials). None locally:
+	// the state is then a file in the agent's sandbox directory.
+	State *S3State `yaml:"state,omitempty" json:"state,omitempty"`
+}
+
+// S3State is a Terraform state kept in an S3 object by Terraform's s3
+// backend, locked by a lock file beside it (KEY.tflock, use_lockfile).
+// Nothing here is a secret: the credentials come with the job.
+type S3State struct {
+	Bucket string `yaml:"bucket" json:"bucket"`
+	Key    string `yaml:"key" json:"key"`
+	Region string `yaml:"region" json:"region"`
 }
 
 // SandboxRole is a role the agent assumes, from its own identity, with

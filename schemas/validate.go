@@ -362,6 +362,8 @@ var patternHelp = map[string]string{
 	`^ssh-ed25519 [A-Za-z0-9+/]+=*( .*)?$`:                  "an OpenSSH ed25519 public key (ssh-ed25519 AAAA… comment)",
 	`^sha256:[a-f0-9]{64}$`:                                 "a digest (sha256: and 64 lower-case hex digits)",
 	`^[a-z0-9-]+$`:                                          "a region such as us-east-1",
+	`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`:                    "an S3 bucket name (a-z, 0-9, . and -, 3 to 63 characters)",
+	`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`:                  "an S3 key such as sandbox/terraform.tfstate (letters, digits, _, . and -, in /-separated parts)",
 	`^[0-9]{12}$`:                                           "a 12-digit AWS account id",
 	`^([0-9a-f]{40}|[0-9a-f]{64})$`:                         "a git commit id (40 or 64 lower-case hex digits)",
 	`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`:                    "a job id (letters, digits, ., _ and -, at most 128 characters)",

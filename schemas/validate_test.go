@@ -109,7 +109,8 @@ func TestNoPropertyNames(t *testing.T) {
 func samples() map[string]any {
 	cloud := Cloud{Provider: "aws", Region: "us-east-1", AccountID: "111111111111"}
 	sandbox := Sandbox{Name: "aws-eks", Version: "0.4.0", Inputs: map[string]any{"cluster_version": "1.31"},
-		Role: &SandboxRole{ARN: "arn:aws:iam::111111111111:role/nuon-acme-maintenance", ExternalID: "nuon-acme-5f2c"}}
+		Role:  &SandboxRole{ARN: "arn:aws:iam::111111111111:role/nuon-acme-maintenance", ExternalID: "nuon-acme-5f2c"},
+		State: &S3State{Bucket: "nuon-acme-state", Key: "sandbox/terraform.tfstate", Region: "us-east-1"}}
 	artifact := Artifact{
 		Name:      "chart",
 		Source:    "registry.vendor.example/shop/charts/api@" + testDigest,
@@ -142,6 +143,7 @@ func samples() map[string]any {
 			Operation: OpUpdate, Plugin: TypeHelm, Version: "2.4.0", Generation: 7, Commit: testCommit,
 			Artifacts: []Artifact{jobArtifact}, Inputs: inputs, Terraform: terraform, Helm: helm, Manifests: manifests,
 			Debug:   &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
+			State:   &S3State{Bucket: "nuon-acme-state", Key: "sandbox/terraform.tfstate", Region: "us-east-1"},
 			Timeout: "5m", StateDir: "/var/lib/nuon/state/api", ResultFile: "/var/lib/nuon/jobs/api-update-7/result.json",
 		},
 		SchemaJobResult: JobResult{

@@ -13,8 +13,11 @@
 // it, and the agent can die and restart without killing the job.
 //
 // Runner is how the agent does this. Local starts `nuon job run` as a
-// child process in a process group of its own; a Kubernetes Job runner
-// will do the same in a pod. The job's output goes straight into a file,
+// child process in a process group of its own; Kube does the same in a
+// Kubernetes Job's pod. Both are EnvRunners: RunEnv gives one job extra
+// environment (the sandbox's role credentials) that is never written to
+// its manifest: Local adds it to the child's environment, Kube puts it
+// in a Secret of the job's own, owned by its Job. The job's output goes straight into a file,
 // not through a pipe to the agent, so a job that outlives the agent keeps
 // its output and is not killed by SIGPIPE.
 //

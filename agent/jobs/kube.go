@@ -66,11 +66,22 @@ const (
 //     NUON_SECRET_<KEY> variables the plugins resolve ${secrets.KEY}
 //     from.
 //
-// Both carry the labels LabelJob (a hash of the job id: label values are
+// A job run with RunEnv (the sandbox's, with the maintenance role's
+// temporary credentials) gets a third object: a Secret of its own, named
+// afresh for every run, immutable, owned by the Job, whose keys become the
+// container's environment (envFrom). Its values are never in the Job's
+// spec, the ConfigMap or a log. The Job is created suspended, the Secret
+// after it (its owner reference needs the Job's UID), and the Job is then
+// started: no pod runs before its Secret exists. A suspended Job left by
+// a runner that stopped in between never started; Run and Recover delete
+// it. The agent's service account may create Secrets in Kube.Namespace
+// but never read one (manifests/).
+//
+// All of them carry the labels LabelJob (a hash of the job id: label values are
 // too short for ids), LabelInstall and LabelComponent, and the annotation
 // AnnotationJobID with the id itself. Recover finds the Job by LabelJob.
-// The ConfigMap is owned by the Job, so the garbage collector removes it
-// with the Job, which Kubernetes deletes Kube.TTL after it finished.
+// The ConfigMap and the Secret are owned by the Job, so the garbage
+// collector removes them with the Job, which Kubernetes deletes Kube.TTL after it finished.
 //
 // # Result
 //
@@ -156,7 +167,7 @@ type Kube struct {
 	Logger *slog.Logger
 }
 
-var _ Runner = (*Kube)(nil)
+var _ EnvRunner = (*Kube)(nil)
 
 func (k *Kube) logger() *slog.Logger {
 	if k.Logger != nil {

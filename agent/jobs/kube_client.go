@@ -136,6 +136,19 @@ func (a kubeAPI) deleteConfigMap(ctx context.Context, name string) error {
 	return call(ctx, a.c.Delete().AbsPath(coreV1).Namespace(a.ns).Resource("configmaps").Name(name), nil)
 }
 
+// createSecret creates s; the answer (which holds its data) is not kept.
+func (a kubeAPI) createSecret(ctx context.Context, s *corev1.Secret) error {
+	s = s.DeepCopy()
+	s.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
+	return a.send(ctx, a.c.Post().AbsPath(coreV1).Namespace(a.ns).Resource("secrets").Param("fieldManager", fieldManager), s, nil)
+}
+
+// mergePatchJob applies a JSON merge patch to the Job named name.
+func (a kubeAPI) mergePatchJob(ctx context.Context, name string, patch []byte) error {
+	req := a.c.Patch(types.MergePatchType).AbsPath(batchV1).Namespace(a.ns).Resource("jobs").Name(name).Param("fieldManager", fieldManager)
+	return call(ctx, req.Body(patch), nil)
+}
+
 func (a kubeAPI) listPods(ctx context.Context, selector string) (*corev1.PodList, error) {
 	var l corev1.PodList
 	err := call(ctx, a.c.Get().AbsPath(coreV1).Namespace(a.ns).Resource("pods").Param("labelSelector", selector), &l)

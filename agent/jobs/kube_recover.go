@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"k8s.io/utils/ptr"
+
 	"nuon.dev/nuon/schemas"
 )
 
@@ -53,6 +55,15 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 	if r.obj == nil {
 		r.logger.Info("recovered job has no kubernetes job")
 		return nil, fmt.Errorf("job %s: %w: no kubernetes job", job.ID, ErrNotFinished)
+	}
+	if ptr.Deref(r.obj.Spec.Suspend, false) {
+		// Created suspended by RunEnv and never started: the run stopped
+		// before the job's Secret was made.
+		r.logger.Info("recovered job never started; deleting it")
+		if err := r.delete(ctx); err != nil {
+			return nil, fmt.Errorf("job %s: %w", job.ID, err)
+		}
+		return nil, fmt.Errorf("job %s: %w: never started", job.ID, ErrNotFinished)
 	}
 	r.logger.Info("recovering job")
 	// The agent stopping again is no reason to stop the job.

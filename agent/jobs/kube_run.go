@@ -8,6 +8,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,11 +43,24 @@ import (
 // context.DeadlineExceeded. When ctx ends first, the Job is deleted, which
 // stops its pod, and the error wraps ctx.Err().
 func (k *Kube) Run(ctx context.Context, job *schemas.Job, dir string) (*schemas.JobResult, error) {
+	return k.run(ctx, job, dir, nil)
+}
+
+// RunEnv is Run with env (KEY=VALUE) added to the job's container through
+// a Secret of the job's own, never the Job's spec: see Kube.
+func (k *Kube) RunEnv(ctx context.Context, job *schemas.Job, dir string, env []string) (*schemas.JobResult, error) {
+	return k.run(ctx, job, dir, env)
+}
+
+func (k *Kube) run(ctx context.Context, job *schemas.Job, dir string, env []string) (*schemas.JobResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
 	r, err := k.newKubeRun(job, dir)
 	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	if r.env, err = envData(env); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
 	for _, step := range []func(context.Context) error{r.prepareDir, r.clearFinished, r.checkStateLock, r.create} {
@@ -77,6 +94,30 @@ type kubeRun struct {
 	// staleLock is the ID of a state lock held by a dead job of the
 	// component, which the job may break (checkStateLock).
 	staleLock string
+	// env is RunEnv's environment, as the data of the job's Secret,
+	// secret.
+	env    map[string][]byte
+	secret string
+}
+
+// envName is what a Secret key and an environment variable may be named.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envData turns KEY=VALUE entries into a Secret's data.
+func envData(env []string) (map[string][]byte, error) {
+	if len(env) == 0 {
+		return nil, nil
+	}
+	data := make(map[string][]byte, len(env))
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !envName.MatchString(k) {
+			// Never the entry itself: it may hold a secret.
+			return nil, fmt.Errorf("job environment: entry %d is not NAME=VALUE", len(data))
+		}
+		data[k] = []byte(v)
+	}
+	return data, nil
 }
 
 func (k *Kube) newKubeRun(job *schemas.Job, dir string) (*kubeRun, error) {
@@ -125,9 +166,11 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, done := finished(old); !done {
+	if _, done := finished(old); !done && !ptr.Deref(old.Spec.Suspend, false) {
 		return fmt.Errorf("%w: Kubernetes Job %s/%s is still active", ErrRunning, r.k.Namespace, r.name)
 	}
+	// A suspended Job never started: its run stopped before its Secret
+	// was made.
 	r.logger.Info("deleting the finished Job of an earlier run")
 	if err := r.delete(ctx); err != nil {
 		return err
@@ -150,11 +193,21 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 }
 
 // create creates the manifest's ConfigMap, then the Job, then makes the
-// Job the ConfigMap's owner.
+// Job the ConfigMap's owner. With RunEnv's environment the Job is created
+// suspended, its Secret is created owned by it, and only then is the Job
+// started: no pod runs before its Secret exists.
 func (r *kubeRun) create(ctx context.Context) error {
-	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock)
+	if r.env != nil {
+		var suffix [4]byte
+		_, _ = rand.Read(suffix[:])
+		r.secret = r.name + "-env-" + hex.EncodeToString(suffix[:])
+	}
+	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret)
 	if err != nil {
 		return err
+	}
+	if r.env != nil {
+		job.Spec.Suspend = ptr.To(true)
 	}
 	api := r.k.api()
 	if err := api.createConfigMap(ctx, cm); apierrors.IsAlreadyExists(err) {
@@ -169,8 +222,16 @@ func (r *kubeRun) create(ctx context.Context) error {
 		return fmt.Errorf("kubernetes job %s: %w", r.name, err)
 	}
 	r.obj = created
-	r.logger.Info("job started", "namespace", r.k.Namespace, "operation", r.job.Operation)
 	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}
+	if r.env != nil {
+		if err := r.startWithEnv(ctx, created, owner); err != nil {
+			if derr := r.delete(context.WithoutCancel(ctx)); derr != nil {
+				r.logger.Warn("delete the job", "error", derr)
+			}
+			return err
+		}
+	}
+	r.logger.Info("job started", "namespace", r.k.Namespace, "operation", r.job.Operation)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
 	if err := api.mergePatchConfigMap(ctx, r.name, patch); err != nil {
 		r.logger.Warn("configmap owner", "error", err)
@@ -178,8 +239,42 @@ func (r *kubeRun) create(ctx context.Context) error {
 	return nil
 }
 
-// objects returns the ConfigMap and the Job that run job.
-func (k *Kube) objects(job *schemas.Job, name, staleLock string) (*corev1.ConfigMap, *batchv1.Job, error) {
+// startWithEnv creates the job's Secret, holding RunEnv's environment and
+// owned by the Job (the garbage collector deletes it with the Job), and
+// then lets the suspended Job start. The Secret is immutable, and named
+// afresh for every run: one of an earlier run of the job may wait for the
+// collector still.
+func (r *kubeRun) startWithEnv(ctx context.Context, created *batchv1.Job, owner metav1.OwnerReference) error {
+	api := r.k.api()
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: r.secret, Namespace: r.k.Namespace,
+			Labels: created.Labels, Annotations: map[string]string{AnnotationJobID: r.job.ID},
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Type:      corev1.SecretTypeOpaque,
+		Immutable: ptr.To(true),
+		Data:      r.env,
+	}
+	if err := api.createSecret(ctx, sec); err != nil {
+		return fmt.Errorf("secret %s: %w", sec.Name, err)
+	}
+	names := make([]string, 0, len(r.env))
+	for k := range r.env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	r.logger.Info("job environment in its secret", "secret", r.secret, "variables", names)
+	if err := api.mergePatchJob(ctx, r.name, []byte(`{"spec":{"suspend":false}}`)); err != nil {
+		return fmt.Errorf("start kubernetes job %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// objects returns the ConfigMap and the Job that run job; a secret names
+// the job's own Secret (RunEnv's), whose keys become its container's
+// environment.
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -225,6 +320,11 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock string) (*corev1.Config
 		envFrom = append(envFrom, corev1.EnvFromSource{
 			Prefix:    redact.EnvPrefix,
 			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: k.SecretName}, Optional: ptr.To(true)},
+		})
+	}
+	if secret != "" {
+		envFrom = append(envFrom, corev1.EnvFromSource{
+			SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret}},
 		})
 	}
 	podMeta := metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationJobID: job.ID}}

@@ -13,7 +13,7 @@
 // stand-in checks who calls, not their cryptography.
 //
 // GetCallerIdentity is answered too, signed (POST, the caller by its
-// access key) and presigned (GET /?Action=GetCallerIdentity&X-Amz-…, the
+// access key, a known caller's or credentials this server issued) and presigned (GET /?Action=GetCallerIdentity&X-Amz-…, the
 // form of an EKS token, which aws-iam-authenticator forwards to STS with
 // the x-k8s-aws-id header). A presigned request is checked as STS does:
 // only credentials this server issued, their session token, the
@@ -21,6 +21,9 @@
 // token for one cluster does not pass for another), and its expiry. The
 // answer is the assumed-role session's ARN, in XML or, when the request
 // accepts application/json, in JSON.
+//
+// Secret gives the secret and session token of the credentials it issued,
+// for other stand-ins to check signatures with (internal/s3test).
 //
 // Point the SDK at it with sts.Options.BaseEndpoint (or
 // AWS_ENDPOINT_URL_STS) set to Server.URL. BlackHole gives an endpoint

@@ -103,6 +103,16 @@ func (s *Server) Calls() []Call {
 	return append([]Call(nil), s.calls...)
 }
 
+// Secret returns the secret and session token of credentials this server
+// issued (ok false for any other access key): what another stand-in
+// (internal/s3test's Keys) checks their signatures with.
+func (s *Server) Secret(accessKeyID string) (secret, sessionToken string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.byKey[accessKeyID]
+	return c.SecretAccessKey, c.SessionToken, ok
+}
+
 // Issued returns the credentials handed out so far.
 func (s *Server) Issued() []Credentials {
 	s.mu.Lock()
@@ -143,6 +153,17 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, call *Call) stri
 	caller, known := s.callers[key]
 	role, roleKnown := s.roles[call.RoleARN]
 	s.mu.Unlock()
+	if !known && call.Action == "GetCallerIdentity" {
+		// Credentials this server issued know who they are too (as
+		// Terraform's s3 backend asks before it touches the state).
+		s.mu.Lock()
+		c, issued := s.byKey[key]
+		s.mu.Unlock()
+		if issued && r.Header.Get("X-Amz-Security-Token") == c.SessionToken {
+			call.Caller = c.Arn
+			return writeIdentity(w, r, c.Arn)
+		}
+	}
 	if !known {
 		return writeError(w, http.StatusForbidden, "InvalidClientTokenId", "The security token included in the request is invalid.")
 	}

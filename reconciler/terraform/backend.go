@@ -91,6 +91,50 @@ func (b *KubernetesBackend) config(lookup func(string) (string, bool)) map[strin
 	return c
 }
 
+// The AWS SDK's own variables for its endpoints, which the s3 backend
+// block repeats when they are set (a private endpoint, or a test's
+// stand-ins: internal/s3test, internal/ststest).
+const (
+	EnvS3Endpoint  = "AWS_ENDPOINT_URL_S3"
+	EnvSTSEndpoint = "AWS_ENDPOINT_URL_STS"
+)
+
+// S3Backend keeps a component's state in Terraform's built-in s3 backend:
+// the object Key in Bucket, locked by the lock file Key.tflock beside it
+// (use_lockfile: a conditional PutObject, no DynamoDB table), encrypted at
+// rest. A job names it with its State (the sandbox on AWS: the object
+// nuon install create applied it with); the credentials are the job's
+// environment (AWS_ACCESS_KEY_ID…), never the block.
+type S3Backend struct {
+	schemas.S3State
+}
+
+// config is the backend block. When EnvS3Endpoint or EnvSTSEndpoint is
+// set the block names them as endpoints, and S3 is reached path-style
+// (http://endpoint/bucket/key), which an endpoint without per-bucket DNS
+// needs.
+func (b *S3Backend) config(lookup func(string) (string, bool)) map[string]any {
+	c := map[string]any{
+		"bucket":       escapeTemplate(b.Bucket),
+		"key":          escapeTemplate(b.Key),
+		"region":       escapeTemplate(b.Region),
+		"use_lockfile": true,
+		"encrypt":      true,
+	}
+	endpoints := map[string]any{}
+	if v, _ := lookup(EnvS3Endpoint); v != "" {
+		endpoints["s3"] = escapeTemplate(v)
+		c["use_path_style"] = true
+	}
+	if v, _ := lookup(EnvSTSEndpoint); v != "" {
+		endpoints["sts"] = escapeTemplate(v)
+	}
+	if len(endpoints) > 0 {
+		c["endpoints"] = endpoints
+	}
+	return c
+}
+
 // StateSecretSuffix is the kubernetes backend's secret_suffix for a
 // component of an install: a label value of at most 59 characters, unique
 // per install and component (a hash of both), that never ends in

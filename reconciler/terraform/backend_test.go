@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"nuon.dev/nuon/schemas"
 )
 
 func TestStateSecretSuffix(t *testing.T) {
@@ -122,6 +124,39 @@ func TestKubernetesBackendConfig(t *testing.T) {
 	b := backendFromEnv(env(map[string]string{EnvStateNamespace: "n", EnvStateSecretSuffix: "s"}))
 	if b == nil || b.Namespace != "n" || b.SecretSuffix != "s" {
 		t.Errorf("backendFromEnv = %+v", b)
+	}
+}
+
+func TestS3BackendConfig(t *testing.T) {
+	b := S3Backend{S3State: schemas.S3State{Bucket: "nuon-acme-state", Key: "sandbox/${x}.tfstate", Region: "eu-west-1"}}
+	base := map[string]any{"bucket": "nuon-acme-state", "key": "sandbox/$${x}.tfstate", "region": "eu-west-1", "use_lockfile": true, "encrypt": true}
+	with := func(extra map[string]any) map[string]any {
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want map[string]any
+	}{
+		{"AWS", nil, base},
+		{"credentials are not named", map[string]string{"AWS_ACCESS_KEY_ID": "ASIAX", "AWS_SECRET_ACCESS_KEY": "s"}, base},
+		{"S3 endpoint", map[string]string{EnvS3Endpoint: "http://127.0.0.1:9000"},
+			with(map[string]any{"use_path_style": true, "endpoints": map[string]any{"s3": "http://127.0.0.1:9000"}})},
+		{"STS endpoint only", map[string]string{EnvSTSEndpoint: "https://sts.vpce.example"},
+			with(map[string]any{"endpoints": map[string]any{"sts": "https://sts.vpce.example"}})},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if d := cmp.Diff(tt.want, b.config(lookupIn(tt.env))); d != "" {
+				t.Errorf("config (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 

@@ -13,13 +13,13 @@ import (
 
 // Destroy removes everything the component's state holds, with the same
 // module and inputs that created it. Without a local state file there is
-// nothing to remove and Destroy does nothing; with the kubernetes backend
-// terraform finds out, and destroys nothing from an empty state.
+// nothing to remove and Destroy does nothing; with the kubernetes or s3
+// backend terraform finds out, and destroys nothing from an empty state.
 func (p *Plugin) Destroy(ctx context.Context, job *schemas.Job, env reconciler.Env) error {
 	if job == nil {
 		return errors.New("terraform: no job")
 	}
-	if p.backend() == nil {
+	if job.State == nil && p.backend() == nil {
 		dir, err := reconciler.StateDir(job, env)
 		if err != nil {
 			return fmt.Errorf("terraform %s: %w", job.Component, err)

@@ -29,6 +29,20 @@
 // and Debug then run terraform, which finds an empty state itself. A
 // component's local state is not migrated into the cluster.
 //
+// # State in S3
+//
+// A job whose manifest names an S3 object (Job.State: the sandbox on AWS,
+// where nuon install create applied it) keeps its state there, whatever
+// else the environment says: the override file configures Terraform's
+// built-in s3 backend (S3Backend) with the bucket, key and region,
+// use_lockfile (the lock is the object KEY.tflock, taken with a
+// conditional PutObject) and encrypt. The credentials are the job's
+// environment (the maintenance role's temporary credentials, which the
+// agent hands the job), never the block. When AWS_ENDPOINT_URL_S3 or
+// AWS_ENDPOINT_URL_STS is set the block names those endpoints, and S3 is
+// reached path-style. As with the kubernetes backend, the plugin cannot
+// tell before init whether anything was applied.
+//
 // # State locks
 //
 // Every command that takes the state lock (plan, apply, destroy) goes

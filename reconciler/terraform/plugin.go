@@ -50,7 +50,8 @@ type Plugin struct {
 	LookupEnv func(key string) (string, bool)
 	// Backend keeps the state in Terraform's kubernetes backend. Default:
 	// the backend EnvStateNamespace and EnvStateSecretSuffix name, else
-	// the local state file in the component's state directory.
+	// the local state file in the component's state directory. A job
+	// that names an S3 object (Job.State) uses the s3 backend instead.
 	Backend *KubernetesBackend
 	// StaleLock is the ID of a state lock held by a job the agent knows is
 	// dead: a command that finds the state locked by it runs `terraform
@@ -78,7 +79,9 @@ type run struct {
 	state string // the state file, kept across jobs (local backend)
 	plan  string // the saved plan
 
-	// backend, when set, keeps the state in the cluster instead of state.
+	// s3, when set (the job's State), keeps the state in an S3 object;
+	// else backend, when set, keeps it in the cluster; else state does.
+	s3        *S3Backend
 	backend   *KubernetesBackend
 	staleLock string
 	lockPoll  time.Duration
@@ -127,7 +130,11 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	r.dir = filepath.Join(dir, moduleDir)
 	r.state = filepath.Join(dir, stateFile)
 	r.plan = filepath.Join(r.dir, planFile)
-	r.backend = p.backend()
+	if job.State != nil {
+		r.s3 = &S3Backend{S3State: *job.State}
+	} else {
+		r.backend = p.backend()
+	}
 	r.staleLock = p.StaleLock
 	if r.staleLock == "" {
 		r.staleLock, _ = r.lookup(EnvStaleLock)
@@ -216,10 +223,10 @@ func (r *run) do(ctx context.Context, steps ...step) error {
 }
 
 // noState reports that nothing was ever applied: there is no local state
-// file. With the kubernetes backend the plugin cannot tell before init,
-// and reports false: terraform finds an empty state itself.
+// file. With the kubernetes or s3 backend the plugin cannot tell before
+// init, and reports false: terraform finds an empty state itself.
 func (r *run) noState() (bool, error) {
-	if r.backend != nil {
+	if r.backend != nil || r.s3 != nil {
 		return false, nil
 	}
 	_, err := os.Stat(r.state)

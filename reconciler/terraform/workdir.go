@@ -26,7 +26,7 @@ const (
 // Files the plugin writes into the module.
 const (
 	// overrideFile points the local backend at stateFile, or configures
-	// the kubernetes backend. As an override file it replaces whatever
+	// the kubernetes or s3 backend. As an override file it replaces whatever
 	// backend the module declares.
 	overrideFile = "nuon_override.tf.json"
 	// varFile holds the job's inputs; terraform loads *.auto.tfvars.json
@@ -52,9 +52,13 @@ func (r *run) extract(ctx context.Context) error {
 	return writeVarFile(filepath.Join(r.dir, varFile), r.vars)
 }
 
-// backendConfig is the backend block's type and body: the kubernetes
-// backend when the run has one, else the local state file.
+// backendConfig is the backend block's type and body: the s3 backend
+// when the job names an S3 object, the kubernetes backend when the run
+// has one, else the local state file.
 func (r *run) backendConfig() map[string]any {
+	if r.s3 != nil {
+		return map[string]any{"s3": r.s3.config(r.lookup)}
+	}
 	if r.backend != nil {
 		return map[string]any{"kubernetes": r.backend.config(r.lookup)}
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -40,6 +42,7 @@ type agentOptions struct {
 	jobCommand                                            string
 	metricsAddr                                           string
 	sandboxDir, stsEndpoint                               string
+	sandboxInputs                                         []string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
 }
@@ -100,7 +103,10 @@ needed; other registries use --registry-username or the docker config file.
 The sandbox (when nuon.yaml declares one) is the install's first component:
 every other component waits for it and may read its outputs
 (${install.sandbox.outputs.registry.url}). Its state stays where 'nuon install
-create' applied it (--sandbox-dir), so the agent's first pass adopts it; an
+create' applied it (--sandbox-dir locally, the S3 object the install's
+sandbox.state names on AWS), so the agent's first pass adopts it. Inputs that
+belong to this machine rather than to git come as --sandbox-input
+dir=/srv/acme/sandbox/run --sandbox-input kube_assets=/cache/kube. An
 install whose file names a role (sandbox.role, the stack's maintenance role)
 gets its sandbox upgrades applied with that role's credentials, assumed from
 the agent's own AWS identity (the SDK's default chain: EKS Pod Identity) with
@@ -169,6 +175,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	f.StringVar(&o.sandboxDir, "sandbox-dir", "", "the sandbox's state directory, as nuon install create left it (terraform.tfstate, outputs.json); default WORKDIR/components/sandbox")
+	f.StringArrayVar(&o.sandboxInputs, "sandbox-input", nil, "NAME=VALUE: an input of the sandbox's module that belongs to this machine (the local sandbox's dir and kube_assets), added to every sandbox job and never written to git; repeatable")
 	f.StringVar(&o.stsEndpoint, "sts-endpoint", "", "STS endpoint for assuming the sandbox's maintenance role (a VPC endpoint); default the SDK's")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
@@ -219,6 +226,10 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			return err
 		}
 	}
+	sandboxInputs, err := parseInputs(o.sandboxInputs)
+	if err != nil {
+		return err
+	}
 	met := metrics.New()
 	syncer, err := o.sync.syncer(partsLog, met.Copied)
 	if err != nil {
@@ -253,6 +264,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		}, workdir, partsLog)),
 		Plugins:          JobPlugins,
 		SandboxDir:       sandboxDir,
+		SandboxInputs:    sandboxInputs,
 		AssumeRole:       assumeRole(o.install, o.stsEndpoint),
 		RequestTrust:     requestTrust,
 		Sync:             syncer,
@@ -364,3 +376,22 @@ func assumeRole(install, endpoint string) func(ctx context.Context, role schemas
 	}
 	return agent.AssumeRoleFrom(func(ctx context.Context) (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }, opts...)
 }
+
+// parseInputs reads --sandbox-input NAME=VALUE flags.
+func parseInputs(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(flags))
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || !inputName.MatchString(k) {
+			return nil, fmt.Errorf("--sandbox-input %q: want NAME=VALUE, NAME an identifier", f)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// inputName is a terraform variable's name.
+var inputName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
