@@ -101,7 +101,7 @@ const (
 // for helm, whose state is the release history in the cluster, and for
 // terraform, whose state never lives there: the runner sets
 // NUON_TF_STATE_NAMESPACE (Kube.StateNamespace) and
-// NUON_TF_STATE_SECRET_SUFFIX (terraform.StateSecretSuffix of the install
+// NUON_TF_STATE_SECRET_SUFFIX (tfstate.StateSecretSuffix of the install
 // and component) on a terraform job, and the plugin keeps the state in
 // Terraform's kubernetes backend: a Secret per component, locked by a
 // Lease, in a namespace that holds nothing else (manifests/ gives the

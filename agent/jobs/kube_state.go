@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"nuon.dev/nuon/reconciler/terraform"
+	"nuon.dev/nuon/internal/tfstate"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -34,11 +34,11 @@ func (k *Kube) stateEnv(job *schemas.Job, staleLock string) []corev1.EnvVar {
 		return nil
 	}
 	env := []corev1.EnvVar{
-		{Name: terraform.EnvStateNamespace, Value: k.stateNamespace()},
-		{Name: terraform.EnvStateSecretSuffix, Value: terraform.StateSecretSuffix(job.Install, job.Component)},
+		{Name: tfstate.EnvStateNamespace, Value: k.stateNamespace()},
+		{Name: tfstate.EnvStateSecretSuffix, Value: tfstate.StateSecretSuffix(job.Install, job.Component)},
 	}
 	if staleLock != "" {
-		env = append(env, corev1.EnvVar{Name: terraform.EnvStaleLock, Value: staleLock})
+		env = append(env, corev1.EnvVar{Name: tfstate.EnvStaleLock, Value: staleLock})
 	}
 	return env
 }
@@ -51,14 +51,14 @@ func (k *Kube) stateEnv(job *schemas.Job, staleLock string) []corev1.EnvVar {
 // runner waits for that job to end, and never breaks its lock. Once every
 // job of the component is dead (its Job finished, failed or gone, its pods
 // terminated or gone), a lock still there is a dead job's: its ID goes to
-// the new job (terraform.EnvStaleLock), which breaks that lock, and only
+// the new job (tfstate.EnvStaleLock), which breaks that lock, and only
 // that one, with `terraform force-unlock`.
 func (r *kubeRun) checkStateLock(ctx context.Context) error {
 	if r.job.Plugin != schemas.TypeTerraform {
 		return nil
 	}
 	api := r.k.api()
-	lease := terraform.StateLeaseName(terraform.StateSecretSuffix(r.job.Install, r.job.Component))
+	lease := tfstate.StateLeaseName(tfstate.StateSecretSuffix(r.job.Install, r.job.Component))
 	ns := r.k.stateNamespace()
 	waited := false
 	for {
@@ -78,9 +78,9 @@ func (r *kubeRun) checkStateLock(ctx context.Context) error {
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return nil
 		}
-		lock, err := terraform.ParseLeaseLock(l.Annotations[terraform.LeaseLockAnnotation])
+		lock, err := tfstate.ParseLeaseLock(l.Annotations[tfstate.LeaseLockAnnotation])
 		if err != nil {
-			lock = terraform.LockInfo{ID: *l.Spec.HolderIdentity}
+			lock = tfstate.LockInfo{ID: *l.Spec.HolderIdentity}
 		}
 		alive, err := r.liveJobs(ctx)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"nuon.dev/nuon/internal/kubetest"
 	"nuon.dev/nuon/internal/testenv"
+	"nuon.dev/nuon/internal/tfstate"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/schemas"
 )
@@ -114,7 +115,7 @@ func TestKubeTerraformState(t *testing.T) {
 		if n := creations("network"); n != 1 {
 			t.Errorf("the resource was created %d times, want once", n)
 		}
-		secret := terraform.StateSecretName(terraform.StateSecretSuffix("acme", "network"))
+		secret := tfstate.StateSecretName(tfstate.StateSecretSuffix("acme", "network"))
 		if _, err := cs.CoreV1().Secrets(DefaultStateNamespace).Get(t.Context(), secret, metav1.GetOptions{}); err != nil {
 			t.Errorf("the state Secret: %v", err)
 		}
@@ -138,7 +139,7 @@ func TestKubeTerraformState(t *testing.T) {
 		if err := <-done; !errors.Is(err, ErrJobFailed) {
 			t.Fatalf("the killed job: %v, want ErrJobFailed", err)
 		}
-		lease := terraform.StateLeaseName(terraform.StateSecretSuffix("acme", "database"))
+		lease := tfstate.StateLeaseName(tfstate.StateSecretSuffix("acme", "database"))
 		l, err := cs.CoordinationV1().Leases(DefaultStateNamespace).Get(t.Context(), lease, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			t.Fatalf("the killed job left no lock: %v %v", l, err)

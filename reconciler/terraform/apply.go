@@ -88,7 +88,7 @@ func (r *run) outputs(ctx context.Context) error {
 		res.Outputs[name] = v
 	}
 	slices.Sort(res.Sensitive)
-	res.BrokenLock = r.brokenLock.schema()
+	res.BrokenLock = r.brokenLock.Schema()
 	r.result = res
 	return nil
 }

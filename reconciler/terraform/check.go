@@ -56,7 +56,7 @@ func (p *Plugin) Drift(ctx context.Context, job *schemas.Job, env reconciler.Env
 	); err != nil {
 		return nil, err
 	}
-	res.BrokenLock = r.brokenLock.schema()
+	res.BrokenLock = r.brokenLock.Schema()
 	for _, d := range res.Drift {
 		fmt.Fprintf(r.out, "%s %s: %s %s\n", d.Address, d.Action, strings.Join(d.Fields, ", "), d.Diff)
 	}

@@ -17,13 +17,13 @@
 // # State in the cluster
 //
 // A job of the Kubernetes Job runner has no state directory that outlives
-// it. There, the runner sets EnvStateNamespace and EnvStateSecretSuffix
+// it. There, the runner sets tfstate.EnvStateNamespace and tfstate.EnvStateSecretSuffix
 // (or Plugin.Backend is set), and the override file configures Terraform's
 // built-in kubernetes backend instead: the state in the Secret
 // tfstate-default-SUFFIX, locked by the Lease lock-tfstate-default-SUFFIX,
 // both in that namespace, reached with KUBECONFIG's path when set and the
 // pod's service account (in_cluster_config) otherwise; no credential is
-// written into the backend block. The suffix (StateSecretSuffix) is one
+// written into the backend block. The suffix (tfstate.StateSecretSuffix) is one
 // per install and component. Without a local state file the plugin cannot
 // tell before init whether anything was applied: Destroy, Drift, Health
 // and Debug then run terraform, which finds an empty state itself. A
@@ -48,8 +48,8 @@
 // Every command that takes the state lock (plan, apply, destroy) goes
 // through the same handling. When terraform fails with "Error acquiring
 // the state lock", the plugin reads the lock's ID, operation, holder and
-// time from terraform's "Lock Info" (ParseLockError). If the ID is the
-// one the agent found held by a dead job (EnvStaleLock, Plugin.StaleLock),
+// time from terraform's "Lock Info" (tfstate.ParseLockError). If the ID is the
+// one the agent found held by a dead job (tfstate.EnvStaleLock, Plugin.StaleLock),
 // it runs `terraform force-unlock -force ID`, says so in the log, reports
 // the lock as JobResult.BrokenLock and runs the command again. Any other
 // lock may be a live job's: the plugin waits, retrying every

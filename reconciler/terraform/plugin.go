@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 
 	"nuon.dev/nuon/internal/redact"
+	"nuon.dev/nuon/internal/tfstate"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -45,17 +46,17 @@ type Plugin struct {
 	// ends. Default DefaultGrace.
 	Grace time.Duration
 	// LookupEnv reads the variables that hold secrets (see reconciler.SecretEnv),
-	// and the state's environment (EnvStateNamespace, EnvStateSecretSuffix,
-	// EnvStaleLock, KUBECONFIG). Default os.LookupEnv.
+	// and the state's environment (tfstate.EnvStateNamespace, tfstate.EnvStateSecretSuffix,
+	// tfstate.EnvStaleLock, KUBECONFIG). Default os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
 	// Backend keeps the state in Terraform's kubernetes backend. Default:
-	// the backend EnvStateNamespace and EnvStateSecretSuffix name, else
+	// the backend tfstate.EnvStateNamespace and tfstate.EnvStateSecretSuffix name, else
 	// the local state file in the component's state directory. A job
 	// that names an S3 object (Job.State) uses the s3 backend instead.
 	Backend *KubernetesBackend
 	// StaleLock is the ID of a state lock held by a job the agent knows is
 	// dead: a command that finds the state locked by it runs `terraform
-	// force-unlock` and goes on. Default: EnvStaleLock.
+	// force-unlock` and goes on. Default: tfstate.EnvStaleLock.
 	StaleLock string
 	// LockPoll is how often a state locked by another job is retried.
 	// Default DefaultLockPoll.
@@ -86,7 +87,7 @@ type run struct {
 	staleLock string
 	lockPoll  time.Duration
 	// brokenLock is the dead job's lock this run broke.
-	brokenLock *LockInfo
+	brokenLock *tfstate.LockInfo
 
 	vars    map[string]any
 	changed bool
@@ -137,7 +138,7 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	}
 	r.staleLock = p.StaleLock
 	if r.staleLock == "" {
-		r.staleLock, _ = r.lookup(EnvStaleLock)
+		r.staleLock, _ = r.lookup(tfstate.EnvStaleLock)
 	}
 	r.lockPoll = p.LockPoll
 	if r.lockPoll <= 0 {
