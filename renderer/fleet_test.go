@@ -462,3 +462,57 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 		files[prefix+e.Name] = blob
 	}
 }
+
+// BenchmarkRerender measures the render the tenant server makes most: one
+// install's file changed on main, rendered in this process with a fresh
+// repository handle, written and its refs moved (ns/op, and cpu-ms/op).
+// The fleet, of the first size in NUON_BENCH_FLEET (default 1,000 and
+// 10,000: the first, 1,000), is rendered cold once by a child process. Each
+// iteration changes the same install's file to a value of its own.
+func BenchmarkRerender(b *testing.B) {
+	n := sizes(b)[0]
+	files := fleet(b, n)
+	dir := filepath.Join(b.TempDir(), "tenant.git")
+	gittest.InitBare(b, dir)
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	source := commitFiles(b, repo, "refs/heads/main", plumbing.ZeroHash, files)
+	if run := renderChild(b, dir); run.res.Changed != n {
+		b.Fatalf("rendered %d installs, want %d", run.res.Changed, n)
+	}
+	id := fmt.Sprintf("i%05d", n/2)
+	file := "installs/" + id + ".yaml"
+	opts := options(b)
+	ctx := context.Background()
+	var cpu time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		edited := bytes.Replace(files[file], []byte("cidr: 10."), fmt.Appendf(nil, "cidr: 11.%d.", i), 1)
+		source = commitFiles(b, repo, "refs/heads/main", source, map[string][]byte{file: edited})
+		runtime.GC()
+		start := cpuTime(b)
+		b.StartTimer()
+		r, err := gitrepo.Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := renderRepo(ctx, r, "refs/heads/main", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := apply(ctx, r, res, res.Updates); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu += cpuTime(b) - start
+		if res.ChangedCount() != 1 || !res.Incremental {
+			b.Fatalf("re-render changed %d installs, incremental %v", res.ChangedCount(), res.Incremental)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(i), "cpu-ms/op")
+}

@@ -327,10 +327,21 @@ func trailer(tb testing.TB, dir, rev, key string) string {
 // tree object of its folder in the rendered commit.
 func checkConsistent(tb testing.TB, dir string) {
 	tb.Helper()
-	listing := gittest.Git(tb, dir, "ls-tree", plumbing.ReferenceName(schemas.RenderedRef).String(), schemas.InstallsDir+"/")
-	if listing == "" {
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
+	shards := gittest.Git(tb, dir, "ls-tree", "--name-only", rendered, schemas.InstallsDir+"/")
+	if shards == "" {
 		return
 	}
+	var lines []string
+	for _, shard := range strings.Split(shards, "\n") {
+		for _, line := range strings.Split(gittest.Git(tb, dir, "ls-tree", rendered, shard+"/"), "\n") {
+			if _, name, _ := strings.Cut(line, "\t"); schemas.RenderedInstallPath(path.Base(name)) != name {
+				tb.Errorf("rendered tree entry %s is not at %s", name, schemas.RenderedInstallPath(path.Base(name)))
+			}
+			lines = append(lines, line)
+		}
+	}
+	listing := strings.Join(lines, "\n")
 	trees := map[string]string{}
 	for _, line := range strings.Split(gittest.Git(tb, dir, "for-each-ref", "--format=%(refname) %(tree)", schemas.InstallRefPrefix), "\n") {
 		name, tree, _ := strings.Cut(line, " ")

@@ -186,7 +186,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if o.dryRun {
 		verb = "would render"
 	}
-	fmt.Fprintf(w, "%s %d of %d installs from %s\n", verb, res.ChangedCount(), countPresent(res), res.Source)
+	fmt.Fprintf(w, "%s %d of %d installs from %s\n", verb, res.ChangedCount(), res.Total, res.Source)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, in := range res.Installs {
 		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
@@ -213,14 +213,4 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
-}
-
-func countPresent(res *renderer.Result) int {
-	n := 0
-	for _, in := range res.Installs {
-		if in.Change != renderer.Removed {
-			n++
-		}
-	}
-	return n
 }
