@@ -3,7 +3,6 @@ package gitobj
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/klauspost/compress/zlib"
 )
 
 // Store is go-git's storage of a repository on disk whose object reads go
@@ -72,6 +72,12 @@ func (s *Store) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.
 // HasEncodedObject reports, as an error, whether the object h exists.
 func (s *Store) HasEncodedObject(h plumbing.Hash) error {
 	if _, _, _, ok := s.lookup(h); ok {
+		return nil
+	}
+	// A loose object before go-git, which reads every pack's whole index
+	// first.
+	hex := h.String()
+	if fi, err := s.Filesystem().Lstat(s.Filesystem().Join("objects", hex[:2], hex[2:])); err == nil && fi.Mode().IsRegular() {
 		return nil
 	}
 	return s.Storage.HasEncodedObject(h)
