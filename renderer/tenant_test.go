@@ -183,13 +183,13 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 	if prev.Rendered, err = r.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := r.Refs(schemas.InstallRefPrefix)
+	refs, err := r.RefList(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
-	prev.Installs = make(map[string]plumbing.Hash, len(refs))
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
+	prev.Refs = make([]renderer.InstallRef, len(refs))
+	for i, ref := range refs {
+		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
 	return renderer.Render(ctx, r.Storer(), src, prev, opts)
 }

@@ -50,13 +50,16 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := repo.Refs(schemas.InstallRefPrefix)
+	// A list sorted by id, as git keeps refs: 100,000 install refs in a
+	// map, sorted again by the renderer, cost more than a one-install
+	// render.
+	refs, err := repo.RefList(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
-	prev.Installs = make(map[string]plumbing.Hash, len(refs))
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
+	prev.Refs = make([]renderer.InstallRef, len(refs))
+	for i, ref := range refs {
+		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
 	// Operators' requests (refs/heads/nuon/requests) join the installs'
 	// state; the ref is absent until the first request.
