@@ -60,6 +60,11 @@ type Options struct {
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
+	// Objects is the batch the render's new objects go into, returned as
+	// Result.Objects; default gitobj.NewBatch(). A batch of
+	// gitobj.NewSpooledBatch writes each install's objects to a pack file
+	// as it is rendered, so that memory does not grow with them.
+	Objects *gitobj.Batch
 }
 
 func (o *Options) defaults() error {
@@ -77,6 +82,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.Objects == nil {
+		o.Objects = gitobj.NewBatch()
 	}
 	if o.MaxListed <= 0 {
 		o.MaxListed = 100
@@ -279,7 +287,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		return nil, fmt.Errorf("render: %w", err)
 	}
 	r := &renderRun{
-		st: st, source: source, prev: prev, opts: opts, batch: gitobj.NewBatch(),
+		st: st, source: source, prev: prev, opts: opts, batch: opts.Objects,
 		now: opts.Now().UTC().Truncate(time.Second),
 	}
 	r.refs = prev.installRefs()

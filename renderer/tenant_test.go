@@ -191,6 +191,12 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 	for i, ref := range refs {
 		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
+	// As publish renders: the objects spooled to a pack file as they come.
+	if opts.Objects == nil {
+		if opts.Objects, err = gitobj.NewSpooledBatch(r.Storer()); err != nil {
+			return nil, err
+		}
+	}
 	return renderer.Render(ctx, r.Storer(), src, prev, opts)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
@@ -67,7 +68,16 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	// The objects go to a pack file as the installs are rendered: at
+	// 100,000 installs, kept in memory until the end they were most of
+	// the render's peak.
+	objs, err := gitobj.NewSpooledBatch(repo.Storer())
+	if err != nil {
+		return nil, err
+	}
+	defer objs.Close()
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
+		Objects:     objs,
 		Requests:    reqs,
 		Signer:      signer,
 		Now:         opts.Now,
