@@ -29,7 +29,7 @@ type spool struct {
 	// done is set once the pack is finished (its header and checksum
 	// written); removed once it is renamed or removed.
 	done, removed bool
-	sum          plumbing.Hash
+	sum           plumbing.Hash
 }
 
 // packHeaderSize is the length of a pack's header: "PACK", the version and
