@@ -383,8 +383,8 @@ func fastImportRepo(tb testing.TB, repo *gitrepo.Repo, seed string) (wall, cpu t
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// The rendered tree: installs/<id> are the install commits' trees,
-	// issued/<id> the renderer's records, written inline.
+	// The rendered tree: installs/<shard>/<id> are the install commits'
+	// trees, issued/<shard>/<id> the renderer's records, written inline.
 	root, err := gitobj.ReadTree(st, rc.TreeHash)
 	if err != nil {
 		tb.Fatal(err)
@@ -400,7 +400,7 @@ func fastImportRepo(tb testing.TB, repo *gitrepo.Repo, seed string) (wall, cpu t
 		for _, e := range t.Entries {
 			p := prefix + e.Name
 			switch {
-			case prefix == schemas.InstallsDir+"/" && !e.Mode.IsFile():
+			case strings.HasPrefix(prefix, schemas.InstallsDir+"/") && strings.Count(prefix, "/") == 2 && !e.Mode.IsFile():
 				fmt.Fprintf(&s, "M 040000 %s %s\n", e.Hash, p)
 			case !e.Mode.IsFile():
 				walk(e.Hash, p+"/")
