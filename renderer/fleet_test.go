@@ -465,12 +465,18 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 
 // BenchmarkRerender measures the render the tenant server makes most: one
 // install's file changed on main, rendered in this process with a fresh
-// repository handle, written and its refs moved (ns/op, and cpu-ms/op).
-// The fleet, of the first size in NUON_BENCH_FLEET (default 1,000 and
-// 10,000: the first, 1,000), is rendered cold once by a child process. Each
-// iteration changes the same install's file to a value of its own.
+// repository handle, written and its refs moved (ns/op, and cpu-ms/op),
+// for N in NUON_BENCH_FLEET (see BenchmarkRenderFleet). The fleet is
+// rendered cold once, by a child process. Each iteration changes the same
+// install's file to a value of its own; run it some ten times
+// (-benchtime=10x) for a steady figure and a CPU profile of that render.
 func BenchmarkRerender(b *testing.B) {
-	n := sizes(b)[0]
+	for _, n := range sizes(b) {
+		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) { benchRerender(b, n) })
+	}
+}
+
+func benchRerender(b *testing.B, n int) {
 	files := fleet(b, n)
 	dir := filepath.Join(b.TempDir(), "tenant.git")
 	gittest.InitBare(b, dir)
