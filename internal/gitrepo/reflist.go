@@ -111,15 +111,15 @@ func packedRefList(text, prefix string) []Ref {
 	return out
 }
 
-// hexDecode decodes the hex digits s into dst.
+// hexDecode decodes the hex digits s into dst: 100,000 ids of refs at a
+// time, by table.
 func hexDecode(dst []byte, s string) (int, error) {
 	if len(s) != 2*len(dst) {
 		return 0, errors.New("bad length")
 	}
 	for i := range dst {
-		hi, ok1 := fromHex(s[2*i])
-		lo, ok2 := fromHex(s[2*i+1])
-		if !ok1 || !ok2 {
+		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		if hi|lo > 0x0f {
 			return i, errors.New("not hex")
 		}
 		dst[i] = hi<<4 | lo
@@ -127,17 +127,19 @@ func hexDecode(dst []byte, s string) (int, error) {
 	return len(dst), nil
 }
 
-func fromHex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
+// hexValue is the value of each hex digit, 0xff for any other byte.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 0, false
-}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c], t[c-'a'+'A'] = c-'a'+10, c-'a'+10
+	}
+	return t
+}()
 
 // looseRefs reads the ref files whose name starts with prefix, sorted by
 // name; symbolic refs and files that hold no object id are left out, as
