@@ -24,6 +24,7 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -468,7 +469,8 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 // repository handle, written and its refs moved (ns/op, and cpu-ms/op),
 // for N in NUON_BENCH_FLEET (see BenchmarkRenderFleet). The fleet is
 // rendered cold once, by a child process. Each iteration changes the same
-// install's file to a value of its own; run it some ten times
+// install's file to a value of its own, rendered with one renderer.Cache
+// as the tenant server renders; run it some ten times
 // (-benchtime=10x) for a steady figure and a CPU profile of that render.
 func BenchmarkRerender(b *testing.B) {
 	for _, n := range sizes(b) {
@@ -491,6 +493,8 @@ func benchRerender(b *testing.B, n int) {
 	id := fmt.Sprintf("i%05d", n/2)
 	file := "installs/" + id + ".yaml"
 	opts := options(b)
+	// Kept across renders, as the tenant server keeps it.
+	opts.Cache = renderer.NewCache()
 	ctx := context.Background()
 	var cpu time.Duration
 	i := 0

@@ -65,6 +65,10 @@ type Options struct {
 	// gitobj.NewSpooledBatch writes each install's objects to a pack file
 	// as it is rendered, so that memory does not grow with them.
 	Objects *gitobj.Batch
+	// Cache, when not nil, keeps across the renders of a process what the
+	// next render reads again (a server renders main at every change);
+	// default none.
+	Cache *Cache
 }
 
 func (o *Options) defaults() error {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -169,5 +171,35 @@ func TestRenderReadsFlatLayout(t *testing.T) {
 	checkConsistent(t, tn.dir)
 	if res := tn.render(options(t)); len(res.Updates) != 0 {
 		t.Errorf("the next render moved %d refs", len(res.Updates))
+	}
+}
+
+// TestCacheKeepsSourceTree: a render with a Cache keeps main's installs/
+// tree, and the next render with it compares its source with that tree
+// without reading it from the repository again: with the object gone from
+// the repository, it is still incremental; without the cache it is not.
+func TestCacheKeepsSourceTree(t *testing.T) {
+	tn := newTenant(t)
+	tn.render(options(t))
+	tn.edit("installs/acme.yaml", "cidr: 10.10.0.0/16", "cidr: 10.13.0.0/16")
+	tn.commit("move acme")
+	cache := renderer.NewCache()
+	opts := options(t)
+	opts.Cache = cache
+	tn.render(opts)
+	tree := gittest.Git(t, tn.dir, "rev-parse", "main:"+schemas.InstallsDir)
+	if err := os.Remove(filepath.Join(tn.dir, "objects", tree[:2], tree[2:])); err != nil {
+		t.Fatalf("the installs/ tree of main is not a loose object: %v", err)
+	}
+	tn.edit("installs/globex.yaml", "channel: beta", "channel: stable")
+	tn.commit("globex on stable")
+	if _, res := tn.plan(options(t)); res.Incremental {
+		t.Fatal("without the previous source's tree, an incremental render")
+	}
+	opts = options(t)
+	opts.Cache = cache
+	res := tn.render(opts)
+	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" {
+		t.Errorf("with the cache: incremental %v, installs %+v; want globex alone", res.Incremental, res.Installs)
 	}
 }

@@ -351,14 +351,17 @@ func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
 	// bytes, and only the others are read. At 100,000 installs, reading
 	// them into lists of names cost more than the rest of a one-install
 	// render.
-	oldRaw, err := rawTree(r.st, oldDir)
-	if err != nil {
-		return nil, false
+	oldRaw, cached := r.opts.Cache.rawTree(oldDir.hash)
+	if !cached {
+		if oldRaw, err = rawTree(r.st, oldDir); err != nil {
+			return nil, false
+		}
 	}
 	curRaw, err := rawTree(r.st, curDir)
 	if err != nil {
 		return nil, false
 	}
+	r.opts.Cache.keep(curDir.hash, curRaw)
 	oldCount := 0
 	var last rawEntry
 	// next takes the next entry of cur, checking git's order.

@@ -21,6 +21,7 @@ import (
 
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -139,8 +140,9 @@ type Server struct {
 	wake   chan struct{} // a webhook asks the follower to look now
 	mirror *mirror
 
-	renderMu sync.Mutex
-	rendered plumbing.Hash // the main commit last rendered (or refused)
+	renderMu    sync.Mutex
+	rendered    plumbing.Hash   // the main commit last rendered (or refused)
+	renderCache *renderer.Cache // what the next render reads again
 
 	metrics *metrics
 	boot    string // names this start, in /replica/version
@@ -188,11 +190,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		keys: newKeyTable(dir),
 		wake: make(chan struct{}, 1),
 
-		gitSlots: make(chan struct{}, cfg.MaxGit),
-		metrics:  newMetrics(),
-		boot:     bootID(),
-		writer:   writer,
-		client:   &http.Client{Timeout: 30 * time.Second},
+		gitSlots:    make(chan struct{}, cfg.MaxGit),
+		renderCache: renderer.NewCache(),
+		metrics:     newMetrics(),
+		boot:        bootID(),
+		writer:      writer,
+		client:      &http.Client{Timeout: 30 * time.Second},
 	}
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {

@@ -27,6 +27,9 @@ type Options struct {
 	// MaxFileSize caps each source file; zero means
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
+	// Cache, when not nil, is kept by a process that renders again and
+	// again (the tenant server): see renderer.Cache.
+	Cache *renderer.Cache
 }
 
 // Render renders opts.Source of repo with signer and, unless DryRun, writes
@@ -82,6 +85,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 		Signer:      signer,
 		Now:         opts.Now,
 		MaxFileSize: opts.MaxFileSize,
+		Cache:       opts.Cache,
 		Diff:        opts.DryRun,
 	})
 	if err != nil || opts.DryRun {
