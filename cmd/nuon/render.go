@@ -39,7 +39,9 @@ func newRenderCmd(g *cli.Globals) *cobra.Command {
 installs/), validates them, and renders each install's desired state.
 
 It writes one signed commit on refs/heads/nuon/rendered whose tree holds
-installs/<id>/ for every install, and, for each install whose state changed,
+installs/<shard>/<id>/ for every install (shard: the first byte of the
+SHA-256 of the id, in hex; "git ls-tree -r -d nuon/rendered installs/"
+lists them), and, for each install whose state changed,
 a signed commit on refs/heads/nuon/installs/<id> with that same tree. All
 refs move together in one atomic push, or not at all. An unchanged install
 gets no commit; running render twice moves nothing the second time.

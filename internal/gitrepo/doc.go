@@ -2,8 +2,12 @@
 // path, file://, http(s):// or ssh:// (and user@host:path) — and moves its
 // refs safely: on a remote, every update goes in one atomic push that fails
 // if any ref moved since it was read; on a local path the refs are
-// compare-and-swapped, those in packed-refs all at once in one new
-// packed-refs file.
+// compare-and-swapped: a few (a render that changed a few installs) as
+// ref files of their own, each under git's lock and all checked before
+// any moves, as git update-ref does; many in one new packed-refs file,
+// which takes in the ref files beside them. RefList lists refs sorted,
+// from packed-refs as written and the few ref files, without a map: a
+// tenant has 100,000 install refs.
 //
 // Remotes over http(s) and SSH are reached with internal/gitproto (ls-refs
 // and fetch in protocol version 2, push with receive-pack), with the
