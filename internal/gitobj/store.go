@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -194,19 +197,28 @@ func mapFile(fsys billy.Filesystem, name string) ([]byte, func([]byte), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	if fd, ok := f.(interface{ Fd() uintptr }); ok && fi.Size() > 0 && fi.Size() < 1<<40 {
-		data, err := syscall.Mmap(int(fd.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-		if err == nil {
-			return data, func(d []byte) { _ = syscall.Munmap(d) }, nil
+	// billy's files hide their descriptor: the file is opened again by
+	// its path on disk, when it is the same file.
+	if f, err := os.Open(filepath.Join(fsys.Root(), name)); err == nil {
+		defer f.Close()
+		if osfi, err := f.Stat(); err == nil && sameFile(osfi, fi) && fi.Size() > 0 && fi.Size() < 1<<40 {
+			data, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+			if err == nil {
+				return data, func(d []byte) { _ = syscall.Munmap(d) }, nil
+			}
 		}
 	}
 	data, err := readFile(fsys, name)
 	return data, func([]byte) {}, err
+}
+
+// sameFile reports whether two files' descriptions are of the same file
+// on disk: os.SameFile takes only the os package's own, and billy wraps
+// them.
+func sameFile(a, b fs.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 
 // readFile reads a file whole, into a buffer of its size: an index of a
