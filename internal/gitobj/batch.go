@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -47,20 +48,18 @@ type newObject struct {
 	size     int // of the content
 	typ      plumbing.ObjectType
 	deflated bool
-	// spooled objects are in the batch's spool at off, their pack entry's
-	// CRC-32 crc; data is nil.
-	spooled bool
-	off     int64
-	crc     uint32
 }
 
-// content returns the object's content, read back from the spool when it
-// is there. b.mu is held.
-func (b *Batch) content(o newObject) ([]byte, error) {
-	if o.spooled {
-		return b.spool.read(o)
+// has reports whether the batch holds h. b.mu is held.
+func (b *Batch) has(h plumbing.Hash) bool {
+	if _, ok := b.objs[h]; ok {
+		return true
 	}
-	return o.content()
+	if b.spool != nil {
+		_, ok := b.spool.index[h]
+		return ok
+	}
+	return false
 }
 
 // content returns the object's content, inflating it when only its
@@ -146,7 +145,7 @@ func Hash(t plumbing.ObjectType, content []byte) plumbing.Hash {
 func (b *Batch) Add(t plumbing.ObjectType, content []byte) plumbing.Hash {
 	h := Hash(t, content)
 	b.mu.Lock()
-	if _, ok := b.objs[h]; !ok {
+	if !b.has(h) {
 		b.objs[h] = newObject{data: content, size: len(content), typ: t}
 	}
 	b.mu.Unlock()
@@ -178,7 +177,7 @@ func (b *Batch) Merge(o *Batch) {
 	fresh := make(map[plumbing.Hash]newObject, len(o.objs))
 	b.mu.Lock()
 	for h, obj := range o.objs {
-		if _, ok := b.objs[h]; !ok {
+		if !b.has(h) {
 			fresh[h] = obj
 		}
 	}
@@ -190,14 +189,14 @@ func (b *Batch) Merge(o *Batch) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for h, obj := range fresh {
-		if _, ok := b.objs[h]; ok {
+		if b.has(h) {
 			continue
 		}
 		if b.spool != nil && !b.spool.done {
 			// Written at once; kept in memory only if the pack cannot
 			// take it (Flush then reports the pack's error).
-			if so, err := b.spool.write(obj); err == nil {
-				obj = so
+			if err := b.spool.write(h, obj); err == nil {
+				continue
 			}
 		}
 		b.objs[h] = obj
@@ -209,10 +208,16 @@ func (b *Batch) Get(h plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	o, ok := b.objs[h]
+	if !ok && b.spool != nil {
+		if e, ok := b.spool.index[h]; ok {
+			content, err := b.spool.read(e)
+			return e.typ, content, err == nil
+		}
+	}
 	if !ok {
 		return plumbing.InvalidObject, nil, false
 	}
-	content, err := b.content(o)
+	content, err := o.content()
 	if err != nil {
 		// Only this package deflated it, into memory.
 		return plumbing.InvalidObject, nil, false
@@ -224,6 +229,9 @@ func (b *Batch) Get(h plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
 func (b *Batch) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.spool != nil {
+		return len(b.objs) + len(b.spool.index)
+	}
 	return len(b.objs)
 }
 
@@ -480,8 +488,11 @@ func (b *Batch) Flush(st storer.EncodedObjectStorer) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.spool != nil {
+		return errors.New("write objects: a spooled batch is flushed into the repository it was made for")
+	}
 	for _, o := range b.objs {
-		content, err := b.content(o)
+		content, err := o.content()
 		if err != nil {
 			return err
 		}
