@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
@@ -202,4 +204,80 @@ func TestCacheKeepsSourceTree(t *testing.T) {
 	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" {
 		t.Errorf("with the cache: incremental %v, installs %+v; want globex alone", res.Incremental, res.Installs)
 	}
+}
+
+// FuzzIncrementalSourceTree renders the crafted tenant, then a main whose
+// installs/ tree object is any bytes: the render that compares the two
+// trees as bytes never panics, fails only with problems, and when it is
+// incremental and fails no install, renders the same installs/ folder as a
+// full render of that main.
+func FuzzIncrementalSourceTree(f *testing.F) {
+	st := memory.NewStorage()
+	c := newCraftedTenant(f, st)
+	ctx := context.Background()
+	render := func(tb testing.TB, source plumbing.Hash, prev renderer.Previous) *renderer.Result {
+		res, err := renderer.Render(ctx, st, source, prev, options(tb))
+		if err != nil {
+			checkProblems(tb.(*testing.T), err)
+			return nil
+		}
+		if err := res.Objects.Flush(st); err != nil {
+			tb.Fatal(err)
+		}
+		return res
+	}
+	first, err := renderer.Render(ctx, st, c.commit(f, st, nil), renderer.Previous{}, options(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := first.Objects.Flush(st); err != nil {
+		f.Fatal(err)
+	}
+	prev := renderer.Previous{Rendered: first.Rendered, Installs: map[string]plumbing.Hash{}}
+	for _, u := range first.Updates {
+		if id, ok := strings.CutPrefix(u.Name.String(), schemas.InstallRefPrefix); ok {
+			prev.Installs[id] = u.New
+		}
+	}
+	var b bytes.Buffer
+	for _, e := range c["installs"] {
+		fmt.Fprintf(&b, "%o %s\x00", uint32(e.Mode), e.Name)
+		b.Write(e.Hash[:])
+	}
+	orig := b.Bytes()
+	f.Add(orig)
+	f.Add(orig[:len(orig)/2])
+	f.Add(append(slices.Clone(orig), orig...))
+	f.Add(bytes.Replace(orig, []byte("acme"), []byte("acmf"), 1))
+	f.Add(bytes.Replace(orig, []byte("100644"), []byte("40000"), 1))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		source := c.commit(t, st, map[string][]byte{"installs": raw})
+		res := render(t, source, prev)
+		// A failed install keeps its previous state, which a full render
+		// from nothing does not have: only renders without failures
+		// compare.
+		if res == nil || !res.Incremental || res.Rendered.IsZero() || len(res.Failed()) > 0 {
+			return
+		}
+		full := render(t, source, renderer.Previous{})
+		if full == nil {
+			t.Fatal("an incremental render succeeded where a full one fails")
+		}
+		a, err := gitobj.ReadCommit(st, res.Rendered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := gitobj.ReadCommit(st, full.Rendered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ta, _ := gitobj.ReadTree(st, a.TreeHash)
+		tb, _ := gitobj.ReadTree(st, b.TreeHash)
+		ea, _ := ta.FindEntry(schemas.InstallsDir)
+		eb, _ := tb.FindEntry(schemas.InstallsDir)
+		if (ea == nil) != (eb == nil) || ea != nil && ea.Hash != eb.Hash {
+			t.Fatalf("installs/ of the incremental render %v, of a full one %v", ea, eb)
+		}
+	})
 }
