@@ -14,7 +14,7 @@
 //
 // It also reads them back: Store wraps go-git's storage of a repository on
 // disk and reads objects straight from the pack files through their
-// indexes, and from loose files, without loading whole indexes into maps
-// first as go-git does. A process that opens a large repository to read a
+// indexes, mapped into memory, and from loose files, without loading whole
+// indexes into maps first as go-git does. A process that opens a large repository to read a
 // few objects, a re-render, pays for those objects only.
 package gitobj
