@@ -32,10 +32,7 @@ func (r *renderRun) loadRequests(context.Context) error {
 	if err != nil {
 		return err
 	}
-	known, err := r.sourceInstalls()
-	if err != nil {
-		return err
-	}
+	known := r.sourceInstalls()
 	for _, f := range filed {
 		if f.Err != nil && f.Request != nil && !f.Request.Expired(r.now) {
 			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("request %s to %s (%s) dropped: %v", f.Request.ID, f.Request.Install, short(f.Commit), f.Err))
@@ -108,9 +105,9 @@ func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
 // sourceInstalls returns whether an install id is one of the source's:
 // one of r.ids in a full render; in an incremental one, also an install
 // of the previous render whose file is still there.
-func (r *renderRun) sourceInstalls() (func(id string) bool, error) {
+func (r *renderRun) sourceInstalls() func(id string) bool {
 	if r.changed == nil {
-		return func(id string) bool { _, ok := slices.BinarySearch(r.ids, id); return ok }, nil
+		return func(id string) bool { _, ok := slices.BinarySearch(r.ids, id); return ok }
 	}
 	return func(id string) bool {
 		if r.changed[id] {
@@ -118,5 +115,5 @@ func (r *renderRun) sourceInstalls() (func(id string) bool, error) {
 		}
 		_, ok, err := r.prevTrees.get(id)
 		return err == nil && ok && !slices.Contains(r.removed, id)
-	}, nil
+	}
 }
