@@ -396,17 +396,16 @@ func applyLoose(fsys billy.Filesystem, updates []Update) (done bool, err error) 
 			return false, nil
 		}
 	}
-	data, err := readPackedRefsFile(fsys)
-	if err != nil {
-		return false, fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
-	}
-	if len(data) > 0 && !sortedPackedRefs(data) {
-		// A packed-refs git did not write (a name twice, say): one new
-		// packed-refs puts it right.
-		return false, nil
-	}
+	// Read only when a ref has no file of its own: the refs a render
+	// moves again are files by then, and packed-refs holds 100,000.
+	data := &packedFile{fsys: fsys}
 	for _, u := range updates {
 		cur, err := currentRef(fsys, data, u.Name.String())
+		if errors.Is(err, errUnsorted) {
+			// A packed-refs git did not write (a name twice, say): one
+			// new packed-refs puts it right.
+			return false, nil
+		}
 		if err != nil {
 			return false, err
 		}
@@ -472,9 +471,35 @@ func applyLoose(fsys billy.Filesystem, updates []Update) (done bool, err error) 
 	return true, nil
 }
 
-// currentRef is the value of ref name: its file's, else packed-refs'
-// (data), zero when it has none.
-func currentRef(fsys billy.Filesystem, data []byte, name string) (plumbing.Hash, error) {
+// packedFile is packed-refs, read once, when first asked for.
+type packedFile struct {
+	fsys billy.Filesystem
+	read bool
+	data []byte
+	err  error
+}
+
+// errUnsorted: packed-refs does not say it is sorted.
+var errUnsorted = errors.New("packed-refs is not sorted")
+
+// bytes returns packed-refs, nil when there is none; errUnsorted when git
+// did not write it sorted.
+func (p *packedFile) bytes() ([]byte, error) {
+	if !p.read {
+		p.read = true
+		p.data, p.err = readPackedRefsFile(p.fsys)
+		if p.err != nil {
+			p.err = fmt.Errorf("update refs: read %s: %w", packedRefsFile, p.err)
+		} else if len(p.data) > 0 && !sortedPackedRefs(p.data) {
+			p.err = errUnsorted
+		}
+	}
+	return p.data, p.err
+}
+
+// currentRef is the value of ref name: its file's, else packed-refs',
+// zero when it has none.
+func currentRef(fsys billy.Filesystem, packed *packedFile, name string) (plumbing.Hash, error) {
 	fi, err := fsys.Lstat(name)
 	switch {
 	case err == nil && fi.IsDir():
@@ -493,13 +518,21 @@ func currentRef(fsys billy.Filesystem, data []byte, name string) (plumbing.Hash,
 		// refuses.
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
 	}
+	data, err := packed.bytes()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
 	h, _ := findPackedRef(data, name)
 	return h, nil
 }
 
 // checkNewRef refuses a new ref name that git would: one named like a
 // folder of other refs, or under a name that is a ref.
-func checkNewRef(fsys billy.Filesystem, data []byte, name string) error {
+func checkNewRef(fsys billy.Filesystem, packed *packedFile, name string) error {
+	data, err := packed.bytes()
+	if err != nil {
+		return err
+	}
 	if bytes.Contains(data, []byte(" "+name+"/")) {
 		return fmt.Errorf("update %s: refs exist under that name as a folder", name)
 	}

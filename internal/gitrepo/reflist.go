@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -43,7 +44,9 @@ func (r *Repo) RefList(prefix string) ([]Ref, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list refs: %w", err)
 	}
-	packed := packedRefList(string(data), prefix)
+	// data is not written again: its names become the refs' names
+	// without a copy of the 7 MB of 100,000 install refs.
+	packed := packedRefList(unsafe.String(unsafe.SliceData(data), len(data)), prefix)
 	loose, err := looseRefs(fsys, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list refs: %w", err)
