@@ -250,7 +250,7 @@ func (r *Result) Failed() []InstallResult {
 // the next render can trust it.
 const (
 	// TrailerInstallRefs is a digest of every install ref (id and commit)
-	// as the render left them. The next render compares it with the refs
+	// as the render left them (see digestBinary). The next render compares it with the refs
 	// it finds: when they agree, each install ref holds the tree of its
 	// folder in the rendered commit and need not be read; when they do not
 	// (a render stopped between ref updates, or someone moved a ref), it
@@ -387,7 +387,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	r.trusted = c.Hash == r.prev.Rendered && digest == refsDigest(r.refs, nil)
+	r.trusted = c.Hash == r.prev.Rendered && digest == refsDigest(r.refs, nil, strings.HasPrefix(digest, digestBinary))
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
@@ -808,7 +808,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Updates are in the order of the installs' ids.
 	slices.SortFunc(moved, compareRefs)
-	digest := refsDigest(r.refs, moved)
+	digest := refsDigest(r.refs, moved, true)
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
@@ -852,19 +852,35 @@ func (r *renderRun) writeRendered(context.Context) error {
 	return nil
 }
 
+// Forms of TrailerInstallRefs: "sha256-bin:" and the SHA-256 of one "id",
+// NUL, 20-byte commit id record per ref, which renders write; and
+// "sha256:" and the SHA-256 of one "id commit\n" line per ref, the commit
+// in hex, which renders of Format 2 and before wrote and are still
+// checked. The binary form hashes half the bytes and encodes nothing: a
+// one-install render of 100,000 installs hashes every ref twice.
+const (
+	digestBinary = "sha256-bin:"
+	digestLines  = "sha256:"
+)
+
 // refsDigest is the value of TrailerInstallRefs for the install refs
-// refs (sorted by id) once moved (sorted by id too) are applied: the
-// SHA-256 of one "id commit" line each, in the order of the ids.
-func refsDigest(refs, moved []InstallRef) string {
+// refs (sorted by id) once moved (sorted by id too) are applied, in the
+// binary form or the older one of lines.
+func refsDigest(refs, moved []InstallRef, binary bool) string {
 	// Hashed as it goes, in a buffer of a few hundred lines: the lines of
 	// 100,000 refs are 6 MB.
 	d := sha256.New()
 	buf := make([]byte, 0, 32<<10)
 	line := func(r InstallRef) {
 		buf = append(buf, r.ID...)
-		buf = append(buf, ' ')
-		buf = hex.AppendEncode(buf, r.Commit[:])
-		buf = append(buf, '\n')
+		if binary {
+			buf = append(buf, 0)
+			buf = append(buf, r.Commit[:]...)
+		} else {
+			buf = append(buf, ' ')
+			buf = hex.AppendEncode(buf, r.Commit[:])
+			buf = append(buf, '\n')
+		}
 		if len(buf) > cap(buf)-256 {
 			d.Write(buf)
 			buf = buf[:0]
@@ -884,7 +900,10 @@ func refsDigest(refs, moved []InstallRef) string {
 		}
 	}
 	d.Write(buf)
-	return "sha256:" + hex.EncodeToString(d.Sum(nil))
+	if binary {
+		return digestBinary + hex.EncodeToString(d.Sum(nil))
+	}
+	return digestLines + hex.EncodeToString(d.Sum(nil))
 }
 
 // ref returns the commit of install id's ref, zero when it has none.
