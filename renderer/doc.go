@@ -139,9 +139,8 @@
 //	  10,000        4.4 s     4.3 s     78 MB           7.3 s    6.5 s           75 ms   46 ms          18 ms          18 ms
 //	 100,000       54 s      51 s      600 MB          48 s     41 s           185 ms  141 ms         128 ms          81 ms
 //
-// (load 2-6 on 2 cores; BenchmarkRerender measured after the last two
-// changes below it, the binary refs digest and reading packed-refs only
-// when needed.) Before the shards, the spooled pack and the ref
+// (load 2-6 on 2 cores; the last column was measured after the binary
+// refs digest and the lazy read of packed-refs, the others just before.) Before the shards, the spooled pack and the ref
 // files, the same sizes took 1.48 GB at 100,000, and a one-install render
 // 69 ms of CPU at 10,000 and 686 ms at 100,000. What still grows with the
 // fleet: the cold render's CPU (11.8 times from 10,000 to 100,000; a
