@@ -24,6 +24,7 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -383,8 +384,8 @@ func fastImportRepo(tb testing.TB, repo *gitrepo.Repo, seed string) (wall, cpu t
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// The rendered tree: installs/<id> are the install commits' trees,
-	// issued/<id> the renderer's records, written inline.
+	// The rendered tree: installs/<shard>/<id> are the install commits'
+	// trees, issued/<shard>/<id> the renderer's records, written inline.
 	root, err := gitobj.ReadTree(st, rc.TreeHash)
 	if err != nil {
 		tb.Fatal(err)
@@ -400,7 +401,7 @@ func fastImportRepo(tb testing.TB, repo *gitrepo.Repo, seed string) (wall, cpu t
 		for _, e := range t.Entries {
 			p := prefix + e.Name
 			switch {
-			case prefix == schemas.InstallsDir+"/" && !e.Mode.IsFile():
+			case strings.HasPrefix(prefix, schemas.InstallsDir+"/") && strings.Count(prefix, "/") == 2 && !e.Mode.IsFile():
 				fmt.Fprintf(&s, "M 040000 %s %s\n", e.Hash, p)
 			case !e.Mode.IsFile():
 				walk(e.Hash, p+"/")
@@ -461,4 +462,71 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 		}
 		files[prefix+e.Name] = blob
 	}
+}
+
+// BenchmarkRerender measures the render the tenant server makes most: one
+// install's file changed on main, rendered in this process with a fresh
+// repository handle, written and its refs moved (ns/op, and cpu-ms/op),
+// for N in NUON_BENCH_FLEET (see BenchmarkRenderFleet). The fleet is
+// rendered cold once, by a child process. Each iteration changes the same
+// install's file to a value of its own, rendered with one renderer.Cache
+// as the tenant server renders; run it some ten times
+// (-benchtime=10x) for a steady figure and a CPU profile of that render.
+func BenchmarkRerender(b *testing.B) {
+	for _, n := range sizes(b) {
+		b.Run(fmt.Sprintf("installs=%d", n), func(b *testing.B) { benchRerender(b, n) })
+	}
+}
+
+func benchRerender(b *testing.B, n int) {
+	files := fleet(b, n)
+	dir := filepath.Join(b.TempDir(), "tenant.git")
+	gittest.InitBare(b, dir)
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	source := commitFiles(b, repo, "refs/heads/main", plumbing.ZeroHash, files)
+	if run := renderChild(b, dir); run.res.Changed != n {
+		b.Fatalf("rendered %d installs, want %d", run.res.Changed, n)
+	}
+	id := fmt.Sprintf("i%05d", n/2)
+	file := "installs/" + id + ".yaml"
+	// Only the file changed is kept: the fleet's files would be live heap
+	// of this process that the garbage collector scans at every render.
+	orig := files[file]
+	files = nil
+	opts := options(b)
+	// Kept across renders, as the tenant server keeps it.
+	opts.Cache = renderer.NewCache()
+	ctx := context.Background()
+	var cpu time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		edited := bytes.Replace(orig, []byte("cidr: 10."), fmt.Appendf(nil, "cidr: 11.%d.", i), 1)
+		source = commitFiles(b, repo, "refs/heads/main", source, map[string][]byte{file: edited})
+		runtime.GC()
+		start := cpuTime(b)
+		b.StartTimer()
+		r, err := gitrepo.Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := renderRepo(ctx, r, "refs/heads/main", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := apply(ctx, r, res, res.Updates); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu += cpuTime(b) - start
+		if res.ChangedCount() != 1 || !res.Incremental {
+			b.Fatalf("re-render changed %d installs, incremental %v", res.ChangedCount(), res.Incremental)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(i), "cpu-ms/op")
 }

@@ -23,9 +23,12 @@ func TestGolden(t *testing.T) {
 		t.Fatal("no installs rendered")
 	}
 	for _, in := range res.Installs {
-		got := readTree(t, tn.dir, plumbing.ReferenceName(schemas.RenderedRef).String()+":"+schemas.InstallsDir+"/"+in.ID)
+		got := readTree(t, tn.dir, plumbing.ReferenceName(schemas.RenderedRef).String()+":"+schemas.RenderedInstallPath(in.ID))
 		goldenDir(t, filepath.Join("testdata", "golden", in.ID), got)
 	}
+	// The rendered tree's layout: installs/<shard>/<id>/ and
+	// issued/<shard>/<id>.
+	goldenFile(t, filepath.Join("testdata", "commits", "rendered-tree"), gitRaw(t, tn.dir, "ls-tree", "-r", "-t", "--full-tree", plumbing.ReferenceName(schemas.RenderedRef).String()))
 	goldenFile(t, filepath.Join("testdata", "commits", "rendered"), gitRaw(t, tn.dir, "cat-file", "commit", plumbing.ReferenceName(schemas.RenderedRef).String()))
 	for _, in := range res.Installs {
 		goldenFile(t, filepath.Join("testdata", "commits", "installs", in.ID), gitRaw(t, tn.dir, "cat-file", "commit", plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()))

@@ -86,7 +86,7 @@ func (r *renderRun) newestOurs(h plumbing.Hash, id string) (*object.Commit, bool
 // newest commit it signed on the install ref's history. An unsigned or
 // foreign commit's generation is never read.
 func (r *renderRun) lastIssued(id string) (issued, error) {
-	tip := r.prev.Installs[id]
+	tip := r.ref(id)
 	if r.trusted && !tip.IsZero() {
 		c, err := gitobj.ReadCommit(r.st, tip)
 		if err != nil {
@@ -99,7 +99,11 @@ func (r *renderRun) lastIssued(id string) (issued, error) {
 		return issued{gen: gen, commit: tip}, nil
 	}
 	var last issued
-	if h, ok := r.prevIssued[id]; ok {
+	h, ok, err := r.prevIssued.get(id)
+	if err != nil {
+		return issued{}, err
+	}
+	if ok {
 		data, err := gitobj.ReadBlob(r.st, h, 256)
 		if err != nil {
 			return issued{}, fmt.Errorf("read %s/%s: %w", schemas.IssuedDir, id, err)

@@ -60,6 +60,15 @@ type Options struct {
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
+	// Objects is the batch the render's new objects go into, returned as
+	// Result.Objects; default gitobj.NewBatch(). A batch of
+	// gitobj.NewSpooledBatch writes each install's objects to a pack file
+	// as it is rendered, so that memory does not grow with them.
+	Objects *gitobj.Batch
+	// Cache, when not nil, keeps across the renders of a process what the
+	// next render reads again (a server renders main at every change);
+	// default none.
+	Cache *Cache
 }
 
 func (o *Options) defaults() error {
@@ -78,6 +87,9 @@ func (o *Options) defaults() error {
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
+	if o.Objects == nil {
+		o.Objects = gitobj.NewBatch()
+	}
 	if o.MaxListed <= 0 {
 		o.MaxListed = 100
 	}
@@ -95,8 +107,47 @@ func (o *Options) defaults() error {
 // install ref (zero hashes when absent).
 type Previous struct {
 	Rendered plumbing.Hash
+	// Installs are the install refs, id to commit. Refs, when not nil,
+	// is used instead.
 	Installs map[string]plumbing.Hash
+	// Refs are the install refs sorted by id, each id once: what a
+	// repository of 100,000 install refs hands over without building a
+	// map of them (gitrepo.Repo.RefList).
+	Refs []InstallRef
 }
+
+// InstallRef is an install's ref: its id and commit.
+type InstallRef struct {
+	ID     string
+	Commit plumbing.Hash
+}
+
+// installRefs returns the install refs that exist, sorted by id.
+func (p Previous) installRefs() []InstallRef {
+	if p.Refs != nil {
+		zero := func(r InstallRef) bool { return r.Commit.IsZero() }
+		sorted := slices.IsSortedFunc(p.Refs, compareRefs)
+		if sorted && !slices.ContainsFunc(p.Refs, zero) {
+			return p.Refs
+		}
+		out := slices.DeleteFunc(slices.Clone(p.Refs), zero)
+		if !sorted {
+			slices.SortStableFunc(out, compareRefs)
+			out = slices.CompactFunc(out, func(a, b InstallRef) bool { return a.ID == b.ID })
+		}
+		return out
+	}
+	out := make([]InstallRef, 0, len(p.Installs))
+	for id, h := range p.Installs {
+		if !h.IsZero() {
+			out = append(out, InstallRef{id, h})
+		}
+	}
+	slices.SortFunc(out, compareRefs)
+	return out
+}
+
+func compareRefs(a, b InstallRef) int { return strings.Compare(a.ID, b.ID) }
 
 // Change says what happened to one install.
 type Change string
@@ -158,6 +209,11 @@ type Result struct {
 	// Incremental is true when only the installs whose source changed
 	// were rendered, the others keeping their previous state.
 	Incremental bool
+	// Total is the number of installs in the rendered tree after the
+	// render. An incremental render lists in Installs only the installs
+	// it read (changed, added, removed, failed); a full one lists every
+	// install.
+	Total int
 	// Problems are those of the Failed installs' files.
 	Problems schemas.Problems
 	// Warnings are things the render repaired, for the operator to know:
@@ -194,7 +250,7 @@ func (r *Result) Failed() []InstallResult {
 // the next render can trust it.
 const (
 	// TrailerInstallRefs is a digest of every install ref (id and commit)
-	// as the render left them. The next render compares it with the refs
+	// as the render left them (see digestBinary). The next render compares it with the refs
 	// it finds: when they agree, each install ref holds the tree of its
 	// folder in the rendered commit and need not be read; when they do not
 	// (a render stopped between ref updates, or someone moved a ref), it
@@ -202,6 +258,11 @@ const (
 	TrailerInstallRefs = "Nuon-Install-Refs"
 	// TrailerFormat is the Format the render was made with.
 	TrailerFormat = "Nuon-Render-Format"
+	// TrailerRendered is the number of installs in the rendered tree:
+	// the next render compares it with the install files of the source
+	// it was made from to know that each has a folder, without reading
+	// them.
+	TrailerRendered = "Nuon-Installs-Rendered"
 	// TrailerRenewAt is when the next install's freshness bound comes
 	// within its renewal window: a render before then need not read every
 	// install's commit to find the ones to re-sign.
@@ -213,7 +274,10 @@ const (
 // (including a change to the schemas types it encodes): a render re-renders
 // only the installs whose source changed when the previous render has the
 // same Format, and every install otherwise.
-const Format = 2
+//
+// Format 3 splits the rendered installs/ and issued/ into shards
+// (schemas.Shard) and records TrailerRendered.
+const Format = schemas.ShardedFormat
 
 // Render renders every install of the source commit on top of the previous
 // state. It reads objects from st and writes none: the new objects are in
@@ -227,12 +291,10 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		return nil, fmt.Errorf("render: %w", err)
 	}
 	r := &renderRun{
-		st: st, source: source, prev: prev, opts: opts, batch: gitobj.NewBatch(),
+		st: st, source: source, prev: prev, opts: opts, batch: opts.Objects,
 		now: opts.Now().UTC().Truncate(time.Second),
 	}
-	if prev.Installs == nil {
-		r.prev.Installs = map[string]plumbing.Hash{}
-	}
+	r.refs = prev.installRefs()
 	for _, step := range []func(context.Context) error{
 		r.readPrevious,
 		r.loadSource,
@@ -259,21 +321,27 @@ type renderRun struct {
 	// prevCommit is the newest rendered commit the renderer signed on the
 	// rendered ref, nil when there is none.
 	prevCommit *object.Commit
-	// prevTrees maps install id to its folder in prevCommit's tree, and
-	// prevIssued to its issued record's blob.
-	prevTrees, prevIssued map[string]plumbing.Hash
+	// prevTrees are the install folders of prevCommit's tree, and
+	// prevIssued their issued records' blobs, read as far as asked.
+	prevTrees, prevIssued *shardedDir
+	// prevCount is the number of installs in prevTrees, -1 when
+	// prevCommit does not record it.
+	prevCount int
 	// trusted is true when prevCommit is the rendered ref's tip and the
 	// install refs are as that render left them, so that each holds its
 	// folder of prevTrees and is the last commit issued for it.
 	trusted bool
-	// refIDs are the ids of prev.Installs, sorted.
-	refIDs []string
+	// refs are the install refs that exist, sorted by id.
+	refs []InstallRef
 
 	src *schemas.Source
-	// ids are every install of the source; changed, when not nil, the
-	// ones to render, the others keeping their previous state.
+	// ids are the installs to render: every install of the source, or
+	// in an incremental render (changed is not nil) the ones whose file
+	// changed, the others keeping their previous state; removed are the
+	// installs whose file an incremental render found gone.
 	ids     []string
 	changed map[string]bool
+	removed []string
 	// bad are the installs whose files have problems.
 	bad map[string]schemas.Problems
 
@@ -286,16 +354,21 @@ type renderRun struct {
 	// nextRenew is renewAt for the next render.
 	nextRenew time.Time
 
+	// trees are the install folders of the new rendered tree: every one,
+	// or in an incremental render those that changed (a zero hash: the
+	// install is gone).
 	trees  map[string]plumbing.Hash
 	issued map[string]issued
+	// total is the number of installs in the new rendered tree.
+	total  int
 	result *Result
 	// requests are the installs' requests.json, by install id.
 	requests map[string][]byte
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
-	r.prevTrees, r.prevIssued = map[string]plumbing.Hash{}, map[string]plumbing.Hash{}
-	r.refIDs = refIDs(r.prev.Installs)
+	r.prevTrees, r.prevIssued = emptyDir(schemas.InstallsDir), emptyDir(schemas.IssuedDir)
+	r.prevCount = -1
 	r.result = &Result{Source: r.source, Objects: r.batch}
 	if r.prev.Rendered.IsZero() {
 		return nil
@@ -314,24 +387,24 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	r.trusted = c.Hash == r.prev.Rendered &&
-		digest == refsDigest(r.refIDs, func(id string) plumbing.Hash { return r.prev.Installs[id] })
+	r.trusted = c.Hash == r.prev.Rendered && digest == refsDigest(r.refs, nil, strings.HasPrefix(digest, digestBinary))
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
 	}
-	// Read as lists, each name once in git's order (the renderer wrote
-	// them), into maps of their size: one map of 100,000 entries each.
-	for dir, into := range map[string]*map[string]plumbing.Hash{schemas.InstallsDir: &r.prevTrees, schemas.IssuedDir: &r.prevIssued} {
-		entries, err := subtreeList(r.st, root, dir)
-		if err != nil {
-			return fmt.Errorf("read rendered %s: %w", dir, err)
+	format, _ := schemas.Trailer(c.Message, TrailerFormat)
+	f, _ := strconv.Atoi(format)
+	flat := schemas.FlatLayout(f)
+	if r.prevTrees, err = openDir(r.st, root, schemas.InstallsDir, flat); err != nil {
+		return err
+	}
+	if r.prevIssued, err = openDir(r.st, root, schemas.IssuedDir, flat); err != nil {
+		return err
+	}
+	if n, ok := schemas.Trailer(c.Message, TrailerRendered); ok {
+		if v, err := strconv.Atoi(n); err == nil && v >= 0 {
+			r.prevCount = v
 		}
-		m := make(map[string]plumbing.Hash, len(entries))
-		for _, e := range entries {
-			m[e.name] = e.hash
-		}
-		*into = m
 	}
 	if at, ok := schemas.Trailer(c.Message, TrailerRenewAt); ok {
 		r.renewAt, _ = time.Parse(time.RFC3339, at)
@@ -340,16 +413,16 @@ func (r *renderRun) readPrevious(context.Context) error {
 }
 
 func (r *renderRun) loadSource(context.Context) error {
-	ids, changed, ok := r.sourceDelta()
+	delta, ok := r.sourceDelta()
 	var err error
 	if ok {
 		var fsys fs.FS
-		if fsys, err = sourceFS(r.st, r.source, changed); err != nil {
+		if fsys, err = sourceFS(r.st, r.source, delta.entries); err != nil {
 			return err
 		}
 		r.src, err = schemas.Load(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize))
-		slices.Sort(ids)
-		r.ids, r.changed = ids, changed
+		r.ids = slices.Sorted(maps.Keys(delta.changed))
+		r.changed, r.removed = delta.changed, delta.removed
 	} else {
 		r.src, err = LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 	}
@@ -368,7 +441,7 @@ func (r *renderRun) loadSource(context.Context) error {
 		if err := r.takeProblems(err); err != nil {
 			return err
 		}
-		r.changed = nil
+		r.changed, r.removed = nil, nil
 	}
 	if r.changed == nil {
 		r.ids = r.src.InstallIDs()
@@ -402,14 +475,6 @@ func (r *renderRun) takeProblems(err error) error {
 
 func (r *renderRun) renderInstalls(ctx context.Context) error {
 	ids := r.ids
-	if r.changed != nil {
-		ids = make([]string, 0, len(r.changed))
-		for _, id := range r.ids {
-			if r.changed[id] {
-				ids = append(ids, id)
-			}
-		}
-	}
 	type out struct {
 		res    InstallResult
 		tree   plumbing.Hash
@@ -451,18 +516,42 @@ feed:
 		// Installs not read keep the earliest bound known before.
 		r.nextRenew = r.renewAt
 	}
-	results := make([]InstallResult, 0, len(r.ids))
+	// prev are the previous folders of every install in a full render;
+	// an incremental one reads those of the installs it renders only.
+	var prev map[string]plumbing.Hash
+	if r.changed == nil {
+		var err error
+		if prev, err = r.prevTrees.all(); err != nil {
+			return err
+		}
+	}
+	prevTree := func(id string) (plumbing.Hash, bool, error) {
+		if prev != nil {
+			h, ok := prev[id]
+			return h, ok, nil
+		}
+		return r.prevTrees.get(id)
+	}
+	results := make([]InstallResult, 0, len(r.ids)+len(r.removed))
+	r.total = max(r.prevCount, 0)
 	for i, id := range ids {
 		o := outs[i]
 		results = append(results, o.res)
+		had, ok, err := prevTree(id)
+		if err != nil {
+			return err
+		}
 		if o.res.Change == Failed {
 			// A failed install keeps its previous state, if it has one.
-			if h, ok := r.prevTrees[id]; ok {
-				r.trees[id] = h
+			if ok {
+				r.trees[id] = had
 			}
 			continue
 		}
 		r.trees[id] = o.tree
+		if !ok && r.changed != nil {
+			r.total++
+		}
 		if !o.issued.commit.IsZero() {
 			r.issued[id] = o.issued
 		}
@@ -472,24 +561,30 @@ feed:
 			}
 		}
 	}
-	for _, id := range r.ids {
-		if _, done := r.trees[id]; !done && !slices.Contains(ids, id) {
-			r.trees[id] = r.prevTrees[id]
-			results = append(results, InstallResult{ID: id, Change: Unchanged, Tree: r.prevTrees[id].String()})
+	if r.changed == nil {
+		r.total = len(r.trees)
+		for id := range prev {
+			if _, ok := r.trees[id]; !ok {
+				results = append(results, InstallResult{ID: id, Change: Removed})
+			}
 		}
 	}
-	for id := range r.prevTrees {
-		if _, ok := r.trees[id]; !ok && !slices.Contains(ids, id) {
+	for _, id := range r.removed {
+		if _, ok, err := prevTree(id); err != nil {
+			return err
+		} else if ok {
+			r.trees[id] = plumbing.ZeroHash
+			r.total--
 			results = append(results, InstallResult{ID: id, Change: Removed})
 		}
 	}
 	slices.SortFunc(results, func(a, b InstallResult) int { return strings.Compare(a.ID, b.ID) })
-	r.result.Installs, r.result.Incremental = results, r.changed != nil
+	r.result.Installs, r.result.Incremental, r.result.Total = results, r.changed != nil, r.total
 	for _, in := range results {
 		if in.Change.moved() {
 			r.result.Updates = append(r.result.Updates, Update{
 				Name: plumbing.ReferenceName(schemas.InstallRef(in.ID)),
-				Old:  r.prev.Installs[in.ID],
+				Old:  r.ref(in.ID),
 				New:  plumbing.NewHash(in.Commit),
 			})
 		}
@@ -520,8 +615,16 @@ func (r *renderRun) renderInstall(id string) (InstallResult, plumbing.Hash, issu
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
-	tip := r.prev.Installs[id]
-	if _, recorded := r.prevIssued[id]; recorded && r.trusted && !r.renewAll && r.prevTrees[id] == tree && !tip.IsZero() {
+	tip := r.ref(id)
+	_, recorded, err := r.prevIssued.get(id)
+	if err != nil {
+		return InstallResult{}, plumbing.ZeroHash, issued{}, err
+	}
+	had, _, err := r.prevTrees.get(id)
+	if err != nil {
+		return InstallResult{}, plumbing.ZeroHash, issued{}, err
+	}
+	if recorded && r.trusted && !r.renewAll && had == tree && !tip.IsZero() {
 		res.Change = Unchanged
 		return res, tree, issued{}, nil
 	}
@@ -654,77 +757,70 @@ func (r *renderRun) commit(b *gitobj.Batch, tree plumbing.Hash, parents []plumbi
 }
 
 func (r *renderRun) writeRendered(context.Context) error {
-	// In the order of r.ids, sorted, which is git's but for ids that
-	// prefix others: sorting it again costs little.
-	entries := make([]gitobj.Entry, 0, len(r.trees))
-	for _, id := range r.ids {
-		if h, ok := r.trees[id]; ok {
-			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
-		}
-	}
-	if len(entries) != len(r.trees) {
-		entries = entries[:0]
-		for id, h := range r.trees {
-			entries = append(entries, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: h})
-		}
-	}
 	// The trees join the render's objects only with a new commit: when
 	// nothing changed, the repository holds them already.
 	trees := gitobj.NewBatch()
-	var root []gitobj.Entry
-	if len(entries) > 0 {
-		root = append(root, gitobj.Entry{Name: schemas.InstallsDir, Mode: filemode.Dir, Hash: trees.Tree(entries)})
-	}
 	// Every install ever issued keeps its record, removed ones included,
 	// so that one added again continues above its last generation.
-	issuedEntries := make([]gitobj.Entry, 0, len(r.prevIssued)+len(r.issued))
-	for id, h := range r.prevIssued {
-		if _, renewed := r.issued[id]; !renewed {
-			issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: h})
-		}
-	}
+	records := make(map[string]plumbing.Hash, len(r.issued))
 	for id, in := range r.issued {
-		issuedEntries = append(issuedEntries, gitobj.Entry{Name: id, Mode: filemode.Regular, Hash: trees.Add(plumbing.BlobObject, in.bytes())})
+		records[id] = trees.Add(plumbing.BlobObject, in.bytes())
 	}
-	if len(issuedEntries) > 0 {
-		root = append(root, gitobj.Entry{Name: schemas.IssuedDir, Mode: filemode.Dir, Hash: trees.Tree(issuedEntries)})
+	var installs, issuedTree plumbing.Hash
+	if r.changed != nil {
+		// Only the shards of the installs rendered or removed are
+		// written again.
+		var err error
+		if installs, err = patchDir(trees, r.prevTrees, r.trees, filemode.Dir); err != nil {
+			return err
+		}
+		if issuedTree, err = patchDir(trees, r.prevIssued, records, filemode.Regular); err != nil {
+			return err
+		}
+	} else {
+		all, err := r.prevIssued.all()
+		if err != nil {
+			return err
+		}
+		for id, h := range all {
+			if _, ok := records[id]; !ok {
+				records[id] = h
+			}
+		}
+		installs = writeDir(trees, r.trees, filemode.Dir)
+		issuedTree = writeDir(trees, records, filemode.Regular)
+	}
+	var root []gitobj.Entry
+	if !installs.IsZero() {
+		root = append(root, gitobj.Entry{Name: schemas.InstallsDir, Mode: filemode.Dir, Hash: installs})
+	}
+	if !issuedTree.IsZero() {
+		root = append(root, gitobj.Entry{Name: schemas.IssuedDir, Mode: filemode.Dir, Hash: issuedTree})
 	}
 	tree := trees.Tree(root)
 	renewAt := ""
 	if r.validFor > 0 && !r.nextRenew.IsZero() {
 		renewAt = r.nextRenew.UTC().Format(time.RFC3339)
 	}
-	moved := make(map[string]plumbing.Hash, len(r.result.Updates))
-	// Clipped, the first new id copies r.refIDs and the next ones append
-	// to that copy: a cold render adds every install.
-	ids := slices.Clip(r.refIDs)
+	moved := make([]InstallRef, 0, len(r.result.Updates))
 	for _, u := range r.result.Updates {
-		id := strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix)
-		moved[id] = u.New
-		if r.prev.Installs[id].IsZero() {
-			ids = append(ids, id)
-		}
+		moved = append(moved, InstallRef{ID: strings.TrimPrefix(u.Name.String(), schemas.InstallRefPrefix), Commit: u.New})
 	}
-	if len(ids) != len(r.refIDs) {
-		slices.Sort(ids)
-	}
-	digest := refsDigest(ids, func(id string) plumbing.Hash {
-		if h, ok := moved[id]; ok {
-			return h
-		}
-		return r.prev.Installs[id]
-	})
+	// Updates are in the order of the installs' ids.
+	slices.SortFunc(moved, compareRefs)
+	digest := refsDigest(r.refs, moved, true)
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
 		at, _ := schemas.Trailer(pc.Message, TrailerRenewAt)
-		if d == digest && f == strconv.Itoa(Format) && at == renewAt && pc.Hash == r.prev.Rendered {
+		n, _ := schemas.Trailer(pc.Message, TrailerRendered)
+		if d == digest && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered {
 			return nil
 		}
 	}
 	var b strings.Builder
 	changed := r.result.ChangedCount()
-	fmt.Fprintf(&b, "nuon: render %d of %d installs from %s\n\n", changed, len(r.trees), short(r.source))
+	fmt.Fprintf(&b, "nuon: render %d of %d installs from %s\n\n", changed, r.total, short(r.source))
 	fmt.Fprintf(&b, "%s: %s\n%s: %d\n", schemas.TrailerSource, r.source, schemas.TrailerChanged, changed)
 	listed := 0
 	for _, in := range r.result.Installs {
@@ -733,7 +829,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 			listed++
 		}
 	}
-	fmt.Fprintf(&b, "%s: %s\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format)
+	fmt.Fprintf(&b, "%s: %s\n%s: %d\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format, TrailerRendered, r.total)
 	if renewAt != "" {
 		fmt.Fprintf(&b, "%s: %s\n", TrailerRenewAt, renewAt)
 	}
@@ -756,38 +852,66 @@ func (r *renderRun) writeRendered(context.Context) error {
 	return nil
 }
 
-// refIDs returns the ids of the install refs that exist, sorted.
-func refIDs(installs map[string]plumbing.Hash) []string {
-	ids := make([]string, 0, len(installs))
-	for id, h := range installs {
-		if !h.IsZero() {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
+// Forms of TrailerInstallRefs: "sha256-bin:" and the SHA-256 of one "id",
+// NUL, 20-byte commit id record per ref, which renders write; and
+// "sha256:" and the SHA-256 of one "id commit\n" line per ref, the commit
+// in hex, which renders of Format 2 and before wrote and are still
+// checked. The binary form hashes half the bytes and encodes nothing: a
+// one-install render of 100,000 installs hashes every ref twice.
+const (
+	digestBinary = "sha256-bin:"
+	digestLines  = "sha256:"
+)
 
-// refsDigest is the value of TrailerInstallRefs for the install refs ids,
-// sorted, each at commit(id): the SHA-256 of one "id commit" line each.
-func refsDigest(ids []string, commit func(id string) plumbing.Hash) string {
+// refsDigest is the value of TrailerInstallRefs for the install refs
+// refs (sorted by id) once moved (sorted by id too) are applied, in the
+// binary form or the older one of lines.
+func refsDigest(refs, moved []InstallRef, binary bool) string {
 	// Hashed as it goes, in a buffer of a few hundred lines: the lines of
 	// 100,000 refs are 6 MB.
 	d := sha256.New()
 	buf := make([]byte, 0, 32<<10)
-	for _, id := range ids {
-		h := commit(id)
-		buf = append(buf, id...)
-		buf = append(buf, ' ')
-		buf = hex.AppendEncode(buf, h[:])
-		buf = append(buf, '\n')
+	line := func(r InstallRef) {
+		buf = append(buf, r.ID...)
+		if binary {
+			buf = append(buf, 0)
+			buf = append(buf, r.Commit[:]...)
+		} else {
+			buf = append(buf, ' ')
+			buf = hex.AppendEncode(buf, r.Commit[:])
+			buf = append(buf, '\n')
+		}
 		if len(buf) > cap(buf)-256 {
 			d.Write(buf)
 			buf = buf[:0]
 		}
 	}
+	for len(refs) > 0 || len(moved) > 0 {
+		switch {
+		case len(moved) == 0 || len(refs) > 0 && refs[0].ID < moved[0].ID:
+			line(refs[0])
+			refs = refs[1:]
+		case len(refs) > 0 && refs[0].ID == moved[0].ID:
+			line(moved[0])
+			refs, moved = refs[1:], moved[1:]
+		default:
+			line(moved[0])
+			moved = moved[1:]
+		}
+	}
 	d.Write(buf)
-	return "sha256:" + hex.EncodeToString(d.Sum(nil))
+	if binary {
+		return digestBinary + hex.EncodeToString(d.Sum(nil))
+	}
+	return digestLines + hex.EncodeToString(d.Sum(nil))
+}
+
+// ref returns the commit of install id's ref, zero when it has none.
+func (r *renderRun) ref(id string) plumbing.Hash {
+	if i, ok := slices.BinarySearchFunc(r.refs, id, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) }); ok {
+		return r.refs[i].Commit
+	}
+	return plumbing.ZeroHash
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

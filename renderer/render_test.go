@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
@@ -54,6 +55,9 @@ func TestRenderIsDeterministic(t *testing.T) {
 	for _, workers := range []int{1, 8, 2, 8, 1, 3} {
 		opts := options(t)
 		opts.Workers = workers
+		// In memory, written in a stable order: a spooled batch writes
+		// objects as the workers finish them.
+		opts.Objects = gitobj.NewBatch()
 		_, res := tn.plan(opts)
 		var pack bytes.Buffer
 		if err := res.Objects.WritePack(&pack); err != nil {

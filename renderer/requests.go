@@ -32,7 +32,7 @@ func (r *renderRun) loadRequests(context.Context) error {
 	if err != nil {
 		return err
 	}
-	known := r.ids
+	known := r.sourceInstalls()
 	for _, f := range filed {
 		if f.Err != nil && f.Request != nil && !f.Request.Expired(r.now) {
 			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("request %s to %s (%s) dropped: %v", f.Request.ID, f.Request.Install, short(f.Commit), f.Err))
@@ -43,7 +43,7 @@ func (r *renderRun) loadRequests(context.Context) error {
 	r.requests = map[string][]byte{}
 	reload := false
 	for id, rs := range requests.Pending(filed, r.now) {
-		if !slices.Contains(known, id) {
+		if !known(id) {
 			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("%d requests to %s dropped: no such install on main", len(rs), id))
 			continue
 		}
@@ -53,7 +53,7 @@ func (r *renderRun) loadRequests(context.Context) error {
 		if r.changed != nil && !r.changed[id] {
 			// An install whose source did not change is rendered too; the
 			// incremental load read only the changed installs' files.
-			r.changed, reload = nil, true
+			r.changed, r.removed, reload = nil, nil, true
 		}
 	}
 	if reload {
@@ -100,4 +100,20 @@ func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
 		return nil, fmt.Errorf("%s on main: %w", requests.TrustFile, err)
 	}
 	return trust, nil
+}
+
+// sourceInstalls returns whether an install id is one of the source's:
+// one of r.ids in a full render; in an incremental one, also an install
+// of the previous render whose file is still there.
+func (r *renderRun) sourceInstalls() func(id string) bool {
+	if r.changed == nil {
+		return func(id string) bool { _, ok := slices.BinarySearch(r.ids, id); return ok }
+	}
+	return func(id string) bool {
+		if r.changed[id] {
+			return true
+		}
+		_, ok, err := r.prevTrees.get(id)
+		return err == nil && ok && !slices.Contains(r.removed, id)
+	}
 }

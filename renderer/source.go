@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,23 +46,27 @@ func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error
 	return sourceFS(st, commit, nil)
 }
 
-// sourceFS is SourceFS; with only, it lists of installs/ only the files of
-// those installs.
-func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only map[string]bool) (fs.FS, error) {
+// sourceFS is SourceFS; with only not nil, installs/ holds only those
+// entries (of the installs an incremental render reads), and its tree is
+// not read again.
+func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only []treeEntry) (fs.FS, error) {
 	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
 	}
-	return &treeFS{st: st, root: c.TreeHash, only: only, maxTree: maxSourceTree, trees: map[plumbing.Hash][]treeEntry{}}, nil
+	f := &treeFS{st: st, root: c.TreeHash, maxTree: maxSourceTree, trees: map[plumbing.Hash][]treeEntry{}}
+	if only != nil {
+		f.only = slices.SortedStableFunc(slices.Values(only), func(a, b treeEntry) int { return strings.Compare(a.name, b.name) })
+	}
+	return f, nil
 }
 
 // treeFS is a git tree as an fs.FS; see SourceFS.
 type treeFS struct {
 	st   storer.EncodedObjectStorer
 	root plumbing.Hash
-	// only, when not nil, are the install ids whose files installs/
-	// lists.
-	only map[string]bool
+	// only, when not nil, is all installs/ lists, sorted by name.
+	only []treeEntry
 	// maxTree bounds the size of a tree object read; maxSourceTree.
 	maxTree int64
 
@@ -103,6 +108,15 @@ func (f *treeFS) entries(h plumbing.Hash) ([]treeEntry, error) {
 	return es, nil
 }
 
+// entriesAt returns the entries of the folder at path dir, whose tree is
+// h.
+func (f *treeFS) entriesAt(dir string, h plumbing.Hash) ([]treeEntry, error) {
+	if f.only != nil && dir == schemas.InstallsDir {
+		return f.only, nil
+	}
+	return f.entries(h)
+}
+
 // lookup finds the entry at name, a path of fs.FS.
 func (f *treeFS) lookup(op, name string) (treeEntry, error) {
 	if !fs.ValidPath(name) {
@@ -112,11 +126,13 @@ func (f *treeFS) lookup(op, name string) (treeEntry, error) {
 	if name == "." {
 		return e, nil
 	}
+	dir := "."
 	for elem := range strings.SplitSeq(name, "/") {
 		if e.mode != filemode.Dir {
 			return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 		}
-		es, err := f.entries(e.hash)
+		es, err := f.entriesAt(dir, e.hash)
+		dir = path.Join(dir, elem)
 		if err != nil {
 			return treeEntry{}, &fs.PathError{Op: op, Path: name, Err: err}
 		}
@@ -138,18 +154,12 @@ func (f *treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if e.mode != filemode.Dir {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a folder")}
 	}
-	es, err := f.entries(e.hash)
+	es, err := f.entriesAt(name, e.hash)
 	if err != nil {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
 	}
 	out := make([]fs.DirEntry, 0, len(es))
 	for _, c := range es {
-		if f.only != nil && name == schemas.InstallsDir {
-			id, ok := strings.CutSuffix(c.name, ".yaml")
-			if !ok || !f.only[id] {
-				continue
-			}
-		}
 		out = append(out, &treeInfo{fsys: f, e: c})
 	}
 	return out, nil
@@ -286,95 +296,226 @@ func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	return es, nil
 }
 
+// sourceChange is what changed in installs/ between the source of the
+// previous render and this one.
+type sourceChange struct {
+	// changed are the installs whose file is new or changed, or that have
+	// no folder in the previous render (it failed them).
+	changed map[string]bool
+	// removed are the installs whose file is gone.
+	removed []string
+	// entries are the files of changed in installs/ on this source, in
+	// git's order: all of installs/ an incremental load lists.
+	entries []treeEntry
+}
+
 // sourceDelta compares the source commit with the one the previous render
-// was made from. When only install files changed, it returns every install
-// id of the source and the ids whose file is new or changed: the state of
-// any other install is the same as in the previous render, because an
-// install's state depends only on its own file, nuon.yaml, channels/ and
-// releases/. ok is false when a full render is needed, which is also how
-// an entry of installs/ that is not a source file (schemas.Classify) gets
-// reported.
-func (r *renderRun) sourceDelta() (ids []string, changed map[string]bool, ok bool) {
-	if !r.trusted || r.prevCommit == nil {
-		return nil, nil, false
+// was made from. When only install files changed, it returns what did:
+// the state of any other install is the same as in the previous render,
+// because an install's state depends only on its own file, nuon.yaml,
+// channels/ and releases/. ok is false when a full render is needed,
+// which is also how an entry of installs/ that is not a source file
+// (schemas.Classify) gets reported.
+func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
+	if !r.trusted || r.prevCommit == nil || r.prevCount < 0 {
+		return nil, false
 	}
 	if f, _ := schemas.Trailer(r.prevCommit.Message, TrailerFormat); f != strconv.Itoa(Format) {
-		return nil, nil, false
+		return nil, false
 	}
 	from, _ := schemas.Trailer(r.prevCommit.Message, schemas.TrailerSource)
 	if !plumbing.IsHash(from) {
-		return nil, nil, false
+		return nil, false
 	}
 	old, err := commitTree(r.st, plumbing.NewHash(from))
 	if err != nil {
-		return nil, nil, false
+		return nil, false
 	}
 	cur, err := commitTree(r.st, r.source)
 	if err != nil {
-		return nil, nil, false
+		return nil, false
 	}
 	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir} {
 		if entryOf(cur, name) != entryOf(old, name) {
-			return nil, nil, false
+			return nil, false
 		}
 	}
-	if entryOf(cur, schemas.InstallsDir) == entryOf(old, schemas.InstallsDir) {
+	ch = &sourceChange{changed: map[string]bool{}}
+	oldDir, curDir := entryOf(old, schemas.InstallsDir), entryOf(cur, schemas.InstallsDir)
+	if oldDir == curDir {
 		// Nothing that is rendered changed: every install keeps its state.
-		ids = make([]string, 0, len(r.prevTrees))
-		for id := range r.prevTrees {
-			ids = append(ids, id)
+		return ch, true
+	}
+	// Both trees are walked side by side as written, in git's order,
+	// which each must be in: an entry the same in both is skipped as
+	// bytes, and only the others are read. At 100,000 installs, reading
+	// them into lists of names cost more than the rest of a one-install
+	// render.
+	oldRaw, cached := r.opts.Cache.rawTree(oldDir.hash)
+	if !cached {
+		if oldRaw, err = rawTree(r.st, oldDir); err != nil {
+			return nil, false
 		}
-		return ids, map[string]bool{}, true
 	}
-	// Both trees are read as lists and walked side by side, in git's
-	// order, which each must be in: at 100,000 installs, reading them into
-	// maps cost more than the rest of a one-install render.
-	oldInstalls, err := subtreeList(r.st, old, schemas.InstallsDir)
+	curRaw, err := rawTree(r.st, curDir)
 	if err != nil {
-		return nil, nil, false
+		return nil, false
 	}
-	curInstalls, err := subtreeList(r.st, cur, schemas.InstallsDir)
-	if err != nil {
-		return nil, nil, false
+	r.opts.Cache.keep(curDir.hash, curRaw)
+	oldCount := 0
+	var last rawEntry
+	// next takes the next entry of cur, checking git's order.
+	next := func() (rawEntry, bool) {
+		e, rest, ok := nextRaw(curRaw)
+		if !ok || last.raw != nil && rawOrder(last, e) >= 0 {
+			return rawEntry{}, false
+		}
+		curRaw, last = rest, e
+		return e, true
 	}
-	changed = map[string]bool{}
-	ids = make([]string, 0, len(curInstalls))
-	i := 0
-	for _, e := range curInstalls {
-		for i < len(oldInstalls) && gitOrder(oldInstalls[i], e) < 0 {
-			if !oldInstalls[i].mode.IsFile() {
-				// A folder gone: let a full load say what it was.
-				return nil, nil, false
+	for len(oldRaw) > 0 || len(curRaw) > 0 {
+		var o, c rawEntry
+		if len(oldRaw) > 0 {
+			if o, _, ok = nextRaw(oldRaw); !ok {
+				return nil, false
 			}
-			i++
 		}
-		var was treeEntry
-		if i < len(oldInstalls) && oldInstalls[i].name == e.name {
-			was = oldInstalls[i]
-			i++
+		if len(curRaw) > 0 {
+			if c, _, ok = nextRaw(curRaw); !ok {
+				return nil, false
+			}
 		}
+		order := 0
+		switch {
+		case o.raw == nil:
+			order = 1
+		case c.raw == nil:
+			order = -1
+		default:
+			order = rawOrder(o, c)
+		}
+		if order < 0 || order == 0 {
+			oldRaw = oldRaw[len(o.raw):]
+			if !o.mode.IsFile() {
+				// A folder gone or changed: let a full load say what it was.
+				return nil, false
+			}
+			// The previous render read this source: its entries are
+			// install files (<id>.yaml), README.md and .gitkeep.
+			if id, isInstall := bytes.CutSuffix(o.name, []byte(".yaml")); isInstall {
+				oldCount++
+				if order < 0 {
+					ch.removed = append(ch.removed, string(id))
+				}
+			}
+			if order < 0 {
+				continue
+			}
+		}
+		if c, ok = next(); !ok {
+			return nil, false
+		}
+		if order == 0 && bytes.Equal(o.raw, c.raw) {
+			continue
+		}
+		e := treeEntry{name: string(c.name), mode: c.mode, hash: plumbing.Hash(c.raw[len(c.raw)-len(plumbing.ZeroHash):])}
 		switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
 		case schemas.SourceFile:
-			id := strings.TrimSuffix(e.name, ".yaml")
-			ids = append(ids, id)
-			if was.mode != e.mode || was.hash != e.hash {
-				changed[id] = true
-			} else if _, ok := r.prevTrees[id]; !ok {
-				return nil, nil, false
-			}
+			ch.changed[strings.TrimSuffix(e.name, ".yaml")] = true
+			ch.entries = append(ch.entries, e)
 		case schemas.NotRead:
 			// README.md, .gitkeep
 		default:
 			// Let a full load report it.
-			return nil, nil, false
+			return nil, false
 		}
 	}
-	for ; i < len(oldInstalls); i++ {
-		if !oldInstalls[i].mode.IsFile() {
-			return nil, nil, false
+	if oldCount != r.prevCount {
+		// The previous render has no folder for some installs of its
+		// source (it failed them): render those again too.
+		if err := r.addUnrendered(ch, curDir); err != nil {
+			return nil, false
 		}
 	}
-	return ids, changed, true
+	return ch, true
+}
+
+// addUnrendered adds to ch the installs of the source's installs/ tree dir
+// that have no folder in the previous render.
+func (r *renderRun) addUnrendered(ch *sourceChange, dir entry) error {
+	es, err := parseTree(r.st, dir.hash, maxSourceTree)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		id, ok := strings.CutSuffix(e.name, ".yaml")
+		if !ok || ch.changed[id] {
+			continue
+		}
+		if _, has, err := r.prevTrees.get(id); err != nil {
+			return err
+		} else if !has {
+			ch.changed[id] = true
+			ch.entries = append(ch.entries, e)
+		}
+	}
+	slices.SortFunc(ch.entries, gitOrder)
+	return nil
+}
+
+// rawTree reads the tree of a folder entry as written; nothing when there
+// is no such folder.
+func rawTree(st storer.EncodedObjectStorer, e entry) ([]byte, error) {
+	if e.hash.IsZero() {
+		return nil, nil
+	}
+	if e.mode != filemode.Dir {
+		return nil, errors.New("not a folder")
+	}
+	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, e.hash, maxSourceTree)
+	return data, err
+}
+
+// rawEntry is one entry of a tree object, as written.
+type rawEntry struct {
+	// raw is the whole entry: mode, name and object id.
+	raw  []byte
+	name []byte
+	mode filemode.FileMode
+}
+
+// nextRaw reads the first entry of the tree object data.
+func nextRaw(data []byte) (rawEntry, []byte, bool) {
+	sp := bytes.IndexByte(data, ' ')
+	if sp <= 0 || sp > 7 {
+		return rawEntry{}, nil, false
+	}
+	var mode uint32
+	for _, c := range data[:sp] {
+		if c < '0' || c > '7' {
+			return rawEntry{}, nil, false
+		}
+		mode = mode<<3 | uint32(c-'0')
+	}
+	nul := bytes.IndexByte(data[sp+1:], 0)
+	end := sp + 1 + nul + 1 + len(plumbing.ZeroHash)
+	if nul < 0 || end > len(data) {
+		return rawEntry{}, nil, false
+	}
+	return rawEntry{raw: data[:end], name: data[sp+1 : sp+1+nul], mode: filemode.FileMode(mode)}, data[end:], true
+}
+
+// rawOrder compares raw entries as git orders them (see
+// gitobj.CompareEntries).
+func rawOrder(a, b rawEntry) int {
+	n := min(len(a.name), len(b.name))
+	if c := bytes.Compare(a.name[:n], b.name[:n]); c != 0 {
+		return c
+	}
+	if len(a.name) == len(b.name) && (a.mode == filemode.Dir) == (b.mode == filemode.Dir) {
+		return 0
+	}
+	return gitOrder(treeEntry{name: string(a.name), mode: a.mode}, treeEntry{name: string(b.name), mode: b.mode})
 }
 
 // subtreeList lists the folder name of t, which may not exist, as its

@@ -183,13 +183,19 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 	if prev.Rendered, err = r.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := r.Refs(schemas.InstallRefPrefix)
+	refs, err := r.RefList(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
-	prev.Installs = make(map[string]plumbing.Hash, len(refs))
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
+	prev.Refs = make([]renderer.InstallRef, len(refs))
+	for i, ref := range refs {
+		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
+	}
+	// As publish renders: the objects spooled to a pack file as they come.
+	if opts.Objects == nil {
+		if opts.Objects, err = gitobj.NewSpooledBatch(r.Storer()); err != nil {
+			return nil, err
+		}
 	}
 	return renderer.Render(ctx, r.Storer(), src, prev, opts)
 }
@@ -327,10 +333,21 @@ func trailer(tb testing.TB, dir, rev, key string) string {
 // tree object of its folder in the rendered commit.
 func checkConsistent(tb testing.TB, dir string) {
 	tb.Helper()
-	listing := gittest.Git(tb, dir, "ls-tree", plumbing.ReferenceName(schemas.RenderedRef).String(), schemas.InstallsDir+"/")
-	if listing == "" {
+	rendered := plumbing.ReferenceName(schemas.RenderedRef).String()
+	shards := gittest.Git(tb, dir, "ls-tree", "--name-only", rendered, schemas.InstallsDir+"/")
+	if shards == "" {
 		return
 	}
+	var lines []string
+	for _, shard := range strings.Split(shards, "\n") {
+		for _, line := range strings.Split(gittest.Git(tb, dir, "ls-tree", rendered, shard+"/"), "\n") {
+			if _, name, _ := strings.Cut(line, "\t"); schemas.RenderedInstallPath(path.Base(name)) != name {
+				tb.Errorf("rendered tree entry %s is not at %s", name, schemas.RenderedInstallPath(path.Base(name)))
+			}
+			lines = append(lines, line)
+		}
+	}
+	listing := strings.Join(lines, "\n")
 	trees := map[string]string{}
 	for _, line := range strings.Split(gittest.Git(tb, dir, "for-each-ref", "--format=%(refname) %(tree)", schemas.InstallRefPrefix), "\n") {
 		name, tree, _ := strings.Cut(line, " ")

@@ -1,6 +1,8 @@
 package schemas
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,18 +51,54 @@ const (
 	TrailerReplaces = "Nuon-Replaces"
 )
 
-// Paths of the rendered tree: InstallsDir/<id>/ in the rendered commit
-// (the same folder name as the source's installs/ on main), and the whole
-// tree of an install's desired ref. The source's paths are in source.go.
-// IssuedDir/<id> in the rendered commit records the last per-install
-// commit the renderer signed for that install and its generation, as
-// "GENERATION COMMIT\n": the renderer's own, signed memory of what it
-// issued, never read from an install ref.
+// Paths of the rendered tree: RenderedInstallPath(id), that is
+// InstallsDir/<shard>/<id>/ in the rendered commit (the same top folder
+// name as the source's installs/ on main), and the whole tree of an
+// install's desired ref. The source's paths are in source.go.
+// IssuedPath(id), IssuedDir/<shard>/<id> in the rendered commit, records
+// the last per-install commit the renderer signed for that install and its
+// generation, as "GENERATION COMMIT\n": the renderer's own, signed memory
+// of what it issued, never read from an install ref.
+//
+// Both folders are split into Shards folders named by Shard(id), so that
+// a render that changes one install of a large fleet writes one small
+// folder and the top one, not a folder with an entry per install.
+// Rendered commits made before (renderer Format 2 and older) hold
+// InstallsDir/<id>/ and IssuedDir/<id> directly: a reader of history
+// tells them apart by that Format (see FlatLayout).
 const (
 	IssuedDir        = "issued"
 	InstallStateFile = "install.json"
 	ComponentsDir    = "components"
 )
+
+// Shards is the number of folders the rendered InstallsDir and IssuedDir
+// are split into: at 100,000 installs, some 400 entries each.
+const Shards = 256
+
+// Shard is the folder of install id in the rendered InstallsDir and
+// IssuedDir: the first byte of the SHA-256 of the id, as two lower-case
+// hex digits. A hash spreads any naming scheme evenly; `nuon status` and
+// RenderedInstallPath spare people computing it.
+func Shard(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:1])
+}
+
+// RenderedInstallPath is the folder of install id in the rendered tree.
+func RenderedInstallPath(id string) string { return InstallsDir + "/" + Shard(id) + "/" + id }
+
+// IssuedPath is the issued record of install id in the rendered tree.
+func IssuedPath(id string) string { return IssuedDir + "/" + Shard(id) + "/" + id }
+
+// FlatLayout reports whether a rendered commit made with renderer format
+// format (its Nuon-Render-Format trailer; 0 when it has none) holds
+// InstallsDir/<id> and IssuedDir/<id> without shards.
+func FlatLayout(format int) bool { return format < ShardedFormat }
+
+// ShardedFormat is the first renderer format whose rendered tree is split
+// into shards.
+const ShardedFormat = 3
 
 // ComponentStateFile is the path of a component's file in an install's
 // rendered tree.

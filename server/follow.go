@@ -116,7 +116,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now})
+		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now, Cache: s.renderCache})
 		var ps schemas.Problems
 		if errors.As(err, &ps) {
 			// Not retried: main must change first.

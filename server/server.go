@@ -22,6 +22,7 @@ import (
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -140,8 +141,9 @@ type Server struct {
 	wake   chan struct{} // a webhook asks the follower to look now
 	mirror *mirror
 
-	renderMu sync.Mutex
-	rendered plumbing.Hash // the main commit last rendered (or refused)
+	renderMu    sync.Mutex
+	rendered    plumbing.Hash   // the main commit last rendered (or refused)
+	renderCache *renderer.Cache // what the next render reads again
 
 	metrics *metrics
 	boot    string // names this start, in /replica/version
@@ -198,14 +200,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		keys: newKeyTable(dir),
 		wake: make(chan struct{}, 1),
 
-		gitSlots:  make(chan struct{}, cfg.MaxGit),
-		pushSlots: make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
-		objects:   newObjectDB(dir),
-		pushes:    newPushStore(dir, readFsyncPolicy(ctx, dir)),
-		metrics:   newMetrics(),
-		boot:      bootID(),
-		writer:    writer,
-		client:    &http.Client{Timeout: 30 * time.Second},
+		gitSlots:    make(chan struct{}, cfg.MaxGit),
+		renderCache: renderer.NewCache(),
+		pushSlots:   make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
+		objects:     newObjectDB(dir),
+		pushes:      newPushStore(dir, readFsyncPolicy(ctx, dir)),
+		metrics:     newMetrics(),
+		boot:        bootID(),
+		writer:      writer,
+		client:      &http.Client{Timeout: 30 * time.Second},
 
 		upstreamEnv: upstreamEnv,
 	}

@@ -39,7 +39,9 @@ func newRenderCmd(g *cli.Globals) *cobra.Command {
 installs/), validates them, and renders each install's desired state.
 
 It writes one signed commit on refs/heads/nuon/rendered whose tree holds
-installs/<id>/ for every install, and, for each install whose state changed,
+installs/<shard>/<id>/ for every install (shard: the first byte of the
+SHA-256 of the id, in hex; "git ls-tree -r -d nuon/rendered installs/"
+lists them), and, for each install whose state changed,
 a signed commit on refs/heads/nuon/installs/<id> with that same tree. All
 refs move together in one atomic push, or not at all. An unchanged install
 gets no commit; running render twice moves nothing the second time.
@@ -186,7 +188,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	if o.dryRun {
 		verb = "would render"
 	}
-	fmt.Fprintf(w, "%s %d of %d installs from %s\n", verb, res.ChangedCount(), countPresent(res), res.Source)
+	fmt.Fprintf(w, "%s %d of %d installs from %s\n", verb, res.ChangedCount(), res.Total, res.Source)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, in := range res.Installs {
 		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
@@ -213,14 +215,4 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
-}
-
-func countPresent(res *renderer.Result) int {
-	n := 0
-	for _, in := range res.Installs {
-		if in.Change != renderer.Removed {
-			n++
-		}
-	}
-	return n
 }

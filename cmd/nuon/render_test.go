@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,14 +164,19 @@ func TestRenderIntoBareRepository(t *testing.T) {
 	if got := gittest.Git(t, rt.dir, "cat-file", "-t", rendered); got != "commit" {
 		t.Fatalf("%s is a %s", rendered, got)
 	}
-	if got := strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+schemas.InstallsDir)); !cmp.Equal(got, ids) {
+	var got []string
+	for _, shard := range strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+schemas.InstallsDir)) {
+		got = append(got, strings.Fields(gittest.Git(t, rt.dir, "ls-tree", "--name-only", rendered+":"+schemas.InstallsDir+"/"+shard))...)
+	}
+	slices.Sort(got)
+	if !cmp.Equal(got, ids) {
 		t.Errorf("rendered installs %v, want %v", got, ids)
 	}
 	refs := []string{rendered}
 	for _, id := range ids {
 		ref := plumbing.ReferenceName(schemas.InstallRef(id)).String()
 		refs = append(refs, ref)
-		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, schemas.InstallsDir+"/"+id)
+		folder := gittest.Git(t, rt.dir, "ls-tree", rendered, schemas.RenderedInstallPath(id))
 		own := gittest.Git(t, rt.dir, "rev-parse", ref+"^{tree}")
 		if f := strings.Fields(folder); len(f) < 3 || f[1] != "tree" || f[2] != own {
 			t.Errorf("%s: rendered tree entry %q, own tree %s", id, folder, own)
@@ -450,7 +456,7 @@ exec git update-ref %[2]s %[3]s
 	if got := gittest.Git(t, dir, "rev-parse", rendered+"^2"); got != other {
 		t.Errorf("rendered second parent %s, want the other writer's %s", got, other)
 	}
-	if got := gittest.Git(t, dir, "rev-parse", plumbing.ReferenceName(schemas.InstallRef("acme")).String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":installs/acme") {
+	if got := gittest.Git(t, dir, "rev-parse", plumbing.ReferenceName(schemas.InstallRef("acme")).String()+"^{tree}"); got != gittest.Git(t, dir, "rev-parse", rendered+":"+schemas.RenderedInstallPath("acme")) {
 		t.Errorf("acme's ref does not hold its rendered tree")
 	}
 }

@@ -311,3 +311,69 @@ func TestMergeKeepsObjects(t *testing.T) {
 		t.Fatalf("read the commit flushed from a merged batch: %v", err)
 	}
 }
+
+// TestSpooledBatch writes merged objects to a temporary pack as they come:
+// before the flush the pack file is there and they read back from it;
+// Flush finishes it into a pack git verifies, with every object, the ones
+// added after the merges included; Close of an unflushed batch leaves no
+// file behind.
+func TestSpooledBatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gitobj.NewSpooledBatch(repo.Storer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	part := gitobj.NewBatch()
+	commit := sample(t, part)
+	b.Merge(part)
+	tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_pack_*"))
+	if len(tmp) != 1 {
+		t.Fatalf("temporary packs %v, want one", tmp)
+	}
+	for _, h := range []plumbing.Hash{commit} {
+		typ, content, ok := b.Get(h)
+		if !ok || typ != plumbing.CommitObject || !bytes.Contains(content, []byte("sample\n")) {
+			t.Errorf("Get(%s) before the flush: %v %q %v", h, typ, content, ok)
+		}
+	}
+	added := b.Add(plumbing.BlobObject, []byte("added after the merge\n"))
+	if err := b.Flush(repo.Storer); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, dir, "update-ref", "refs/heads/main", commit.String())
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck --strict: %s", out)
+	}
+	if got := gittest.Git(t, dir, "cat-file", "blob", added.String()); got != "added after the merge" {
+		t.Errorf("the object added after the merges: %q", got)
+	}
+	if got := gittest.Git(t, dir, "count-objects", "-v"); !strings.Contains(got, fmt.Sprintf("in-pack: %d", b.Len())) {
+		t.Errorf("git count-objects: want %d objects in one pack:\n%s", b.Len(), got)
+	}
+	idx, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+	if len(idx) != 1 {
+		t.Fatalf("pack indexes %v, want one", idx)
+	}
+	gittest.Git(t, dir, "verify-pack", idx[0])
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_*")); len(tmp) != 0 {
+		t.Errorf("left behind: %v", tmp)
+	}
+
+	discarded, err := gitobj.NewSpooledBatch(repo.Storer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discarded.Merge(part)
+	if err := discarded.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_*")); len(tmp) != 0 {
+		t.Errorf("left behind by Close: %v", tmp)
+	}
+}

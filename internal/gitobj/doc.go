@@ -7,11 +7,14 @@
 // is its compressed size, not its content (BenchmarkRenderFleet in
 // renderer). Objects are compressed with klauspost/compress's zlib, the
 // same format as the standard library's for less CPU; trees and objects
-// under 128 bytes are stored, where compression buys little.
+// under 128 bytes are stored, where compression buys little. A spooled
+// batch (NewSpooledBatch) goes further: what is merged into it is written
+// at once to a temporary pack file, finished and renamed into place by
+// Flush, so that only an offset per object stays in memory.
 //
 // It also reads them back: Store wraps go-git's storage of a repository on
 // disk and reads objects straight from the pack files through their
-// indexes, and from loose files, without loading whole indexes into maps
-// first as go-git does. A process that opens a large repository to read a
+// indexes, mapped into memory, and from loose files, without loading whole
+// indexes into maps first as go-git does. A process that opens a large repository to read a
 // few objects, a re-render, pays for those objects only.
 package gitobj

@@ -43,8 +43,19 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 		return nil, nil, err
 	}
 	defer r.Close()
-	content, err := io.ReadAll(r)
-	if err != nil {
+	// Read into a buffer of the size the object says, and no more: the
+	// installs/ tree of a fleet of 100,000 is megabytes, which io.ReadAll
+	// would copy as it grows.
+	var content []byte
+	if size := o.Size(); size >= 0 && size <= maxObjectSize {
+		content = make([]byte, size)
+		if _, err := io.ReadFull(r, content); err != nil {
+			return nil, nil, fmt.Errorf("read %s %s: %w", t, h, err)
+		}
+		if n, _ := r.Read(make([]byte, 1)); n > 0 {
+			return nil, nil, fmt.Errorf("object %s is corrupt: longer than its header says", h)
+		}
+	} else if content, err = io.ReadAll(r); err != nil {
 		return nil, nil, err
 	}
 	if got := Hash(t, content); got != h {

@@ -2,14 +2,17 @@ package gitrepo
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -57,6 +60,11 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 			_ = fsys.Remove(packedRefsLock)
 		}
 	}()
+	if len(updates) <= looseUpdates {
+		if done, err := applyLoose(fsys, updates); done || err != nil {
+			return err
+		}
+	}
 
 	packed, err := readPackedRefs(fsys)
 	if err != nil {
@@ -110,10 +118,21 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 			}
 		}
 	}
+	var folded []string
 	if len(inPack) > 0 {
 		for _, u := range inPack {
 			packed.set(u.Name, u.New)
 		}
+		// The ref files that earlier small updates wrote beside the
+		// refs moved here join packed-refs too, so that they stay few.
+		if folded, err = foldLoose(fsys, packed, updates); err != nil {
+			return fmt.Errorf("update refs: %w", err)
+		}
+		defer func() {
+			for _, name := range folded {
+				_ = fsys.Remove(name + ".lock")
+			}
+		}()
 		if err := packed.write(lock); err != nil {
 			return fmt.Errorf("update refs: write %s: %w", packedRefsLock, err)
 		}
@@ -124,6 +143,10 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 			return fmt.Errorf("update refs: %w", err)
 		}
 		locked = false
+		// packed-refs holds what each folded file held: the files can go.
+		for _, name := range folded {
+			_ = fsys.Remove(name)
+		}
 	}
 	for _, u := range looseDeletes {
 		if err := r.removeLoose(fsys, u); err != nil {
@@ -396,4 +419,235 @@ func (d *dirCheck) check(name plumbing.ReferenceName) error {
 		d.folders[dir] = true
 	}
 	return nil
+}
+
+// Updates of a local repository that are this few are written as ref
+// files of their own (git's loose refs), each under its lock, as git
+// update-ref does: rewriting a packed-refs of 100,000 install refs to move
+// two cost a one-install render more than the rest of it. More updates,
+// or a folder of refs that already holds maxLoose ref files, go into one
+// new packed-refs, which takes in the other ref files of the folders it
+// updates (foldLoose).
+const (
+	looseUpdates = 64
+	maxLoose     = 1024
+)
+
+// applyLoose writes updates as ref files, the last one last. It takes each
+// ref's lock (<name>.lock, as git does), checks every ref is at its Old
+// value, and only then moves them. done is false, with nothing written,
+// when a folder of the updates holds maxLoose ref files or more.
+func applyLoose(fsys billy.Filesystem, updates []Update) (done bool, err error) {
+	for _, u := range updates {
+		if u.New.IsZero() {
+			// A deletion must take the ref out of packed-refs too: one
+			// new packed-refs does both.
+			return false, nil
+		}
+		// A folder that is not there, or is a ref (checked below), holds
+		// no ref files.
+		infos, _ := fsys.ReadDir(path.Dir(u.Name.String()))
+		if len(infos) >= maxLoose {
+			return false, nil
+		}
+	}
+	// Read only when a ref has no file of its own: the refs a render
+	// moves again are files by then, and packed-refs holds 100,000.
+	data := &packedFile{fsys: fsys}
+	for _, u := range updates {
+		cur, err := currentRef(fsys, data, u.Name.String())
+		if errors.Is(err, errUnsorted) {
+			// A packed-refs git did not write (a name twice, say): one
+			// new packed-refs puts it right.
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if cur != u.Old {
+			return false, fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
+		}
+		if u.Old.IsZero() {
+			if err := checkNewRef(fsys, data, u.Name.String()); err != nil {
+				return false, err
+			}
+		}
+	}
+	var locks []string
+	defer func() {
+		for _, l := range locks {
+			_ = fsys.Remove(l)
+		}
+	}()
+	files := make([]billy.File, 0, len(updates))
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, u := range updates {
+		name := u.Name.String()
+		if err := fsys.MkdirAll(path.Dir(name), 0o755); err != nil {
+			return false, fmt.Errorf("update %s: %w", name, err)
+		}
+		f, err := fsys.OpenFile(name+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			return false, fmt.Errorf("update %s: %w: %s.lock exists: another writer holds it", name, ErrStale, name)
+		}
+		if err != nil {
+			return false, fmt.Errorf("update %s: %w", name, err)
+		}
+		locks, files = append(locks, name+".lock"), append(files, f)
+		// Checked again under the ref's lock: git moves a ref under it.
+		cur, err := currentRef(fsys, data, name)
+		if err != nil {
+			return false, err
+		}
+		if cur != u.Old {
+			return false, fmt.Errorf("update %s: %w: it is %s, expected %s", name, ErrStale, cur, u.Old)
+		}
+		if _, err := f.Write([]byte(u.New.String() + "\n")); err != nil {
+			return false, fmt.Errorf("update %s: %w", name, err)
+		}
+	}
+	for i, u := range updates {
+		if err := files[i].Close(); err != nil {
+			return false, fmt.Errorf("update %s: %w", u.Name, err)
+		}
+	}
+	files = nil
+	for i, u := range updates {
+		if err := fsys.Rename(locks[i], u.Name.String()); err != nil {
+			return false, fmt.Errorf("update %s: %w", u.Name, err)
+		}
+		locks[i] = ""
+	}
+	locks = nil
+	return true, nil
+}
+
+// packedFile is packed-refs, read once, when first asked for.
+type packedFile struct {
+	fsys billy.Filesystem
+	read bool
+	data []byte
+	err  error
+}
+
+// errUnsorted: packed-refs does not say it is sorted.
+var errUnsorted = errors.New("packed-refs is not sorted")
+
+// bytes returns packed-refs, nil when there is none; errUnsorted when git
+// did not write it sorted.
+func (p *packedFile) bytes() ([]byte, error) {
+	if !p.read {
+		p.read = true
+		p.data, p.err = readPackedRefsFile(p.fsys)
+		if p.err != nil {
+			p.err = fmt.Errorf("update refs: read %s: %w", packedRefsFile, p.err)
+		} else if len(p.data) > 0 && !sortedPackedRefs(p.data) {
+			p.err = errUnsorted
+		}
+	}
+	return p.data, p.err
+}
+
+// currentRef is the value of ref name: its file's, else packed-refs',
+// zero when it has none.
+func currentRef(fsys billy.Filesystem, packed *packedFile, name string) (plumbing.Hash, error) {
+	fi, err := fsys.Lstat(name)
+	switch {
+	case err == nil && fi.IsDir():
+		return plumbing.ZeroHash, fmt.Errorf("update %s: a folder of refs has that name", name)
+	case err == nil:
+		h, ok, err := readLooseRef(fsys, name)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
+		}
+		if !ok {
+			return plumbing.ZeroHash, fmt.Errorf("update %s: its file holds no object id", name)
+		}
+		return h, nil
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+		// ENOTDIR: a folder of the name is a ref, which checkNewRef
+		// refuses.
+		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
+	}
+	data, err := packed.bytes()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	h, _ := findPackedRef(data, name)
+	return h, nil
+}
+
+// checkNewRef refuses a new ref name that git would: one named like a
+// folder of other refs, or under a name that is a ref.
+func checkNewRef(fsys billy.Filesystem, packed *packedFile, name string) error {
+	data, err := packed.bytes()
+	if err != nil {
+		return err
+	}
+	if bytes.Contains(data, []byte(" "+name+"/")) {
+		return fmt.Errorf("update %s: refs exist under that name as a folder", name)
+	}
+	for dir := path.Dir(name); dir != "." && dir != "refs"; dir = path.Dir(dir) {
+		if _, ok := findPackedRef(data, dir); ok {
+			return fmt.Errorf("update %s: ref %s exists", name, dir)
+		}
+		if fi, err := fsys.Lstat(dir); err == nil && !fi.IsDir() {
+			return fmt.Errorf("update %s: ref %s exists", name, dir)
+		}
+	}
+	return nil
+}
+
+// foldLoose sets in packed the ref files of the folders of updates that
+// updates do not move, each under its lock, and returns their names: the
+// caller removes each file, then its lock, once packed-refs is written.
+// A ref another writer holds the lock of stays a file.
+func foldLoose(fsys billy.Filesystem, packed *packedRefs, updates []Update) ([]string, error) {
+	moved := map[string]bool{}
+	dirs := map[string]bool{}
+	for _, u := range updates {
+		moved[u.Name.String()] = true
+		dirs[path.Dir(u.Name.String())] = true
+	}
+	var folded []string
+	for _, dir := range slices.Sorted(maps.Keys(dirs)) {
+		infos, err := fsys.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return folded, err
+		}
+		for _, fi := range infos {
+			name := dir + "/" + fi.Name()
+			if !fi.Mode().IsRegular() || strings.HasSuffix(name, ".lock") || moved[name] {
+				continue
+			}
+			l, err := fsys.OpenFile(name+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				continue
+			}
+			l.Close()
+			h, ok, err := readLooseRef(fsys, name)
+			if err != nil || !ok {
+				_ = fsys.Remove(name + ".lock")
+				continue
+			}
+			packed.set(plumbing.ReferenceName(name), h)
+			folded = append(folded, name)
+		}
+	}
+	return folded, nil
+}
+
+// sortedPackedRefs reports whether packed-refs says it is sorted, as git
+// writes it: each name once, in order.
+func sortedPackedRefs(data []byte) bool {
+	header, _, _ := bytes.Cut(data, []byte("\n"))
+	traits, ok := bytes.CutPrefix(header, []byte("# pack-refs with:"))
+	return ok && slices.Contains(strings.Fields(string(traits)), "sorted")
 }

@@ -60,7 +60,12 @@ func TestApplyLocalPacksNewRefs(t *testing.T) {
 	ctx := context.Background()
 	var updates []gitrepo.Update
 	want := refs(t, dir)
-	for _, id := range []string{"b", "a", "c"} {
+	// More updates than are written as ref files of their own.
+	ids := []string{"b", "a", "c"}
+	for i := range 70 {
+		ids = append(ids, fmt.Sprintf("x%02d", i))
+	}
+	for _, id := range ids {
 		name := plumbing.ReferenceName("refs/heads/nuon/installs/" + id)
 		updates = append(updates, gitrepo.Update{Name: name, New: c[0]})
 		want[name.String()] = c[0].String()
@@ -165,8 +170,7 @@ func TestApplyLocalRefusals(t *testing.T) {
 	}{
 		{"a ref named like an existing ref's folder", []gitrepo.Update{{Name: "refs/heads/main/x", New: c[0]}}, "refs/heads/main exists"},
 		{"a bad name", []gitrepo.Update{{Name: "refs/heads/a b", New: c[0]}}, "not a valid ref name"},
-		{"neither old nor new", []gitrepo.Update{{Name: "refs/heads/main"}}, "neither an old nor a new value"},
-		{"a deletion from a stale read", []gitrepo.Update{{Name: "refs/heads/main", Old: c[1]}}, "moved since it was read"},
+		{"a deletion", []gitrepo.Update{{Name: "refs/heads/main", Old: c[2]}}, "not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refs(t, dir)
@@ -270,6 +274,117 @@ func BenchmarkApplyLocalFleet(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(move2.Microseconds())/1000/float64(b.N), "move2-ms/op")
+}
+
+// TestApplyLocalFewUpdatesAreRefFiles: a render that moves two of many
+// packed refs writes them as ref files under git's locks and leaves
+// packed-refs as it was; RefList and git see the same refs; a later large
+// update takes those files into a new packed-refs.
+func TestApplyLocalFewUpdatesAreRefFiles(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	want := refs(t, dir)
+	var many []gitrepo.Update
+	for i := range 100 {
+		name := fmt.Sprintf("refs/heads/nuon/installs/i%03d", i)
+		many = append(many, gitrepo.Update{Name: plumbing.ReferenceName(name), New: c[0]})
+		want[name] = c[0].String()
+	}
+	if err := open(t, dir).Apply(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	packed, err := os.ReadFile(filepath.Join(dir, "packed-refs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	few := []gitrepo.Update{
+		{Name: "refs/heads/nuon/installs/i042", Old: c[0], New: c[1]},
+		{Name: "refs/heads/nuon/installs/new", New: c[2]},
+		{Name: "refs/heads/nuon/rendered", New: c[1]},
+	}
+	if err := open(t, dir).Apply(ctx, few); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range few {
+		want[u.Name.String()] = u.New.String()
+		data, err := os.ReadFile(filepath.Join(dir, u.Name.String()))
+		if err != nil || string(data) != u.New.String()+"\n" {
+			t.Errorf("%s: file %q (%v), want its own file", u.Name, data, err)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "packed-refs")); string(after) != string(packed) {
+		t.Error("a small update rewrote packed-refs")
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refs git sees (-want +got):\n%s", diff)
+	}
+	list, err := open(t, dir).RefList("refs/heads/nuon/installs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for i, r := range list {
+		if i > 0 && list[i-1].Name >= r.Name {
+			t.Errorf("RefList: %s after %s", r.Name, list[i-1].Name)
+		}
+		got[r.Name] = r.Hash.String()
+	}
+	wantInstalls := map[string]string{}
+	for name, h := range want {
+		if strings.HasPrefix(name, "refs/heads/nuon/installs/") {
+			wantInstalls[name] = h
+		}
+	}
+	if diff := cmp.Diff(wantInstalls, got); diff != "" {
+		t.Errorf("RefList (-want +got):\n%s", diff)
+	}
+
+	// Stale: the old value is checked against the file, not packed-refs.
+	stale := []gitrepo.Update{{Name: "refs/heads/nuon/installs/i042", Old: c[0], New: c[2]}}
+	if err := open(t, dir).Apply(ctx, stale); !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("apply with a stale old value: %v, want ErrStale", err)
+	}
+	// A writer holding a ref's lock makes the update stale, and keeps it.
+	lock := filepath.Join(dir, "refs/heads/nuon/installs/i007.lock")
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	locked := []gitrepo.Update{{Name: "refs/heads/nuon/installs/i007", Old: c[0], New: c[2]}}
+	if err := open(t, dir).Apply(ctx, locked); !errors.Is(err, gitrepo.ErrStale) {
+		t.Errorf("apply of a locked ref: %v, want ErrStale", err)
+	}
+	if _, err := os.Stat(lock); err != nil {
+		t.Errorf("the other writer's lock was removed: %v", err)
+	}
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refused updates moved refs (-want +got):\n%s", diff)
+	}
+
+	// A large update folds the install ref files it does not move into
+	// packed-refs.
+	for i := range many {
+		many[i].Old, many[i].New = c[0], c[2]
+		if many[i].Name == "refs/heads/nuon/installs/i042" {
+			many[i].Old = c[1]
+		}
+		want[many[i].Name.String()] = c[2].String()
+	}
+	if err := open(t, dir).Apply(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, refs(t, dir)); diff != "" {
+		t.Errorf("refs after a large update (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "refs/heads/nuon/installs/new")); err == nil {
+		t.Error("the ref file of installs/new was not folded into packed-refs")
+	}
+	if out := gittest.Git(t, dir, "fsck", "--strict", "--no-dangling"); out != "" {
+		t.Errorf("git fsck: %s", out)
+	}
 }
 
 // TestApplyLocalDeletes archives refs as an install's delete does: copies

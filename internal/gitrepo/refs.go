@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
-	"os"
-	"strings"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -47,79 +45,23 @@ func readPackedRefsFile(fsys billy.Filesystem) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// findPackedRef finds one ref in packed-refs. Lines are "<hash> <name>", and
-// "^<hash>" for the value an annotated tag peels to.
-func findPackedRef(data []byte, name string) (plumbing.Hash, bool) {
+// findPackedRef finds one ref in packed-refs, the last line of its name
+// winning as when git reads a file it did not sort. Lines are "<hash>
+// <name>", and "^<hash>" for the value an annotated tag peels to.
+func findPackedRef(data []byte, name string) (h plumbing.Hash, found bool) {
 	for len(data) > 0 {
 		i := bytes.Index(data, []byte(name))
 		if i < 0 {
-			return plumbing.ZeroHash, false
+			return h, found
 		}
 		end := i + len(name)
 		start := bytes.LastIndexByte(data[:i], '\n') + 1
 		if i-start == 41 && data[i-1] == ' ' && (end == len(data) || data[end] == '\n' || data[end] == '\r') {
-			if h := string(data[start : i-1]); plumbing.IsHash(h) {
-				return plumbing.NewHash(h), true
+			if s := string(data[start : i-1]); plumbing.IsHash(s) {
+				h, found = plumbing.NewHash(s), true
 			}
 		}
 		data = data[end:]
 	}
-	return plumbing.ZeroHash, false
-}
-
-// packedRefsWithPrefix lists the refs of packed-refs whose name starts
-// with prefix.
-func packedRefsWithPrefix(data []byte, prefix string, out map[plumbing.ReferenceName]plumbing.Hash) {
-	for len(data) > 0 {
-		line := data
-		if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
-			line, data = data[:nl], data[nl+1:]
-		} else {
-			data = nil
-		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if len(line) < 42 || line[40] != ' ' || line[0] == '#' || line[0] == '^' {
-			continue
-		}
-		name := line[41:]
-		if !bytes.HasPrefix(name, []byte(prefix)) {
-			continue
-		}
-		if h := string(line[:40]); plumbing.IsHash(h) {
-			out[plumbing.ReferenceName(name)] = plumbing.NewHash(h)
-		}
-	}
-}
-
-// hasLooseRefs reports whether any ref file may have a name starting with
-// prefix; an error reading the folders counts as yes.
-func hasLooseRefs(fsys billy.Filesystem, prefix string) bool {
-	dir := prefix
-	if i := strings.LastIndexByte(dir, '/'); i >= 0 {
-		dir = dir[:i]
-	}
-	var walk func(dir string) bool
-	walk = func(dir string) bool {
-		infos, err := fsys.ReadDir(dir)
-		if errors.Is(err, os.ErrNotExist) {
-			return false
-		}
-		if err != nil {
-			return true
-		}
-		for _, fi := range infos {
-			name := fsys.Join(dir, fi.Name())
-			if !fi.IsDir() {
-				if strings.HasPrefix(name, prefix) {
-					return true
-				}
-				continue
-			}
-			if walk(name) {
-				return true
-			}
-		}
-		return false
-	}
-	return walk(dir)
+	return h, found
 }

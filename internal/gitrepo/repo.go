@@ -1,7 +1,6 @@
 package gitrepo
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -204,17 +203,19 @@ func (r *Repo) Resolve(rev string) (plumbing.Hash, error) {
 
 // Refs returns every ref whose name starts with prefix, name to commit.
 //
-// When no ref file has such a name, it reads packed-refs itself: go-git
-// parses all of it into references, and a tenant has thousands.
+// On disk it reads packed-refs and the ref files itself (RefList): go-git
+// parses all of packed-refs into references, and a tenant has thousands.
 func (r *Repo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
-	if fsys, ok := r.refsOnDisk(); ok && strings.HasPrefix(prefix, "refs/") && !hasLooseRefs(fsys, prefix) {
-		data, err := readPackedRefsFile(fsys)
+	if _, ok := r.refsOnDisk(); ok && strings.HasPrefix(prefix, "refs/") {
+		refs, err := r.RefList(prefix)
 		if err != nil {
-			return nil, fmt.Errorf("list refs: %w", err)
+			return nil, err
 		}
 		// Sized up front: a fleet has 100,000 install refs.
-		out := make(map[plumbing.ReferenceName]plumbing.Hash, bytes.Count(data, []byte(prefix)))
-		packedRefsWithPrefix(data, prefix, out)
+		out := make(map[plumbing.ReferenceName]plumbing.Hash, len(refs))
+		for _, ref := range refs {
+			out[plumbing.ReferenceName(ref.Name)] = ref.Hash
+		}
 		return out, nil
 	}
 	iter, err := r.repo.Storer.IterReferences()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
@@ -26,6 +27,9 @@ type Options struct {
 	// MaxFileSize caps each source file; zero means
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
+	// Cache, when not nil, is kept by a process that renders again and
+	// again (the tenant server): see renderer.Cache.
+	Cache *renderer.Cache
 }
 
 // Render renders opts.Source of repo with signer and, unless DryRun, writes
@@ -50,13 +54,16 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	refs, err := repo.Refs(schemas.InstallRefPrefix)
+	// A list sorted by id, as git keeps refs: 100,000 install refs in a
+	// map, sorted again by the renderer, cost more than a one-install
+	// render.
+	refs, err := repo.RefList(schemas.InstallRefPrefix)
 	if err != nil {
 		return nil, err
 	}
-	prev.Installs = make(map[string]plumbing.Hash, len(refs))
-	for name, h := range refs {
-		prev.Installs[strings.TrimPrefix(name.String(), schemas.InstallRefPrefix)] = h
+	prev.Refs = make([]renderer.InstallRef, len(refs))
+	for i, ref := range refs {
+		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
 	// Operators' requests (refs/heads/nuon/requests) join the installs'
 	// state; the ref is absent until the first request.
@@ -64,11 +71,21 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	// The objects go to a pack file as the installs are rendered: at
+	// 100,000 installs, kept in memory until the end they were most of
+	// the render's peak.
+	objs, err := gitobj.NewSpooledBatch(repo.Storer())
+	if err != nil {
+		return nil, err
+	}
+	defer objs.Close()
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
+		Objects:     objs,
 		Requests:    reqs,
 		Signer:      signer,
 		Now:         opts.Now,
 		MaxFileSize: opts.MaxFileSize,
+		Cache:       opts.Cache,
 		Diff:        opts.DryRun,
 	})
 	if err != nil || opts.DryRun {
