@@ -170,7 +170,8 @@ func TestApplyLocalRefusals(t *testing.T) {
 	}{
 		{"a ref named like an existing ref's folder", []gitrepo.Update{{Name: "refs/heads/main/x", New: c[0]}}, "refs/heads/main exists"},
 		{"a bad name", []gitrepo.Update{{Name: "refs/heads/a b", New: c[0]}}, "not a valid ref name"},
-		{"a deletion", []gitrepo.Update{{Name: "refs/heads/main", Old: c[2]}}, "not supported"},
+		{"neither old nor new", []gitrepo.Update{{Name: "refs/heads/main"}}, "neither an old nor a new value"},
+		{"a deletion from a stale read", []gitrepo.Update{{Name: "refs/heads/main", Old: c[1]}}, "moved since it was read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refs(t, dir)
