@@ -119,8 +119,8 @@ func (s *Server) runUploadPack(w http.ResponseWriter, r *http.Request, in []byte
 
 // forward sends an install's receive-pack request, already authenticated
 // here, to the writer unchanged: the writer checks the install's request
-// signature again (it covers the method and path, not the host) and runs
-// the pre-receive check, so a replica cannot push anything an install
+// signature again (it covers the method and path, not the host) and checks
+// the push (checkPush), so a replica cannot push anything an install
 // could not. After an accepted push the replica refreshes at once.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, install string) {
 	rp := &httputil.ReverseProxy{
