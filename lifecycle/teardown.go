@@ -15,7 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecr"
 	ecrtypes "github.com/aws/aws-sdk-go-v2/service/ecr/types"
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancing"
+	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancing/types"
 	elbv2 "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	elbv2types "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	"github.com/aws/smithy-go"
 	"github.com/hashicorp/terraform-exec/tfexec"
 
@@ -221,11 +223,7 @@ func loadBalancers(ctx context.Context, o *Options, v2 *elbv2.Client, classic *e
 			return nil, err
 		}
 		for _, d := range out.TagDescriptions {
-			m := map[string]string{}
-			for _, t := range d.Tags {
-				m[aws.ToString(t.Key)] = aws.ToString(t.Value)
-			}
-			tags[aws.ToString(d.ResourceArn)] = m
+			tags[aws.ToString(d.ResourceArn)] = tagMap(d.Tags, func(t elbv2types.Tag) (*string, *string) { return t.Key, t.Value })
 		}
 	}
 	n2 := len(all)
@@ -256,11 +254,7 @@ func loadBalancers(ctx context.Context, o *Options, v2 *elbv2.Client, classic *e
 			return nil, err
 		}
 		for _, d := range out.TagDescriptions {
-			m := map[string]string{}
-			for _, t := range d.Tags {
-				m[aws.ToString(t.Key)] = aws.ToString(t.Value)
-			}
-			tags[aws.ToString(d.LoadBalancerName)] = m
+			tags[aws.ToString(d.LoadBalancerName)] = tagMap(d.Tags, func(t elbtypes.Tag) (*string, *string) { return t.Key, t.Value })
 		}
 	}
 	var left []LoadBalancer
@@ -370,4 +364,14 @@ func unlessDestroyed(p phase) phase {
 		return run(ctx, o, st)
 	}
 	return p
+}
+
+// tagMap is a load balancer's tags by key, from either ELB API's tag type.
+func tagMap[T any](tags []T, kv func(T) (key, value *string)) map[string]string {
+	m := make(map[string]string, len(tags))
+	for _, t := range tags {
+		k, v := kv(t)
+		m[aws.ToString(k)] = aws.ToString(v)
+	}
+	return m
 }
