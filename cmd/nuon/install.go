@@ -38,6 +38,24 @@ func (o *installOptions) progress(g *cli.Globals) (func(lifecycle.Event), error)
 	return nil, fmt.Errorf("--output must be text or json, not %q", o.output)
 }
 
+// prepare fills in what create and delete take from the command line
+// and its globals: the install's id, the commits' author, progress, the
+// logger, how to open the tenant repository, and on AWS the tenant's
+// credentials.
+func (o *installOptions) prepare(ctx context.Context, g *cli.Globals, id string) error {
+	o.ID = id
+	var err error
+	if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
+		return err
+	}
+	if o.Progress, err = o.progress(g); err != nil {
+		return err
+	}
+	o.Logger = g.Logger()
+	o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
+	return o.tenantAWS(ctx)
+}
+
 func (o *installOptions) common(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Repo, "repo", "", "tenant repository: a path or a URL (required)")
@@ -124,17 +142,7 @@ until create runs again; --phase endpoint closes it alone.`,
   nuon install create acme ... --phase agent`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.ID = args[0]
-			var err error
-			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
-				return err
-			}
-			if o.Progress, err = o.progress(g); err != nil {
-				return err
-			}
-			o.Logger = g.Logger()
-			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
-			if err := o.tenantAWS(cmd.Context()); err != nil {
+			if err := o.prepare(cmd.Context(), g, args[0]); err != nil {
 				return err
 			}
 			return lifecycle.Create(cmd.Context(), o.Options)
@@ -247,17 +255,7 @@ Re-run it after a failure or a kill: each phase checks first.`,
       --domain acme.example.com --state-bucket nuon-acme-state-… -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.ID = args[0]
-			var err error
-			if o.AuthorName, o.AuthorEmail, err = installAuthor(o.author); err != nil {
-				return err
-			}
-			if o.Progress, err = o.progress(g); err != nil {
-				return err
-			}
-			o.Logger = g.Logger()
-			o.OpenRepo = func(location string) (*gitrepo.Repo, error) { return g.OpenRepo(location, "") }
-			if err := o.tenantAWS(cmd.Context()); err != nil {
+			if err := o.prepare(cmd.Context(), g, args[0]); err != nil {
 				return err
 			}
 			var render func(context.Context) error
