@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -183,9 +182,6 @@ type AWSOptions struct {
 	// DefaultKubeTimeout.
 	KubeTimeout time.Duration
 }
-
-// ErrUnsupported is returned for what this package cannot do yet.
-var ErrUnsupported = errors.New("not supported yet")
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$`)
 
