@@ -1,7 +1,11 @@
 package renderer
 
 import (
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -17,11 +21,13 @@ import (
 //     4 MB compressed by git; a one-install render of the tenant server
 //     then inflates one tree, not two.
 //   - the install refs the last render left, with their digest
-//     (TrailerInstallRefs): the next render compares the refs it is given
-//     with that list, entry by entry, and hashes them only when they
-//     differ. The refs are always those read from the repository, so a
-//     ref moved behind the renderer's back makes the lists differ and the
-//     digest is hashed, and checked, as without a cache.
+//     (TrailerInstallRefs) and the hash's state at every 1,024th ref: the
+//     next render compares the refs it is given with that list, entry by
+//     entry, and hashes them only when they differ; the digest it writes
+//     it hashes from the state before the first ref it moves. The refs
+//     are always those read from the repository, so a ref moved behind
+//     the renderer's back makes the lists differ and the digest is
+//     hashed, and checked, as without a cache.
 //   - the trees and blobs of the source outside installs/ (nuon.yaml,
 //     channels/, releases/), by object id, so that a render of a changed
 //     install file does not read them from the repository again.
@@ -30,8 +36,7 @@ type Cache struct {
 	tree plumbing.Hash
 	raw  []byte
 
-	refs   []InstallRef
-	digest string
+	refs *refsMemo
 
 	trees map[plumbing.Hash][]treeEntry
 	blobs map[plumbing.Hash][]byte
@@ -71,29 +76,30 @@ func (c *Cache) keep(h plumbing.Hash, raw []byte) {
 	c.tree, c.raw = h, raw
 }
 
-// refsDigest returns the binary digest of refs (refsDigest(refs, nil,
-// true)): the one kept, when refs are the list kept, entry by entry.
-func (c *Cache) refsDigest(refs []InstallRef) string {
-	if c != nil {
-		c.mu.Lock()
-		kept, digest := c.refs, c.digest
-		c.mu.Unlock()
-		if kept != nil && slices.Equal(kept, refs) {
-			return digest
-		}
+// knownRefs returns what the cache keeps of refs (a list sorted by id with
+// no zero commit) when refs are, entry by entry, the list it keeps; nil
+// otherwise.
+func (c *Cache) knownRefs(refs []InstallRef) *refsMemo {
+	if c == nil {
+		return nil
 	}
-	return refsDigest(refs, nil, true)
+	c.mu.Lock()
+	m := c.refs
+	c.mu.Unlock()
+	if m == nil || !slices.Equal(m.refs, refs) {
+		return nil
+	}
+	return m
 }
 
-// keepRefs keeps refs, sorted by id with no zero commit, and their binary
-// digest.
-func (c *Cache) keepRefs(refs []InstallRef, digest string) {
+// keepRefs keeps m for the next render; m is not changed after.
+func (c *Cache) keepRefs(m *refsMemo) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.refs, c.digest = refs, digest
+	c.refs = m
 }
 
 // entries returns the tree h's entries, sorted by name, if kept.
@@ -155,4 +161,67 @@ func (c *Cache) make(n int) {
 		c.trees, c.blobs, c.size = map[plumbing.Hash][]treeEntry{}, map[plumbing.Hash][]byte{}, 0
 	}
 	c.size += n
+}
+
+// refsMemo is a list of install refs and their binary digest
+// (refsDigest(refs, nil, true)), with the SHA-256 state at every
+// markEvery refs: a render that moves one ref hashes the refs from the
+// mark before it, not from the first.
+type refsMemo struct {
+	refs   []InstallRef
+	digest string
+	// marks[k] is the hash's state (sha256's MarshalBinary) after the
+	// records of refs[:k*markEvery].
+	marks [][]byte
+}
+
+// markEvery is the refs between two marks of a refsMemo: 98 marks of
+// some 100 bytes at 100,000 installs.
+const markEvery = 1024
+
+// hashRefs returns the memo of refs with moved in their place (as
+// refsDigest(refs, moved, true) hashes them). m, when not nil, is the
+// memo of refs: the hash resumes from its last mark before the first
+// moved ref.
+func hashRefs(m *refsMemo, refs, moved []InstallRef) *refsMemo {
+	merged := mergeRefs(refs, moved)
+	d := sha256.New()
+	from := 0
+	var marks [][]byte
+	if m != nil && len(m.marks) > 0 {
+		// refs before the first moved one are the same in merged.
+		p := len(refs)
+		if len(moved) > 0 {
+			p, _ = slices.BinarySearchFunc(refs, moved[0].ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
+		}
+		k := min(p/markEvery, len(m.marks)-1)
+		if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.marks[k]); err == nil {
+			from, marks = k*markEvery, slices.Clone(m.marks[:k])
+		} else {
+			d.Reset()
+		}
+	}
+	buf := make([]byte, 0, 32<<10)
+	for i := from; i < len(merged); i++ {
+		if i%markEvery == 0 {
+			d.Write(buf)
+			buf = buf[:0]
+			state, err := d.(encoding.BinaryMarshaler).MarshalBinary()
+			if err != nil {
+				// No marks: the next render hashes from the first ref.
+				return &refsMemo{refs: merged, digest: refsDigest(merged, nil, true)}
+			}
+			marks = append(marks, state)
+		}
+		r := merged[i]
+		buf = append(buf, r.ID...)
+		buf = append(buf, 0)
+		buf = append(buf, r.Commit[:]...)
+		if len(buf) > cap(buf)-256 {
+			d.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	d.Write(buf)
+	return &refsMemo{refs: merged, digest: digestBinary + hex.EncodeToString(d.Sum(nil)), marks: marks}
 }

@@ -1,6 +1,8 @@
 package renderer
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,43 +41,84 @@ func TestRefsDigestForms(t *testing.T) {
 	}
 }
 
-// TestCacheRefsDigest: a Cache gives the digest it kept only for the very
-// list it kept it with; any other list (a commit moved, a ref added or
-// gone) is hashed. The kept digest here is deliberately not the refs'
-// own, so that a list taken for the kept one shows.
-func TestCacheRefsDigest(t *testing.T) {
+// TestCacheKnownRefs: a Cache gives what it kept of a list of refs only
+// for that very list, entry by entry; for any other list (a commit moved,
+// a ref added or gone) nothing, so that the render hashes them.
+func TestCacheKnownRefs(t *testing.T) {
 	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
 	kept := []InstallRef{{"acme", h("a")}, {"globex", h("g")}, {"initech", h("i")}}
 	c := NewCache()
-	if got, want := c.refsDigest(kept), refsDigest(kept, nil, true); got != want {
-		t.Errorf("empty cache: %s, want %s", got, want)
+	if m := c.knownRefs(kept); m != nil {
+		t.Errorf("empty cache: %+v", m)
 	}
-	c.keepRefs(slices.Clone(kept), "kept")
+	// Not the refs' digest, so that a list taken for the kept one shows.
+	c.keepRefs(&refsMemo{refs: slices.Clone(kept), digest: "kept"})
 	tests := []struct {
 		name string
 		refs []InstallRef
-		want string
+		want bool
 	}{
-		{"the same refs", slices.Clone(kept), "kept"},
-		{"a ref moved", []InstallRef{kept[0], {"globex", h("x")}, kept[2]}, ""},
-		{"a ref added", append(slices.Clone(kept), InstallRef{"umbrella", h("u")}), ""},
-		{"a ref gone", kept[:2], ""},
-		{"no refs", []InstallRef{}, ""},
+		{"the same refs", slices.Clone(kept), true},
+		{"a ref moved", []InstallRef{kept[0], {"globex", h("x")}, kept[2]}, false},
+		{"a ref added", append(slices.Clone(kept), InstallRef{"umbrella", h("u")}), false},
+		{"a ref gone", kept[:2], false},
+		{"no refs", []InstallRef{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := tt.want
-			if want == "" {
-				want = refsDigest(tt.refs, nil, true)
-			}
-			if got := c.refsDigest(tt.refs); got != want {
-				t.Errorf("digest %s, want %s", got, want)
+			m := c.knownRefs(tt.refs)
+			if got := m != nil && m.digest == "kept"; got != tt.want {
+				t.Errorf("known %v (%+v), want %v", got, m, tt.want)
 			}
 		})
 	}
 	var nilCache *Cache
-	if got, want := nilCache.refsDigest(kept), refsDigest(kept, nil, true); got != want {
-		t.Errorf("no cache: %s, want %s", got, want)
+	if m := nilCache.knownRefs(kept); m != nil {
+		t.Errorf("no cache: %+v", m)
+	}
+}
+
+// TestHashRefsResumes: the digest a render writes, hashed from a mark of
+// the previous render's memo, is refsDigest's of the refs with the moved
+// ones in place, for moves before, at and after marks, and new ids; and
+// the memo's marks are those of a hash from the first ref.
+func TestHashRefsResumes(t *testing.T) {
+	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
+	var refs []InstallRef
+	for i := range 3*markEvery + 100 {
+		id := fmt.Sprintf("i%06d", 2*i)
+		refs = append(refs, InstallRef{id, h(id)})
+	}
+	at := func(i int, v string) InstallRef { return InstallRef{refs[i].ID, h(v)} }
+	steps := []struct {
+		name  string
+		moved []InstallRef
+	}{
+		{"nothing", nil},
+		{"the first", []InstallRef{at(0, "a")}},
+		{"the last", []InstallRef{at(len(refs)-1, "b")}},
+		{"one before a mark", []InstallRef{at(markEvery-1, "c")}},
+		{"one at a mark", []InstallRef{at(2*markEvery, "d")}},
+		{"one after a mark", []InstallRef{at(markEvery+1, "e")}},
+		{"a new id before the first", []InstallRef{{"h", h("f")}}},
+		{"a new id in the middle", []InstallRef{{"i001025", h("g")}}},
+		{"a new id after the last", []InstallRef{{"z", h("h")}}},
+		{"several", []InstallRef{at(5, "i"), {"i002049", h("j")}, at(3*markEvery, "k")}},
+	}
+	m := hashRefs(nil, refs, nil)
+	if want := refsDigest(refs, nil, true); m.digest != want {
+		t.Fatalf("from no memo: %s, want %s", m.digest, want)
+	}
+	for _, st := range steps {
+		want := refsDigest(m.refs, st.moved, true)
+		next := hashRefs(m, m.refs, st.moved)
+		if next.digest != want {
+			t.Errorf("%s: %s, want %s", st.name, next.digest, want)
+		}
+		if full := hashRefs(nil, next.refs, nil); !slices.EqualFunc(next.marks, full.marks, bytes.Equal) || full.digest != want {
+			t.Errorf("%s: %d marks, not those of a hash from the first ref (%d)", st.name, len(next.marks), len(full.marks))
+		}
+		m = next
 	}
 }
 

@@ -332,6 +332,9 @@ type renderRun struct {
 	trusted bool
 	// refs are the install refs that exist, sorted by id.
 	refs []InstallRef
+	// memo is what Options.Cache kept of refs, nil when it kept other
+	// refs.
+	memo *refsMemo
 
 	src *schemas.Source
 	// ids are the installs to render: every install of the source, or
@@ -387,10 +390,16 @@ func (r *renderRun) readPrevious(context.Context) error {
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
 	var found string
-	if strings.HasPrefix(digest, digestBinary) {
-		found = r.opts.Cache.refsDigest(r.refs)
-	} else {
+	switch {
+	case !strings.HasPrefix(digest, digestBinary):
 		found = refsDigest(r.refs, nil, false)
+	case r.opts.Cache.knownRefs(r.refs) != nil:
+		// The refs read are, entry by entry, those the cache kept with
+		// their digest.
+		r.memo = r.opts.Cache.knownRefs(r.refs)
+		found = r.memo.digest
+	default:
+		found = refsDigest(r.refs, nil, true)
 	}
 	r.trusted = c.Hash == r.prev.Rendered && digest == found
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
@@ -814,11 +823,15 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Updates are in the order of the installs' ids.
 	slices.SortFunc(moved, compareRefs)
-	digest := refsDigest(r.refs, moved, true)
-	// What the refs are once the updates are applied: the next render's
-	// refs, when nothing else moves one.
+	var digest string
 	if r.opts.Cache != nil {
-		r.opts.Cache.keepRefs(mergeRefs(r.refs, moved), digest)
+		// What the refs are once the updates are applied: the next
+		// render's refs, when nothing else moves one.
+		m := hashRefs(r.memo, r.refs, moved)
+		r.opts.Cache.keepRefs(m)
+		digest = m.digest
+	} else {
+		digest = refsDigest(r.refs, moved, true)
 	}
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
