@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"golang.org/x/crypto/ssh"
 	"io"
-	"io/fs"
 	"maps"
 	"nuon.dev/nuon/internal/signature"
 	"runtime"
@@ -333,6 +332,9 @@ type renderRun struct {
 	trusted bool
 	// refs are the install refs that exist, sorted by id.
 	refs []InstallRef
+	// memo is what Options.Cache kept of refs, nil when it kept other
+	// refs.
+	memo *refsMemo
 
 	src *schemas.Source
 	// ids are the installs to render: every install of the source, or
@@ -387,7 +389,19 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	r.trusted = c.Hash == r.prev.Rendered && digest == refsDigest(r.refs, nil, strings.HasPrefix(digest, digestBinary))
+	var found string
+	switch {
+	case !strings.HasPrefix(digest, digestBinary):
+		found = refsDigest(r.refs, nil, false)
+	case r.opts.Cache.knownRefs(r.refs) != nil:
+		// The refs read are, entry by entry, those the cache kept with
+		// their digest.
+		r.memo = r.opts.Cache.knownRefs(r.refs)
+		found = r.memo.digest
+	default:
+		found = refsDigest(r.refs, nil, true)
+	}
+	r.trusted = c.Hash == r.prev.Rendered && digest == found
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
 		return fmt.Errorf("read rendered tree: %w", err)
@@ -416,10 +430,11 @@ func (r *renderRun) loadSource(context.Context) error {
 	delta, ok := r.sourceDelta()
 	var err error
 	if ok {
-		var fsys fs.FS
+		var fsys *treeFS
 		if fsys, err = sourceFS(r.st, r.source, delta.entries); err != nil {
 			return err
 		}
+		fsys.cache = r.opts.Cache
 		r.src, err = schemas.Load(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize))
 		r.ids = slices.Sorted(maps.Keys(delta.changed))
 		r.changed, r.removed = delta.changed, delta.removed
@@ -808,7 +823,16 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Updates are in the order of the installs' ids.
 	slices.SortFunc(moved, compareRefs)
-	digest := refsDigest(r.refs, moved, true)
+	var digest string
+	if r.opts.Cache != nil {
+		// What the refs are once the updates are applied: the next
+		// render's refs, when nothing else moves one.
+		m := hashRefs(r.memo, r.refs, moved)
+		r.opts.Cache.keepRefs(m)
+		digest = m.digest
+	} else {
+		digest = refsDigest(r.refs, moved, true)
+	}
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
@@ -904,6 +928,23 @@ func refsDigest(refs, moved []InstallRef, binary bool) string {
 		return digestBinary + hex.EncodeToString(d.Sum(nil))
 	}
 	return digestLines + hex.EncodeToString(d.Sum(nil))
+}
+
+// mergeRefs returns refs with moved in place of the refs of their ids,
+// both sorted by id.
+func mergeRefs(refs, moved []InstallRef) []InstallRef {
+	out := make([]InstallRef, 0, len(refs)+len(moved))
+	for len(refs) > 0 || len(moved) > 0 {
+		switch {
+		case len(moved) == 0 || len(refs) > 0 && refs[0].ID < moved[0].ID:
+			out, refs = append(out, refs[0]), refs[1:]
+		case len(refs) > 0 && refs[0].ID == moved[0].ID:
+			out, refs, moved = append(out, moved[0]), refs[1:], moved[1:]
+		default:
+			out, moved = append(out, moved[0]), moved[1:]
+		}
+	}
+	return out
 }
 
 // ref returns the commit of install id's ref, zero when it has none.

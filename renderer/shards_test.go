@@ -281,3 +281,40 @@ func FuzzIncrementalSourceTree(f *testing.F) {
 		}
 	})
 }
+
+// TestCacheKeepsSourceObjects: a render with a Cache keeps the source's
+// objects outside installs/ (nuon.yaml and the channels/ tree here), and
+// the next render of an install's change reads them from the cache: with
+// them gone from the repository, it still renders the change; without
+// the cache it cannot.
+func TestCacheKeepsSourceObjects(t *testing.T) {
+	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir} {
+		t.Run(name, func(t *testing.T) {
+			tn := newTenant(t)
+			tn.render(options(t))
+			tn.edit("installs/acme.yaml", "cidr: 10.10.0.0/16", "cidr: 10.13.0.0/16")
+			tn.commit("move acme")
+			cache := renderer.NewCache()
+			opts := options(t)
+			opts.Cache = cache
+			if res := tn.render(opts); !res.Incremental {
+				t.Fatal("the render of acme's change is not incremental")
+			}
+			tn.edit("installs/globex.yaml", "channel: beta", "channel: stable")
+			tn.commit("globex on stable")
+			obj := gittest.Git(t, tn.dir, "rev-parse", "main:"+name)
+			if err := os.Remove(filepath.Join(tn.dir, "objects", obj[:2], obj[2:])); err != nil {
+				t.Fatalf("main's %s is not a loose object: %v", name, err)
+			}
+			if _, err := renderRepo(context.Background(), tn.open(), "main", options(t)); err == nil {
+				t.Fatalf("without the cache, rendered with main's %s gone", name)
+			}
+			opts = options(t)
+			opts.Cache = cache
+			res := tn.render(opts)
+			if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" || res.Installs[0].Change != renderer.Changed {
+				t.Errorf("with the cache: incremental %v, installs %+v; want globex changed alone", res.Incremental, res.Installs)
+			}
+		})
+	}
+}

@@ -43,13 +43,17 @@ func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash, opts ...sch
 // read only when the file is: the loader refuses an over-large file from
 // Stat without its content ever being inflated.
 func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error) {
-	return sourceFS(st, commit, nil)
+	f, err := sourceFS(st, commit, nil)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // sourceFS is SourceFS; with only not nil, installs/ holds only those
 // entries (of the installs an incremental render reads), and its tree is
 // not read again.
-func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only []treeEntry) (fs.FS, error) {
+func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only []treeEntry) (*treeFS, error) {
 	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
@@ -69,6 +73,9 @@ type treeFS struct {
 	only []treeEntry
 	// maxTree bounds the size of a tree object read; maxSourceTree.
 	maxTree int64
+	// cache, when not nil, keeps the trees and blobs outside installs/
+	// for the next render, and gives those it kept.
+	cache *Cache
 
 	mu sync.Mutex
 	// trees are the trees read so far, their entries sorted by name.
@@ -114,7 +121,23 @@ func (f *treeFS) entriesAt(dir string, h plumbing.Hash) ([]treeEntry, error) {
 	if f.only != nil && dir == schemas.InstallsDir {
 		return f.only, nil
 	}
-	return f.entries(h)
+	if f.cache == nil || inInstalls(dir) {
+		return f.entries(h)
+	}
+	if es, ok := f.cache.entries(h); ok {
+		return es, nil
+	}
+	es, err := f.entries(h)
+	if err == nil {
+		f.cache.keepEntries(h, es)
+	}
+	return es, err
+}
+
+// inInstalls reports whether the path p of fs.FS is installs/ or in it:
+// what an install-only change changes, not kept in a Cache.
+func inInstalls(p string) bool {
+	return p == schemas.InstallsDir || strings.HasPrefix(p, schemas.InstallsDir+"/")
 }
 
 // lookup finds the entry at name, a path of fs.FS.
@@ -214,6 +237,10 @@ func (i *treeInfo) sized() error {
 	if i.hasSize || !i.Mode().IsRegular() {
 		return nil
 	}
+	if data, ok := i.fsys.cache.blob(i.e.hash); ok {
+		i.size, i.hasSize = int64(len(data)), true
+		return nil
+	}
 	size, err := i.fsys.st.EncodedObjectSize(i.e.hash)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", i.e.hash, err)
@@ -259,9 +286,17 @@ func (f *treeFile) Read(p []byte) (int, error) {
 		if !f.info.Mode().IsRegular() {
 			return 0, &fs.PathError{Op: "read", Path: f.path, Err: errors.New("not a regular file")}
 		}
-		data, err := gitobj.ReadBlob(f.info.fsys.st, f.info.e.hash, 0)
-		if err != nil {
-			return 0, &fs.PathError{Op: "read", Path: f.path, Err: fmt.Errorf("blob %s: %w", f.info.e.hash, err)}
+		cache := f.info.fsys.cache
+		if inInstalls(f.path) {
+			cache = nil
+		}
+		data, ok := cache.blob(f.info.e.hash)
+		if !ok {
+			var err error
+			if data, err = gitobj.ReadBlob(f.info.fsys.st, f.info.e.hash, 0); err != nil {
+				return 0, &fs.PathError{Op: "read", Path: f.path, Err: fmt.Errorf("blob %s: %w", f.info.e.hash, err)}
+			}
+			cache.keepBlob(f.info.e.hash, data)
 		}
 		f.rd = bytes.NewReader(data)
 	}

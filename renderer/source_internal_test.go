@@ -43,7 +43,7 @@ func TestSourceTreeCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsys.(*treeFS).maxTree = 100
+	fsys.maxTree = 100
 	_, err = schemas.Load(fsys)
 	want := "installs: cannot list: tree " + installs.String() + " is larger than the 100 bytes a folder of main may be"
 	if err == nil || !strings.Contains(err.Error(), want) {

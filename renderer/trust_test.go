@@ -183,3 +183,66 @@ func signedCommit(t *testing.T, tn *tenant, key, ref, msg string) string {
 	}
 	return h.String()
 }
+
+// TestCacheDoesNotTrustMovedRef: a Cache keeps the install refs a render
+// left and their digest, so that the next render need not hash them
+// again. When a ref moved behind the renderer's back after that render
+// (the cache is stale), the next render with the cache must still find
+// the refs are not as left and check every one: the moved ref is
+// replaced, exactly as without a cache.
+func TestCacheDoesNotTrustMovedRef(t *testing.T) {
+	tests := []struct {
+		name string
+		// move moves globex's ref behind the renderer's back.
+		move func(t *testing.T, tn *tenant, ref string)
+		want int64
+	}{
+		{"to a commit it did not sign", func(t *testing.T, tn *tenant, ref string) {
+			bad := gittest.Git(t, tn.dir, "commit-tree", ref+"^{tree}", "-p", ref, "-m", "x\n\nNuon-Install: globex\nNuon-Generation: 7")
+			gittest.Git(t, tn.dir, "update-ref", ref, bad)
+		}, 3},
+		{"back to an older commit it signed", func(t *testing.T, tn *tenant, ref string) {
+			gittest.Git(t, tn.dir, "update-ref", ref, gittest.Git(t, tn.dir, "rev-parse", ref+"^"))
+		}, 3},
+		{"deleted", func(t *testing.T, tn *tenant, ref string) {
+			gittest.Git(t, tn.dir, "update-ref", "-d", ref)
+		}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tn := newTenant(t)
+			cache := renderer.NewCache()
+			opts := func() renderer.Options {
+				o := options(t)
+				o.Cache = cache
+				return o
+			}
+			tn.render(opts())
+			tn.edit("nuon.yaml", "timeout: 5m", "timeout: 6m")
+			tn.commit("slower api rollout")
+			tn.render(opts())
+			tn.edit("installs/acme.yaml", "cidr: 10.10.0.0/16", "cidr: 10.13.0.0/16")
+			tn.commit("move acme")
+			if res := tn.render(opts()); !res.Incremental {
+				t.Fatal("the render of acme's change with the cache is not incremental")
+			}
+			ref := plumbing.ReferenceName(schemas.InstallRef("globex")).String()
+			tt.move(t, tn, ref)
+
+			tn.edit("installs/acme.yaml", "cidr: 10.13.0.0/16", "cidr: 10.14.0.0/16")
+			tn.commit("move acme again")
+			res := tn.render(opts())
+			got := installsByID(res)
+			if got["acme"].Change != renderer.Changed {
+				t.Errorf("acme: %s, want changed", got["acme"].Change)
+			}
+			if g := got["globex"]; g.Change != renderer.Replaced || g.Generation != tt.want {
+				t.Fatalf("globex: %+v, want replaced at generation %d", g, tt.want)
+			}
+			checkConsistent(t, tn.dir)
+			if res := tn.render(opts()); res.ChangedCount() != 0 {
+				t.Errorf("the next render changed %d installs", res.ChangedCount())
+			}
+		})
+	}
+}

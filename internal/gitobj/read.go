@@ -18,7 +18,9 @@ var ErrTooLarge = errors.New("object too large")
 // ReadObject reads the object h of type t from st and checks that its
 // content hashes to h: a store whose files were edited is caught here,
 // not trusted. A positive limit refuses, with ErrTooLarge, an object whose
-// size is above it before reading it.
+// size is above it before reading it. The content returned is the
+// object's own (a Store's objects are not copied again): neither is to be
+// changed.
 func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, limit int64) (plumbing.EncodedObject, []byte, error) {
 	if limit > 0 {
 		// From the object's header (Store.EncodedObjectSize): reading
@@ -38,9 +40,27 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 	if limit > 0 && o.Size() > limit {
 		return nil, nil, fmt.Errorf("%s %s: %w: %d bytes, the limit is %d", t, h, ErrTooLarge, o.Size(), limit)
 	}
-	r, err := o.Reader()
+	content, err := objectContent(o, h, t)
 	if err != nil {
 		return nil, nil, err
+	}
+	if got := Hash(t, content); got != h {
+		return nil, nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+	}
+	return o, content, nil
+}
+
+// objectContent returns the content of o, the object h of type t.
+func objectContent(o plumbing.EncodedObject, h plumbing.Hash, t plumbing.ObjectType) ([]byte, error) {
+	if p, ok := o.(*packedObject); ok {
+		// Read for this call alone (a Store never hands out a delta base
+		// it keeps): its content is not copied, which at 100,000
+		// installs is megabytes for main's installs/ tree.
+		return p.content, nil
+	}
+	r, err := o.Reader()
+	if err != nil {
+		return nil, err
 	}
 	defer r.Close()
 	// Read into a buffer of the size the object says, and no more: the
@@ -50,18 +70,15 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 	if size := o.Size(); size >= 0 && size <= maxObjectSize {
 		content = make([]byte, size)
 		if _, err := io.ReadFull(r, content); err != nil {
-			return nil, nil, fmt.Errorf("read %s %s: %w", t, h, err)
+			return nil, fmt.Errorf("read %s %s: %w", t, h, err)
 		}
 		if n, _ := r.Read(make([]byte, 1)); n > 0 {
-			return nil, nil, fmt.Errorf("object %s is corrupt: longer than its header says", h)
+			return nil, fmt.Errorf("object %s is corrupt: longer than its header says", h)
 		}
 	} else if content, err = io.ReadAll(r); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if got := Hash(t, content); got != h {
-		return nil, nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
-	}
-	return o, content, nil
+	return content, nil
 }
 
 // ReadCommit reads and decodes the commit h, checking its hash.

@@ -451,3 +451,62 @@ func TestApplyLocalDeletes(t *testing.T) {
 		t.Errorf("deleting a deleted ref: %v, want ErrStale", err)
 	}
 }
+
+// TestRefListSeesPackedRefsChanged: RefList keeps the refs of the
+// packed-refs it last parsed, by the file's content. A packed-refs
+// rewritten behind the process's back with the same size and time (one
+// ref's commit changed in place) is listed as it now is, never as kept;
+// as is a listing of another prefix of the same file.
+func TestRefListSeesPackedRefsChanged(t *testing.T) {
+	dir, c := bare(t)
+	ctx := context.Background()
+	var many []gitrepo.Update
+	for i := range 100 {
+		many = append(many, gitrepo.Update{Name: plumbing.ReferenceName(fmt.Sprintf("refs/heads/nuon/installs/i%03d", i)), New: c[0]})
+	}
+	if err := open(t, dir).Apply(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	list := func(prefix string) map[string]plumbing.Hash {
+		t.Helper()
+		refs, err := open(t, dir).RefList(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]plumbing.Hash{}
+		for _, r := range refs {
+			out[r.Name] = r.Hash
+		}
+		return out
+	}
+	const name = "refs/heads/nuon/installs/i042"
+	if got := list("refs/heads/nuon/installs/")[name]; got != c[0] {
+		t.Fatalf("%s at %s, want %s", name, got, c[0])
+	}
+	file := filepath.Join(dir, "packed-refs")
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := c[0].String() + " " + name + "\n"
+	if !strings.Contains(string(data), line) {
+		t.Fatalf("packed-refs has no line %q", line)
+	}
+	edited := strings.Replace(string(data), line, c[1].String()+" "+name+"\n", 1)
+	if err := os.WriteFile(file, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(file, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if got := list("refs/heads/nuon/installs/")[name]; got != c[1] {
+		t.Errorf("after packed-refs changed: %s at %s, want %s", name, got, c[1])
+	}
+	if got := list("refs/heads/nuon/installs/i04"); got[name] != c[1] || len(got) != 10 {
+		t.Errorf("refs under another prefix: %d, %s at %s; want 10, %s", len(got), name, got[name], c[1])
+	}
+}

@@ -7,7 +7,10 @@
 // any moves, as git update-ref does; many in one new packed-refs file,
 // which takes in the ref files beside them. RefList lists refs sorted,
 // from packed-refs as written and the few ref files, without a map: a
-// tenant has 100,000 install refs.
+// tenant has 100,000 install refs. The process keeps the refs it parsed
+// from the last packed-refs it read, by the file's whole content: the next
+// listing reads the file and compares it byte for byte, and parses it only
+// when it changed (a render moving a few refs leaves it as it was).
 // An update to the zero hash deletes its ref (checked against its old
 // value like any other, and always through a new packed-refs): archiving
 // an install copies its refs under refs/nuon/archive/ and deletes the live
