@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -467,7 +468,9 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 
 // BenchmarkRerender measures the render the tenant server makes most: one
 // install's file changed on main, rendered in this process with a fresh
-// repository handle, written and its refs moved (ns/op, and cpu-ms/op),
+// repository handle, written and its refs moved (ns/op, and cpu-ms/op;
+// gc-ms/op is the runtime's garbage-collection CPU within it and
+// alloc-MB/op what it allocated),
 // for N in NUON_BENCH_FLEET (see BenchmarkRenderFleet). The fleet is
 // rendered cold once, by a child process, and the repository is then
 // configured as the tenant server keeps it (server.ConfigureRepo). Each
@@ -509,6 +512,8 @@ func benchRerender(b *testing.B, n int) {
 	opts.Cache = renderer.NewCache()
 	ctx := context.Background()
 	var cpu time.Duration
+	var gcCPU float64
+	var allocB uint64
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -517,6 +522,9 @@ func benchRerender(b *testing.B, n int) {
 		source = commitFiles(b, repo, "refs/heads/main", source, map[string][]byte{file: edited})
 		runtime.GC()
 		start := cpuTime(b)
+		gcs := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(gcs)
+		gc0, al0 := gcs[0].Value.Float64(), gcs[1].Value.Uint64()
 		b.StartTimer()
 		r, err := gitrepo.Open(dir)
 		if err != nil {
@@ -531,10 +539,15 @@ func benchRerender(b *testing.B, n int) {
 		}
 		b.StopTimer()
 		cpu += cpuTime(b) - start
+		metrics.Read(gcs)
+		gcCPU += gcs[0].Value.Float64() - gc0
+		allocB += gcs[1].Value.Uint64() - al0
 		if res.ChangedCount() != 1 || !res.Incremental {
 			b.Fatalf("re-render changed %d installs, incremental %v", res.ChangedCount(), res.Incremental)
 		}
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(i), "cpu-ms/op")
+	b.ReportMetric(gcCPU*1000/float64(i), "gc-ms/op")
+	b.ReportMetric(float64(allocB)/float64(i)/(1<<20), "alloc-MB/op")
 }
