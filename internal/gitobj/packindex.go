@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -33,6 +35,13 @@ type packIndexView struct {
 	names   []byte
 	offsets []byte
 	large   []byte
+
+	// pack is the pack file itself, opened by the first read (packFile).
+	pack struct {
+		once sync.Once
+		f    io.ReaderAt
+		err  error
+	}
 }
 
 // parseIndex checks the layout of a version 2 pack index and returns a

@@ -17,8 +17,8 @@ import (
 // (source files have a size cap) asks this first, so that a crafted 50 MB
 // blob costs a few hundred bytes of inflating, not 50 MB.
 func (s *Store) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	if pack, _, off, ok := s.lookup(h); ok {
-		size, err := packedSize(s.Filesystem(), pack, off)
+	if pack, idx, off, ok := s.lookup(h); ok {
+		size, err := packedSize(s.Filesystem(), pack, idx, off)
 		if err == nil {
 			return size, nil
 		}
@@ -63,13 +63,13 @@ func looseSize(fsys billy.Filesystem, h plumbing.Hash) (int64, error) {
 	return size, nil
 }
 
-// packedSize reads the size of the object at off of pack base.
-func packedSize(fsys billy.Filesystem, base string, off int64) (int64, error) {
-	f, err := fsys.Open(fsys.Join(packFolder, base+".pack"))
+// packedSize reads the size of the object at off of pack base, whose
+// index is idx.
+func packedSize(fsys billy.Filesystem, base string, idx *packIndexView, off int64) (int64, error) {
+	f, err := idx.packFile(fsys, base)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
 	var hdr [32]byte
 	n, err := f.ReadAt(hdr[:], off)
 	if n == 0 {
