@@ -6,9 +6,12 @@ import (
 	"io/fs"
 	"maps"
 	"path"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -62,10 +65,7 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 	} else if !s.broken[AppFile] {
 		ps = missingApp(ps)
 	}
-	// Installs come last: each is checked against the rest as soon as it
-	// is loaded, and its parsed document, needed only for the positions of
-	// problems, is then let go. Kept until the end, the documents of
-	// 100,000 installs held 740 MB (renderer's BenchmarkRenderFleet).
+	// Installs come last, each checked against the rest (loadInstalls).
 	var c *checker
 	for _, dir := range SourceDirs {
 		if dir == InstallsDir {
@@ -77,20 +77,18 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 		}
 		files, dps := s.listDir(fsys, dir)
 		ps = append(ps, dps...)
-		for _, file := range slices.Sorted(maps.Keys(files)) {
+		sorted := slices.Sorted(maps.Keys(files))
+		if dir == InstallsDir {
+			ps = append(ps, s.loadInstalls(fsys, c, sorted)...)
+			continue
+		}
+		for _, file := range sorted {
 			name := strings.TrimSuffix(path.Base(file), ".yaml")
 			switch dir {
 			case ChannelsDir:
 				ps = append(ps, loadInto(s, fsys, file, SchemaChannel, s.Channels, name)...)
 			case ReleasesDir:
 				ps = append(ps, loadInto(s, fsys, file, SchemaRelease, s.Releases, name)...)
-			case InstallsDir:
-				ips := loadInto(s, fsys, file, SchemaInstall, s.Installs, name)
-				if d, ok := s.docs[file]; ok {
-					ips = append(ips, c.install(name, d)...)
-					delete(s.docs, file)
-				}
-				ps = append(ps, ips...)
 			}
 		}
 	}
@@ -172,15 +170,7 @@ func loadInto[T any](s *Source, fsys fs.FS, file, schema string, into map[string
 }
 
 func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
-	data, msg := readFile(fsys, file, s.opts.maxFileSize)
-	if msg != "" {
-		s.broken[file] = true
-		return Problems{{File: file, Message: msg}}
-	}
-	d, ps := parseYAML(file, data)
-	if len(ps) == 0 {
-		ps = d.validate(schema, out)
-	}
+	d, ps := s.parseFile(fsys, file, schema, out)
 	if len(ps) > 0 {
 		s.broken[file] = true
 		return ps
@@ -188,6 +178,75 @@ func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
 	s.docs[file] = d
 	return nil
 }
+
+// parseFile reads, parses and validates one file into out, changing
+// nothing of s: loadInstalls parses files side by side.
+func (s *Source) parseFile(fsys fs.FS, file, schema string, out any) (*document, Problems) {
+	data, msg := readFile(fsys, file, s.opts.maxFileSize)
+	if msg != "" {
+		return nil, Problems{{File: file, Message: msg}}
+	}
+	d, ps := parseYAML(file, data)
+	if len(ps) == 0 {
+		ps = d.validate(schema, out)
+	}
+	return d, ps
+}
+
+// installChunk is how many install files loadInstalls parses side by side
+// before it files them.
+const installChunk = 1024
+
+// loadInstalls loads the install files, sorted, and files each that loads
+// in s.Installs, the others in s.broken. Each is checked against the rest
+// (c) as soon as it is loaded, and its parsed document, needed only for
+// the positions of problems, is then let go: kept until the end, the
+// documents of 100,000 installs held 740 MB (renderer's
+// BenchmarkRenderFleet). Files are read, parsed and checked by a worker
+// per CPU, installChunk at a time, while nothing of s changes, and filed
+// in order, so that the problems come as from one worker: on one CPU the
+// 100,000 files of a fleet took a render of it some 20 s with the other
+// CPU idle.
+func (s *Source) loadInstalls(fsys fs.FS, c *checker, files []string) Problems {
+	type loaded struct {
+		in Install
+		ok bool
+		ps Problems
+	}
+	var ps Problems
+	out := make([]loaded, min(installChunk, len(files)))
+	for start := 0; start < len(files); start += installChunk {
+		part := files[start:min(start+installChunk, len(files))]
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(runtime.GOMAXPROCS(0), len(part)) {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(part); i = int(next.Add(1) - 1) {
+					l := &out[i]
+					d, lps := s.parseFile(fsys, part[i], SchemaInstall, &l.in)
+					if l.ok = len(lps) == 0; l.ok {
+						lps = c.install(installName(part[i]), d, l.in)
+					}
+					l.ps = lps
+				}
+			})
+		}
+		wg.Wait()
+		for i, file := range part {
+			if out[i].ok {
+				s.Installs[installName(file)] = out[i].in
+			} else {
+				s.broken[file] = true
+			}
+			ps = append(ps, out[i].ps...)
+			out[i] = loaded{}
+		}
+	}
+	return ps
+}
+
+// installName is the install an installs/ file is of.
+func installName(file string) string { return strings.TrimSuffix(path.Base(file), ".yaml") }
 
 // Component returns the app's component by name.
 func (s *Source) Component(name string) (Component, bool) {
@@ -377,10 +436,10 @@ func (c *checker) channels() Problems {
 }
 
 // install checks one install's id, channel, version overrides, agent key
-// and inputs against the rest of the source; d is its file's document.
-func (c *checker) install(id string, d *document) Problems {
+// and inputs against the rest of the source; d is its file's document
+// and in what it loaded.
+func (c *checker) install(id string, d *document, in Install) Problems {
 	var ps Problems
-	in := c.Installs[id]
 	if in.ID != "" && in.ID != id {
 		ps = append(ps, d.at("id", false, "is %q, but the file name makes this install %q", in.ID, id))
 	}
