@@ -613,3 +613,50 @@ func TestLoadKeepsNoInstallDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadManyInstalls loads more install files than loadInstalls parses
+// at once, some broken in their own file and some wrong against the rest:
+// every good one is loaded, every broken one is broken, and the problems
+// come in file order, as one worker reading them in turn reports them.
+func TestLoadManyInstalls(t *testing.T) {
+	fsys := tenant(t)
+	acme := string(fsys["installs/acme.yaml"].Data)
+	const n = 2*installChunk + 300
+	var wantFiles []string
+	for i := range n {
+		file := fmt.Sprintf("installs/x%05d.yaml", i)
+		content := acme
+		switch {
+		case i%97 == 0:
+			content = "channel: [\n" // not YAML
+		case i%89 == 0:
+			content = strings.Replace(acme, "channel: stable", "channel: nightly", 1)
+		}
+		if content != acme {
+			wantFiles = append(wantFiles, file)
+		}
+		fsys[file] = &fstest.MapFile{Data: []byte(content)}
+	}
+	s, err := Load(fsys)
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("load: %v, want problems", err)
+	}
+	var files []string
+	for _, p := range ps {
+		if len(files) == 0 || files[len(files)-1] != p.File {
+			files = append(files, p.File)
+		}
+	}
+	if diff := cmp.Diff(wantFiles, files); diff != "" {
+		t.Errorf("files with problems, in order (-want +got):\n%s", diff)
+	}
+	for i := range n {
+		id := fmt.Sprintf("x%05d", i)
+		_, loaded := s.Installs[id]
+		broken := s.broken["installs/"+id+".yaml"]
+		if want := i%97 != 0; loaded != want || broken == want {
+			t.Fatalf("install %s: loaded %v, broken %v; want loaded %v", id, loaded, broken, want)
+		}
+	}
+}
