@@ -21,6 +21,11 @@ func Install(src *schemas.Source, id string) (Files, error) {
 	if !ok {
 		return nil, fmt.Errorf("render %s: no such install", id)
 	}
+	return installFiles(src, id, in)
+}
+
+// installFiles renders the install id of src, loaded as in.
+func installFiles(src *schemas.Source, id string, in schemas.Install) (Files, error) {
 	order, err := Order(src.App.Components)
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", id, err)
