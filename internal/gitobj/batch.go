@@ -20,7 +20,6 @@ import (
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/klauspost/compress/zlib"
 )
@@ -569,22 +568,63 @@ func (b *Batch) flushPack(d packDir) (err error) {
 	return nil
 }
 
-// writeIndex writes a version 2 pack index.
+// writeIndex writes a version 2 pack index of p: the fan-out, the names
+// sorted, their CRC-32s and 31-bit offsets, the offsets past 2 GiB in a
+// table of their own, the pack's checksum and the index's. An object
+// listed twice is indexed once, at its first place. It is written here,
+// not with go-git's idxfile.Writer, which files each object in a map and
+// sorts them through an interface: that took 0.75 s of the 1.4 s a
+// 100,000-install render spends writing (400,000 objects), where sorting
+// their places by name takes a fifth of it. The bytes are the same
+// (TestWriteIndexAsGoGit).
 func writeIndex(w io.Writer, p *packIndex) error {
-	iw := new(idxfile.Writer)
-	if err := iw.OnHeader(uint32(len(p.hashes))); err != nil {
+	order := make([]int32, len(p.hashes))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		if c := bytes.Compare(p.hashes[a][:], p.hashes[b][:]); c != 0 {
+			return c
+		}
+		return int(a - b)
+	})
+	order = slices.CompactFunc(order, func(a, b int32) bool { return p.hashes[a] == p.hashes[b] })
+	sum := sha1.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
+	bw.Write(idxHeader)
+	var fan [256]uint32
+	for _, i := range order {
+		fan[p.hashes[i][0]]++
+	}
+	var b4 [4]byte
+	total := uint32(0)
+	for _, c := range fan {
+		total += c
+		bw.Write(binary.BigEndian.AppendUint32(b4[:0], total))
+	}
+	for _, i := range order {
+		bw.Write(p.hashes[i][:])
+	}
+	for _, i := range order {
+		bw.Write(binary.BigEndian.AppendUint32(b4[:0], p.crcs[i]))
+	}
+	var large []uint64
+	for _, i := range order {
+		off := p.offsets[i]
+		if off > 0x7fffffff {
+			off = 0x80000000 | uint64(len(large))
+			large = append(large, p.offsets[i])
+		}
+		bw.Write(binary.BigEndian.AppendUint32(b4[:0], uint32(off)))
+	}
+	var b8 [8]byte
+	for _, off := range large {
+		bw.Write(binary.BigEndian.AppendUint64(b8[:0], off))
+	}
+	bw.Write(p.checksum[:])
+	if err := bw.Flush(); err != nil {
 		return err
 	}
-	for i, h := range p.hashes {
-		iw.Add(h, p.offsets[i], p.crcs[i])
-	}
-	if err := iw.OnFooter(p.checksum); err != nil {
-		return err
-	}
-	idx, err := iw.Index()
-	if err != nil {
-		return err
-	}
-	_, err = idxfile.NewEncoder(w).Encode(idx)
+	_, err := w.Write(sum.Sum(nil))
 	return err
 }
