@@ -19,8 +19,8 @@ import (
 )
 
 // ArchivePrefix is where Delete moves an install's refs: its desired
-// state and status history stay as the audit log.
-const ArchivePrefix = "refs/nuon/archive/"
+// state and status history stay as the audit log (schemas.ArchiveRef).
+const ArchivePrefix = schemas.ArchiveRefPrefix
 
 // Delete deletes install o.ID, phase by phase:
 //
@@ -289,7 +289,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if h.IsZero() {
 			continue
 		}
-		to := plumbing.ReferenceName(archived + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
+		to := plumbing.ReferenceName(schemas.ArchiveRef(o.ID, name))
 		old, err := repo.Ref(to)
 		if err != nil {
 			return "", "", err
