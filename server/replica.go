@@ -189,7 +189,9 @@ func (s *Server) refresh(ctx context.Context) error {
 	}
 	u := s.writer.JoinPath(replicaPath).String()
 	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Bearer " + s.cfg.ReplicaToken}
-	if err := gitEnv(ctx, s.cfg.Dir, env, "-c", "protocol.version=2", "fetch", "--quiet", "--prune", "--no-tags", u, "+refs/heads/*:refs/heads/*"); err != nil {
+	// The archive too: an archived install is refused as such.
+	if err := gitEnv(ctx, s.cfg.Dir, env, "-c", "protocol.version=2", "fetch", "--quiet", "--prune", "--no-tags", u, "+refs/heads/*:refs/heads/*",
+		"+"+schemas.ArchiveRefPrefix+"*:"+schemas.ArchiveRefPrefix+"*"); err != nil {
 		return fmt.Errorf("refresh from the writer: %w", err)
 	}
 	refs, err := loadRefs(ctx, s.cfg.Dir)
@@ -199,6 +201,9 @@ func (s *Server) refresh(ctx context.Context) error {
 	s.refs.replace(refs)
 	if main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef); err == nil {
 		s.keys.reset(main)
+		if _, err := s.loadArchived(ctx); err != nil {
+			return err
+		}
 	}
 	s.seen = version
 	return nil
