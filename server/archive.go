@@ -101,7 +101,8 @@ func (s *Server) isArchived(install string) bool {
 
 // followArchives is the step of Sync that retires archived installs the
 // server still holds refs of (see "Archived installs" in the package
-// doc). It tells the mirror which refs to hold back: those it had to keep.
+// doc). It tells the mirror which refs to hold back: those of installs
+// whose retirement failed, to be tried again.
 func (s *Server) followArchives(ctx context.Context) error {
 	archives, err := s.loadArchived(ctx)
 	if err != nil {
@@ -117,12 +118,12 @@ func (s *Server) followArchives(ctx context.Context) error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		kept, err := s.retire(ctx, id, archives[id])
-		held = append(held, kept...)
 		result := resultOK
-		if err != nil {
+		if err := s.retire(ctx, id, archives[id]); err != nil {
 			result = resultError
 			errs = append(errs, fmt.Errorf("install %s: %w", id, err))
+			lives := liveRefs(id)
+			held = append(held, lives[:]...)
 		}
 		s.metrics.retired.WithLabelValues(result).Inc()
 	}
@@ -143,10 +144,12 @@ type move struct {
 // retire drops an archived install's refs from the server: every commit
 // they hold goes under the archive first (upstream, then here), then they
 // are deleted (upstream, then here) and leave the ref table. A ref whose
-// history the archive neither holds nor continues is kept and returned:
-// the mirror must not push it. It runs under the install's push lock and
-// the mirror's, so no push lands and no mirror push goes up in between.
-func (s *Server) retire(ctx context.Context, id string, arch archive) (kept []string, err error) {
+// history the archive neither holds nor continues (they diverged: the
+// archive was rewritten by hand, say) is kept live, here and upstream,
+// and logged: folding it in would need a forced update that drops the
+// archive's history. It runs under the install's push lock and the
+// mirror's, so no push lands and no mirror push goes up in between.
+func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 	mu := s.installLock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -157,26 +160,29 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (kept []st
 	lives := liveRefs(id)
 	cur, err := s.readRefs(ctx, lives[:]...)
 	if err != nil {
-		return lives[:], err
+		return err
 	}
 	var moves []move
 	for _, live := range lives {
 		m := move{live: live, archived: schemas.ArchiveRef(id, live), cur: cur[live], was: arch[live]}
 		to, ok, err := s.continues(ctx, m.was, m.cur)
 		if err != nil {
-			return lives[:], err
+			return err
 		}
 		if !ok {
-			s.log.Error("archived install: a ref holds commits its archive does not; kept, not mirrored", "install", id, "ref", live, "commit", m.cur.String(), "archived", m.was.String())
-			kept = append(kept, live)
+			s.log.Error("archived install: a ref and its archive diverged; the ref is kept, here and upstream", "install", id, "ref", live, "commit", m.cur.String(), "archived", m.was.String())
+			if s.mirror != nil {
+				s.mirror.add(live)
+			}
 			continue
 		}
 		m.to = to
 		moves = append(moves, m)
 	}
+	changed := false
 	if s.cfg.Upstream != "" {
-		if err := s.retireUpstream(ctx, id, moves); err != nil {
-			return lives[:], err
+		if changed, err = s.retireUpstream(ctx, id, moves); err != nil {
+			return err
 		}
 	}
 	// One transaction, each ref compared with what was read: git's
@@ -191,9 +197,10 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (kept []st
 		}
 	}
 	if len(tx) > 0 {
+		changed = true
 		in := "start\n" + strings.Join(tx, "") + "commit\n"
 		if _, err := gitOutputIn(ctx, s.cfg.Dir, in, "update-ref", "--stdin"); err != nil {
-			return lives[:], fmt.Errorf("archive refs: %w", err)
+			return fmt.Errorf("archive refs: %w", err)
 		}
 	}
 	attrs := []any{"install", id}
@@ -204,8 +211,10 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (kept []st
 		}
 		attrs = append(attrs, strings.TrimPrefix(m.archived, schemas.ArchiveRefPrefix+id+"/"), m.to.String())
 	}
-	s.log.Info("install archived: its refs left the server and the upstream, their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
-	return kept, nil
+	if changed {
+		s.log.Info("install archived: its refs left the server and the upstream, their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
+	}
+	return nil
 }
 
 // continues decides where an archived ref ends up, given what the archive
@@ -231,14 +240,14 @@ func (s *Server) continues(ctx context.Context, was, cur plumbing.Hash) (to plum
 // and mirrored after it, say), then the live refs are deleted, only where
 // the archive now holds their commits. An upstream ref it does not hold
 // stays there.
-func (s *Server) retireUpstream(ctx context.Context, id string, moves []move) error {
+func (s *Server) retireUpstream(ctx context.Context, id string, moves []move) (pushed bool, err error) {
 	lives := make([]string, len(moves))
 	for i, m := range moves {
 		lives[i] = m.live
 	}
 	up, err := s.lsRemote(ctx, lives...)
 	if err != nil {
-		return upstreamError("list refs of", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
+		return false, upstreamError("list refs of", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
 	}
 	var leases, specs []string
 	for _, m := range moves {
@@ -264,13 +273,13 @@ func (s *Server) retireUpstream(ctx context.Context, id string, moves []move) er
 		specs = append(specs, ":"+m.live)
 	}
 	if len(specs) == 0 {
-		return nil
+		return false, nil
 	}
 	args := append(append([]string{"push", "--quiet", "--atomic"}, leases...), s.cfg.Upstream)
 	if err := gitEnv(ctx, s.cfg.Dir, s.upstreamEnv, append(args, specs...)...); err != nil {
-		return upstreamError("archive on", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
+		return false, upstreamError("archive on", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
 	}
-	return nil
+	return true, nil
 }
 
 // readRefs reads refs of the repository, exactly those names; a missing

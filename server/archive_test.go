@@ -169,7 +169,7 @@ func TestArchiveUpstream(t *testing.T) {
 	checkArchived(t, "upstream", e.upstream, desired, last, globex)
 	archivedRefusal(t, e.http.URL, "acme", a)
 	if got := e.serverRef(schemas.StatusRef("acme")); got != "" {
-		t.Errorf("a push after the archive made %s %s", schemas.StatusRef("acme"), got)
+		t.Errorf("after the archive and a refused push, %s is %s", schemas.StatusRef("acme"), got)
 	}
 	if !strings.Contains(e.log.String(), "install archived") {
 		t.Errorf("the archive is not logged:\n%s", e.log.String())
@@ -180,6 +180,65 @@ func TestArchiveUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkArchived(t, "upstream after a second sync", e.upstream, desired, last, globex)
+
+	// acme created again under the same id (its file back on main) is
+	// not archived: it renders, and its agent reads its new state.
+	main := refAt(e.upstream, "main")
+	again := e.mustGit(e.upstream, "-c", "user.name=t", "-c", "user.email=t@nuon.invalid", "commit-tree", main+"~1^{tree}", "-p", main, "-m", "acme again")
+	e.mustGit(e.upstream, "update-ref", "refs/heads/main", again, main)
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heads, err := agent.NewRemote(e.http.URL+"/tenant.git", agent.WithRequestSigner(&request.Signer{Install: "acme", Key: e.keys["acme"]})).
+		Heads(ctx, plumbing.ReferenceName(schemas.InstallRef("acme")))
+	if d := heads[plumbing.ReferenceName(schemas.InstallRef("acme"))]; err != nil || d.IsZero() || d.String() == desired {
+		t.Errorf("acme created again: poll %v, %v; want a new desired state", heads, err)
+	}
+	waitMirrored(t, e)
+	if got := refAt(e.upstream, archiveRef("acme", "status")); got != last {
+		t.Errorf("acme created again: its old archive moved to %s", got)
+	}
+}
+
+// TestArchiveDiverged: the archive holds a status that is not in the
+// history of the one the server holds (someone rewrote it by hand). The
+// server keeps its status live, here and upstream, and says so; it
+// neither overwrites the archive nor drops the status. The desired ref,
+// which the archive holds, is retired.
+func TestArchiveDiverged(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	waitMirrored(t, e)
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	desired, _ := archiveRepo(t, e.upstream, "acme")
+	other := e.statusCommit(e.upstream, "acme", "", e.keyFiles["acme"], "another history")
+	e.mustGit(e.upstream, "update-ref", archiveRef("acme", "status"), other)
+
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "acme's status pushed back upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	for _, dir := range []string{e.dir, e.upstream} {
+		if got := refAt(dir, schemas.StatusRef("acme")); got != a.head.String() {
+			t.Errorf("%s: acme's status %q, want it kept at %s", dir, got, a.head)
+		}
+		if got := refAt(dir, archiveRef("acme", "status")); got != other {
+			t.Errorf("%s: the archived status %q, want it left at %s", dir, got, other)
+		}
+		if got := refAt(dir, schemas.InstallRef("acme")); got != "" {
+			t.Errorf("%s: acme's desired ref is still %s", dir, got)
+		}
+		if got := refAt(dir, archiveRef("acme", "installs")); got != desired {
+			t.Errorf("%s: the archived desired state %q, want %s", dir, got, desired)
+		}
+	}
+	if !strings.Contains(e.log.String(), "diverged") {
+		t.Errorf("the divergence is not logged:\n%s", e.log.String())
+	}
 }
 
 // TestArchiveUpstreamWhileDown: acme is archived on the git host while the
@@ -284,7 +343,7 @@ func TestArchiveLocal(t *testing.T) {
 	})
 	archivedRefusal(t, rs.URL, "acme", a)
 	if got := refAt(dir, schemas.StatusRef("acme")); got != "" {
-		t.Errorf("a push through the replica after the archive made %s %s", schemas.StatusRef("acme"), got)
+		t.Errorf("after the archive and a push through the replica, %s is %s", schemas.StatusRef("acme"), got)
 	}
 	if t.Failed() {
 		t.Logf("log:\n%s", logs.String())
