@@ -31,12 +31,18 @@ func listArchives(ctx context.Context, dir string) (map[string]archive, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseArchives(out), nil
+}
+
+// parseArchives parses "hash refname" lines of archived refs; a line that
+// names no install's archived ref (schemas.ArchiveRef) is skipped.
+func parseArchives(out []byte) map[string]archive {
 	archives := map[string]archive{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		h, name, _ := strings.Cut(sc.Text(), " ")
 		id, _, ok := cutLast(strings.TrimPrefix(name, schemas.ArchiveRefPrefix), "/")
-		if !ok || !isHash(h) {
+		if !ok || id == "" || !isHash(h) {
 			continue
 		}
 		for _, live := range liveRefs(id) {
@@ -48,7 +54,7 @@ func listArchives(ctx context.Context, dir string) (map[string]archive, error) {
 			}
 		}
 	}
-	return archives, nil
+	return archives
 }
 
 // cutLast cuts s around the last sep.

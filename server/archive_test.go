@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -347,5 +348,68 @@ func TestArchiveLocal(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("log:\n%s", logs.String())
+	}
+}
+
+// TestArchiveRetireFails: the upstream refuses the archive step's push
+// (a hook that keeps refs/nuon/archive/ read-only). The server keeps
+// acme's refs and the status the archive lacks, says so, and a server
+// started again on its repository still does not push acme's refs back
+// upstream with the rest of the namespace. Once the upstream takes the
+// push, the status goes under the archive.
+func TestArchiveRetireFails(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	waitMirrored(t, e)
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	local := localRepo(t)
+	e.mustGit(local, "fetch", "--quiet", e.dir, schemas.StatusRef("acme"))
+	next := e.statusCommit(local, "acme", a.head.String(), e.keyFiles["acme"], "not mirrored")
+	e.mustGit(local, "push", "--quiet", e.dir, next+":"+schemas.StatusRef("acme"))
+	e.cancel()
+	desired, _ := archiveRepo(t, e.upstream, "acme")
+	hook := filepath.Join(e.upstream, "hooks", "update")
+	script := "#!/bin/sh\ncase \"$1\" in refs/nuon/archive/*) echo \"the archive is read-only here\" >&2; exit 1;; esac\n"
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs syncBuffer
+	rctx, cancel := context.WithCancel(ctx)
+	srv, err := server.New(rctx, server.Config{Dir: e.dir, RenderKey: e.keys["render"], Upstream: e.upstream,
+		PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done; srv.Close() }()
+	waitUntil(t, "the restarted server's first mirror push", func() bool { return strings.Contains(logs.String(), "mirrored upstream") })
+	for _, ref := range []string{schemas.InstallRef("acme"), schemas.StatusRef("acme")} {
+		if got := refAt(e.upstream, ref); got != "" {
+			t.Errorf("upstream: %s pushed back at %s", ref, got)
+		}
+	}
+	if got := refAt(e.dir, schemas.StatusRef("acme")); got != next {
+		t.Errorf("server: acme's status %q, want %s kept until the archive has it", got, next)
+	}
+	if !strings.Contains(logs.String(), "read-only here") {
+		t.Errorf("the refused archive push is not logged:\n%s", logs.String())
+	}
+
+	if err := os.Remove(hook); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkArchived(t, "upstream", e.upstream, desired, next, nil)
+	checkArchived(t, "server", e.dir, desired, next, nil)
+	if t.Failed() {
+		t.Logf("restarted server's log:\n%s", logs.String())
 	}
 }
