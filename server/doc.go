@@ -88,8 +88,10 @@
 //  1. each live ref is compared with its archive: when one contains the
 //     other, the newer is kept (a status the server accepted before the
 //     archive and mirrored after it, or accepted after the archive read the
-//     refs, moves the archive forward); when they diverged the ref is kept
-//     as it is, logged, and never mirrored;
+//     refs, moves the archive forward); when they diverged (the archive
+//     rewritten by hand) the ref stays live, here and upstream, and the
+//     divergence is logged: folding it in would need a forced update that
+//     drops the archive's history;
 //  2. with an upstream, one atomic push, every ref leased at the value
 //     the upstream has (git ls-remote just before): the archive moves
 //     forward where it must, and the live refs go where the archive holds
@@ -110,7 +112,11 @@
 // left main with it; a push that was authenticated just before is refused
 // under its push lock), on replicas too: they fetch the archive refs with
 // the rest. An install created again under the same id is on main, so it
-// is not archived.
+// is not archived. Without an upstream, the server sees the archive at its
+// next check of main (PollInterval, or at once on /hooks/main); a status
+// it accepts before that goes under the archive too. Each check of main
+// lists refs/nuon/archive/ once (one git for-each-ref); the rest runs only
+// for an archived install whose refs the server still holds.
 //
 // Why the archive refs and not main: the archive phase removes the
 // install from main before it moves the refs, in a second push. A server
@@ -229,7 +235,8 @@
 //
 // /metrics (Prometheus): renders (count, duration, installs changed), main
 // polls and agent polls by result, fetches, pushes by result and their
-// duration, refusals by a fixed set of reasons, upstream mirror pushes,
+// duration, refusals by a fixed set of reasons (archived among them),
+// upstream mirror pushes, archived installs retired,
 // installs by state, installs whose status is stale and a histogram of
 // status age over the fleet (never a series per install), Go and build
 // info. /healthz answers while the process serves; /readyz answers 200
