@@ -211,14 +211,17 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 	}
 	attrs := []any{"install", id}
 	for _, m := range moves {
-		s.refs.set(m.live, plumbing.ZeroHash)
+		if _, ok := s.refs.get(m.live); ok {
+			changed = true
+			s.refs.set(m.live, plumbing.ZeroHash)
+		}
 		if s.mirror != nil {
 			s.mirror.forget(m.live)
 		}
 		attrs = append(attrs, strings.TrimPrefix(m.archived, schemas.ArchiveRefPrefix+id+"/"), m.to.String())
 	}
 	if changed {
-		s.log.Info("install archived: its refs left the server and the upstream, their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
+		s.log.Info("install archived: its refs left the server (and the upstream); their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
 	}
 	return nil
 }

@@ -337,6 +337,9 @@ func TestArchiveLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkArchived(t, "server", dir, desired, last, globex)
+	if !strings.Contains(logs.String(), "install archived") {
+		t.Errorf("the archive is not logged:\n%s", logs.String())
+	}
 	archivedRefusal(t, ws.URL, "acme", a)
 	waitUntil(t, "the replica to drop acme's refs", func() bool {
 		h, err := viaReplica.Heads(ctx, plumbing.ReferenceName(schemas.InstallRef("acme")))
