@@ -124,14 +124,16 @@ func (s *Server) followArchives(ctx context.Context) error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		result := resultOK
-		if err := s.retire(ctx, id, archives[id]); err != nil {
-			result = resultError
+		dropped, err := s.retire(ctx, id, archives[id])
+		switch {
+		case err != nil:
+			s.metrics.retired.WithLabelValues(resultError).Inc()
 			errs = append(errs, fmt.Errorf("install %s: %w", id, err))
 			lives := liveRefs(id)
 			held = append(held, lives[:]...)
+		case dropped:
+			s.metrics.retired.WithLabelValues(resultOK).Inc()
 		}
-		s.metrics.retired.WithLabelValues(result).Inc()
 	}
 	if s.mirror != nil {
 		s.mirror.hold(held)
@@ -155,7 +157,8 @@ type move struct {
 // and logged: folding it in would need a forced update that drops the
 // archive's history. It runs under the install's push lock and the
 // mirror's, so no push lands and no mirror push goes up in between.
-func (s *Server) retire(ctx context.Context, id string, arch archive) error {
+// dropped says whether it dropped anything (a kept ref alone: no).
+func (s *Server) retire(ctx context.Context, id string, arch archive) (dropped bool, err error) {
 	mu := s.installLock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -166,14 +169,14 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 	lives := liveRefs(id)
 	cur, err := s.readRefs(ctx, lives[:]...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var moves []move
 	for _, live := range lives {
 		m := move{live: live, archived: schemas.ArchiveRef(id, live), cur: cur[live], was: arch[live]}
 		to, ok, err := s.continues(ctx, m.was, m.cur)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !ok {
 			s.log.Error("archived install: a ref and its archive diverged; the ref is kept, here and upstream", "install", id, "ref", live, "commit", m.cur.String(), "archived", m.was.String())
@@ -188,7 +191,7 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 	changed := false
 	if s.cfg.Upstream != "" {
 		if changed, err = s.retireUpstream(ctx, id, moves); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// One transaction, each ref compared with what was read: git's
@@ -206,7 +209,7 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 		changed = true
 		in := "start\n" + strings.Join(tx, "") + "commit\n"
 		if _, err := gitOutputIn(ctx, s.cfg.Dir, in, "update-ref", "--stdin"); err != nil {
-			return fmt.Errorf("archive refs: %w", err)
+			return false, fmt.Errorf("archive refs: %w", err)
 		}
 	}
 	attrs := []any{"install", id}
@@ -223,7 +226,7 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) error {
 	if changed {
 		s.log.Info("install archived: its refs left the server (and the upstream); their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
 	}
-	return nil
+	return changed, nil
 }
 
 // continues decides where an archived ref ends up, given what the archive

@@ -181,6 +181,15 @@ func TestArchiveUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkArchived(t, "upstream after a second sync", e.upstream, desired, last, globex)
+	m := scrape(t, e.http.URL+"/metrics")
+	for series, want := range map[string]float64{
+		`nuon_server_archived_installs_retired_total{result="ok"}`: 1,
+		`nuon_server_refusals_total{reason="archived"}`:            2,
+	} {
+		if m[series] != want {
+			t.Errorf("%s = %v, want %v", series, m[series], want)
+		}
+	}
 
 	// acme created again under the same id (its file back on main) is
 	// not archived: it renders, and its agent reads its new state.
