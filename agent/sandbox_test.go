@@ -94,27 +94,37 @@ func moduleLayout(t *testing.T, modules map[string]map[string]string) (string, m
 	return path, digests
 }
 
-// TestSandboxUpgrade runs the sandbox and a component that reads its
-// registry output with the real terraform. The agent adopts the state in
-// SandboxDir (finding the sandbox's registry in the outputs.json create
-// left there), applies the sandbox before the component with the
-// maintenance role's credentials from the STS stand-in, applies nothing
-// while nothing changed, applies a sandbox version bumped on the channel
-// with fresh credentials, and the new registry output flows into the
-// component's input. A deleted install's sandbox is left in place.
-func TestSandboxUpgrade(t *testing.T) {
+// sandboxApp is what the sandbox upgrade tests share: the STS stand-in,
+// which knows the agent's caller and the maintenance role; the sandbox
+// (0.1.0, 0.2.0) and web (1.0.0) modules in one OCI layout; a tenant
+// whose app is the sandbox and web, which reads the sandbox's registry
+// output, on stable at sandbox 0.1.0 (its installs are the test's to
+// write); and what nuon install create leaves: the sandbox's directory
+// with its outputs (here before any state: create's apply is the agent's
+// first).
+type sandboxApp struct {
+	tn         *tenant
+	sts        *ststest.Server
+	layout     string            // the modules' OCI layout
+	digests    map[string]string // each module's digest, by name-version
+	creds      string            // the sandbox writes the credentials it ran with to creds.VERSION
+	sandboxDir string
+}
+
+func newSandboxApp(t *testing.T) *sandboxApp {
+	t.Helper()
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
 	}
-	sts := ststest.New(t)
-	sts.AddCaller(agentKeyID, agentPrincipal)
-	sts.AddRole(ststest.Role{ARN: maintenance, TrustedAccount: "222222222222", ExternalID: sandboxExtID})
-	path, digests := moduleLayout(t, map[string]map[string]string{
+	sa := &sandboxApp{sts: ststest.New(t), creds: filepath.Join(t.TempDir(), "creds")}
+	sa.sts.AddCaller(agentKeyID, agentPrincipal)
+	sa.sts.AddRole(ststest.Role{ARN: maintenance, TrustedAccount: "222222222222", ExternalID: sandboxExtID})
+	sa.layout, sa.digests = moduleLayout(t, map[string]map[string]string{
 		"sandbox-0.1.0": sandboxModule("0.1.0"), "sandbox-0.2.0": sandboxModule("0.2.0"), "web-1.0.0": webModule,
 	})
-	creds := filepath.Join(t.TempDir(), "creds")
 
 	tn := newTenant(t)
+	sa.tn = tn
 	for _, c := range []string{"a", "b", "c", "d"} {
 		os.Remove(filepath.Join(tn.src, "releases", c+".yaml"))
 	}
@@ -133,9 +143,44 @@ versions:
     artifacts: {local: {digest: %s}}
   - version: 0.2.0
     artifacts: {local: {digest: %s}}
-`, digests["sandbox-0.1.0"], digests["sandbox-0.2.0"]))
-	tn.write("releases/web.yaml", "component: web\nversions:\n  - version: 1.0.0\n    artifacts: {module: {digest: "+digests["web-1.0.0"]+"}}\n")
+`, sa.digests["sandbox-0.1.0"], sa.digests["sandbox-0.2.0"]))
+	tn.write("releases/web.yaml", "component: web\nversions:\n  - version: 1.0.0\n    artifacts: {module: {digest: "+sa.digests["web-1.0.0"]+"}}\n")
 	tn.write("channels/stable.yaml", "components: {sandbox: 0.1.0, web: 1.0.0}\n")
+
+	sa.sandboxDir = t.TempDir()
+	writeFile(t, filepath.Join(sa.sandboxDir, "outputs.json"), `{"registry": {"url": "reg-0-1-0.test:5000", "repository_prefix": "nuon/acme", "region": "local"}}`)
+	return sa
+}
+
+// agent is acme's agent on the sandbox directory, which assumes roles
+// through the STS stand-in (with opts) as the agent's caller in region
+// and runs jobs from the modules' layout, with no job timeout; configure
+// changes the rest.
+func (sa *sandboxApp) agent(region string, configure func(*agent.Config), opts ...stack.AssumeOption) *installAgent {
+	identity := func(context.Context) (aws.Config, error) {
+		return aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider(agentKeyID, "agent-secret", "")}, nil
+	}
+	return sa.tn.agent("acme", func(cfg *agent.Config) {
+		cfg.SandboxDir = sa.sandboxDir
+		cfg.AssumeRole = agent.AssumeRoleFrom(identity, append([]stack.AssumeOption{stack.WithEndpoint(sa.sts.URL)}, opts...)...)
+		l := cfg.Runner.(*jobs.Local)
+		l.Env = append(l.Env, "NUON_TEST_LAYOUT="+sa.layout)
+		cfg.JobTimeout = 0
+		configure(cfg)
+	})
+}
+
+// TestSandboxUpgrade runs the sandbox and a component that reads its
+// registry output with the real terraform. The agent adopts the state in
+// SandboxDir (finding the sandbox's registry in the outputs.json create
+// left there), applies the sandbox before the component with the
+// maintenance role's credentials from the STS stand-in, applies nothing
+// while nothing changed, applies a sandbox version bumped on the channel
+// with fresh credentials, and the new registry output flows into the
+// component's input. A deleted install's sandbox is left in place.
+func TestSandboxUpgrade(t *testing.T) {
+	sa := newSandboxApp(t)
+	tn, sts, digests, creds, sandboxDir := sa.tn, sa.sts, sa.digests, sa.creds, sa.sandboxDir
 	acme := func(deleted bool) string {
 		return fmt.Sprintf(`channel: stable
 cloud: {provider: aws, region: eu-west-1, accountID: "222222222222"}
@@ -151,22 +196,7 @@ deleted: %v
 	tn.write("installs/globex.yaml", "channel: stable\ncloud: {provider: local}\nsandbox: {name: local, inputs: {creds_file: /nonexistent}}\nregistry: 127.0.0.1:5000/globex\nagentKey: "+tn.keys["globex"].AuthorizedKey()+"\n")
 	tn.commit("a sandbox")
 	tn.renderMain()
-
-	// What nuon install create leaves: the sandbox's directory with its
-	// outputs (here before any state: create's apply is the agent's
-	// first).
-	sandboxDir := t.TempDir()
-	writeFile(t, filepath.Join(sandboxDir, "outputs.json"), `{"registry": {"url": "reg-0-1-0.test:5000", "repository_prefix": "nuon/acme", "region": "local"}}`)
-	identity := func(context.Context) (aws.Config, error) {
-		return aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider(agentKeyID, "agent-secret", "")}, nil
-	}
-	a := tn.agent("acme", func(cfg *agent.Config) {
-		cfg.SandboxDir = sandboxDir
-		cfg.AssumeRole = agent.AssumeRoleFrom(identity, stack.WithEndpoint(sts.URL), stack.WithSessionName("nuon-agent-acme"))
-		l := cfg.Runner.(*jobs.Local)
-		l.Env = append(l.Env, "NUON_TEST_LAYOUT="+path)
-		cfg.JobTimeout = 0
-	})
+	a := sa.agent("eu-west-1", func(*agent.Config) {}, stack.WithSessionName("nuon-agent-acme"))
 
 	checkRun := func(t *testing.T, rep *agent.Report, version, registry string, calls int) {
 		t.Helper()

@@ -16,10 +16,11 @@ import (
 // made from, so it is never stale, only unused; it is safe for concurrent
 // use. It keeps:
 //
-//   - main's installs/ tree object, which the next render compares with
-//     its own (its previous source). At 100,000 installs that tree is some
-//     4 MB compressed by git; a one-install render of the tenant server
-//     then inflates one tree, not two.
+//   - main's installs/ tree object with where each entry starts, which
+//     the next render compares with its own (its previous source). At
+//     100,000 installs that tree is some 4 MB; a one-install render of the
+//     tenant server then reads one tree, not two, and reads as entries
+//     only those between what the two share at their start and end.
 //   - the install refs the last render left, with their digest
 //     (TrailerInstallRefs) and the hash's state at every 1,024th ref: the
 //     next render compares the refs it is given with that list, entry by
@@ -34,7 +35,7 @@ import (
 type Cache struct {
 	mu   sync.Mutex
 	tree plumbing.Hash
-	raw  []byte
+	raw  *rawIndex
 
 	refs *refsMemo
 
@@ -53,8 +54,8 @@ const maxCachedObjects = 32 << 20
 // NewCache returns an empty cache.
 func NewCache() *Cache { return &Cache{} }
 
-// rawTree returns the tree h, if it is the one kept.
-func (c *Cache) rawTree(h plumbing.Hash) ([]byte, bool) {
+// rawTree returns the tree h with its index, if it is the one kept.
+func (c *Cache) rawTree(h plumbing.Hash) (*rawIndex, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -66,8 +67,8 @@ func (c *Cache) rawTree(h plumbing.Hash) ([]byte, bool) {
 	return c.raw, true
 }
 
-// keep keeps the tree h, read as raw.
-func (c *Cache) keep(h plumbing.Hash, raw []byte) {
+// keep keeps the tree h, read and indexed as raw.
+func (c *Cache) keep(h plumbing.Hash, raw *rawIndex) {
 	if c == nil {
 		return
 	}

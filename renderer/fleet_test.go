@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/server"
 )
 
 // Environment of the child process that BenchmarkRenderFleet starts for
@@ -466,11 +468,15 @@ func readFiles(tb testing.TB, st storer.EncodedObjectStorer, h plumbing.Hash, pr
 
 // BenchmarkRerender measures the render the tenant server makes most: one
 // install's file changed on main, rendered in this process with a fresh
-// repository handle, written and its refs moved (ns/op, and cpu-ms/op),
+// repository handle, written and its refs moved (ns/op, and cpu-ms/op;
+// gc-ms/op is the runtime's garbage-collection CPU within it and
+// alloc-MB/op what it allocated),
 // for N in NUON_BENCH_FLEET (see BenchmarkRenderFleet). The fleet is
-// rendered cold once, by a child process. Each iteration changes the same
-// install's file to a value of its own, rendered with one renderer.Cache
-// as the tenant server renders; run it some ten times
+// rendered cold once, by a child process, and the repository is then
+// configured as the tenant server keeps it (server.ConfigureRepo). Each
+// iteration changes the same install's file to a value of its own,
+// written by git fast-import (loose, as git fetch writes a small change),
+// rendered with one renderer.Cache as the tenant server renders; run it some ten times
 // (-benchtime=10x) for a steady figure and a CPU profile of that render.
 func BenchmarkRerender(b *testing.B) {
 	for _, n := range sizes(b) {
@@ -490,6 +496,11 @@ func benchRerender(b *testing.B, n int) {
 	if run := renderChild(b, dir); run.res.Changed != n {
 		b.Fatalf("rendered %d installs, want %d", run.res.Changed, n)
 	}
+	// Configured as the tenant server keeps its repository: main's new
+	// objects stored loose, uncompressed.
+	if err := server.ConfigureRepo(context.Background(), dir); err != nil {
+		b.Fatal(err)
+	}
 	id := fmt.Sprintf("i%05d", n/2)
 	file := "installs/" + id + ".yaml"
 	// Only the file changed is kept: the fleet's files would be live heap
@@ -501,6 +512,8 @@ func benchRerender(b *testing.B, n int) {
 	opts.Cache = renderer.NewCache()
 	ctx := context.Background()
 	var cpu time.Duration
+	var gcCPU float64
+	var allocB uint64
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -509,6 +522,9 @@ func benchRerender(b *testing.B, n int) {
 		source = commitFiles(b, repo, "refs/heads/main", source, map[string][]byte{file: edited})
 		runtime.GC()
 		start := cpuTime(b)
+		gcs := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(gcs)
+		gc0, al0 := gcs[0].Value.Float64(), gcs[1].Value.Uint64()
 		b.StartTimer()
 		r, err := gitrepo.Open(dir)
 		if err != nil {
@@ -523,10 +539,15 @@ func benchRerender(b *testing.B, n int) {
 		}
 		b.StopTimer()
 		cpu += cpuTime(b) - start
+		metrics.Read(gcs)
+		gcCPU += gcs[0].Value.Float64() - gc0
+		allocB += gcs[1].Value.Uint64() - al0
 		if res.ChangedCount() != 1 || !res.Incremental {
 			b.Fatalf("re-render changed %d installs, incremental %v", res.ChangedCount(), res.Incremental)
 		}
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(i), "cpu-ms/op")
+	b.ReportMetric(gcCPU*1000/float64(i), "gc-ms/op")
+	b.ReportMetric(float64(allocB)/float64(i)/(1<<20), "alloc-MB/op")
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -381,90 +382,37 @@ func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
 		// Nothing that is rendered changed: every install keeps its state.
 		return ch, true
 	}
-	// Both trees are walked side by side as written, in git's order,
-	// which each must be in: an entry the same in both is skipped as
-	// bytes, and only the others are read. At 100,000 installs, reading
-	// them into lists of names cost more than the rest of a one-install
-	// render.
-	oldRaw, cached := r.opts.Cache.rawTree(oldDir.hash)
-	if !cached {
-		if oldRaw, err = rawTree(r.st, oldDir); err != nil {
-			return nil, false
-		}
-	}
+	// Both trees are compared as written, in git's order, which each
+	// must be in: an entry the same in both is skipped as bytes, and only
+	// the others are read. At 100,000 installs, reading them into lists
+	// of names cost more than the rest of a one-install render.
 	curRaw, err := rawTree(r.st, curDir)
 	if err != nil {
 		return nil, false
 	}
-	r.opts.Cache.keep(curDir.hash, curRaw)
-	oldCount := 0
-	var last rawEntry
-	// next takes the next entry of cur, checking git's order.
-	next := func() (rawEntry, bool) {
-		e, rest, ok := nextRaw(curRaw)
-		if !ok || last.raw != nil && rawOrder(last, e) >= 0 {
-			return rawEntry{}, false
-		}
-		curRaw, last = rest, e
-		return e, true
+	var oldCount int
+	var idx *rawIndex
+	if old, cached := r.opts.Cache.rawTree(oldDir.hash); cached {
+		oldCount = old.installs
+		idx, ok = old.delta(curRaw, ch)
 	}
-	for len(oldRaw) > 0 || len(curRaw) > 0 {
-		var o, c rawEntry
-		if len(oldRaw) > 0 {
-			if o, _, ok = nextRaw(oldRaw); !ok {
-				return nil, false
-			}
-		}
-		if len(curRaw) > 0 {
-			if c, _, ok = nextRaw(curRaw); !ok {
-				return nil, false
-			}
-		}
-		order := 0
-		switch {
-		case o.raw == nil:
-			order = 1
-		case c.raw == nil:
-			order = -1
-		default:
-			order = rawOrder(o, c)
-		}
-		if order < 0 || order == 0 {
-			oldRaw = oldRaw[len(o.raw):]
-			if !o.mode.IsFile() {
-				// A folder gone or changed: let a full load say what it was.
-				return nil, false
-			}
-			// The previous render read this source: its entries are
-			// install files (<id>.yaml), README.md and .gitkeep.
-			if id, isInstall := bytes.CutSuffix(o.name, []byte(".yaml")); isInstall {
-				oldCount++
-				if order < 0 {
-					ch.removed = append(ch.removed, string(id))
-				}
-			}
-			if order < 0 {
-				continue
-			}
-		}
-		if c, ok = next(); !ok {
+	if idx == nil {
+		// Not kept, or a change the kept tree's index does not place:
+		// both trees walked whole.
+		ch = &sourceChange{changed: map[string]bool{}}
+		oldRaw, err := rawTree(r.st, oldDir)
+		if err != nil {
 			return nil, false
 		}
-		if order == 0 && bytes.Equal(o.raw, c.raw) {
-			continue
-		}
-		e := treeEntry{name: string(c.name), mode: c.mode, hash: plumbing.Hash(c.raw[len(c.raw)-len(plumbing.ZeroHash):])}
-		switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
-		case schemas.SourceFile:
-			ch.changed[strings.TrimSuffix(e.name, ".yaml")] = true
-			ch.entries = append(ch.entries, e)
-		case schemas.NotRead:
-			// README.md, .gitkeep
-		default:
-			// Let a full load report it.
-			return nil, false
-		}
+		var offs []uint32
+		var curCount int
+		offs, oldCount, curCount, ok = diffRaw(oldRaw, curRaw, rawEntry{}, rawEntry{}, 0, ch, make([]uint32, 0, len(curRaw)/32))
+		idx = &rawIndex{raw: curRaw, offs: offs, installs: curCount}
 	}
+	if !ok {
+		return nil, false
+	}
+	r.opts.Cache.keep(curDir.hash, idx)
 	if oldCount != r.prevCount {
 		// The previous render has no folder for some installs of its
 		// source (it failed them): render those again too.
@@ -509,6 +457,190 @@ func rawTree(st storer.EncodedObjectStorer, e entry) ([]byte, error) {
 	}
 	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, e.hash, maxSourceTree)
 	return data, err
+}
+
+// rawIndex is an installs/ tree as written, with where each entry starts:
+// what a Cache keeps of the last source's installs/, so that the next
+// source's tree, which differs in a few entries, is compared around them
+// rather than entry by entry.
+type rawIndex struct {
+	raw []byte
+	// offs[k] is where entry k starts in raw.
+	offs []uint32
+	// installs are the entries that are install files (<id>.yaml).
+	installs int
+}
+
+// end is where entry k of x ends.
+func (x *rawIndex) end(k int) int {
+	if k+1 < len(x.offs) {
+		return int(x.offs[k+1])
+	}
+	return len(x.raw)
+}
+
+// entry is entry k of x.
+func (x *rawIndex) entry(k int) rawEntry {
+	e, _, _ := nextRaw(x.raw[x.offs[k]:x.end(k)])
+	return e
+}
+
+// delta compares cur, the tree as written that follows x's, with x, as
+// diffRaw does, adding to ch what changed; it returns cur's index, or nil
+// when the change cannot be placed by x's index and both are to be walked
+// whole (ok is then meaningless). The bytes the two share at their start
+// and at their end are compared as bytes: the entries wholly within them
+// are the same entries, at the same place from the start or from the end,
+// because x's entries were read from its start. Only the entries between
+// are read and ordered, against their neighbours too.
+func (x *rawIndex) delta(cur []byte, ch *sourceChange) (idx *rawIndex, ok bool) {
+	n := len(x.offs)
+	p := commonPrefix(x.raw, cur)
+	// i: the first entry not wholly within the shared start.
+	i := sort.Search(n, func(k int) bool { return x.end(k) > p })
+	from := len(x.raw)
+	if i < n {
+		from = int(x.offs[i])
+	}
+	s := commonSuffix(x.raw[from:], cur[from:])
+	// j: the first entry from i on wholly within the shared end.
+	j := i + sort.Search(n-i, func(k int) bool { return int(x.offs[i+k]) >= len(x.raw)-s })
+	to := len(x.raw)
+	if j < n {
+		to = int(x.offs[j])
+	}
+	shift := len(cur) - len(x.raw)
+	var before, after rawEntry
+	if i > 0 {
+		before = x.entry(i - 1)
+	}
+	if j < n {
+		after = x.entry(j)
+	}
+	offs := make([]uint32, 0, n+8)
+	offs = append(offs, x.offs[:i]...)
+	offs, oldMid, curMid, ok := diffRaw(x.raw[from:to], cur[from:to+shift], before, after, uint32(from), ch, offs)
+	if !ok {
+		return nil, false
+	}
+	for _, o := range x.offs[j:] {
+		offs = append(offs, uint32(int(o)+shift))
+	}
+	return &rawIndex{raw: cur, offs: offs, installs: x.installs - oldMid + curMid}, true
+}
+
+// commonPrefix is the length of what a and b share at their start.
+func commonPrefix(a, b []byte) int {
+	n := 0
+	const chunk = 4 << 10
+	for len(a)-n >= chunk && len(b)-n >= chunk && bytes.Equal(a[n:n+chunk], b[n:n+chunk]) {
+		n += chunk
+	}
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// commonSuffix is the length of what a and b share at their end.
+func commonSuffix(a, b []byte) int {
+	n := 0
+	const chunk = 4 << 10
+	for len(a)-n >= chunk && len(b)-n >= chunk && bytes.Equal(a[len(a)-n-chunk:len(a)-n], b[len(b)-n-chunk:len(b)-n]) {
+		n += chunk
+	}
+	for n < len(a) && n < len(b) && a[len(a)-1-n] == b[len(b)-1-n] {
+		n++
+	}
+	return n
+}
+
+// diffRaw walks the installs/ tree entries old and cur (as written, each
+// in git's order) side by side and adds to ch the installs whose file is
+// new, changed or gone. before and after, when set, are the entries that
+// bound cur in git's order (those around a part of a tree). It appends
+// to offs where each entry of cur starts, base added, and returns the
+// install files in old and in cur; ok is false when a full load must say
+// what the trees hold: an entry that is not in order, a folder, a file
+// that is not a source file.
+func diffRaw(old, cur []byte, before, after rawEntry, base uint32, ch *sourceChange, offs []uint32) (_ []uint32, oldCount, curCount int, ok bool) {
+	curLen := len(cur)
+	last := before
+	// next takes the next entry of cur, checking git's order.
+	next := func() (rawEntry, bool) {
+		e, rest, ok := nextRaw(cur)
+		if !ok || last.raw != nil && rawOrder(last, e) >= 0 {
+			return rawEntry{}, false
+		}
+		offs = append(offs, base+uint32(curLen-len(cur)))
+		cur, last = rest, e
+		return e, true
+	}
+	for len(old) > 0 || len(cur) > 0 {
+		var o, c rawEntry
+		if len(old) > 0 {
+			if o, _, ok = nextRaw(old); !ok {
+				return nil, 0, 0, false
+			}
+		}
+		if len(cur) > 0 {
+			if c, _, ok = nextRaw(cur); !ok {
+				return nil, 0, 0, false
+			}
+		}
+		order := 0
+		switch {
+		case o.raw == nil:
+			order = 1
+		case c.raw == nil:
+			order = -1
+		default:
+			order = rawOrder(o, c)
+		}
+		if order < 0 || order == 0 {
+			old = old[len(o.raw):]
+			if !o.mode.IsFile() {
+				// A folder gone or changed: let a full load say what it was.
+				return nil, 0, 0, false
+			}
+			// The previous render read this source: its entries are
+			// install files (<id>.yaml), README.md and .gitkeep.
+			if id, isInstall := bytes.CutSuffix(o.name, []byte(".yaml")); isInstall {
+				oldCount++
+				if order < 0 {
+					ch.removed = append(ch.removed, string(id))
+				}
+			}
+			if order < 0 {
+				continue
+			}
+		}
+		if c, ok = next(); !ok {
+			return nil, 0, 0, false
+		}
+		if order == 0 && bytes.Equal(o.raw, c.raw) {
+			if bytes.HasSuffix(c.name, []byte(".yaml")) {
+				curCount++
+			}
+			continue
+		}
+		e := treeEntry{name: string(c.name), mode: c.mode, hash: plumbing.Hash(c.raw[len(c.raw)-len(plumbing.ZeroHash):])}
+		switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
+		case schemas.SourceFile:
+			curCount++
+			ch.changed[strings.TrimSuffix(e.name, ".yaml")] = true
+			ch.entries = append(ch.entries, e)
+		case schemas.NotRead:
+			// README.md, .gitkeep
+		default:
+			// Let a full load report it.
+			return nil, 0, 0, false
+		}
+	}
+	if after.raw != nil && last.raw != nil && rawOrder(last, after) >= 0 {
+		return nil, 0, 0, false
+	}
+	return offs, oldCount, curCount, true
 }
 
 // rawEntry is one entry of a tree object, as written.

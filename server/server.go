@@ -197,6 +197,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: upstream credentials: %w", err)
 		}
 	}
+	if cfg.Mode == ModeWriter && cfg.RenderKey != nil {
+		if err := ConfigureRepo(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
 	refs, err := loadRefs(ctx, dir)
 	if err != nil {
 		return nil, err

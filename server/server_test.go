@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -574,5 +575,55 @@ func TestMirrorAfterRestart(t *testing.T) {
 			t.Fatalf("upstream %s = %q, want %q", status, got, c)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRepoConfig: a rendering server stores main's loose objects
+// uncompressed in its repository (what it fetched is read back as a
+// copy), unless the operator set the key; a server that does not render
+// leaves the configuration alone.
+func TestRepoConfig(t *testing.T) {
+	e := newEnv(t)
+	if got := strings.TrimSpace(e.mustGit(e.dir, "config", "--local", "core.looseCompression")); got != "0" {
+		t.Errorf("core.looseCompression = %q, want 0", got)
+	}
+	// main's installs/ tree, fetched from upstream: stored, its loose
+	// file is larger than its content.
+	tree := strings.TrimSpace(e.mustGit(e.dir, "rev-parse", "main:installs"))
+	size, _ := strconv.Atoi(strings.TrimSpace(e.mustGit(e.dir, "cat-file", "-s", tree)))
+	fi, err := os.Stat(filepath.Join(e.dir, "objects", tree[:2], tree[2:]))
+	if err != nil {
+		t.Fatalf("installs/ tree is not loose: %v", err)
+	}
+	if fi.Size() <= int64(size) {
+		t.Errorf("installs/ tree: %d bytes on disk for %d of content: compressed", fi.Size(), size)
+	}
+
+	render, _ := loadKey(t, "render")
+	for _, tc := range []struct {
+		name string
+		set  string
+		key  *signature.Signer
+		want string
+	}{
+		{"operator's value", "1", render, "1"},
+		{"not rendering", "", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "served.git")
+			gittest.InitBare(t, dir)
+			if tc.set != "" {
+				gittest.Git(t, dir, "config", "core.looseCompression", tc.set)
+			}
+			srv, err := server.New(context.Background(), server.Config{Dir: dir, RenderKey: tc.key, PollInterval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			got, _ := git(dir, "config", "--local", "core.looseCompression")
+			if strings.TrimSpace(got) != tc.want {
+				t.Errorf("core.looseCompression = %q, want %q", strings.TrimSpace(got), tc.want)
+			}
+		})
 	}
 }

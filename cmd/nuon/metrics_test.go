@@ -3,9 +3,6 @@ package main
 import (
 	"bufio"
 	"net/http"
-	"nuon.dev/nuon/internal/testenv"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,57 +39,25 @@ func scrapeMetrics(url string) map[string]float64 {
 	return out
 }
 
-func httpStatus(url string) int {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // TestMetricsEndpoints runs nuon server and nuon-agent --metrics-addr and
 // scrapes both: the agent's polls, jobs and reconciles and the server's
 // polls and accepted pushes move as the agent converges; both are healthy
 // and ready.
 func TestMetricsEndpoints(t *testing.T) {
-	tf := testenv.TerraformConfig(t)
-	root := repoRoot()
-	keys := filepath.Join(root, "fixtures", "keys")
-	nuonBin, agentBin := nuonBinary(t), agentBinary(t)
-	work := t.TempDir()
-	repo := filepath.Join(work, "tenant.git")
-	gittest.InitBare(t, repo)
-	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, repo, "main", src, "shop")
-	trust := filepath.Join(work, "allowed_signers")
-	pub, _ := os.ReadFile(filepath.Join(keys, "render.pub"))
-	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
-	addr, agentAddr := freeAddr(t), freeAddr(t)
-	_, srvLog := startProcess(t, env, nuonBin, "server", "--repo", repo, "--render-key", filepath.Join(keys, "render"),
-		"--listen", addr, "--poll-interval", "200ms")
-	srvURL := "http://" + addr
-	waitFor(t, "the server to be ready", 30*time.Second, srvLog.String, func() bool { return httpStatus(srvURL+"/readyz") == 200 })
-	server0 := scrapeMetrics(srvURL + "/metrics")
+	st := newServerTenant(t)
+	agentAddr := freeAddr(t)
+	srv := st.startServer(t)
+	srv.waitReady(t, 30*time.Second)
+	server0 := scrapeMetrics(srv.url + "/metrics")
 
-	_, agentLog := startProcess(t, env, agentBin, "agent", "--server-auth",
-		"--repo", srvURL+"/tenant.git", "--install", "acme", "--trust", trust,
-		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"),
-		"--artifacts", fixtureLayout(t), "--insecure-skip-artifact-verification",
-		"--interval", "500ms", "--metrics-addr", agentAddr)
-	logs := func() string { return "server:\n" + srvLog.String() + "\nagent:\n" + agentLog.String() }
+	agentLog := st.startAgent(t, srv, "acme", "--metrics-addr", agentAddr)
+	logs := func() string { return "server:\n" + srv.log.String() + "\nagent:\n" + agentLog.String() }
 	agentURL := "http://" + agentAddr
 	if c := httpStatus(agentURL + "/readyz"); c == 200 {
 		t.Logf("agent ready before its first pass? /readyz %d", c)
 	}
 	status := func() string {
-		out, _ := gittest.Run(repo, nil, "rev-parse", "--verify", "--quiet", schemas.StatusRef("acme"))
+		out, _ := gittest.Run(st.repo, nil, "rev-parse", "--verify", "--quiet", schemas.StatusRef("acme"))
 		return out
 	}
 	waitFor(t, "acme's status through the server", 3*time.Minute, logs, func() bool { return status() != "" })
@@ -124,7 +89,7 @@ func TestMetricsEndpoints(t *testing.T) {
 		return scrapeMetrics(agentURL + "/metrics")[`nuon_agent_polls_total{result="ok"}`] > polls
 	})
 
-	s := scrapeMetrics(srvURL + "/metrics")
+	s := scrapeMetrics(srv.url + "/metrics")
 	for _, k := range []string{`nuon_server_polls_total{result="ok"}`, `nuon_server_pushes_total{result="accepted"}`, `nuon_server_fetches_total{result="ok"}`} {
 		if s[k] <= server0[k] {
 			t.Errorf("server %s did not move: %v → %v", k, server0[k], s[k])

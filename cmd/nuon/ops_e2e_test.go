@@ -24,47 +24,19 @@ import (
 // request for another install never reaches this one; and an agent that
 // stops is shown Unreachable once its heartbeat is late.
 func TestOperateEndToEnd(t *testing.T) {
-	tf := testenv.TerraformConfig(t)
-	root := repoRoot()
-	srv := gittest.NewServer(t)
-	bare := srv.InitBare(t, "tenant.git")
-	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
-		t.Fatal(err)
-	}
-	keys := filepath.Join(root, "fixtures", "keys")
-	app := filepath.Join(src, "nuon.yaml")
-	b, _ := os.ReadFile(app)
-	b = bytes.Replace(b, []byte("      license_key: ${secrets.license_key}\n    outputs: [endpoint]\n"),
-		[]byte("      license_key: ${secrets.license_key}\n    outputs: [endpoint]\n    drift: {mode: correct, schedule: 1s}\n"), 1)
-	if err := os.WriteFile(app, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	operator, _ := os.ReadFile(filepath.Join(keys, "initech.pub"))
-	if err := os.MkdirAll(filepath.Join(src, "trust"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "trust", "requests"), []byte("alice "+string(operator)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, bare, "main", src, "shop, with alice trusted for requests")
-	url := srv.URL("tenant.git")
-	work := t.TempDir()
-	trust := filepath.Join(work, "allowed_signers")
-	pub, _ := os.ReadFile(filepath.Join(keys, "render.pub"))
-	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	requestTrust := filepath.Join(work, "request_signers")
-	if err := os.WriteFile(requestTrust, []byte("alice "+string(operator)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
-	cache := "--cache-dir=" + filepath.Join(work, "cache")
-	render := func() { nuon(t, env, 0, "render", "--repo", url, "--key", filepath.Join(keys, "render"), cache) }
-	agentArgs := []string{"agent", "--once", "--repo", url, "--install", "acme", "--trust", trust, "--request-trust", requestTrust,
-		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--heartbeat", "3s",
-		"--artifacts", fixtureLayout(t), "--insecure-skip-artifact-verification", "-o", "json"}
+	// The database component checks its drift every second and corrects it.
+	ot := newOpsTenant(t, func(src string) {
+		app := filepath.Join(src, "nuon.yaml")
+		b, _ := os.ReadFile(app)
+		b = bytes.Replace(b, []byte("      license_key: ${secrets.license_key}\n    outputs: [endpoint]\n"),
+			[]byte("      license_key: ${secrets.license_key}\n    outputs: [endpoint]\n    drift: {mode: correct, schedule: 1s}\n"), 1)
+		if err := os.WriteFile(app, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	bare, url, keys, work, env, cache := ot.bare, ot.url, ot.keys, ot.work, ot.env, ot.cache
+	render := func() { ot.render(t) }
+	agentArgs := append(ot.agentArgs(t), "--once", "--heartbeat", "3s", "-o", "json")
 	agent := func() schemas.Status {
 		var rep struct {
 			Status schemas.Status `json:"status"`
@@ -211,6 +183,74 @@ func TestOperateEndToEnd(t *testing.T) {
 	if r := statusState(t, env, url, cache); r != "Unreachable" {
 		t.Errorf("state after the heartbeat is late: %s, want Unreachable", r)
 	}
+}
+
+// opsTenant is the sample tenant on a smart-HTTP git server with alice
+// (fixtures/keys/initech.pub) trusted in trust/requests on main, for the
+// tests and benchmarks of log and debug requests.
+type opsTenant struct {
+	bare         string   // the tenant repository, served at url
+	url          string   //
+	keys         string   // fixtures/keys
+	work         string   // the test's folder; the agent's workdir is in it
+	trust        string   // allowed_signers that trusts the renderer's key
+	requestTrust string   // allowed_signers that trusts alice's requests
+	env          []string // the binaries' environment: terraform's CLI config, the license secret
+	cache        string   // the --cache-dir flag of nuon render, status and requests
+}
+
+// newOpsTenant commits the sample tenant with trust/requests as main,
+// after edit (when not nil) changed the tree. It needs terraform
+// (testenv.TerraformConfig).
+func newOpsTenant(tb testing.TB, edit func(src string)) *opsTenant {
+	tb.Helper()
+	tf := testenv.TerraformConfig(tb)
+	root := repoRoot()
+	srv := gittest.NewServer(tb)
+	ot := &opsTenant{bare: srv.InitBare(tb, "tenant.git"), url: srv.URL("tenant.git"),
+		keys: filepath.Join(root, "fixtures", "keys"), work: tb.TempDir()}
+	src := tb.TempDir()
+	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
+		tb.Fatal(err)
+	}
+	if edit != nil {
+		edit(src)
+	}
+	operator, _ := os.ReadFile(filepath.Join(ot.keys, "initech.pub"))
+	if err := os.MkdirAll(filepath.Join(src, "trust"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "trust", "requests"), []byte("alice "+string(operator)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	gittest.CommitDir(tb, ot.bare, "main", src, "shop, with alice trusted for requests")
+	ot.trust = filepath.Join(ot.work, "allowed_signers")
+	pub, _ := os.ReadFile(filepath.Join(ot.keys, "render.pub"))
+	if err := os.WriteFile(ot.trust, []byte("renderer "+string(pub)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	ot.requestTrust = filepath.Join(ot.work, "request_signers")
+	if err := os.WriteFile(ot.requestTrust, []byte("alice "+string(operator)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	ot.env = []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
+	ot.cache = "--cache-dir=" + filepath.Join(ot.work, "cache")
+	return ot
+}
+
+// renderArgs renders main with the renderer's key.
+func (ot *opsTenant) renderArgs() []string {
+	return []string{"render", "--repo", ot.url, "--key", filepath.Join(ot.keys, "render"), ot.cache}
+}
+
+func (ot *opsTenant) render(tb testing.TB) { nuon(tb, ot.env, 0, ot.renderArgs()...) }
+
+// agentArgs runs acme's agent with alice's requests trusted and the
+// fixture modules' artifacts unverified.
+func (ot *opsTenant) agentArgs(tb testing.TB) []string {
+	return []string{"agent", "--repo", ot.url, "--install", "acme", "--trust", ot.trust, "--request-trust", ot.requestTrust,
+		"--key", filepath.Join(ot.keys, "acme"), "--workdir", filepath.Join(ot.work, "acme"),
+		"--artifacts", fixtureLayout(tb), "--insecure-skip-artifact-verification"}
 }
 
 func requestsCount(t *testing.T, bare string) int {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -174,44 +173,10 @@ func pollInstall(i int) string { return fmt.Sprintf("i%06d", i) }
 // until the benchmark ends and waits until it is ready.
 func startPollServer(tb testing.TB, bin, dir string) (base string, pid int) {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	var out strings.Builder
-	var mu sync.Mutex
-	cmd := exec.Command(bin, "server", "--repo", dir, "--listen", addr, "--log-level", "warn")
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
-	cmd.Stderr = cmd.Stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { stopProcess(cmd) })
-	base = "http://" + addr
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base, cmd.Process.Pid
-			}
-		}
-		if time.Now().After(deadline) {
-			mu.Lock()
-			defer mu.Unlock()
-			tb.Fatalf("nuon server not ready after a minute:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	srv := startServer(tb, bin, nil, "--repo", dir, "--log-level", "warn")
+	srv.waitReady(tb, time.Minute)
+	return srv.url, srv.pid()
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // idleConns opens count keep-alive connections to the server, each with
 // a transport of its own after one poll of its own install, and leaves

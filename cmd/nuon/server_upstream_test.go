@@ -40,14 +40,13 @@ func TestServerPrivateUpstream(t *testing.T) {
 		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		addr := freeAddr(t)
-		cmd, log := startProcess(t, nil, bin, "server", "--repo", repo, "--render-key", filepath.Join(root, "fixtures", "keys", "render"),
-			"--listen", addr, "--upstream", upstream, "--git-token-file", tokenFile, "--poll-interval", "200ms")
-		argv, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cmdline")
+		srv := startServer(t, bin, nil, "--repo", repo, "--render-key", filepath.Join(root, "fixtures", "keys", "render"),
+			"--upstream", upstream, "--git-token-file", tokenFile, "--poll-interval", "200ms")
+		argv, _ := os.ReadFile("/proc/" + strconv.Itoa(srv.pid()) + "/cmdline")
 		if strings.Contains(string(argv), token) {
 			t.Errorf("the token is in the command line: %q", argv)
 		}
-		return "http://" + addr, log.String
+		return srv.url, srv.log.String
 	}
 
 	base, log := run(token)

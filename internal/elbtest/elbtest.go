@@ -166,27 +166,67 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) answer(w http.ResponseWriter, q *awstest.Query, key string) string {
+	a, known := apis[q.Version]
 	ns := V2Namespace
-	if q.Version == ClassicVersion {
-		ns = ClassicNamespace
+	if known {
+		ns = a.ns
 	}
 	if key == "" {
 		return awstest.WriteError(w, http.StatusForbidden, ns, "MissingAuthenticationToken", "Request is missing Authentication Token")
 	}
-	switch {
-	case q.Version == V2Version && q.Action == "DescribeLoadBalancers":
-		return s.describeV2(w, q)
-	case q.Version == V2Version && q.Action == "DescribeTags":
-		return s.tagsV2(w, q)
-	case q.Version == ClassicVersion && q.Action == "DescribeLoadBalancers":
-		return s.describeClassic(w, q)
-	case q.Version == ClassicVersion && q.Action == "DescribeTags":
-		return s.tagsClassic(w, q)
-	case q.Version != V2Version && q.Version != ClassicVersion:
+	if !known {
 		return awstest.WriteError(w, http.StatusBadRequest, ns, "InvalidParameterValue", "unsupported Version "+q.Version)
+	}
+	switch q.Action {
+	case "DescribeLoadBalancers":
+		return s.describe(w, q, a)
+	case "DescribeTags":
+		return s.tags(w, q, a)
 	}
 	return awstest.WriteError(w, http.StatusBadRequest, ns, "InvalidAction", "Could not find operation "+q.Action+" for version "+q.Version)
 }
+
+// api is what one of the two APIs calls things on the wire; describe and
+// tags answer both from it.
+type api struct {
+	ns      string
+	classic bool // its load balancers are the Classic ones
+	// names is DescribeLoadBalancers' filter by name. tagged is
+	// DescribeTags' list of load balancers, each named as key names it.
+	names, tagged string
+	key           func(s *Server, lb LoadBalancer) string
+	// notFound is the LoadBalancerNotFound message for name, unknown in
+	// action's list.
+	notFound func(action, name string) string
+	// result is DescribeLoadBalancersResult: lbs, and the next marker.
+	result func(s *Server, lbs []LoadBalancer, next string) any
+	// tagDescription is one member of DescribeTagsResult's
+	// TagDescriptions.
+	tagDescription func(key string, tags member[tag]) any
+}
+
+// apis are the two APIs by Version.
+var apis = map[string]api{
+	V2Version: {
+		ns: V2Namespace, names: "Names", tagged: "ResourceArns", key: (*Server).ARN,
+		notFound: func(action, arn string) string {
+			if action == "DescribeTags" {
+				return "Load balancer '" + arn + "' not found"
+			}
+			return "One or more load balancers not found"
+		},
+		result:         (*Server).resultV2,
+		tagDescription: func(arn string, tags member[tag]) any { return tagDescriptionV2{arn, tags} },
+	},
+	ClassicVersion: {
+		ns: ClassicNamespace, classic: true, names: "LoadBalancerNames", tagged: "LoadBalancerNames", key: byName,
+		notFound:       func(_, name string) string { return "There is no ACTIVE Load Balancer named '" + name + "'" },
+		result:         (*Server).resultClassic,
+		tagDescription: func(name string, tags member[tag]) any { return tagDescriptionClassic{name, tags} },
+	},
+}
+
+func byName(_ *Server, lb LoadBalancer) string { return lb.Name }
 
 // page returns the slice of lbs a PageSize and Marker select, and the
 // next marker ("" on the last page).
@@ -249,23 +289,60 @@ func (s *Server) dnsName(lb LoadBalancer) string {
 	return fmt.Sprintf("%s-%s.%s.elb.amazonaws.com", lb.Name, id(lb.Name)[:10], s.Region)
 }
 
-func (s *Server) describeV2(w http.ResponseWriter, q *awstest.Query) string {
-	all := s.snapshot(false)
-	if names := q.List("Names"); len(names) > 0 {
-		var sel []LoadBalancer
-		for _, n := range names {
-			i := slices.IndexFunc(all, func(lb LoadBalancer) bool { return lb.Name == n })
-			if i < 0 {
-				return awstest.WriteError(w, http.StatusBadRequest, V2Namespace, "LoadBalancerNotFound", "One or more load balancers not found")
-			}
-			sel = append(sel, all[i])
+// find returns the load balancers of all that keys name, in that order,
+// each named as key names it; the first name it does not find is
+// answered LoadBalancerNotFound.
+func (s *Server) find(w http.ResponseWriter, a api, action string, all []LoadBalancer, keys []string, key func(*Server, LoadBalancer) string) ([]LoadBalancer, string) {
+	var out []LoadBalancer
+	for _, k := range keys {
+		i := slices.IndexFunc(all, func(lb LoadBalancer) bool { return key(s, lb) == k })
+		if i < 0 {
+			return nil, awstest.WriteError(w, http.StatusBadRequest, a.ns, "LoadBalancerNotFound", a.notFound(action, k))
 		}
-		all = sel
+		out = append(out, all[i])
 	}
-	lbs, next, code := s.page(w, q, V2Namespace, all)
+	return out, ""
+}
+
+// describe answers DescribeLoadBalancers: the API's load balancers, or
+// those its name filter lists, a page of them.
+func (s *Server) describe(w http.ResponseWriter, q *awstest.Query, a api) string {
+	all := s.snapshot(a.classic)
+	if names := q.List(a.names); len(names) > 0 {
+		var code string
+		if all, code = s.find(w, a, "DescribeLoadBalancers", all, names, byName); code != "" {
+			return code
+		}
+	}
+	lbs, next, code := s.page(w, q, a.ns, all)
 	if code != "" {
 		return code
 	}
+	awstest.WriteResult(w, a.ns, "DescribeLoadBalancers", a.result(s, lbs, next))
+	return ""
+}
+
+// tags answers DescribeTags: the tags of 1 to 20 load balancers.
+func (s *Server) tags(w http.ResponseWriter, q *awstest.Query, a api) string {
+	keys := q.List(a.tagged)
+	if len(keys) == 0 || len(keys) > 20 {
+		return awstest.WriteError(w, http.StatusBadRequest, a.ns, "ValidationError", fmt.Sprintf("%s: %d given, want 1 to 20", a.tagged, len(keys)))
+	}
+	lbs, code := s.find(w, a, "DescribeTags", s.snapshot(a.classic), keys, a.key)
+	if code != "" {
+		return code
+	}
+	var out struct {
+		TagDescriptions member[any] `xml:"TagDescriptions"`
+	}
+	for i, lb := range lbs {
+		out.TagDescriptions.Members = append(out.TagDescriptions.Members, a.tagDescription(keys[i], tags(lb.Tags)))
+	}
+	awstest.WriteResult(w, a.ns, "DescribeTags", out)
+	return ""
+}
+
+func (s *Server) resultV2(lbs []LoadBalancer, next string) any {
 	type state struct {
 		Code string `xml:"Code"`
 	}
@@ -290,51 +367,10 @@ func (s *Server) describeV2(w http.ResponseWriter, q *awstest.Query) string {
 			VpcID: lb.VPC, Type: lb.Type, State: state{"active"}, CreatedTime: s.created.Format(time.RFC3339),
 		})
 	}
-	awstest.WriteResult(w, V2Namespace, "DescribeLoadBalancers", out)
-	return ""
+	return out
 }
 
-func (s *Server) tagsV2(w http.ResponseWriter, q *awstest.Query) string {
-	arns := q.List("ResourceArns")
-	if len(arns) == 0 || len(arns) > 20 {
-		return awstest.WriteError(w, http.StatusBadRequest, V2Namespace, "ValidationError", fmt.Sprintf("ResourceArns: %d given, want 1 to 20", len(arns)))
-	}
-	all := s.snapshot(false)
-	type desc struct {
-		ResourceArn string      `xml:"ResourceArn"`
-		Tags        member[tag] `xml:"Tags"`
-	}
-	var out struct {
-		TagDescriptions member[desc] `xml:"TagDescriptions"`
-	}
-	for _, arn := range arns {
-		i := slices.IndexFunc(all, func(lb LoadBalancer) bool { return s.ARN(lb) == arn })
-		if i < 0 {
-			return awstest.WriteError(w, http.StatusBadRequest, V2Namespace, "LoadBalancerNotFound", "Load balancer '"+arn+"' not found")
-		}
-		out.TagDescriptions.Members = append(out.TagDescriptions.Members, desc{arn, tags(all[i].Tags)})
-	}
-	awstest.WriteResult(w, V2Namespace, "DescribeTags", out)
-	return ""
-}
-
-func (s *Server) describeClassic(w http.ResponseWriter, q *awstest.Query) string {
-	all := s.snapshot(true)
-	if names := q.List("LoadBalancerNames"); len(names) > 0 {
-		var sel []LoadBalancer
-		for _, n := range names {
-			i := slices.IndexFunc(all, func(lb LoadBalancer) bool { return lb.Name == n })
-			if i < 0 {
-				return awstest.WriteError(w, http.StatusBadRequest, ClassicNamespace, "LoadBalancerNotFound", "There is no ACTIVE Load Balancer named '"+n+"'")
-			}
-			sel = append(sel, all[i])
-		}
-		all = sel
-	}
-	lbs, next, code := s.page(w, q, ClassicNamespace, all)
-	if code != "" {
-		return code
-	}
+func (s *Server) resultClassic(lbs []LoadBalancer, next string) any {
 	type lbClassic struct {
 		LoadBalancerName string `xml:"LoadBalancerName"`
 		DNSName          string `xml:"DNSName"`
@@ -352,30 +388,15 @@ func (s *Server) describeClassic(w http.ResponseWriter, q *awstest.Query) string
 			LoadBalancerName: lb.Name, DNSName: s.dnsName(lb), VPCId: lb.VPC, Scheme: "internet-facing", CreatedTime: s.created.Format(time.RFC3339),
 		})
 	}
-	awstest.WriteResult(w, ClassicNamespace, "DescribeLoadBalancers", out)
-	return ""
+	return out
 }
 
-func (s *Server) tagsClassic(w http.ResponseWriter, q *awstest.Query) string {
-	names := q.List("LoadBalancerNames")
-	if len(names) == 0 || len(names) > 20 {
-		return awstest.WriteError(w, http.StatusBadRequest, ClassicNamespace, "ValidationError", fmt.Sprintf("LoadBalancerNames: %d given, want 1 to 20", len(names)))
-	}
-	all := s.snapshot(true)
-	type desc struct {
-		LoadBalancerName string      `xml:"LoadBalancerName"`
-		Tags             member[tag] `xml:"Tags"`
-	}
-	var out struct {
-		TagDescriptions member[desc] `xml:"TagDescriptions"`
-	}
-	for _, n := range names {
-		i := slices.IndexFunc(all, func(lb LoadBalancer) bool { return lb.Name == n })
-		if i < 0 {
-			return awstest.WriteError(w, http.StatusBadRequest, ClassicNamespace, "LoadBalancerNotFound", "There is no ACTIVE Load Balancer named '"+n+"'")
-		}
-		out.TagDescriptions.Members = append(out.TagDescriptions.Members, desc{n, tags(all[i].Tags)})
-	}
-	awstest.WriteResult(w, ClassicNamespace, "DescribeTags", out)
-	return ""
+type tagDescriptionV2 struct {
+	ResourceArn string      `xml:"ResourceArn"`
+	Tags        member[tag] `xml:"Tags"`
+}
+
+type tagDescriptionClassic struct {
+	LoadBalancerName string      `xml:"LoadBalancerName"`
+	Tags             member[tag] `xml:"Tags"`
 }

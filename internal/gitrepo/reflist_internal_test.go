@@ -1,9 +1,14 @@
 package gitrepo
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/go-git/go-billy/v5/osfs"
 )
 
 // FuzzPackedRefList reads any packed-refs text: it never panics, lists
@@ -33,4 +38,41 @@ func FuzzPackedRefList(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHolds compares packed-refs with what it held, chunk by chunk: the
+// same, a byte changed in a later chunk, longer, shorter, gone.
+func TestHolds(t *testing.T) {
+	kept := bytes.Repeat([]byte("0123456789abcdef"), 10_000) // 160 KB: three chunks
+	changed := bytes.Clone(kept)
+	changed[150_000] = 'x'
+	tests := []struct {
+		name string
+		file []byte // nil: no file
+		kept []byte
+		want bool
+	}{
+		{"same", kept, kept, true},
+		{"a byte changed in the third chunk", changed, kept, false},
+		{"longer", append(bytes.Clone(kept), '\n'), kept, false},
+		{"shorter", kept[:len(kept)-1], kept, false},
+		{"a chunk long, shorter", kept[:64<<10], kept, false},
+		{"gone", nil, kept, false},
+		{"gone, none kept", nil, []byte{}, true},
+		{"empty, none kept", []byte{}, []byte{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.file != nil {
+				if err := os.WriteFile(filepath.Join(dir, packedRefsFile), tc.file, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := holds(osfs.New(dir), tc.kept)
+			if err != nil || got != tc.want {
+				t.Errorf("holds = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
 }
