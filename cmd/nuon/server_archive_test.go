@@ -98,13 +98,10 @@ func TestServerFollowsArchive(t *testing.T) {
 		}
 		return nil
 	}
-	serve := func(repo string, args ...string) (string, func(), func() string) {
-		addr := freeAddr(t)
-		cmd, log := startProcess(t, nil, bin, append([]string{"server", "--repo", repo, "--render-key", filepath.Join(keys, "render"),
-			"--listen", addr, "--poll-interval", "200ms"}, args...)...)
-		base := "http://" + addr
-		waitFor(t, "the server", time.Minute, log.String, func() bool { return httpStatus(base+"/readyz") == 200 })
-		return base, func() { stopProcess(cmd) }, log.String
+	serve := func(repo string, flags ...string) *nuonServer {
+		srv := startServer(t, bin, nil, append([]string{"--repo", repo, "--render-key", filepath.Join(keys, "render"), "--poll-interval", "200ms"}, flags...)...)
+		srv.waitReady(t, time.Minute)
+		return srv
 	}
 	// deleteAcme runs nuon install delete acme against repo (the git
 	// host, or the server's own repository) while acme's "agent" answers
@@ -152,7 +149,8 @@ func TestServerFollowsArchive(t *testing.T) {
 		upstream := host.URL("upstream.git")
 		repo := filepath.Join(t.TempDir(), "served.git")
 		gittest.InitBare(t, repo)
-		base, stop, log := serve(repo, "--upstream", upstream)
+		srv := serve(repo, "--upstream", upstream)
+		base, log := srv.url, srv.log.String
 		waitFor(t, "acme's desired state upstream", time.Minute, log, func() bool { return ref(upstreamDir, live[0]) != "" })
 		globex := ref(upstreamDir, schemas.InstallRef("globex"))
 
@@ -170,8 +168,10 @@ func TestServerFollowsArchive(t *testing.T) {
 
 		// Started again on the same repository: the whole namespace goes
 		// upstream, acme's refs not among them.
-		stop()
-		_, _, log = serve(repo, "--upstream", upstream)
+		srv.stop()
+		again := srv.restart(t)
+		again.waitReady(t, time.Minute)
+		log = again.log.String
 		waitFor(t, "the restarted server's first mirror push", time.Minute, log, func() bool { return strings.Contains(log(), "mirrored upstream") })
 		for _, dir := range []string{upstreamDir, repo} {
 			if err := archived(dir, desired, status); err != nil {
@@ -187,7 +187,8 @@ func TestServerFollowsArchive(t *testing.T) {
 		repo := filepath.Join(t.TempDir(), "tenant.git")
 		gittest.InitBare(t, repo)
 		gittest.CommitDir(t, repo, "main", src, "shop")
-		base, _, log := serve(repo)
+		srv := serve(repo)
+		base, log := srv.url, srv.log.String
 		waitFor(t, "acme's desired state", time.Minute, log, func() bool { return ref(repo, live[0]) != "" })
 		desired, status := deleteAcme(t, base, repo, repo, log)
 		waitFor(t, "the server to refuse acme as archived", time.Minute, log, func() bool { return refusedArchived(base) == nil })
