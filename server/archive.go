@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -352,30 +353,29 @@ func (s *Server) isAncestor(ctx context.Context, a, b plumbing.Hash) (bool, erro
 // gitOutput runs a git command in dir with more environment (nil: none)
 // and returns its output.
 func gitOutput(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	return runGit(ctx, dir, env, nil, args...)
+}
+
+// gitOutputIn runs a git command in dir with stdin.
+func gitOutputIn(ctx context.Context, dir, stdin string, args ...string) ([]byte, error) {
+	return runGit(ctx, dir, nil, strings.NewReader(stdin), args...)
+}
+
+// runGit runs a git command in dir with more environment (nil: none) and
+// stdin (nil: none), and returns its output; an error carries what git
+// said, URLs in it without credentials.
+func runGit(ctx context.Context, dir string, env []string, stdin io.Reader, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	cmd.Stdin = stdin
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("git %s: %w: %s", args[0], err, redactURL(strings.TrimSpace(stderr.String())))
-	}
-	return out, nil
-}
-
-// gitOutputIn runs a git command in dir with stdin.
-func gitOutputIn(ctx context.Context, dir, stdin string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	cmd.Stdin = strings.NewReader(stdin)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

@@ -127,6 +127,60 @@ func checkArchived(t *testing.T, where, dir, desired, status string, globex map[
 	}
 }
 
+// mirroredStatus has acme's agent push a status through the server and
+// waits until the mirror took it upstream.
+func mirroredStatus(t *testing.T, e *env) *statusAgent {
+	t.Helper()
+	waitMirrored(t, e)
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	return a
+}
+
+// unmirroredStatus is a status of acme the server accepted just before it
+// went down, after one it mirrored: in its repository, not upstream. The
+// env's server stops following.
+func unmirroredStatus(t *testing.T, e *env) string {
+	t.Helper()
+	a := mirroredStatus(t, e)
+	local := localRepo(t)
+	e.mustGit(local, "fetch", "--quiet", e.dir, schemas.StatusRef("acme"))
+	next := e.statusCommit(local, "acme", a.head.String(), e.keyFiles["acme"], "last words")
+	e.mustGit(local, "push", "--quiet", e.dir, next+":"+schemas.StatusRef("acme"))
+	e.cancel()
+	return next
+}
+
+// restart starts another server on the env's repository, following its
+// upstream, and waits for its first mirror push (the whole namespace);
+// it returns the server and its log.
+func restart(t *testing.T, e *env) (*server.Server, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{Dir: e.dir, RenderKey: e.keys["render"], Upstream: e.upstream,
+		PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		if t.Failed() {
+			t.Logf("restarted server's log:\n%s", logs.String())
+		}
+	})
+	waitUntil(t, "the restarted server's first mirror push", func() bool { return strings.Contains(logs.String(), "mirrored upstream") })
+	return srv, logs
+}
+
 // TestArchiveUpstream: nuon install delete archives acme on the git host
 // the server follows, while the server holds a status acme pushed before
 // the archive that the mirror took upstream after it (the archive read
@@ -137,15 +191,11 @@ func checkArchived(t *testing.T, where, dir, desired, status string, globex map[
 func TestArchiveUpstream(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	waitMirrored(t, e)
-	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
 	g := newStatusAgent("globex", e.http.URL+"/tenant.git", e.keys["globex"], plumbing.ZeroHash)
-	for _, x := range []*statusAgent{a, g} {
-		if err := x.push(ctx); err != nil {
-			t.Fatal(err)
-		}
+	if err := g.push(ctx); err != nil {
+		t.Fatal(err)
 	}
-	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	a := mirroredStatus(t, e)
 
 	desired, status := archiveRepo(t, e.upstream, "acme")
 	if status != a.head.String() || desired != e.serverRef(schemas.InstallRef("acme")) {
@@ -218,12 +268,7 @@ func TestArchiveUpstream(t *testing.T) {
 func TestArchiveDiverged(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	waitMirrored(t, e)
-	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
-	if err := a.push(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	a := mirroredStatus(t, e)
 	desired, _ := archiveRepo(t, e.upstream, "acme")
 	other := e.statusCommit(e.upstream, "acme", "", e.keyFiles["acme"], "another history")
 	e.mustGit(e.upstream, "update-ref", archiveRef("acme", "status"), other)
@@ -258,40 +303,13 @@ func TestArchiveDiverged(t *testing.T) {
 // archive.
 func TestArchiveUpstreamWhileDown(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	waitMirrored(t, e)
-	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
-	if err := a.push(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
-	// Accepted just before the server went down: in its repository, not
-	// upstream.
-	local := localRepo(t)
-	e.mustGit(local, "fetch", "--quiet", e.dir, schemas.StatusRef("acme"))
-	next := e.statusCommit(local, "acme", a.head.String(), e.keyFiles["acme"], "last words")
-	e.mustGit(local, "push", "--quiet", e.dir, next+":"+schemas.StatusRef("acme"))
-	e.cancel() // the first server stops following
-
+	next := unmirroredStatus(t, e)
 	desired, _ := archiveRepo(t, e.upstream, "acme")
 	globex := map[string]string{schemas.InstallRef("globex"): refAt(e.upstream, schemas.InstallRef("globex"))}
 
-	var logs syncBuffer
-	rctx, cancel := context.WithCancel(ctx)
-	srv, err := server.New(rctx, server.Config{Dir: e.dir, RenderKey: e.keys["render"], Upstream: e.upstream,
-		PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { srv.Run(rctx); close(done) }()
-	defer func() { cancel(); <-done; srv.Close() }()
-	waitUntil(t, "the restarted server's first mirror push", func() bool { return strings.Contains(logs.String(), "mirrored upstream") })
+	restart(t, e)
 	checkArchived(t, "upstream", e.upstream, desired, next, globex)
 	checkArchived(t, "server", e.dir, desired, next, nil)
-	if t.Failed() {
-		t.Logf("restarted server's log:\n%s", logs.String())
-	}
 }
 
 // TestArchiveLocal: with no upstream, the operator runs nuon install
@@ -371,18 +389,7 @@ func TestArchiveLocal(t *testing.T) {
 // push, the status goes under the archive.
 func TestArchiveRetireFails(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	waitMirrored(t, e)
-	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
-	if err := a.push(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
-	local := localRepo(t)
-	e.mustGit(local, "fetch", "--quiet", e.dir, schemas.StatusRef("acme"))
-	next := e.statusCommit(local, "acme", a.head.String(), e.keyFiles["acme"], "not mirrored")
-	e.mustGit(local, "push", "--quiet", e.dir, next+":"+schemas.StatusRef("acme"))
-	e.cancel()
+	next := unmirroredStatus(t, e)
 	desired, _ := archiveRepo(t, e.upstream, "acme")
 	hook := filepath.Join(e.upstream, "hooks", "update")
 	script := "#!/bin/sh\ncase \"$1\" in refs/nuon/archive/*) echo \"the archive is read-only here\" >&2; exit 1;; esac\n"
@@ -390,17 +397,7 @@ func TestArchiveRetireFails(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
-	rctx, cancel := context.WithCancel(ctx)
-	srv, err := server.New(rctx, server.Config{Dir: e.dir, RenderKey: e.keys["render"], Upstream: e.upstream,
-		PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { srv.Run(rctx); close(done) }()
-	defer func() { cancel(); <-done; srv.Close() }()
-	waitUntil(t, "the restarted server's first mirror push", func() bool { return strings.Contains(logs.String(), "mirrored upstream") })
+	srv, logs := restart(t, e)
 	for _, ref := range []string{schemas.InstallRef("acme"), schemas.StatusRef("acme")} {
 		if got := refAt(e.upstream, ref); got != "" {
 			t.Errorf("upstream: %s pushed back at %s", ref, got)
@@ -416,12 +413,9 @@ func TestArchiveRetireFails(t *testing.T) {
 	if err := os.Remove(hook); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Sync(ctx); err != nil {
+	if err := srv.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	checkArchived(t, "upstream", e.upstream, desired, next, nil)
 	checkArchived(t, "server", e.dir, desired, next, nil)
-	if t.Failed() {
-		t.Logf("restarted server's log:\n%s", logs.String())
-	}
 }

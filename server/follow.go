@@ -1,15 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -233,17 +230,8 @@ func git(ctx context.Context, dir string, args ...string) error {
 
 // gitEnv runs a git command in dir with more environment.
 func gitEnv(ctx context.Context, dir string, env []string, args ...string) error {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("git %s: %w: %s", args[0], err, redactURL(strings.TrimSpace(stderr.String())))
-	}
-	return nil
+	_, err := runGit(ctx, dir, env, nil, args...)
+	return err
 }
 
 // mirror pushes refs that moved to the upstream repository, batched.
