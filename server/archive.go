@@ -70,16 +70,26 @@ func cutLast(s, sep string) (before, after string, found bool) {
 func liveRefs(id string) [2]string { return [2]string{schemas.InstallRef(id), schemas.StatusRef(id)} }
 
 // loadArchived finds the archived installs: those with refs under
-// schemas.ArchiveRefPrefix that main does not name (an install created
-// again under the same id is not archived). It remembers their ids for
-// the refusals and returns their archives.
-func (s *Server) loadArchived(ctx context.Context) (map[string]archive, error) {
+// schemas.ArchiveRefPrefix that main, the main commit about to be served,
+// does not name (an install created again under the same id is not
+// archived). It remembers their ids for the refusals and returns their
+// archives. Call it before the key table moves to main: an install's key
+// then leaves only once the server knows it archived, so its agent is
+// never told "unknown install" in between.
+func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[string]archive, error) {
 	archives, err := listArchives(ctx, s.cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
+	keys := s.keys
+	if len(archives) > 0 && keys.mainCommit() != main {
+		// main's installs/ through a table of its own: s.keys serves
+		// the previous main until it is reset.
+		keys = newKeyTable(s.cfg.Dir)
+		keys.reset(main)
+	}
 	for id := range archives {
-		onMain, err := s.keys.known(id)
+		onMain, err := keys.known(id)
 		if err != nil {
 			// Without main, nothing is taken for archived.
 			return nil, err
@@ -106,15 +116,11 @@ func (s *Server) isArchived(install string) bool {
 	return s.archived[install]
 }
 
-// followArchives is the step of Sync that retires archived installs the
-// server still holds refs of (see "Archived installs" in the package
-// doc). It tells the mirror which refs to hold back: those of installs
-// whose retirement failed, to be tried again.
-func (s *Server) followArchives(ctx context.Context) error {
-	archives, err := s.loadArchived(ctx)
-	if err != nil {
-		return fmt.Errorf("read archived installs: %w", err)
-	}
+// followArchives is the step of Sync that retires the archived installs
+// (loadArchived) the server still holds refs of (see "Archived installs"
+// in the package doc). It tells the mirror which refs to hold back: those
+// of installs whose retirement failed, to be tried again.
+func (s *Server) followArchives(ctx context.Context, archives map[string]archive) error {
 	var held []string
 	var errs []error
 	ids := make([]string, 0, len(archives))

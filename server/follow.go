@@ -109,8 +109,12 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	archives, err := s.loadArchived(ctx, main)
 	s.keys.reset(main)
-	if err := s.followArchives(ctx); err != nil {
+	if err == nil {
+		err = s.followArchives(ctx, archives)
+	}
+	if err != nil {
 		// Not the render's business: logged, counted and tried again at
 		// the next check; the mirror holds the refs back meanwhile.
 		s.log.Error("retire archived installs", "error", err)

@@ -198,13 +198,15 @@ func (s *Server) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.refs.replace(refs)
+	// Archived installs, then keys, then refs: an archived install's key
+	// leaves once it is known archived, and its refs after its key.
 	if main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef); err == nil {
-		s.keys.reset(main)
-		if _, err := s.loadArchived(ctx); err != nil {
+		if _, err := s.loadArchived(ctx, main); err != nil {
 			return err
 		}
+		s.keys.reset(main)
 	}
+	s.refs.replace(refs)
 	s.seen = version
 	return nil
 }
