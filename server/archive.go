@@ -260,6 +260,9 @@ func (s *Server) continues(ctx context.Context, was, cur plumbing.Hash) (to plum
 // the archive now holds their commits. An upstream ref it does not hold
 // stays there.
 func (s *Server) retireUpstream(ctx context.Context, id string, moves []move) (pushed bool, err error) {
+	if len(moves) == 0 {
+		return false, nil // and no ls-remote without a name, which lists every ref
+	}
 	lives := make([]string, len(moves))
 	for i, m := range moves {
 		lives[i] = m.live
