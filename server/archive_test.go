@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/internal/gittest"
@@ -78,8 +79,8 @@ func refAt(dir, name string) string {
 }
 
 // archivedRefusal checks that install id, whose agent a is, is refused by
-// the server at base as archived, when it polls and when it pushes its
-// next status.
+// the server at base as archived, when it polls, fetches its last status
+// and pushes its next one.
 func archivedRefusal(t *testing.T, base, id string, a *statusAgent) {
 	t.Helper()
 	ctx := context.Background()
@@ -87,6 +88,9 @@ func archivedRefusal(t *testing.T, base, id string, a *statusAgent) {
 	heads, err := r.Heads(ctx, plumbing.ReferenceName(schemas.InstallRef(id)), plumbing.ReferenceName(schemas.StatusRef(id)))
 	if err == nil || !strings.Contains(err.Error(), "install archived") {
 		t.Errorf("poll of archived %s at %s: %v, %v; want a refusal that says it is archived", id, base, heads, err)
+	}
+	if err := r.Fetch(ctx, memory.NewStorage(), a.head); err == nil || !strings.Contains(err.Error(), "install archived") {
+		t.Errorf("fetch of archived %s's status %s at %s: %v; want a refusal that says it is archived", id, a.head, base, err)
 	}
 	next := newStatusAgent(id, base+"/tenant.git", a.key, a.head)
 	next.st, next.n = a.st, a.n
@@ -234,7 +238,7 @@ func TestArchiveUpstream(t *testing.T) {
 	m := scrape(t, e.http.URL+"/metrics")
 	for series, want := range map[string]float64{
 		`nuon_server_archived_installs_retired_total{result="ok"}`: 1,
-		`nuon_server_refusals_total{reason="archived"}`:            2,
+		`nuon_server_refusals_total{reason="archived"}`:            3, // poll, fetch, push
 	} {
 		if m[series] != want {
 			t.Errorf("%s = %v, want %v", series, m[series], want)
