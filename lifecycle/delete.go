@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/fleet"
 	"nuon.dev/nuon/internal/gitobj"
@@ -19,8 +21,8 @@ import (
 )
 
 // ArchivePrefix is where Delete moves an install's refs: its desired
-// state and status history stay as the audit log.
-const ArchivePrefix = "refs/nuon/archive/"
+// state and status history stay as the audit log (schemas.ArchiveRef).
+const ArchivePrefix = schemas.ArchiveRefPrefix
 
 // Delete deletes install o.ID, phase by phase:
 //
@@ -29,7 +31,9 @@ const ArchivePrefix = "refs/nuon/archive/"
 //     tenant server does on push);
 //  2. components: waits, up to o.DeleteTimeout, until the agent's signed
 //     status is on that desired state and lists no component: the agent
-//     deleted every one in reverse dependency order;
+//     deleted every one in reverse dependency order. Only a desired state
+//     rendered deleted counts: with a tenant server rendering, the ref
+//     holds the state before for a moment;
 //  3. agent: stops the agent process;
 //  4. sandbox: destroys the sandbox;
 //  5. archive: removes installs/<id>.yaml from main and moves the
@@ -193,30 +197,42 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 			// Never rendered, or archived already: nothing was applied.
 			return Unchanged, "no desired state", nil
 		}
-		main, err := repo.Ref(MainRef)
+		// A status counts only on the desired state rendered deleted: until
+		// a tenant server has rendered the marked main (and mirrored it
+		// with the statuses it accepted), the ref still holds the state
+		// before, and a status on it, or none yet, says nothing.
+		deleted, err := renderedDeleted(repo.Storer(), desired)
 		if err != nil {
 			return "", "", err
 		}
-		keys, err := fleet.AgentKeys(repo.Storer(), main)
-		if err != nil {
-			return "", "", err
-		}
-		rows, err := fleet.Read(repo, keys, o.ID)
-		if err != nil {
-			return "", "", err
-		}
-		if len(rows) == 1 {
-			r := rows[0]
-			var names []string
-			for _, c := range r.Components {
-				names = append(names, c.Name+" "+c.Phase)
+		if !deleted {
+			last = "desired state " + desired.String() + " is not rendered deleted yet (a tenant server renders the marked main; without one, pass --render)"
+		} else {
+			main, err := repo.Ref(MainRef)
+			if err != nil {
+				return "", "", err
 			}
-			last = fmt.Sprintf("generation %d, phase %s, in sync %v, components [%s]", r.Generation, r.Phase, r.InSync, strings.Join(names, ", "))
-			if r.Verified && r.InSync && len(r.Components) == 0 {
-				return Done, "every component deleted (" + last + ")", nil
+			keys, err := fleet.AgentKeys(repo.Storer(), main)
+			if err != nil {
+				return "", "", err
 			}
-		} else if !pidAliveAgent(o) {
-			return Unchanged, "no status and no agent: nothing was applied", nil
+			rows, err := fleet.Read(repo, keys, o.ID)
+			if err != nil {
+				return "", "", err
+			}
+			if len(rows) == 1 {
+				r := rows[0]
+				var names []string
+				for _, c := range r.Components {
+					names = append(names, c.Name+" "+c.Phase)
+				}
+				last = fmt.Sprintf("generation %d, phase %s, in sync %v, components [%s]", r.Generation, r.Phase, r.InSync, strings.Join(names, ", "))
+				if r.Verified && r.InSync && len(r.Components) == 0 {
+					return Done, "every component deleted (" + last + ")", nil
+				}
+			} else if !pidAliveAgent(o) {
+				return Unchanged, "no status and no agent: nothing was applied", nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return "", "", fmt.Errorf("the agent did not report every component deleted within %s: %s", o.DeleteTimeout, last)
@@ -230,6 +246,32 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 }
 
 func pidAliveAgent(o *Options) bool { return agentPID(o) != 0 }
+
+// renderedDeleted reports whether the desired state commit h is rendered
+// from an install file with deleted: true (its install.json says so).
+func renderedDeleted(st storer.EncodedObjectStorer, h plumbing.Hash) (bool, error) {
+	c, err := gitobj.ReadCommit(st, h)
+	if err != nil {
+		return false, fmt.Errorf("desired state %s: %w", h, err)
+	}
+	t, err := gitobj.ReadTree(st, c.TreeHash)
+	if err != nil {
+		return false, fmt.Errorf("desired state %s: %w", h, err)
+	}
+	e, err := t.FindEntry(schemas.InstallStateFile)
+	if err != nil {
+		return false, nil
+	}
+	data, err := gitobj.ReadBlob(st, e.Hash, 1<<20)
+	if err != nil {
+		return false, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
+	}
+	var state schemas.InstallState
+	if err := json.Unmarshal(data, &state); err != nil {
+		return false, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
+	}
+	return state.Deleted, nil
+}
 
 // archive removes installs/<id>.yaml from main and moves the install's
 // refs under ArchivePrefix<id>/: the copies and the deletions in one
@@ -289,7 +331,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if h.IsZero() {
 			continue
 		}
-		to := plumbing.ReferenceName(archived + strings.TrimPrefix(strings.TrimSuffix(name, "/"+o.ID), "refs/heads/nuon/"))
+		to := plumbing.ReferenceName(schemas.ArchiveRef(o.ID, name))
 		old, err := repo.Ref(to)
 		if err != nil {
 			return "", "", err

@@ -2,16 +2,24 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/internal/gitauth"
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
 )
 
 // tenantWithInstall makes a bare tenant repository at dir whose main has
@@ -101,5 +109,78 @@ func TestArchiveRemote(t *testing.T) {
 				t.Errorf("re-run: %s %s %v, want unchanged", res, detail, err)
 			}
 		})
+	}
+}
+
+// TestWaitDeletedOnDeletedRender: the components phase counts the agent's
+// status only on the desired state rendered deleted. With a tenant server
+// in front, install delete marks main and the server renders it a moment
+// later: until then the desired ref holds the state before, and a status
+// in sync with it that lists no component (or no status yet) must not end
+// the wait. Once the deleted state is rendered and the agent reports on it
+// with no component, the phase is done.
+func TestWaitDeletedOnDeletedRender(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, dir)
+	pub, err := os.ReadFile("../fixtures/keys/acme.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := signature.LoadSigner("../fixtures/keys/acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "installs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(src, "installs", "acme.yaml"), "channel: stable\nagentKey: "+strings.TrimSpace(string(pub))+"\ndeleted: true\n")
+	gittest.CommitDir(t, dir, "main", src, "acme marked deleted")
+
+	// render makes acme's desired state, deleted or not, and its agent's
+	// status in sync with it, listing no component.
+	var status plumbing.Hash
+	render := func(deleted bool) {
+		t.Helper()
+		state := t.TempDir()
+		writeFile(t, filepath.Join(state, "install.json"), fmt.Sprintf(`{"install":"acme","components":[],"deleted":%v}`, deleted))
+		desired := gittest.CommitDir(t, dir, "nuon/installs/acme", state, "acme rendered")
+		repo, err := gitrepo.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := gitobj.NewBatch()
+		blob := b.Add(plumbing.BlobObject, fmt.Appendf(nil, `{"install":"acme","desired":%q,"applied":%q,"phase":"Ready","components":{}}`, desired, desired))
+		var parents []plumbing.Hash
+		if !status.IsZero() {
+			parents = []plumbing.Hash{status}
+		}
+		c, err := b.Commit(gitobj.Commit{Tree: b.Tree([]gitobj.Entry{{Name: schemas.StatusFile, Hash: blob, Mode: filemode.Regular}}), Parents: parents,
+			Author:  object.Signature{Name: "nuon agent acme", Email: "acme@nuon.invalid", When: time.Now()},
+			Message: "status\n\n" + schemas.TrailerInstall + ": acme\n"}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Flush(repo.Storer()); err != nil {
+			t.Fatal(err)
+		}
+		gittest.Git(t, dir, "update-ref", schemas.StatusRef("acme"), c.String())
+		status = c
+	}
+	o := Options{ID: "acme", Repo: dir, Dir: t.TempDir(), DeleteTimeout: 1500 * time.Millisecond}
+	if err := o.defaults(false); err != nil {
+		t.Fatal(err)
+	}
+
+	render(false)
+	res, detail, err := waitDeleted(ctx, &o, nil)
+	if err == nil || !strings.Contains(err.Error(), "not rendered deleted") {
+		t.Fatalf("on the state before the deleted render: %s %q %v; want it to wait, then fail saying so", res, detail, err)
+	}
+	render(true)
+	res, detail, err = waitDeleted(ctx, &o, nil)
+	if err != nil || res != Done {
+		t.Fatalf("on the deleted render: %s %q %v; want done", res, detail, err)
 	}
 }

@@ -136,6 +136,11 @@
 // # The audit log
 //
 // The archive phase keeps the install's history: its desired and status
-// refs are copied under refs/nuon/archive/<id>/ and deleted, in one
-// atomic push on a remote repository (gitrepo.Apply).
+// refs are copied under refs/nuon/archive/<id>/ (schemas.ArchiveRef) and
+// deleted, in one atomic push on a remote repository (gitrepo.Apply).
+// Run it against the repository a tenant server follows (its upstream, or
+// its own repository when it has none): the server reads the archive
+// refs, drops the install's refs, and moves under the archive any status
+// it accepted that the archive lacks (package server, "Archived
+// installs").
 package lifecycle

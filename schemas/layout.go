@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,10 @@ const (
 	// StatusRefPrefix + id is an install's status: the one ref its agent
 	// writes.
 	StatusRefPrefix = "refs/heads/nuon/status/"
+	// ArchiveRefPrefix + id + "/" holds a deleted install's refs: nuon
+	// install delete moves its InstallRef and StatusRef there (ArchiveRef)
+	// as its audit log, out of refs/heads/ where agents and mirrors look.
+	ArchiveRefPrefix = "refs/nuon/archive/"
 )
 
 // InstallRef is the ref of an install's desired state.
@@ -29,6 +34,13 @@ func InstallRef(id string) string { return InstallRefPrefix + id }
 
 // StatusRef is the ref of an install's status.
 func StatusRef(id string) string { return StatusRefPrefix + id }
+
+// ArchiveRef is where the archive of install id keeps live, its
+// InstallRef or StatusRef: ArchiveRefPrefix + id + "/installs" or
+// "/status".
+func ArchiveRef(id, live string) string {
+	return ArchiveRefPrefix + id + "/" + strings.TrimPrefix(strings.TrimSuffix(live, "/"+id), "refs/heads/nuon/")
+}
 
 // Trailers of the commits nuon writes. A per-install commit carries
 // TrailerInstall, TrailerGeneration and TrailerSource; the rendered commit

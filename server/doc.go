@@ -34,7 +34,8 @@
 // only the install's own refs. A fetch is git's own upload-pack
 // (--stateless-rpc); a push is read and written in-process. Nothing else
 // may move install or status refs in the repository while the server
-// runs.
+// runs, but nuon install delete's archive, which the server follows (see
+// Archived installs).
 //
 // # Status pushes
 //
@@ -70,6 +71,64 @@
 // reads nothing there. git receive-pack is not used: its chain of
 // processes (receive-pack, unpack-objects, rev-list, a pre-receive hook
 // and its cat-file) cost 30-40 ms of CPU per push.
+//
+// # Archived installs
+//
+// nuon install delete ends with its archive phase (package lifecycle):
+// installs/<id>.yaml leaves main, then one atomic update copies the
+// install's desired and status refs under refs/nuon/archive/<id>/
+// (schemas.ArchiveRef) and deletes them, on the git host the server
+// follows or, without an upstream, in the server's own repository. The
+// server learns of it from the archive refs themselves: each check of
+// main fetches refs/nuon/archive/* with main, and an install that has
+// archive refs and is no longer on main is archived. The step before the
+// render (followArchives) retires every archived install the server still
+// holds refs of, under that install's push lock and the mirror's:
+//
+//  1. each live ref is compared with its archive: when one contains the
+//     other, the newer is kept (a status the server accepted before the
+//     archive and mirrored after it, or accepted after the archive read the
+//     refs, moves the archive forward); when they diverged (the archive
+//     rewritten by hand) the ref stays live, here and upstream, and the
+//     divergence is logged: folding it in would need a forced update that
+//     drops the archive's history;
+//  2. with an upstream, one atomic push, every ref leased at the value
+//     the upstream has (git ls-remote just before): the archive moves
+//     forward where it must, and the live refs go where the archive holds
+//     their commits; a live ref upstream that the archive does not hold
+//     stays there. Nothing is deleted that the archive lacks, so every
+//     status an agent pushed ends up under the archive or still upstream;
+//  3. the same moves in the repository, one git update-ref transaction
+//     compared with what was read, and the refs leave the ref table and
+//     the mirror's queue.
+//
+// A failed step changes nothing here, is logged and counted
+// (nuon_server_archived_installs_retired_total) and runs again at the
+// next check of main; meanwhile the mirror holds those refs back (a
+// negative refspec on a whole-namespace push). After a restart the whole
+// namespace goes upstream only once the archive step has run, so an
+// install archived while the server was down is not pushed back. An
+// archived install's agent is refused with "install archived" (its key
+// left main with it; a push that was authenticated just before is refused
+// under its push lock), on replicas too: they fetch the archive refs with
+// the rest. An install created again under the same id is on main, so it
+// is not archived. Without an upstream, the server sees the archive at its
+// next check of main (PollInterval, or at once on /hooks/main); a status
+// it accepts before that goes under the archive too. Each check of main
+// lists refs/nuon/archive/ once (one git for-each-ref: 10-20 ms of CPU
+// with 10,000 archived installs, packed, on the project's machine); the
+// rest runs only for an archived install whose refs the server still
+// holds, a few git processes once.
+//
+// Why the archive refs and not main: the archive phase removes the
+// install from main before it moves the refs, in a second push. A server
+// that dropped an install's refs (and deleted them upstream) on a render of
+// a main without it would race that second push: the archive's compare
+// and swap would fail, and a re-run would find no ref left to archive;
+// and an install removed from main by hand, not archived, keeps its refs
+// as the renderer documents. The archive refs say that the history was
+// kept and where, which is what the server must know before it lets go of
+// anything. The render itself (publish.Render) is unchanged.
 //
 // # Measured
 //
@@ -178,7 +237,8 @@
 //
 // /metrics (Prometheus): renders (count, duration, installs changed), main
 // polls and agent polls by result, fetches, pushes by result and their
-// duration, refusals by a fixed set of reasons, upstream mirror pushes,
+// duration, refusals by a fixed set of reasons (archived among them),
+// upstream mirror pushes, archived installs retired,
 // installs by state, installs whose status is stale and a histogram of
 // status age over the fleet (never a series per install), Go and build
 // info. /healthz answers while the process serves; /readyz answers 200
@@ -195,8 +255,8 @@
 // /replica/version (boot id, ref table version, main), to replicas only.
 // A replica (ModeReplica) keeps Dir a mirror: every PollInterval, after
 // each push it forwarded and on /hooks/main it asks the writer's version
-// and, when it moved, fetches refs/heads/ (--prune) and reloads its ref
-// table and install keys. Polls and fetches are answered from the mirror
+// and, when it moved, fetches refs/heads/ (--prune) and the archive and
+// reloads its ref table, install keys and archived installs. Polls and fetches are answered from the mirror
 // exactly as on the writer. A status push is authenticated on the replica
 // and then forwarded unchanged to the writer, which checks the install's
 // request signature again (it covers method and path, not the host) and
@@ -208,7 +268,9 @@
 // # Following main
 //
 // Run checks main every PollInterval and when /hooks/main is posted: with an
-// Upstream it first fetches main from it. A private upstream's credentials
+// Upstream it first fetches main (with the operators' requests and the
+// archive) from it, then retires archived installs (see Archived
+// installs). A private upstream's credentials
 // (UpstreamAuth: a token, a user name and password, or an SSH key with its
 // known_hosts; package gitauth, the same flags as every command) reach
 // git through its environment only (gitauth.Auth.Env), never its argv; an

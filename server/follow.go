@@ -1,15 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -48,9 +45,6 @@ func (s *Server) Run(ctx context.Context) error {
 		return s.runReplica(ctx)
 	}
 	if s.mirror != nil {
-		// What was accepted before a restart but not yet mirrored goes
-		// up with the first push: the whole namespace, once.
-		s.mirror.all()
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); s.mirror.run(ctx, s.cfg.MirrorDelay) }()
@@ -58,9 +52,18 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
+	mirroredAll := false
 	for {
 		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("follow main", "error", err)
+		}
+		if s.mirror != nil && !mirroredAll && s.archivesKnown.Load() {
+			// What was accepted before a restart but not yet mirrored
+			// goes up with the first push: the whole namespace, once,
+			// after the archive step, so that an install archived
+			// upstream while the server was down is not pushed back.
+			s.mirror.all()
+			mirroredAll = true
 		}
 		// Pushes do not start git gc themselves (receive.autogc=false).
 		if err := git(ctx, s.cfg.Dir, "gc", "--auto", "--quiet"); err != nil && ctx.Err() == nil {
@@ -95,9 +98,10 @@ func (s *Server) Sync(ctx context.Context) error {
 func (s *Server) sync(ctx context.Context) (string, error) {
 	if s.cfg.Upstream != "" {
 		// Operators' requests too (a pattern, so a missing ref is no
-		// error): a new one renders its install again.
+		// error): a new one renders its install again. And the archive
+		// (nuon install delete), whose installs the server retires.
 		if err := gitEnv(ctx, s.cfg.Dir, s.upstreamEnv, "fetch", "--quiet", "--no-tags", s.cfg.Upstream, "+"+schemas.MainRef+":"+schemas.MainRef,
-			"+"+requests.Ref+"*:"+requests.Ref+"*"); err != nil {
+			"+"+requests.Ref+"*:"+requests.Ref+"*", "+"+schemas.ArchiveRefPrefix+"*:"+schemas.ArchiveRefPrefix+"*"); err != nil {
 			return "", upstreamError("fetch main from", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
 		}
 	}
@@ -105,7 +109,16 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	archives, err := s.loadArchived(ctx, main)
 	s.keys.reset(main)
+	if err == nil {
+		err = s.followArchives(ctx, archives)
+	}
+	if err != nil {
+		// Not the render's business: logged, counted and tried again at
+		// the next check; the mirror holds the refs back meanwhile.
+		s.log.Error("retire archived installs", "error", err)
+	}
 	reqs, _ := revParse(ctx, s.cfg.Dir, requests.Ref) // zero: none filed
 	if (main == s.rendered && reqs == s.renderedRequests) || s.cfg.RenderKey == nil {
 		return resultUnchanged, nil
@@ -221,17 +234,8 @@ func git(ctx context.Context, dir string, args ...string) error {
 
 // gitEnv runs a git command in dir with more environment.
 func gitEnv(ctx context.Context, dir string, env []string, args ...string) error {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("git %s: %w: %s", args[0], err, redactURL(strings.TrimSpace(stderr.String())))
-	}
-	return nil
+	_, err := runGit(ctx, dir, env, nil, args...)
+	return err
 }
 
 // mirror pushes refs that moved to the upstream repository, batched.
@@ -242,10 +246,17 @@ type mirror struct {
 	log           *slog.Logger
 	metrics       *metrics
 
+	// pushMu is held through a push, and by the archive step while it
+	// retires an install: no push goes up with refs it is deleting.
+	pushMu sync.Mutex
+
 	mu       sync.Mutex
 	dirty    map[string]bool
 	everyRef bool // push all of refs/heads/nuon/ next time
-	kickc    chan struct{}
+	// held are refs never pushed: archived installs' refs the server
+	// could not retire yet (see hold).
+	held  map[string]bool
+	kickc chan struct{}
 }
 
 // maxMirrorArgs is how many refs one push names; more are pushed as the
@@ -266,6 +277,27 @@ func (m *mirror) add(refs ...string) {
 	case m.kickc <- struct{}{}:
 	default:
 	}
+}
+
+// hold replaces the refs never to push: archived installs' refs the
+// archive step kept (it failed, or they hold commits the archive lacks).
+func (m *mirror) hold(refs []string) {
+	held := make(map[string]bool, len(refs))
+	for _, r := range refs {
+		held[r] = true
+	}
+	m.mu.Lock()
+	m.held = held
+	m.mu.Unlock()
+}
+
+// forget drops refs from the next push: the archive step deleted them.
+func (m *mirror) forget(refs ...string) {
+	m.mu.Lock()
+	for _, r := range refs {
+		delete(m.dirty, r)
+	}
+	m.mu.Unlock()
 }
 
 // all marks every ref of refs/heads/nuon/ for the next push.
@@ -306,10 +338,18 @@ func (m *mirror) run(ctx context.Context, delay time.Duration) {
 
 // push sends the dirty refs upstream in one atomic push.
 func (m *mirror) push(ctx context.Context) error {
+	m.pushMu.Lock()
+	defer m.pushMu.Unlock()
 	m.mu.Lock()
 	refs := make([]string, 0, len(m.dirty))
 	for r := range m.dirty {
-		refs = append(refs, r)
+		if !m.held[r] {
+			refs = append(refs, r)
+		}
+	}
+	held := make([]string, 0, len(m.held))
+	for r := range m.held {
+		held = append(held, r)
 	}
 	m.dirty = map[string]bool{}
 	every := m.everyRef
@@ -328,6 +368,10 @@ func (m *mirror) push(ctx context.Context) error {
 	args = append(args, m.upstream)
 	if every || len(refs) > maxMirrorArgs {
 		args = append(args, "refs/heads/nuon/*:refs/heads/nuon/*")
+		slices.Sort(held)
+		for _, r := range held {
+			args = append(args, "^"+r) // a negative refspec (git 2.29)
+		}
 	} else {
 		for _, r := range refs {
 			args = append(args, r+":"+r)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/schemas"
 )
 
 // FuzzParseV2Request parses fuzzed protocol v2 requests: never a panic, and
@@ -84,6 +85,29 @@ func FuzzReadPack(f *testing.F) {
 			}
 			if c, err := q.commit(h); err == nil {
 				_ = q.connected([]*object.Commit{c})
+			}
+		}
+	})
+}
+
+// FuzzParseArchives parses fuzzed for-each-ref output of the archive:
+// never a panic, and every archived ref found is one the input names, at
+// the hash it gives, for one of the install's two refs.
+func FuzzParseArchives(f *testing.F) {
+	h := strings.Repeat("a", 40)
+	for _, seed := range []string{"", h + " refs/nuon/archive/acme/installs\n" + h + " refs/nuon/archive/acme/status\n",
+		h + " refs/nuon/archive/acme/other\n", h + " refs/nuon/archive/status\n", "x refs/nuon/archive/a/status", h + " refs/nuon/archive/a/b/status\n"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for id, arch := range parseArchives(data) {
+			for live, tip := range arch {
+				if live != schemas.InstallRef(id) && live != schemas.StatusRef(id) {
+					t.Fatalf("install %q: archived %q is not one of its refs", id, live)
+				}
+				if !bytes.Contains(data, []byte(tip.String()+" "+schemas.ArchiveRef(id, live))) {
+					t.Fatalf("install %q: %s at %s is not in the input", id, live, tip)
+				}
 			}
 		}
 	})

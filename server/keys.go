@@ -137,6 +137,18 @@ func (k *keyTable) read(install string) ssh.PublicKey {
 	return key
 }
 
+// known reports whether main names install (installs/<id>.yaml), whether
+// or not with a usable key.
+func (k *keyTable) known(install string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.load(); err != nil {
+		return false, err
+	}
+	_, ok := k.entries[install]
+	return ok, nil
+}
+
 // mainCommit is the main commit the table reads keys from.
 func (k *keyTable) mainCommit() plumbing.Hash {
 	k.mu.RLock()

@@ -34,6 +34,7 @@ const (
 	reasonOther          = "other"
 	reasonViewLogin      = "view_login"
 	reasonReplicaToken   = "replica_token"
+	reasonArchived       = "archived"
 	resultOK             = "ok"
 	resultRefused        = "refused"
 	resultError          = "error"
@@ -81,6 +82,7 @@ type metrics struct {
 	replicaSyncs   *prometheus.CounterVec
 	replicaLast    prometheus.Gauge
 	forwarded      *prometheus.CounterVec
+	retired        *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -140,13 +142,17 @@ func newMetrics() *metrics {
 			Name: "nuon_server_pushes_forwarded_total",
 			Help: "Status pushes a read replica forwarded to the writer, by result (ok: the writer answered, error).",
 		}, []string{"result"}),
+		retired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_archived_installs_retired_total",
+			Help: "Archived installs whose refs the server dropped (moving what the archive lacked under it, upstream too), by result (ok, error: kept, retried at the next check of main).",
+		}, []string{"result"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
-		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded,
+		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded, m.retired,
 	)
 	// Zero series for the results a dashboard alerts on, so that rate()
 	// works before the first event.

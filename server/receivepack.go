@@ -129,6 +129,14 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 	mu := s.installLock(install)
 	mu.Lock()
 	defer mu.Unlock()
+	if s.isArchived(install) {
+		// Authenticated before its key left main, archived since.
+		s.refuse(install, own, reasonArchived, archivedText)
+		s.metrics.observePush(resultRefused, start)
+		drain(br)
+		reportRefusal(w, caps, cmds, archivedText)
+		return
+	}
 	cur, _ := s.refs.get(own)
 	for _, c := range cmds {
 		reason, code := "", ""

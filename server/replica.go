@@ -189,17 +189,24 @@ func (s *Server) refresh(ctx context.Context) error {
 	}
 	u := s.writer.JoinPath(replicaPath).String()
 	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Bearer " + s.cfg.ReplicaToken}
-	if err := gitEnv(ctx, s.cfg.Dir, env, "-c", "protocol.version=2", "fetch", "--quiet", "--prune", "--no-tags", u, "+refs/heads/*:refs/heads/*"); err != nil {
+	// The archive too: an archived install is refused as such.
+	if err := gitEnv(ctx, s.cfg.Dir, env, "-c", "protocol.version=2", "fetch", "--quiet", "--prune", "--no-tags", u, "+refs/heads/*:refs/heads/*",
+		"+"+schemas.ArchiveRefPrefix+"*:"+schemas.ArchiveRefPrefix+"*"); err != nil {
 		return fmt.Errorf("refresh from the writer: %w", err)
 	}
 	refs, err := loadRefs(ctx, s.cfg.Dir)
 	if err != nil {
 		return err
 	}
-	s.refs.replace(refs)
+	// Archived installs, then keys, then refs: an archived install's key
+	// leaves once it is known archived, and its refs after its key.
 	if main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef); err == nil {
+		if _, err := s.loadArchived(ctx, main); err != nil {
+			return err
+		}
 		s.keys.reset(main)
 	}
+	s.refs.replace(refs)
 	s.seen = version
 	return nil
 }

@@ -160,6 +160,14 @@ type Server struct {
 	// renderedRequests is the requests.Ref tip of that render: a new
 	// request renders again, so it reaches its install.
 	renderedRequests plumbing.Hash
+
+	// archived are the installs archived and gone from main (loadArchived).
+	archivedMu sync.RWMutex
+	archived   map[string]bool
+	// archivesKnown is set once the archive step has run (a writer):
+	// until then the mirror does not push the whole namespace, which
+	// would bring archived installs' refs back upstream.
+	archivesKnown atomic.Bool
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -283,10 +291,15 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 	}
 	install, err := s.verifier.Verify(r)
 	if err != nil {
-		s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
-		s.metrics.refused(authReason(err))
+		reason, text, detail := authReason(err), refusalText(err), err.Error()
+		if errors.Is(err, request.ErrUnknownInstall) && s.isArchived(install) {
+			// Its key left main with it; say why rather than "unknown".
+			reason, text, detail = reasonArchived, archivedText, archivedText
+		}
+		s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", detail)
+		s.metrics.refused(reason)
 		w.Header().Set("WWW-Authenticate", request.Scheme)
-		http.Error(w, "nuon: "+refusalText(err), http.StatusUnauthorized)
+		http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 		return
 	}
 	if s.writer != nil && (endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
