@@ -134,57 +134,41 @@
 //
 // # Scale
 //
-// A cold render reads, renders and signs every install; each install's
-// objects are compressed by the worker that rendered it and, in a batch of
-// gitobj.NewSpooledBatch ([Options.Objects], as internal/publish renders),
-// written at once to a pack file finished at the end, so that what stays
-// in memory is the loaded source and an offset per object. A one-install
-// render reads the two source installs/ trees (as bytes, inflated: what
-// still grows with the fleet, some 4 MB each at 100,000 installs; a Cache
-// keeps the last), the
-// install refs as a sorted list (gitrepo.Repo.RefList) for their digest,
-// one shard of installs/ and of issued/, and writes those shards, the top
-// folders and two refs as ref files of their own (gitrepo.Repo.Apply).
-// BenchmarkRenderFleet measures both, each render a process of its own,
-// beside git fast-import writing the same objects, and BenchmarkRerender
-// the one-install render in-process (make bench-fleet; 2 cores shared with
-// other work; CPU is the steadier figure):
+// A cold render loads main (install files read, parsed and checked by a
+// worker per CPU, filed in order: schemas.Load), then renders and signs
+// every install; each install's objects are compressed by the worker that
+// rendered it and, in a batch of gitobj.NewSpooledBatch ([Options.Objects],
+// as internal/publish renders), written at once to a pack file finished
+// at the end, so that what stays in memory is the loaded source, an index
+// entry per object and a result per install. Each install's loaded file is
+// let go once it is rendered. A one-install render reads main's installs/
+// tree (some 4 MB at 100,000 installs), the install refs as a sorted list
+// (gitrepo.Repo.RefList) for their digest, one shard of installs/ and of
+// issued/, and writes those shards, the top folders and two refs as ref
+// files of their own (gitrepo.Repo.Apply).
 //
-//	installs   cold: wall    CPU      peak RSS   fast-import: wall  CPU    one install, child: wall  CPU   in-process CPU  BenchmarkRerender CPU
-//	   1,000        0.47 s    0.46 s    35 MB           0.87 s   0.81 s          50 ms   40 ms          22 ms          10 ms
-//	  10,000        4.4 s     4.3 s     78 MB           7.3 s    6.5 s           75 ms   46 ms          18 ms          18 ms
-//	 100,000       54 s      51 s      600 MB          48 s     41 s           185 ms  141 ms         128 ms          81 ms
+// The one-install render with a [Cache] (the tenant server's) keeps:
+// main's installs/ tree with where each entry starts, so that the next
+// tree is compared as bytes at its start and end and read as entries only
+// between; the install refs the last render left with their digest and
+// the hash's state at every 1,024th ref, so that refs read equal to them
+// are not hashed again and the new digest is hashed from the mark before
+// the first ref moved; and the source's objects outside installs/. A
+// cache is never trusted for what it should check: the refs are always
+// those read from the repository, and a ref moved behind the renderer's
+// back makes the lists differ (TestCacheDoesNotTrustMovedRef). The
+// tenant server keeps main's loose objects uncompressed
+// (server.ConfigureRepo), so that reading the new installs/ tree is a
+// copy rather than an inflate.
 //
-// (load 2-6 on 2 cores; the last column was measured after the binary
-// refs digest and the lazy read of packed-refs, the others just before.)
-// On a quieter machine (load 1-2), the same code rendered 10,000 installs
-// cold in 3.0 s wall, 4.7 s CPU, and 100,000 in 32 s wall, 51 s CPU,
-// 585 MB, beside fast-import's 53 s wall and CPU: 10.9 times the CPU of
-// 10,000; with GOGC=200, 10.8 times, 825 MB. fast-import's own times
-// vary by a quarter from run to run. Before the shards, the spooled pack and the ref
-// files, the same sizes took 1.48 GB at 100,000, and a one-install render
-// 69 ms of CPU at 10,000 and 686 ms at 100,000. What still grows with the
-// fleet: the cold render's CPU (11.8 times from 10,000 to 100,000; a
-// quarter of it compressing objects, a sixth collecting garbage, a
-// fifth loading and checking main) and memory (the loaded source and an
-// index entry per object). git fast-import writes the sharded tree faster
-// than it wrote the flat one (93 s of CPU at 100,000 before): the render
-// is now 1.25 times its CPU there, and faster below.
-//
-// The one-install render with a [Cache] (the tenant server's): the cache
-// keeps the install refs the last render left with their digest and the
-// hash's state at every 1,024th ref, so that refs read equal to them, entry
-// by entry, are not hashed again and the new digest is hashed from the mark
-// before the first ref moved; and the source's objects outside installs/.
-// gitrepo keeps the refs of the last packed-refs it parsed, by content, and
-// gitobj.ReadObject no longer copies what it read. BenchmarkRerender then
-// took 16.6 ms of CPU at 10,000 and 63.8 ms at 100,000 (was 18 and 81;
-// load 1-4). Of the 64 ms at 100,000, inflating main's new installs/ tree
-// (a 4 MB loose object git wrote) is some 23 ms, 4 of them zlib's
-// adler32, which the SHA-1 check of the object makes redundant; what is
-// left of listing the refs (reading packed-refs whole to compare it,
-// the ref list copied twice) some 5 ms. The cold render in the same run:
-// 10,000 in 3.0 s wall, 4.69 s CPU, 80 MB; 100,000 in 32 s wall, 52.2 s
-// CPU, 638 MB (11.1 times the CPU of 10,000; the cold render's code is
-// unchanged), fast-import 41 s.
+// BENCHMARKS.md ("Render at fleet scale") has the figures and the commands
+// (make bench-fleet). On a quiet machine (2 cores, load 1-1.5):
+// BenchmarkRenderFleet rendered 10,000 installs cold in 2.4 s wall and
+// 4.25 s of CPU, 100,000 in 24 s and 42.8 s (10.1 times), 478 MB at its
+// peak, beside git fast-import's 41 s for the same objects;
+// BenchmarkRerender took 35 ms (39 ms of CPU) at 100,000. Before this
+// round: 32 s, 52 s of CPU, 600 MB, and 64 ms. What still grows a little
+// faster than the fleet is the garbage collector's marking of a larger
+// heap, and every phase's CPU (load, render, write) is 10.1 to 10.4 times
+// its figure at 10,000.
 package renderer

@@ -10,11 +10,19 @@
 // under 128 bytes are stored, where compression buys little. A spooled
 // batch (NewSpooledBatch) goes further: what is merged into it is written
 // at once to a temporary pack file, finished and renamed into place by
-// Flush, so that only an offset per object stays in memory.
+// Flush, so that only an offset per object stays in memory. The pack's
+// index is written here from the objects' places sorted by name (the
+// bytes go-git's idxfile writer writes): that writer files every object in
+// a map and sorts through an interface, 0.75 s for the 400,000 objects of a
+// 100,000-install render, five times what sorting takes.
 //
 // It also reads them back: Store wraps go-git's storage of a repository on
 // disk and reads objects straight from the pack files through their
 // indexes, mapped into memory, and from loose files, without loading whole
-// indexes into maps first as go-git does. A process that opens a large repository to read a
-// few objects, a re-render, pays for those objects only.
+// indexes into maps first as go-git does. A process that opens a large
+// repository to read a few objects, a re-render, pays for those objects
+// only. Each pack is opened once and kept open with its index view, and
+// zlib readers are kept for reuse: a cold render sizes and reads 100,000
+// install files, and opening the pack or making a reader (with its 32 KB
+// window) for each was most of that.
 package gitobj
