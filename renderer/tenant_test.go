@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"io/fs"
 	"nuon.dev/nuon/schemas"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -258,36 +256,22 @@ func installsByID(res *renderer.Result) map[string]renderer.InstallResult {
 // never removed.
 func commitFiles(tb testing.TB, r *gitrepo.Repo, branch plumbing.ReferenceName, parent plumbing.Hash, files map[string][]byte) plumbing.Hash {
 	tb.Helper()
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var s bytes.Buffer
-	fmt.Fprintf(&s, "commit %s\ncommitter nuon test <test@nuon.invalid> %d +0000\ndata 7\nsource\n", branch, renderTime.Add(-time.Hour).Unix())
-	if !parent.IsZero() {
-		fmt.Fprintf(&s, "from %s\n", parent)
-	}
-	for _, name := range names {
-		data := files[name]
+	changed := make(map[string][]byte, len(files))
+	for name, data := range files {
 		if !parent.IsZero() && r.Storer().HasEncodedObject(gitobj.Hash(plumbing.BlobObject, data)) == nil {
 			continue
 		}
-		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n", name, len(data))
-		s.Write(data)
-		s.WriteByte('\n')
+		changed[name] = data
 	}
-	s.WriteString("\ndone\n")
-	cmd := exec.Command("git", "fast-import", "--quiet", "--done", "--force")
-	cmd.Dir = r.Location
-	cmd.Stdin = &s
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("git fast-import: %v: %s", err, out)
+	from := ""
+	if !parent.IsZero() {
+		from = parent.String()
 	}
+	commit := gittest.FastImport(tb, r.Location, branch.String(), from, renderTime.Add(-time.Hour), changed)
 	if st, ok := r.Storer().(interface{ Reindex() }); ok {
 		st.Reindex()
 	}
-	return plumbing.NewHash(gittest.Git(tb, r.Location, "rev-parse", branch.String()))
+	return plumbing.NewHash(commit)
 }
 
 // fixtureFiles reads the fixture tenant, path to content.

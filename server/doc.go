@@ -270,7 +270,15 @@
 // Run checks main every PollInterval and when /hooks/main is posted: with an
 // Upstream it first fetches main (with the operators' requests and the
 // archive) from it, then retires archived installs (see Archived
-// installs). A private upstream's credentials
+// installs). The fetch goes into a staging repository inside Dir
+// (nuon-upstream.git) that holds only those refs, and the new objects are
+// copied into Dir as one pack before the refs move there: git fetch into
+// Dir itself, which holds two refs per install, spent some 2.5 s at
+// 100,000 installs negotiating and checking connectivity against all of
+// them. From a push to the upstream's main until the agent's desired ref
+// moved takes 52 ms with the sample tenant and 0.52 s at 100,000 installs,
+// of which the upstream's own git makes its pack some 0.18 s
+// (BenchmarkRenderOnChange). A private upstream's credentials
 // (UpstreamAuth: a token, a user name and password, or an SSH key with its
 // known_hosts; package gitauth, the same flags as every command) reach
 // git through its environment only (gitauth.Auth.Env), never its argv; an

@@ -100,9 +100,8 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		// Operators' requests too (a pattern, so a missing ref is no
 		// error): a new one renders its install again. And the archive
 		// (nuon install delete), whose installs the server retires.
-		if err := gitEnv(ctx, s.cfg.Dir, s.upstreamEnv, "fetch", "--quiet", "--no-tags", s.cfg.Upstream, "+"+schemas.MainRef+":"+schemas.MainRef,
-			"+"+requests.Ref+"*:"+requests.Ref+"*", "+"+schemas.ArchiveRefPrefix+"*:"+schemas.ArchiveRefPrefix+"*"); err != nil {
-			return "", upstreamError("fetch main from", s.cfg.Upstream, s.cfg.UpstreamAuth, err)
+		if err := s.fetchUpstream(ctx); err != nil {
+			return "", err
 		}
 	}
 	main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef)

@@ -6,16 +6,19 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // HTTPBackend is where Debian's git package installs the smart-HTTP server.
@@ -261,4 +264,30 @@ func CommitDir(tb testing.TB, repo, branch, src, message string) string {
 	commit := env(args...)
 	env("update-ref", "refs/heads/"+branch, commit)
 	return commit
+}
+
+// FastImport commits files (path to content) on branch of the repository
+// dir with git fast-import, on top of parent (a commit id; "" for a root
+// commit, whose tree is then files alone), and returns the new commit id.
+// Only the files given change: it writes 100,000 files in seconds where
+// CommitDir would stage them one by one. Fewer than 100 objects are
+// written loose, as git fetch writes a small change.
+func FastImport(tb testing.TB, dir, branch, parent string, when time.Time, files map[string][]byte) string {
+	tb.Helper()
+	names := slices.Sorted(maps.Keys(files))
+	var s bytes.Buffer
+	fmt.Fprintf(&s, "commit %s\ncommitter nuon test <test@nuon.invalid> %d +0000\ndata 7\nsource\n", branch, when.Unix())
+	if parent != "" {
+		fmt.Fprintf(&s, "from %s\n", parent)
+	}
+	for _, name := range names {
+		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n", name, len(files[name]))
+		s.Write(files[name])
+		s.WriteByte('\n')
+	}
+	s.WriteString("\ndone\n")
+	if _, err := Run(dir, s.Bytes(), "fast-import", "--quiet", "--done", "--force"); err != nil {
+		tb.Fatal(err)
+	}
+	return Git(tb, dir, "rev-parse", branch)
 }
