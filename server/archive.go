@@ -76,8 +76,8 @@ func liveRefs(id string) [2]string { return [2]string{schemas.InstallRef(id), sc
 // does not name (an install created again under the same id is not
 // archived), and whose live refs, when the server holds any, are not of
 // an install created since the archive's current generation
-// (dropRecreated). It remembers their ids for the refusals and returns their
-// archives. Call it before the key table moves to main: an install's key
+// (dropRecreated). It remembers their ids for the refusals and returns
+// their archives. Call it before the key table moves to main: an install's key
 // then leaves only once the server knows it archived, so its agent is
 // never told "unknown install" in between.
 func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[string]archive, error) {
@@ -132,10 +132,10 @@ func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[stri
 // generation's does not (it was rendered since) and the live status is
 // not on the generation's status history (a new agent's first status, or
 // none: a status on no history of either is not taken as the archived
-// install's). A status on that history is
-// the same install's, accepted after the archive read the refs, and a
-// desired state within the generation's is the one archived: both are
-// retired, as before.
+// install's). A status on that history is the same install's, accepted
+// after the archive read the refs, and a desired state within the
+// generation's is the one archived: both are retired, as before. The
+// usual case, a desired ref equal to the generation's, runs no git.
 func (s *Server) dropRecreated(ctx context.Context, archives map[string]archive, ids []string) error {
 	if len(ids) == 0 {
 		return nil
@@ -168,18 +168,21 @@ func (s *Server) recreated(ctx context.Context, id string, arch archive, desired
 	if desired.IsZero() {
 		return false, nil
 	}
-	if was := arch.tips[schemas.InstallRef(id)]; !was.IsZero() {
+	switch was := arch.tips[schemas.InstallRef(id)]; {
+	case was == desired:
+		return false, nil
+	case !was.IsZero():
 		if in, err := s.isAncestor(ctx, desired, was); err != nil || in {
 			return false, err
 		}
 	}
 	// The desired state was rendered since: only a status on the
 	// generation's history says the refs are still the archived install's.
-	was := arch.tips[schemas.StatusRef(id)]
-	if was.IsZero() || status.IsZero() {
+	wasStatus := arch.tips[schemas.StatusRef(id)]
+	if wasStatus.IsZero() || status.IsZero() {
 		return true, nil
 	}
-	_, same, err := s.continues(ctx, was, status)
+	_, same, err := s.continues(ctx, wasStatus, status)
 	return !same, err
 }
 
