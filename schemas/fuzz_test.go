@@ -174,25 +174,3 @@ func FuzzTrailers(f *testing.F) {
 		}
 	})
 }
-
-// FuzzParseArchiveRef parses fuzzed ref names: never a panic, and a name
-// it takes is exactly the one ArchiveGenRef writes for what it read.
-func FuzzParseArchiveRef(f *testing.F) {
-	for _, seed := range []string{"", "refs/nuon/archive/acme/installs", "refs/nuon/archive/acme/status",
-		"refs/nuon/archive/acme/2/status", "refs/nuon/archive/acme/02/installs", "refs/nuon/archive/a/b/c/status",
-		"refs/nuon/archive/acme/1/status", "refs/nuon/archive//2/status"} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		id, gen, live, ok := ParseArchiveRef(name)
-		if !ok {
-			return
-		}
-		if gen < 1 || gen > MaxArchiveGen || (live != InstallRef(id) && live != StatusRef(id)) {
-			t.Fatalf("%q: id %q, generation %d, live %q", name, id, gen, live)
-		}
-		if back := ArchiveGenRef(id, gen, live); back != name {
-			t.Fatalf("%q read as %q %d %q, written back as %q", name, id, gen, live, back)
-		}
-	})
-}

@@ -80,3 +80,25 @@ func TestArchiveRefs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseArchiveRef parses fuzzed ref names: never a panic, and a name
+// it takes is exactly the one ArchiveGenRef writes for what it read.
+func FuzzParseArchiveRef(f *testing.F) {
+	for _, seed := range []string{"", "refs/nuon/archive/acme/installs", "refs/nuon/archive/acme/status",
+		"refs/nuon/archive/acme/2/status", "refs/nuon/archive/acme/02/installs", "refs/nuon/archive/a/b/c/status",
+		"refs/nuon/archive/acme/1/status", "refs/nuon/archive//2/status"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		id, gen, live, ok := schemas.ParseArchiveRef(name)
+		if !ok {
+			return
+		}
+		if gen < 1 || gen > schemas.MaxArchiveGen || (live != schemas.InstallRef(id) && live != schemas.StatusRef(id)) {
+			t.Fatalf("%q: id %q, generation %d, live %q", name, id, gen, live)
+		}
+		if back := schemas.ArchiveGenRef(id, gen, live); back != name {
+			t.Fatalf("%q read as %q %d %q, written back as %q", name, id, gen, live, back)
+		}
+	})
+}
