@@ -37,7 +37,8 @@ const ArchivePrefix = schemas.ArchiveRefPrefix
 //  3. agent: stops the agent process;
 //  4. sandbox: destroys the sandbox;
 //  5. archive: removes installs/<id>.yaml from main and moves the
-//     install's refs under refs/nuon/archive/<id>/.
+//     install's refs under refs/nuon/archive/<id>/, as a new generation
+//     when the id was archived before (schemas.ArchiveGenRef).
 //
 // On CloudAWS phases 3 and 4 are instead (the agent runs in the cluster
 // and goes with it):
@@ -274,8 +275,10 @@ func renderedDeleted(st storer.EncodedObjectStorer, h plumbing.Hash) (bool, erro
 }
 
 // archive removes installs/<id>.yaml from main and moves the install's
-// refs under ArchivePrefix<id>/: the copies and the deletions in one
-// gitrepo.Apply, one atomic push on a remote repository.
+// refs under ArchivePrefix<id>/ as a new generation of its archive
+// (schemas.ArchiveGenRef; archiveGen): the copies and the deletions in one
+// gitrepo.Apply, one atomic push on a remote repository. Earlier
+// generations, of installs that had the id before, are left as they are.
 func archive(ctx context.Context, o *Options, _ *state) (string, string, error) {
 	file := installPath(o.ID)
 	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+ArchivePrefix+o.ID+"/.\n",
@@ -319,25 +322,35 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 	if err := repo.Fetch(ctx, schemas.InstallRef(o.ID), schemas.StatusRef(o.ID), archived); err != nil {
 		return "", "", err
 	}
-	// One Apply: the copies and the deletions go together (one atomic
-	// push on a remote), so the history is never without a ref.
-	var updates []gitrepo.Update
-	var moved []string
+	lives := map[string]plumbing.Hash{}
 	for _, name := range []string{schemas.InstallRef(o.ID), schemas.StatusRef(o.ID)} {
 		h, err := repo.Ref(plumbing.ReferenceName(name))
 		if err != nil {
 			return "", "", err
 		}
-		if h.IsZero() {
+		if !h.IsZero() {
+			lives[name] = h
+		}
+	}
+	gen, err := archiveGen(repo, o.ID, lives)
+	if err != nil {
+		return "", "", err
+	}
+	// One Apply: the copies and the deletions go together (one atomic
+	// push on a remote), so the history is never without a ref, and a
+	// generation exists only once the live refs are gone: a re-run finds
+	// either both live refs (nothing happened) or none.
+	var updates []gitrepo.Update
+	var moved []string
+	for _, name := range []string{schemas.InstallRef(o.ID), schemas.StatusRef(o.ID)} {
+		h, ok := lives[name]
+		if !ok {
 			continue
 		}
-		to := plumbing.ReferenceName(schemas.ArchiveRef(o.ID, name))
-		old, err := repo.Ref(to)
-		if err != nil {
-			return "", "", err
-		}
-		if old != h {
-			updates = append(updates, gitrepo.Update{Name: to, Old: old, New: h})
+		to := plumbing.ReferenceName(schemas.ArchiveGenRef(o.ID, gen.n, name))
+		if !gen.holds[name] {
+			// A new generation's ref: created, never moved.
+			updates = append(updates, gitrepo.Update{Name: to, New: h})
 		}
 		updates = append(updates, gitrepo.Update{Name: plumbing.ReferenceName(name), Old: h})
 		moved = append(moved, name+" -> "+to.String())
@@ -349,4 +362,72 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		return Unchanged, "", nil
 	}
 	return Done, strings.Join(moved, ", "), nil
+}
+
+// generation is where archive puts an install's live refs: generation n
+// of its archive, which already holds (at or past) the live refs marked.
+type generation struct {
+	n     int
+	holds map[string]bool
+}
+
+// archiveGen chooses the generation that archives install id's live refs
+// (live ref → tip, only those that exist), from the archive's refs in
+// repo. When the newest generation already holds every live ref (each is
+// its ref there or an ancestor of it: a re-run of the same deletion whose
+// deletions did not happen), it is that one, and nothing is copied again.
+// Otherwise the live refs are of an install that had the id since, and it
+// is the next generation, 1 when there is none.
+func archiveGen(repo *gitrepo.Repo, id string, lives map[string]plumbing.Hash) (generation, error) {
+	refs, err := repo.Refs(ArchivePrefix + id + "/")
+	if err != nil {
+		return generation{}, err
+	}
+	newest := 0
+	tips := map[string]plumbing.Hash{}
+	for name, h := range refs {
+		rid, gen, live, ok := schemas.ParseArchiveRef(name.String())
+		if !ok || rid != id || gen < newest {
+			continue
+		}
+		if gen > newest {
+			newest = gen
+			clear(tips)
+		}
+		tips[live] = h
+	}
+	if newest == 0 || len(lives) == 0 {
+		return generation{n: max(newest, 1), holds: map[string]bool{}}, nil
+	}
+	holds := map[string]bool{}
+	for live, h := range lives {
+		in, err := contains(repo.Storer(), tips[live], h)
+		if err != nil {
+			return generation{}, err
+		}
+		if !in {
+			return generation{n: newest + 1, holds: map[string]bool{}}, nil
+		}
+		holds[live] = true
+	}
+	return generation{n: newest, holds: holds}, nil
+}
+
+// contains reports whether commit tip is h or has h among its ancestors.
+func contains(st storer.EncodedObjectStorer, tip, h plumbing.Hash) (bool, error) {
+	if tip.IsZero() {
+		return false, nil
+	}
+	if tip == h {
+		return true, nil
+	}
+	c, err := object.GetCommit(st, h)
+	if err != nil {
+		return false, fmt.Errorf("archive: %s: %w", h, err)
+	}
+	t, err := object.GetCommit(st, tip)
+	if err != nil {
+		return false, fmt.Errorf("archive: %s: %w", tip, err)
+	}
+	return c.IsAncestor(t)
 }

@@ -184,3 +184,144 @@ func TestWaitDeletedOnDeletedRender(t *testing.T) {
 		t.Fatalf("on the deleted render: %s %q %v; want done", res, detail, err)
 	}
 }
+
+// recreate puts installs/acme.yaml back on main of the tenant repository
+// at dir (an install created again under the id) and gives acme new live
+// refs: a desired state continuing desiredParent ("" for none: the
+// renderer continues the commit it last issued for the id, when it still
+// has it) and a first status of the new agent. It returns the two tips.
+func recreate(t *testing.T, dir, desiredParent, what string) (desired, status string) {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "installs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(src, "installs", "acme.yaml"), "channel: stable\ndeleted: true\n")
+	writeFile(t, filepath.Join(src, "installs", "other.yaml"), "channel: stable\n")
+	gittest.CommitDir(t, dir, "main", src, "acme again: "+what)
+	commit := func(ref, parent, msg string) string {
+		args := []string{"-c", "user.name=nuon test", "-c", "user.email=test@nuon.invalid", "commit-tree", gittest.Git(t, dir, "hash-object", "-t", "tree", "-w", "--stdin"), "-m", msg}
+		if parent != "" {
+			args = append(args, "-p", parent)
+		}
+		h := gittest.Git(t, dir, args...)
+		gittest.Git(t, dir, "update-ref", ref, h)
+		return h
+	}
+	desired = commit(schemas.InstallRef("acme"), desiredParent, "acme: rendered deleted, "+what)
+	status = commit(schemas.StatusRef("acme"), "", "acme: every component deleted, "+what)
+	return desired, status
+}
+
+// archiveRefs lists the refs under refs/nuon/archive/ and acme's live
+// refs in the repository at dir.
+func archiveRefs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	out := gittest.Git(t, dir, "for-each-ref", "--format=%(refname) %(objectname)", "refs/nuon/archive/", schemas.InstallRef("acme"), schemas.StatusRef("acme"))
+	for _, line := range strings.Split(out, "\n") {
+		if name, h, ok := strings.Cut(line, " "); ok {
+			got[name] = h
+		}
+	}
+	return got
+}
+
+// TestArchiveAgain: acme is deleted, created again under the same id and
+// deleted again, three times, on a local path and over smart HTTP. Each
+// deletion archives its refs as a new generation and leaves every earlier
+// one as it was; a re-run after the move has nothing to do, one after a
+// crash between removing the install from main and moving the refs moves
+// them, and one after a move that copied the refs but did not delete them
+// (a copy made by hand, or by a tool that is not atomic) deletes them
+// without making another generation.
+func TestArchiveAgain(t *testing.T) {
+	httpSrv := gittest.NewServer(t)
+	for _, tr := range []struct {
+		name string
+		url  func(dir string) string
+	}{
+		{"local", func(dir string) string { return dir }},
+		{"http", func(dir string) string { return httpSrv.URL(filepath.Base(dir)) }},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(httpSrv.Root, "again-"+tr.name+".git")
+			desired1, status1 := tenantWithInstall(t, dir)
+			cache := t.TempDir()
+			o := Options{ID: "acme", Repo: tr.url(dir), Dir: t.TempDir(),
+				OpenRepo: func(location string) (*gitrepo.Repo, error) {
+					return gitrepo.Open(location, gitrepo.WithCacheDir(cache))
+				}}
+			if err := o.defaults(false); err != nil {
+				t.Fatal(err)
+			}
+			run := func(step, want string) {
+				t.Helper()
+				res, detail, err := archive(ctx, &o, nil)
+				if err != nil {
+					t.Fatalf("%s: %v", step, err)
+				}
+				if res != want {
+					t.Errorf("%s: %s %s, want %s", step, res, detail, want)
+				}
+			}
+			check := func(step string, want map[string]string) {
+				t.Helper()
+				if d := cmp.Diff(want, archiveRefs(t, dir)); d != "" {
+					t.Errorf("%s: refs (-want +got):\n%s", step, d)
+				}
+			}
+			gen1 := map[string]string{
+				"refs/nuon/archive/acme/installs": desired1,
+				"refs/nuon/archive/acme/status":   status1,
+			}
+			run("first delete", Done)
+			check("first delete", gen1)
+
+			// Created again; the renderer continues the desired state it
+			// last issued for the id.
+			desired2, status2 := recreate(t, dir, desired1, "second install")
+			run("second delete", Done)
+			want := map[string]string{
+				"refs/nuon/archive/acme/2/installs": desired2,
+				"refs/nuon/archive/acme/2/status":   status2,
+			}
+			for k, v := range gen1 {
+				want[k] = v
+			}
+			check("second delete", want)
+			run("re-run of the second delete", Unchanged)
+			check("re-run of the second delete", want)
+
+			// Created again, and deleted by a run that stopped after
+			// removing it from main: the re-run moves the refs.
+			desired3, status3 := recreate(t, dir, "", "third install")
+			src := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(src, "installs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(src, "installs", "other.yaml"), "channel: stable\n")
+			gittest.CommitDir(t, dir, "main", src, "acme: remove the deleted install")
+			run("re-run after removing from main", Done)
+			want["refs/nuon/archive/acme/3/installs"] = desired3
+			want["refs/nuon/archive/acme/3/status"] = status3
+			check("re-run after removing from main", want)
+
+			// Created again, and the refs copied as generation 4 but not
+			// deleted: the re-run deletes them, into generation 4.
+			desired4, status4 := recreate(t, dir, desired3, "fourth install")
+			gittest.Git(t, dir, "update-ref", "refs/nuon/archive/acme/4/installs", desired4)
+			gittest.Git(t, dir, "update-ref", "refs/nuon/archive/acme/4/status", status4)
+			run("re-run after copying the refs", Done)
+			want["refs/nuon/archive/acme/4/installs"] = desired4
+			want["refs/nuon/archive/acme/4/status"] = status4
+			check("re-run after copying the refs", want)
+			run("last re-run", Unchanged)
+			check("last re-run", want)
+			if got := gittest.Git(t, dir, "ls-tree", "--name-only", "main", "installs/"); got != "installs/other.yaml" {
+				t.Errorf("main's installs/: %q, want only other.yaml", got)
+			}
+		})
+	}
+}

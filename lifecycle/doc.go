@@ -136,8 +136,19 @@
 // # The audit log
 //
 // The archive phase keeps the install's history: its desired and status
-// refs are copied under refs/nuon/archive/<id>/ (schemas.ArchiveRef) and
-// deleted, in one atomic push on a remote repository (gitrepo.Apply).
+// refs are copied under refs/nuon/archive/<id>/ and deleted, in one atomic
+// push on a remote repository (gitrepo.Apply). Each deletion of an id is
+// a generation of its archive (schemas.ArchiveGenRef): the first keeps
+// refs/nuon/archive/<id>/installs and /status, an install created again
+// under the id and deleted again goes to refs/nuon/archive/<id>/2/, and
+// so on; an earlier generation is never written again, so no install's
+// history is left unreferenced for git gc. The generation is the one
+// after the newest there, unless the newest already holds the live refs
+// (each its ref there or an ancestor of it): then a re-run of the same
+// deletion only deletes them. Copies and deletions go in one atomic
+// update, the deletions leased at the tips read, so a run that stopped
+// half way left either every live ref or none, and two runs cannot both
+// archive the same refs.
 // Run it against the repository a tenant server follows (its upstream, or
 // its own repository when it has none): the server reads the archive
 // refs, drops the install's refs, and moves under the archive any status

@@ -26,6 +26,9 @@ const (
 	// ArchiveRefPrefix + id + "/" holds a deleted install's refs: nuon
 	// install delete moves its InstallRef and StatusRef there (ArchiveRef)
 	// as its audit log, out of refs/heads/ where agents and mirrors look.
+	// An id deleted again (an install created again under the same id)
+	// gets a new generation beside the earlier ones: nothing is
+	// overwritten (ArchiveGenRef).
 	ArchiveRefPrefix = "refs/nuon/archive/"
 )
 
@@ -35,11 +38,66 @@ func InstallRef(id string) string { return InstallRefPrefix + id }
 // StatusRef is the ref of an install's status.
 func StatusRef(id string) string { return StatusRefPrefix + id }
 
-// ArchiveRef is where the archive of install id keeps live, its
+// ArchiveRef is where the first archive of install id keeps live, its
 // InstallRef or StatusRef: ArchiveRefPrefix + id + "/installs" or
-// "/status".
-func ArchiveRef(id, live string) string {
-	return ArchiveRefPrefix + id + "/" + strings.TrimPrefix(strings.TrimSuffix(live, "/"+id), "refs/heads/nuon/")
+// "/status". It is ArchiveGenRef(id, 1, live).
+func ArchiveRef(id, live string) string { return ArchiveGenRef(id, 1, live) }
+
+// ArchiveGenRef is where generation gen of install id's archive keeps
+// live. Each deletion of an id archives its refs as a new generation, the
+// one after the newest there (1 for the first): generation 1 is
+// ArchiveRefPrefix + id + "/installs" and "/status" (the names before
+// generations, so older archives read as generation 1); generation n > 1
+// is ArchiveRefPrefix + id + "/<n>/installs" and "/<n>/status". The
+// newest generation is the current archive; the earlier ones are kept
+// as they were, each the history of an install that once had the id.
+func ArchiveGenRef(id string, gen int, live string) string {
+	kind := strings.TrimPrefix(strings.TrimSuffix(live, "/"+id), "refs/heads/nuon/")
+	if gen <= 1 {
+		return ArchiveRefPrefix + id + "/" + kind
+	}
+	return ArchiveRefPrefix + id + "/" + strconv.Itoa(gen) + "/" + kind
+}
+
+// MaxArchiveGen bounds the generation ParseArchiveRef accepts.
+const MaxArchiveGen = 1 << 30
+
+// ParseArchiveRef parses an archived ref's name (ArchiveGenRef): the
+// install id, the generation and the live ref it keeps (InstallRef or
+// StatusRef of id). ok is false for any other name: an id is not empty
+// and has no "/", a generation past 1 is written in decimal without
+// leading zeros, at most MaxArchiveGen.
+func ParseArchiveRef(name string) (id string, gen int, live string, ok bool) {
+	rest, found := strings.CutPrefix(name, ArchiveRefPrefix)
+	if !found {
+		return "", 0, "", false
+	}
+	parts := strings.Split(rest, "/")
+	gen = 1
+	switch len(parts) {
+	case 2:
+	case 3:
+		g, err := strconv.Atoi(parts[1])
+		if err != nil || g < 2 || g > MaxArchiveGen || strconv.Itoa(g) != parts[1] {
+			return "", 0, "", false
+		}
+		gen = g
+	default:
+		return "", 0, "", false
+	}
+	id = parts[0]
+	if id == "" {
+		return "", 0, "", false
+	}
+	switch parts[len(parts)-1] {
+	case "installs":
+		live = InstallRef(id)
+	case "status":
+		live = StatusRef(id)
+	default:
+		return "", 0, "", false
+	}
+	return id, gen, live, true
 }
 
 // Trailers of the commits nuon writes. A per-install commit carries

@@ -21,9 +21,17 @@ import (
 // or pushes. It names nothing but the install the request claims to be.
 const archivedText = "install archived: it was deleted (nuon install delete); nothing is served or accepted for it"
 
-// archive is one install's archived refs (schemas.ArchiveRef): live ref
-// name (its InstallRef or StatusRef) → the tip the archive holds.
-type archive map[string]plumbing.Hash
+// archive is the current generation of one install's archive
+// (schemas.ArchiveGenRef): the newest, the only one the server reads or
+// moves; earlier ones are the histories of installs that had the id
+// before, left as they are.
+type archive struct {
+	// gen is the generation's number.
+	gen int
+	// tips maps a live ref name (the install's InstallRef or StatusRef)
+	// to the tip the generation holds for it.
+	tips map[string]plumbing.Hash
+}
 
 // listArchives reads every install's archived refs in the repository at
 // dir with one git for-each-ref.
@@ -35,35 +43,29 @@ func listArchives(ctx context.Context, dir string) (map[string]archive, error) {
 	return parseArchives(out), nil
 }
 
-// parseArchives parses "hash refname" lines of archived refs; a line that
-// names no install's archived ref (schemas.ArchiveRef) is skipped.
+// parseArchives parses "hash refname" lines of archived refs into each
+// install's current generation; a line that names no install's archived
+// ref (schemas.ParseArchiveRef) is skipped.
 func parseArchives(out []byte) map[string]archive {
 	archives := map[string]archive{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		h, name, _ := strings.Cut(sc.Text(), " ")
-		id, _, ok := cutLast(strings.TrimPrefix(name, schemas.ArchiveRefPrefix), "/")
-		if !ok || id == "" || !isHash(h) {
+		id, gen, live, ok := schemas.ParseArchiveRef(name)
+		if !ok || !isHash(h) {
 			continue
 		}
-		for _, live := range liveRefs(id) {
-			if schemas.ArchiveRef(id, live) == name {
-				if archives[id] == nil {
-					archives[id] = archive{}
-				}
-				archives[id][live] = plumbing.NewHash(h)
-			}
+		arch, seen := archives[id]
+		switch {
+		case seen && gen < arch.gen:
+			continue
+		case !seen || gen > arch.gen:
+			arch = archive{gen: gen, tips: map[string]plumbing.Hash{}}
+			archives[id] = arch
 		}
+		arch.tips[live] = plumbing.NewHash(h)
 	}
 	return archives
-}
-
-// cutLast cuts s around the last sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	if i := strings.LastIndex(s, sep); i >= 0 {
-		return s[:i], s[i+len(sep):], true
-	}
-	return s, "", false
 }
 
 // liveRefs are an install's two refs, desired first.
@@ -72,8 +74,10 @@ func liveRefs(id string) [2]string { return [2]string{schemas.InstallRef(id), sc
 // loadArchived finds the archived installs: those with refs under
 // schemas.ArchiveRefPrefix that main, the main commit about to be served,
 // does not name (an install created again under the same id is not
-// archived). It remembers their ids for the refusals and returns their
-// archives. Call it before the key table moves to main: an install's key
+// archived), and whose live refs, when the server holds any, are not of
+// an install created since the archive's current generation
+// (dropRecreated). It remembers their ids for the refusals and returns
+// their archives. Call it before the key table moves to main: an install's key
 // then leaves only once the server knows it archived, so its agent is
 // never told "unknown install" in between.
 func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[string]archive, error) {
@@ -88,6 +92,7 @@ func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[stri
 		keys = newKeyTable(s.cfg.Dir)
 		keys.reset(main)
 	}
+	var held []string
 	for id := range archives {
 		onMain, err := keys.known(id)
 		if err != nil {
@@ -96,7 +101,14 @@ func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[stri
 		}
 		if onMain {
 			delete(archives, id)
+			continue
 		}
+		if len(s.refs.own(id)) > 0 {
+			held = append(held, id)
+		}
+	}
+	if err := s.dropRecreated(ctx, archives, held); err != nil {
+		return nil, err
 	}
 	ids := make(map[string]bool, len(archives))
 	for id := range archives {
@@ -106,6 +118,72 @@ func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[stri
 	s.archived = ids
 	s.archivedMu.Unlock()
 	return archives, nil
+}
+
+// dropRecreated removes from archives the installs among ids (archived
+// installs whose refs the server holds) whose live refs belong to an
+// install created again under the id since the current generation was
+// archived, and not archived yet: nuon install delete removes it from
+// main before it moves its refs, so for a moment main lacks it while the
+// newest generation is the one before. Its refs are then neither retired
+// into that older generation nor refused as archived: they stay live
+// until the archive phase writes their own generation. They are of a
+// newer install when the live desired state holds commits the
+// generation's does not (it was rendered since) and the live status is
+// not on the generation's status history (a new agent's first status, or
+// none: a status on no history of either is not taken as the archived
+// install's). A status on that history is the same install's, accepted
+// after the archive read the refs, and a desired state within the
+// generation's is the one archived: both are retired, as before. The
+// usual case, a desired ref equal to the generation's, runs no git.
+func (s *Server) dropRecreated(ctx context.Context, archives map[string]archive, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	names := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		lives := liveRefs(id)
+		names = append(names, lives[:]...)
+	}
+	cur, err := s.readRefs(ctx, names...)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		newer, err := s.recreated(ctx, id, archives[id], cur[schemas.InstallRef(id)], cur[schemas.StatusRef(id)])
+		if err != nil {
+			return err
+		}
+		if newer {
+			s.log.Info("install: its refs are newer than its archive (created again under the id, and not archived yet); kept live", "install", id, "commit", cur[schemas.InstallRef(id)].String(), "archived", schemas.ArchiveGenRef(id, archives[id].gen, schemas.InstallRef(id)))
+			delete(archives, id)
+		}
+	}
+	return nil
+}
+
+// recreated reports whether install id's live refs, desired and status
+// (zero: none), are of an install created since arch (dropRecreated).
+func (s *Server) recreated(ctx context.Context, id string, arch archive, desired, status plumbing.Hash) (bool, error) {
+	if desired.IsZero() {
+		return false, nil
+	}
+	switch was := arch.tips[schemas.InstallRef(id)]; {
+	case was == desired:
+		return false, nil
+	case !was.IsZero():
+		if in, err := s.isAncestor(ctx, desired, was); err != nil || in {
+			return false, err
+		}
+	}
+	// The desired state was rendered since: only a status on the
+	// generation's history says the refs are still the archived install's.
+	wasStatus := arch.tips[schemas.StatusRef(id)]
+	if wasStatus.IsZero() || status.IsZero() {
+		return true, nil
+	}
+	_, same, err := s.continues(ctx, wasStatus, status)
+	return !same, err
 }
 
 // isArchived reports whether install was archived and main no longer
@@ -157,7 +235,7 @@ type move struct {
 }
 
 // retire drops an archived install's refs from the server: every commit
-// they hold goes under the archive first (upstream, then here), then they
+// they hold goes under the archive's current generation (arch) first (upstream, then here), then they
 // are deleted (upstream, then here) and leave the ref table. A ref whose
 // history the archive neither holds nor continues (they diverged: the
 // archive was rewritten by hand, say) is kept live, here and upstream,
@@ -180,7 +258,7 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (dropped b
 	}
 	var moves []move
 	for _, live := range lives {
-		m := move{live: live, archived: schemas.ArchiveRef(id, live), cur: cur[live], was: arch[live]}
+		m := move{live: live, archived: schemas.ArchiveGenRef(id, arch.gen, live), cur: cur[live], was: arch.tips[live]}
 		to, ok, err := s.continues(ctx, m.was, m.cur)
 		if err != nil {
 			return false, err
@@ -231,7 +309,7 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (dropped b
 		attrs = append(attrs, strings.TrimPrefix(m.archived, schemas.ArchiveRefPrefix+id+"/"), m.to.String())
 	}
 	if changed {
-		s.log.Info("install archived: its refs left the server (and the upstream); their history is under "+schemas.ArchiveRefPrefix+id+"/", attrs...)
+		s.log.Info("install archived: its refs left the server (and the upstream); their history is under "+strings.TrimSuffix(schemas.ArchiveGenRef(id, arch.gen, lives[0]), "installs"), attrs...)
 	}
 	return changed, nil
 }

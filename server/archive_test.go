@@ -31,6 +31,13 @@ func archiveRef(id, kind string) string { return "refs/nuon/archive/" + id + "/"
 // refs/nuon/archive/<id>/ and deletes them. It returns the tips archived.
 func archiveRepo(t *testing.T, dir, id string) (desired, status string) {
 	t.Helper()
+	return archiveRepoAs(t, dir, id, func(kind string) string { return archiveRef(id, kind) })
+}
+
+// archiveRepoAs is archiveRepo with the archive's names: at(kind) is
+// where the ref of kind goes (a later generation's).
+func archiveRepoAs(t *testing.T, dir, id string, at func(kind string) string) (desired, status string) {
+	t.Helper()
 	run := func(stdin string, args ...string) string {
 		t.Helper()
 		out, err := gittest.Run(dir, []byte(stdin), args...)
@@ -64,7 +71,7 @@ func archiveRepo(t *testing.T, dir, id string) (desired, status string) {
 	tx := "start\n"
 	for _, m := range []struct{ live, tip, kind string }{{schemas.InstallRef(id), desired, "installs"}, {schemas.StatusRef(id), status, "status"}} {
 		if m.tip != "" {
-			tx += "update " + archiveRef(id, m.kind) + " " + m.tip + "\ndelete " + m.live + " " + m.tip + "\n"
+			tx += "update " + at(m.kind) + " " + m.tip + "\ndelete " + m.live + " " + m.tip + "\n"
 		}
 	}
 	run(tx+"commit\n", "update-ref", "--stdin")
@@ -422,4 +429,135 @@ func TestArchiveRetireFails(t *testing.T) {
 	}
 	checkArchived(t, "upstream", e.upstream, desired, next, nil)
 	checkArchived(t, "server", e.dir, desired, next, nil)
+}
+
+// removeFromMain commits, on main of the repository at dir, main's tree
+// without installs/<id>.yaml: what nuon install delete's archive phase
+// does before it moves the refs.
+func removeFromMain(t *testing.T, e *env, dir, id string) {
+	t.Helper()
+	var installs []string
+	for _, l := range strings.Split(e.mustGit(dir, "ls-tree", "main:installs"), "\n") {
+		if !strings.HasSuffix(l, "\t"+id+".yaml") {
+			installs = append(installs, l)
+		}
+	}
+	sub, err := gittest.Run(dir, []byte(strings.Join(installs, "\n")+"\n"), "mktree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root []string
+	for _, l := range strings.Split(e.mustGit(dir, "ls-tree", "main"), "\n") {
+		if strings.HasSuffix(l, "\tinstalls") {
+			l = "040000 tree " + sub + "\tinstalls"
+		}
+		root = append(root, l)
+	}
+	tree, err := gittest.Run(dir, []byte(strings.Join(root, "\n")+"\n"), "mktree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := refAt(dir, "main")
+	c := e.mustGit(dir, "-c", "user.name=nuon install", "-c", "user.email=install@nuon.invalid", "commit-tree", tree, "-p", main, "-m", id+": remove the deleted install")
+	e.mustGit(dir, "update-ref", "refs/heads/main", c, main)
+}
+
+// TestArchiveAgain: acme is archived, created again under the same id,
+// and deleted again. While the second deletion has removed acme from main
+// but not yet moved its refs, the first generation of its archive is all
+// there is: the server neither takes the new install for archived (its
+// agent is not refused as archived) nor retires its refs into that
+// generation. Once the refs are archived as generation 2, with a status
+// the server accepted after the archive read them, the server retires
+// them into generation 2 and moves it forward, and leaves generation 1 as
+// it was, here and upstream.
+func TestArchiveAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first := mirroredStatus(t, e)
+	desired1, status1 := archiveRepo(t, e.upstream, "acme")
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkArchived(t, "server after the first delete", e.dir, desired1, status1, nil)
+	archivedRefusal(t, e.http.URL, "acme", first)
+
+	// Created again: its file back on main, a new render, a new agent.
+	main := refAt(e.upstream, "main")
+	again := e.mustGit(e.upstream, "-c", "user.name=t", "-c", "user.email=t@nuon.invalid", "commit-tree", main+"~1^{tree}", "-p", main, "-m", "acme again")
+	e.mustGit(e.upstream, "update-ref", "refs/heads/main", again, main)
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	desired2 := e.serverRef(schemas.InstallRef("acme"))
+	if desired2 == "" || desired2 == desired1 {
+		t.Fatalf("acme created again: desired state %q, want a new one", desired2)
+	}
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	a.n = 100 // its first status is not the first install's
+	if err := a.push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the new acme's status mirrored upstream", func() bool { return refAt(e.upstream, schemas.StatusRef("acme")) == a.head.String() })
+	waitUntil(t, "the new acme's desired state mirrored upstream", func() bool { return refAt(e.upstream, schemas.InstallRef("acme")) == desired2 })
+
+	// Deleted again, stopped between removing it from main and moving
+	// its refs: generation 1 is the newest.
+	removeFromMain(t, e, e.upstream, "acme")
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{e.dir, e.upstream} {
+		for ref, want := range map[string]string{
+			schemas.InstallRef("acme"):     desired2,
+			schemas.StatusRef("acme"):      a.head.String(),
+			archiveRef("acme", "installs"): desired1,
+			archiveRef("acme", "status"):   status1,
+		} {
+			if got := refAt(dir, ref); got != want {
+				t.Errorf("%s, acme off main but its refs not archived: %s = %q, want %q", dir, ref, got, want)
+			}
+		}
+	}
+	_, err := agent.NewRemote(e.http.URL+"/tenant.git", agent.WithRequestSigner(&request.Signer{Install: "acme", Key: e.keys["acme"]})).
+		Heads(ctx, plumbing.ReferenceName(schemas.InstallRef("acme")))
+	if err != nil && strings.Contains(err.Error(), "install archived") {
+		t.Errorf("the new acme is refused as archived before its refs are: %v", err)
+	}
+
+	// The archive phase goes on: generation 2. The server holds a status
+	// it accepted after the archive read the refs (just before it saw
+	// main without acme; written into its repository here, as the push
+	// would have).
+	gen2 := func(kind string) string { return "refs/nuon/archive/acme/2/" + kind }
+	desired, status := archiveRepoAs(t, e.upstream, "acme", gen2)
+	if desired != desired2 || status != a.head.String() {
+		t.Fatalf("archived %s and %s, want %s and %s", desired, status, desired2, a.head)
+	}
+	local := localRepo(t)
+	e.mustGit(local, "fetch", "--quiet", e.dir, schemas.StatusRef("acme"))
+	last := e.statusCommit(local, "acme", a.head.String(), e.keyFiles["acme"], "last words")
+	e.mustGit(local, "push", "--quiet", e.dir, last+":"+schemas.StatusRef("acme"))
+	if err := e.srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrored(t, e)
+	for _, dir := range []string{e.dir, e.upstream} {
+		for ref, want := range map[string]string{
+			schemas.InstallRef("acme"):     "",
+			schemas.StatusRef("acme"):      "",
+			archiveRef("acme", "installs"): desired1,
+			archiveRef("acme", "status"):   status1,
+			gen2("installs"):               desired2,
+			gen2("status"):                 last,
+		} {
+			if got := refAt(dir, ref); got != want {
+				t.Errorf("%s, after the second archive: %s = %q, want %q", dir, ref, got, want)
+			}
+		}
+	}
+	archivedRefusal(t, e.http.URL, "acme", a)
+	if t.Failed() {
+		t.Logf("log:\n%s", e.log.String())
+	}
 }

@@ -77,16 +77,22 @@
 // nuon install delete ends with its archive phase (package lifecycle):
 // installs/<id>.yaml leaves main, then one atomic update copies the
 // install's desired and status refs under refs/nuon/archive/<id>/
-// (schemas.ArchiveRef) and deletes them, on the git host the server
-// follows or, without an upstream, in the server's own repository. The
-// server learns of it from the archive refs themselves: each check of
-// main fetches refs/nuon/archive/* with main, and an install that has
-// archive refs and is no longer on main is archived. The step before the
+// and deletes them, on the git host the server follows or, without an
+// upstream, in the server's own repository. Each deletion of an id is a
+// generation of its archive (schemas.ArchiveGenRef): the first at
+// refs/nuon/archive/<id>/installs and /status, the n-th, of an install
+// created again under the id, at refs/nuon/archive/<id>/<n>/. The server
+// reads only the newest generation, the current one (parseArchives), and
+// never writes an earlier one. It learns of an archive from the archive
+// refs themselves: each check of main fetches refs/nuon/archive/* with
+// main, and an install that has archive refs and is no longer on main is
+// archived, unless the refs the server holds for it are of an install
+// created since the current generation (below). The step before the
 // render (followArchives) retires every archived install the server still
 // holds refs of, under that install's push lock and the mirror's:
 //
-//  1. each live ref is compared with its archive: when one contains the
-//     other, the newer is kept (a status the server accepted before the
+//  1. each live ref is compared with the current generation's: when one
+//     contains the other, the newer is kept (a status the server accepted before the
 //     archive and mirrored after it, or accepted after the archive read the
 //     refs, moves the archive forward); when they diverged (the archive
 //     rewritten by hand) the ref stays live, here and upstream, and the
@@ -112,7 +118,14 @@
 // left main with it; a push that was authenticated just before is refused
 // under its push lock), on replicas too: they fetch the archive refs with
 // the rest. An install created again under the same id is on main, so it
-// is not archived. Without an upstream, the server sees the archive at its
+// is not archived. When it is deleted again, main lacks it before its
+// refs move, and for that moment the newest generation is the earlier
+// install's: its refs are then taken for a new install, not archived
+// (neither retired into that generation nor refused as archived), when
+// its desired ref holds commits the generation's lacks (rendered since)
+// and its status is not on the generation's status history (dropRecreated:
+// a git merge-base or two, only for such an install). Once the archive
+// phase writes their own generation, they are retired into it. Without an upstream, the server sees the archive at its
 // next check of main (PollInterval, or at once on /hooks/main); a status
 // it accepts before that goes under the archive too. Each check of main
 // lists refs/nuon/archive/ once (one git for-each-ref: 10-20 ms of CPU

@@ -92,23 +92,43 @@ func FuzzReadPack(f *testing.F) {
 
 // FuzzParseArchives parses fuzzed for-each-ref output of the archive:
 // never a panic, and every archived ref found is one the input names, at
-// the hash it gives, for one of the install's two refs.
+// the hash it gives, for one of the install's two refs, in the newest
+// generation the input names for the install.
 func FuzzParseArchives(f *testing.F) {
 	h := strings.Repeat("a", 40)
+	b := strings.Repeat("b", 40)
 	for _, seed := range []string{"", h + " refs/nuon/archive/acme/installs\n" + h + " refs/nuon/archive/acme/status\n",
-		h + " refs/nuon/archive/acme/other\n", h + " refs/nuon/archive/status\n", "x refs/nuon/archive/a/status", h + " refs/nuon/archive/a/b/status\n"} {
+		h + " refs/nuon/archive/acme/other\n", h + " refs/nuon/archive/status\n", "x refs/nuon/archive/a/status", h + " refs/nuon/archive/a/b/status\n",
+		h + " refs/nuon/archive/acme/installs\n" + h + " refs/nuon/archive/acme/status\n" + b + " refs/nuon/archive/acme/2/installs\n" + b + " refs/nuon/archive/acme/2/status\n",
+		b + " refs/nuon/archive/acme/10/status\n" + h + " refs/nuon/archive/acme/9/installs\n" + h + " refs/nuon/archive/acme/2/status\n",
+		h + " refs/nuon/archive/acme/1/status\n" + h + " refs/nuon/archive/acme/02/status\n" + h + " refs/nuon/archive/acme/2/3/status\n"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for id, arch := range parseArchives(data) {
-			for live, tip := range arch {
+		newest := map[string]int{}
+		sc := bufio.NewScanner(bytes.NewReader(data)) // lines as git for-each-ref's output is read
+		for sc.Scan() {
+			hash, name, _ := strings.Cut(sc.Text(), " ")
+			if id, gen, _, ok := schemas.ParseArchiveRef(name); ok && isHash(hash) && gen > newest[id] {
+				newest[id] = gen
+			}
+		}
+		archives := parseArchives(data)
+		for id, arch := range archives {
+			if arch.gen != newest[id] {
+				t.Fatalf("install %q: generation %d, want the newest, %d", id, arch.gen, newest[id])
+			}
+			for live, tip := range arch.tips {
 				if live != schemas.InstallRef(id) && live != schemas.StatusRef(id) {
 					t.Fatalf("install %q: archived %q is not one of its refs", id, live)
 				}
-				if !bytes.Contains(data, []byte(tip.String()+" "+schemas.ArchiveRef(id, live))) {
+				if !bytes.Contains(data, []byte(tip.String()+" "+schemas.ArchiveGenRef(id, arch.gen, live))) {
 					t.Fatalf("install %q: %s at %s is not in the input", id, live, tip)
 				}
 			}
+		}
+		if len(archives) != len(newest) {
+			t.Fatalf("%d installs archived, want %d", len(archives), len(newest))
 		}
 	})
 }
