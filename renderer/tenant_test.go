@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"io/fs"
 	"nuon.dev/nuon/schemas"
 	"os"
 	"os/exec"
@@ -277,18 +276,7 @@ func commitFiles(tb testing.TB, r *gitrepo.Repo, branch plumbing.ReferenceName, 
 // fixtureFiles reads the fixture tenant, path to content.
 func fixtureFiles(tb testing.TB) map[string][]byte {
 	tb.Helper()
-	files := map[string][]byte{}
-	err := fs.WalkDir(os.DirFS(fixtureTenant), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		files[p], err = os.ReadFile(filepath.Join(fixtureTenant, p))
-		return err
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return files
+	return gittest.Files(tb, fixtureTenant)
 }
 
 // gitRaw runs the git CLI in dir and returns its standard output as is.

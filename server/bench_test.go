@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -448,17 +447,7 @@ func BenchmarkRenderOnChange(b *testing.B) {
 	root := b.TempDir()
 	upstream := filepath.Join(root, "upstream.git")
 	gittest.InitBare(b, upstream)
-	files := map[string][]byte{}
-	err := fs.WalkDir(os.DirFS(fixtureTenant), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		files[p], err = os.ReadFile(filepath.Join(fixtureTenant, p))
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	files := gittest.Files(b, fixtureTenant)
 	acmeFile := "installs/acme.yaml"
 	orig := string(files[acmeFile])
 	for i := range extra {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/http/cgi"
@@ -290,4 +291,22 @@ func FastImport(tb testing.TB, dir, branch, parent string, when time.Time, files
 		tb.Fatal(err)
 	}
 	return Git(tb, dir, "rev-parse", branch)
+}
+
+// Files reads every file under dir, path (slash-separated, relative to
+// dir) to content: a tree as FastImport takes it.
+func Files(tb testing.TB, dir string) map[string][]byte {
+	tb.Helper()
+	files := map[string][]byte{}
+	err := fs.WalkDir(os.DirFS(dir), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files[p], err = os.ReadFile(filepath.Join(dir, p))
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return files
 }
