@@ -389,7 +389,7 @@ func (s *Server) readRefs(ctx context.Context, names ...string) (map[string]plum
 	if err != nil {
 		return nil, err
 	}
-	return parseRefs(out, names), nil
+	return parseRefs(out, func(name string) bool { return slices.Contains(names, name) }), nil
 }
 
 // lsRemote reads refs of the upstream, exactly those names.
@@ -398,16 +398,16 @@ func (s *Server) lsRemote(ctx context.Context, names ...string) (map[string]plum
 	if err != nil {
 		return nil, err
 	}
-	return parseRefs(bytes.ReplaceAll(out, []byte("\t"), []byte(" ")), names), nil
+	return parseRefs(bytes.ReplaceAll(out, []byte("\t"), []byte(" ")), func(name string) bool { return slices.Contains(names, name) }), nil
 }
 
-// parseRefs parses "hash name" lines, keeping only the names asked for.
-func parseRefs(out []byte, names []string) map[string]plumbing.Hash {
+// parseRefs parses "hash name" lines, keeping the names keep accepts.
+func parseRefs(out []byte, keep func(name string) bool) map[string]plumbing.Hash {
 	refs := map[string]plumbing.Hash{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		h, name, _ := strings.Cut(sc.Text(), " ")
-		if isHash(h) && slices.Contains(names, name) {
+		if isHash(h) && keep(name) {
 			refs[name] = plumbing.NewHash(h)
 		}
 	}

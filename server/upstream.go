@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
@@ -72,7 +74,7 @@ func (s *Server) fetchUpstream(ctx context.Context) error {
 	for _, h := range old {
 		fmt.Fprintln(&check, h)
 	}
-	out, err := runGit(ctx, staging, nil, strings.NewReader(check.String()), "cat-file", "--batch-check=%(objectname)")
+	out, err := gitOutputIn(ctx, staging, check.String(), "cat-file", "--batch-check=%(objectname)")
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func (s *Server) fetchUpstream(ctx context.Context) error {
 	// Neither deltas nor compression: the pack goes through a pipe to
 	// be unpacked, and zlib took most of the copy's time on main's 4 MB
 	// installs/ tree.
-	pack, err := runGit(ctx, staging, nil, strings.NewReader(want.String()), "pack-objects", "--revs", "--stdout", "-q", "--window=0", "--compression=0")
+	pack, err := gitOutputIn(ctx, staging, want.String(), "pack-objects", "--revs", "--stdout", "-q", "--window=0", "--compression=0")
 	if err != nil {
 		return err
 	}
@@ -102,35 +104,32 @@ func (s *Server) fetchUpstream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("copy from the upstream's staging repository: %w", err)
 	}
-	if _, err := runGit(ctx, s.cfg.Dir, nil, strings.NewReader(moved.String()), "update-ref", "--stdin"); err != nil {
+	if _, err := gitOutputIn(ctx, s.cfg.Dir, moved.String(), "update-ref", "--stdin"); err != nil {
 		return fmt.Errorf("move the upstream's refs: %w", err)
 	}
 	return nil
 }
 
 // listRefs lists the refs of dir that the server takes from the upstream.
-func listRefs(ctx context.Context, dir string) (map[string]string, error) {
+func listRefs(ctx context.Context, dir string) (map[string]plumbing.Hash, error) {
 	args := []string{"for-each-ref", "--format=%(objectname) %(refname)"}
 	for _, r := range upstreamRefs {
 		args = append(args, strings.TrimSuffix(r, "*"))
 	}
-	out, err := runGit(ctx, dir, nil, nil, args...)
+	out, err := gitOutput(ctx, dir, nil, args...)
 	if err != nil {
 		return nil, err
 	}
-	refs := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if h, name, ok := strings.Cut(line, " "); ok && matchesUpstream(name) {
-			refs[name] = h
-		}
-	}
-	return refs, nil
+	return parseRefs(out, matchesUpstream), nil
 }
 
 // matchesUpstream says whether ref is one of upstreamRefs.
 func matchesUpstream(ref string) bool {
 	for _, r := range upstreamRefs {
-		if p, ok := strings.CutSuffix(r, "*"); ok && strings.HasPrefix(ref, p) || ref == r {
+		if prefix, ok := strings.CutSuffix(r, "*"); ok && strings.HasPrefix(ref, prefix) {
+			return true
+		}
+		if ref == r {
 			return true
 		}
 	}
