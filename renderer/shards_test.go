@@ -176,11 +176,10 @@ func TestRenderReadsFlatLayout(t *testing.T) {
 	}
 }
 
-// TestCacheKeepsSourceTree: a render with a Cache keeps main's installs/
-// tree, and the next render with it compares its source with that tree
-// without reading it from the repository again: with the object gone from
-// the repository, it is still incremental; without the cache it is not.
-func TestCacheKeepsSourceTree(t *testing.T) {
+// renderedWithCache renders the tenant, then acme's change with a new
+// Cache, and returns the cache and that render's result.
+func renderedWithCache(t *testing.T) (*tenant, *renderer.Cache, *renderer.Result) {
+	t.Helper()
 	tn := newTenant(t)
 	tn.render(options(t))
 	tn.edit("installs/acme.yaml", "cidr: 10.10.0.0/16", "cidr: 10.13.0.0/16")
@@ -188,7 +187,15 @@ func TestCacheKeepsSourceTree(t *testing.T) {
 	cache := renderer.NewCache()
 	opts := options(t)
 	opts.Cache = cache
-	tn.render(opts)
+	return tn, cache, tn.render(opts)
+}
+
+// TestCacheKeepsSourceTree: a render with a Cache keeps main's installs/
+// tree, and the next render with it compares its source with that tree
+// without reading it from the repository again: with the object gone from
+// the repository, it is still incremental; without the cache it is not.
+func TestCacheKeepsSourceTree(t *testing.T) {
+	tn, cache, _ := renderedWithCache(t)
 	tree := gittest.Git(t, tn.dir, "rev-parse", "main:"+schemas.InstallsDir)
 	if err := os.Remove(filepath.Join(tn.dir, "objects", tree[:2], tree[2:])); err != nil {
 		t.Fatalf("the installs/ tree of main is not a loose object: %v", err)
@@ -198,7 +205,7 @@ func TestCacheKeepsSourceTree(t *testing.T) {
 	if _, res := tn.plan(options(t)); res.Incremental {
 		t.Fatal("without the previous source's tree, an incremental render")
 	}
-	opts = options(t)
+	opts := options(t)
 	opts.Cache = cache
 	res := tn.render(opts)
 	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" {
@@ -290,14 +297,8 @@ func FuzzIncrementalSourceTree(f *testing.F) {
 func TestCacheKeepsSourceObjects(t *testing.T) {
 	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir} {
 		t.Run(name, func(t *testing.T) {
-			tn := newTenant(t)
-			tn.render(options(t))
-			tn.edit("installs/acme.yaml", "cidr: 10.10.0.0/16", "cidr: 10.13.0.0/16")
-			tn.commit("move acme")
-			cache := renderer.NewCache()
-			opts := options(t)
-			opts.Cache = cache
-			if res := tn.render(opts); !res.Incremental {
+			tn, cache, res := renderedWithCache(t)
+			if !res.Incremental {
 				t.Fatal("the render of acme's change is not incremental")
 			}
 			tn.edit("installs/globex.yaml", "channel: beta", "channel: stable")
@@ -309,9 +310,9 @@ func TestCacheKeepsSourceObjects(t *testing.T) {
 			if _, err := renderRepo(context.Background(), tn.open(), "main", options(t)); err == nil {
 				t.Fatalf("without the cache, rendered with main's %s gone", name)
 			}
-			opts = options(t)
+			opts := options(t)
 			opts.Cache = cache
-			res := tn.render(opts)
+			res = tn.render(opts)
 			if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" || res.Installs[0].Change != renderer.Changed {
 				t.Errorf("with the cache: incremental %v, installs %+v; want globex changed alone", res.Incremental, res.Installs)
 			}
