@@ -822,13 +822,19 @@ func (r *renderRun) writeRendered(context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The installs rendered are r.ids, sorted; the records are also
+		// those of the installs removed before.
+		recorded := r.ids
 		for id, h := range all {
 			if _, ok := records[id]; !ok {
 				records[id] = h
+				if _, found := slices.BinarySearch(r.ids, id); !found {
+					recorded = nil
+				}
 			}
 		}
-		installs = writeDir(trees, r.trees, filemode.Dir)
-		issuedTree = writeDir(trees, records, filemode.Regular)
+		installs = writeDir(trees, r.trees, r.ids, filemode.Dir)
+		issuedTree = writeDir(trees, records, recorded, filemode.Regular)
 	}
 	var root []gitobj.Entry
 	if !installs.IsZero() {
