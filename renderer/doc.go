@@ -134,14 +134,16 @@
 //
 // # Scale
 //
-// A cold render loads main (install files read, parsed and checked by a
-// worker per CPU, filed in order: schemas.Load), then renders and signs
-// every install; each install's objects are compressed by the worker that
-// rendered it and, in a batch of gitobj.NewSpooledBatch ([Options.Objects],
-// as internal/publish renders), written at once to a pack file finished
-// at the end, so that what stays in memory is the loaded source, an index
-// entry per object and a result per install. Each install's loaded file is
-// let go once it is rendered. A one-install render reads main's installs/
+// A cold render opens main (nuon.yaml, the channels and the releases, and
+// the list of install files: schemas.Open), then a worker per CPU
+// ([Options.Workers]) reads, parses and checks one install file, renders
+// and signs that install, and takes the next (schemas.Source.EachInstall):
+// no more than a worker's install is held at once. Each install's objects
+// are compressed by the worker that rendered it and, in a batch of
+// gitobj.NewSpooledBatch ([Options.Objects], as internal/publish renders),
+// written at once to a pack file finished at the end, so that what stays
+// in memory is the shared source, an index entry per object and a result
+// per install. A one-install render reads main's installs/
 // tree (some 4 MB at 100,000 installs), the install refs as a sorted list
 // (gitrepo.Repo.RefList) for their digest, one shard of installs/ and of
 // issued/, and writes those shards, the top folders and two refs as ref

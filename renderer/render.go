@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -40,7 +39,8 @@ type Options struct {
 	// Name and Email of the commits' author and committer; default
 	// "nuon renderer" <renderer@nuon.invalid>.
 	Name, Email string
-	// Workers render installs in parallel; default GOMAXPROCS.
+	// Workers load and render installs in parallel, each as soon as it
+	// has read its file; default GOMAXPROCS.
 	Workers int
 	// Diff asks for a line diff of every changed install's files.
 	Diff bool
@@ -426,22 +426,24 @@ func (r *renderRun) readPrevious(context.Context) error {
 	return nil
 }
 
+// loadSource opens the source: it loads nuon.yaml, the channels and the
+// releases, and lists the install files it renders. The install files
+// are read as they are rendered (renderInstalls).
 func (r *renderRun) loadSource(context.Context) error {
 	delta, ok := r.sourceDelta()
-	var err error
 	if ok {
-		var fsys *treeFS
-		if fsys, err = sourceFS(r.st, r.source, delta.entries); err != nil {
+		fsys, err := sourceFS(r.st, r.source, delta.entries)
+		if err != nil {
 			return err
 		}
 		fsys.cache = r.opts.Cache
-		r.src, err = schemas.Load(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize))
+		src, err := schemas.Open(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize), schemas.WithWorkers(r.opts.Workers))
+		if err := r.takeProblems(src, err); err != nil {
+			return err
+		}
 		r.ids = slices.Sorted(maps.Keys(delta.changed))
 		r.changed, r.removed = delta.changed, delta.removed
-	} else {
-		r.src, err = LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
-	}
-	if err := r.takeProblems(err); err != nil {
+	} else if err := r.openSource(); err != nil {
 		return err
 	}
 	if f := r.src.App.Freshness; f != nil {
@@ -452,26 +454,35 @@ func (r *renderRun) loadSource(context.Context) error {
 		r.renewAll = r.renewAt.IsZero() || !r.trusted || !r.now.Before(r.renewAt)
 	}
 	if r.renewAll && r.changed != nil {
-		r.src, err = LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
-		if err := r.takeProblems(err); err != nil {
-			return err
-		}
-		r.changed, r.removed = nil, nil
+		return r.openSource()
 	}
-	if r.changed == nil {
-		r.ids = r.src.InstallIDs()
-		for id := range r.bad {
-			r.ids = append(r.ids, id)
-		}
-		slices.Sort(r.ids)
-		r.ids = slices.Compact(r.ids)
+	return nil
+}
+
+// openSource opens the whole source, for a render of every install.
+func (r *renderRun) openSource() error {
+	fsys, err := SourceFS(r.st, r.source)
+	if err != nil {
+		return err
 	}
+	src, err := schemas.Open(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize), schemas.WithWorkers(r.opts.Workers))
+	if err := r.takeProblems(src, err); err != nil {
+		return err
+	}
+	r.changed, r.removed = nil, nil
+	r.ids = src.ListedInstalls()
+	for id := range r.bad {
+		r.ids = append(r.ids, id)
+	}
+	slices.Sort(r.ids)
+	r.ids = slices.Compact(r.ids)
 	return nil
 }
 
 // takeProblems keeps the installs whose own files have problems aside, so
 // that they fail alone; any other problem fails the render.
-func (r *renderRun) takeProblems(err error) error {
+func (r *renderRun) takeProblems(src *schemas.Source, err error) error {
+	r.src, r.bad = src, nil
 	if err == nil {
 		return nil
 	}
@@ -484,56 +495,63 @@ func (r *renderRun) takeProblems(err error) error {
 		return ps
 	}
 	r.bad = bad
-	r.src = r.src.Without(bad)
 	return nil
 }
 
+// renderInstalls renders each install as soon as its file is loaded, on
+// the loader's workers (schemas.Source.EachInstall), so that no more than
+// a worker's install is held at once. An install whose file has problems
+// fails alone.
 func (r *renderRun) renderInstalls(ctx context.Context) error {
 	ids := r.ids
 	type out struct {
-		res    InstallResult
-		tree   plumbing.Hash
-		issued issued
+		res      InstallResult
+		tree     plumbing.Hash
+		issued   issued
+		rendered bool
 	}
 	outs := make([]out, len(ids))
-	// Each install's loaded file is let go once it is rendered: held to
-	// the end, the 100,000 loaded installs of a fleet were 95 of the
-	// 220 MB live when the render finished, marked at each cycle.
-	installs := make([]schemas.Install, len(ids))
-	loaded := make([]bool, len(ids))
-	for i, id := range ids {
-		installs[i], loaded[i] = r.src.Installs[id]
-	}
-	r.src.Installs = nil
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(r.opts.Workers, len(ids)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				o := &outs[i]
-				var err error
-				o.res, o.tree, o.issued, err = r.renderInstall(ids[i], installs[i], loaded[i])
-				installs[i] = schemas.Install{}
-				if err != nil {
-					o.res = InstallResult{ID: ids[i], Change: Failed, Error: err.Error()}
-				}
-			}
-		}()
-	}
-feed:
-	for i := range ids {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
+	err := r.src.EachInstall(ctx, func(id string, in schemas.Install) {
+		i, ok := slices.BinarySearch(ids, id)
+		if !ok {
+			return
 		}
-	}
-	close(next)
-	wg.Wait()
+		o := &outs[i]
+		var err error
+		o.res, o.tree, o.issued, err = r.renderInstall(id, in)
+		if err != nil {
+			o.res = InstallResult{ID: id, Change: Failed, Error: err.Error()}
+		}
+		o.rendered = true
+	})
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err != nil {
+		var ps schemas.Problems
+		if !errors.As(err, &ps) {
+			return err
+		}
+		bad, rest := ps.Split()
+		if len(rest) > 0 {
+			return ps
+		}
+		if r.bad == nil {
+			r.bad = map[string]schemas.Problems{}
+		}
+		for id, ps := range bad {
+			r.bad[id] = append(r.bad[id], ps...)
+		}
+	}
+	for i, id := range ids {
+		if outs[i].rendered {
+			continue
+		}
+		msg := fmt.Sprintf("render %s: no such install", id)
+		if ps, bad := r.bad[id]; bad {
+			msg = ps.Error()
+		}
+		outs[i].res = InstallResult{ID: id, Change: Failed, Error: msg}
 	}
 	r.trees = make(map[string]plumbing.Hash, len(r.ids))
 	r.issued = make(map[string]issued, len(ids))
@@ -626,13 +644,7 @@ feed:
 // Only then do its objects join the render's: an unchanged install's are
 // in the repository already. It returns the install's issued record after
 // the render.
-func (r *renderRun) renderInstall(id string, in schemas.Install, loaded bool) (InstallResult, plumbing.Hash, issued, error) {
-	if ps, bad := r.bad[id]; bad {
-		return InstallResult{}, plumbing.ZeroHash, issued{}, fmt.Errorf("%s", ps.Error())
-	}
-	if !loaded {
-		return InstallResult{}, plumbing.ZeroHash, issued{}, fmt.Errorf("render %s: no such install", id)
-	}
+func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult, plumbing.Hash, issued, error) {
 	files, err := installFiles(r.src, id, in)
 	if err != nil {
 		return InstallResult{}, plumbing.ZeroHash, issued{}, err
@@ -810,13 +822,19 @@ func (r *renderRun) writeRendered(context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The installs rendered are r.ids, sorted; the records are also
+		// those of the installs removed before.
+		recorded := r.ids
 		for id, h := range all {
 			if _, ok := records[id]; !ok {
 				records[id] = h
+				if _, found := slices.BinarySearch(r.ids, id); !found {
+					recorded = nil
+				}
 			}
 		}
-		installs = writeDir(trees, r.trees, filemode.Dir)
-		issuedTree = writeDir(trees, records, filemode.Regular)
+		installs = writeDir(trees, r.trees, r.ids, filemode.Dir)
+		issuedTree = writeDir(trees, records, recorded, filemode.Regular)
 	}
 	var root []gitobj.Entry
 	if !installs.IsZero() {

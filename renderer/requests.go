@@ -11,7 +11,6 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/requests"
-	"nuon.dev/nuon/schemas"
 )
 
 // loadRequests reads the requests filed on requests.Ref (Options.Requests)
@@ -53,21 +52,11 @@ func (r *renderRun) loadRequests(context.Context) error {
 		if r.changed != nil && !r.changed[id] {
 			// An install whose source did not change is rendered too; the
 			// incremental load read only the changed installs' files.
-			r.changed, r.removed, reload = nil, nil, true
+			reload = true
 		}
 	}
 	if reload {
-		src, err := LoadSource(r.st, r.source, schemas.WithMaxFileSize(r.opts.MaxFileSize))
-		if err := r.takeProblems(err); err != nil {
-			return err
-		}
-		r.src = src
-		r.ids = r.src.InstallIDs()
-		for id := range r.bad {
-			r.ids = append(r.ids, id)
-		}
-		slices.Sort(r.ids)
-		r.ids = slices.Compact(r.ids)
+		return r.openSource()
 	}
 	return nil
 }

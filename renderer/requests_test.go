@@ -2,6 +2,8 @@ package renderer_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,4 +87,58 @@ func TestRenderRequests(t *testing.T) {
 
 func requestTrust(t *testing.T, key string) (*signature.AllowedSigners, error) {
 	return signature.ParseAllowedSigners([]byte("alice " + key + "\n"))
+}
+
+// TestRequestsToNewInstall adds an install on main and files requests to
+// it and to the installs whose files did not change: the render is a full
+// one, and every request reaches its install, the new one's included,
+// whatever order the requests are read in.
+func TestRequestsToNewInstall(t *testing.T) {
+	tn := newTenant(t)
+	alice := loadSigner(t, "acme")
+	tn.write(requests.TrustFile, "alice "+alice.AuthorizedKey()+"\n")
+	tn.commit("trust alice for requests")
+	tn.render(options(t))
+	acme, err := os.ReadFile(filepath.Join(tn.src, "installs", "acme.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.write("installs/newco.yaml", strings.Replace(string(acme), "acme.shop.example", "newco.shop.example", 1))
+	tn.commit("add newco")
+
+	r := tn.open()
+	b := gitobj.NewBatch()
+	var head plumbing.Hash
+	ids := []string{"acme", "globex", "initech", "newco"}
+	for _, install := range ids {
+		req := &schemas.Request{APIVersion: schemas.APIVersion, Kind: schemas.KindRequest, ID: "r-" + install, Install: install,
+			Type: schemas.RequestLogs, Component: "api", Requester: "alice", Created: renderTime.Add(-time.Minute), Deadline: renderTime.Add(time.Hour)}
+		if head, err = requests.File(b, req, head, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Flush(r.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	opts := options(t)
+	opts.Requests = head
+	res, err := renderRepo(t.Context(), r, "main", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Incremental {
+		t.Error("requests to installs whose files did not change rendered incrementally")
+	}
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %q", res.Warnings)
+	}
+	if err := apply(t.Context(), r, res, res.Updates); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		data := gittest.Git(t, tn.dir, "show", schemas.InstallRef(id)+":"+schemas.RequestsFile)
+		if !strings.Contains(data, "r-"+id) {
+			t.Errorf("%s's requests.json does not hold r-%s:\n%s", id, id, data)
+		}
+	}
 }

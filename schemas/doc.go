@@ -150,6 +150,11 @@
 // its file name, its channel exists, it provides every input the
 // components reference, and its agent key is an ed25519 key.
 //
+// [Open] does all of this but read the install files; [Source.EachInstall]
+// then reads and checks them a worker per CPU at a time and hands each
+// sound install to a function, rather than holding them all in
+// [Source.Installs] as Load does. The renderer renders each as it comes.
+//
 // # Written files
 //
 // Nuon writes JSON files, each with apiVersion nuon.dev/v1 and a kind:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"runtime"
 	"strconv"
 	"strings"
 	"unicode"
@@ -25,14 +26,26 @@ type options struct {
 	// maxFileSize is the largest source file, in bytes, that Load reads.
 	// Default: DefaultMaxFileSize.
 	maxFileSize int64
+	// workers read install files side by side. Default: GOMAXPROCS.
+	workers int
 }
 
 func makeOptions(opts []Option) options {
-	o := options{maxFileSize: DefaultMaxFileSize}
+	o := options{maxFileSize: DefaultMaxFileSize, workers: runtime.GOMAXPROCS(0)}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	return o
+}
+
+// WithWorkers reads, parses and checks n install files side by side
+// (GOMAXPROCS when n is 0 or less).
+func WithWorkers(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.workers = n
+		}
+	}
 }
 
 // WithMaxFileSize lets source files be up to n bytes (DefaultMaxFileSize

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 
@@ -614,14 +617,16 @@ func TestLoadKeepsNoInstallDocument(t *testing.T) {
 	}
 }
 
-// TestLoadManyInstalls loads more install files than loadInstalls parses
-// at once, some broken in their own file and some wrong against the rest:
-// every good one is loaded, every broken one is broken, and the problems
-// come in file order, as one worker reading them in turn reports them.
+// TestLoadManyInstalls loads many install files, read side by side, some
+// broken in their own file and some wrong against the rest: every good
+// one is loaded, every broken one is broken, and the problems come in file
+// order, as one worker reading them in turn reports them. Open and
+// EachInstall find the same problems and hand over only the sound
+// installs.
 func TestLoadManyInstalls(t *testing.T) {
 	fsys := tenant(t)
 	acme := string(fsys["installs/acme.yaml"].Data)
-	const n = 2*installChunk + 300
+	const n = 2348
 	var wantFiles []string
 	for i := range n {
 		file := fmt.Sprintf("installs/x%05d.yaml", i)
@@ -658,5 +663,46 @@ func TestLoadManyInstalls(t *testing.T) {
 		if want := i%97 != 0; loaded != want || broken == want {
 			t.Fatalf("install %s: loaded %v, broken %v; want loaded %v", id, loaded, broken, want)
 		}
+	}
+
+	opened, err := Open(fsys)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	var mu sync.Mutex
+	handed := map[string]int{}
+	err = opened.EachInstall(context.Background(), func(id string, in Install) {
+		mu.Lock()
+		defer mu.Unlock()
+		handed[id]++
+		if diff := cmp.Diff(s.Installs[id], in); diff != "" {
+			t.Errorf("install %s handed over differs from Load's (-load +each):\n%s", id, diff)
+		}
+	})
+	var eps Problems
+	if !errors.As(err, &eps) {
+		t.Fatalf("each install: %v, want problems", err)
+	}
+	if diff := cmp.Diff(ps, eps); diff != "" {
+		t.Errorf("EachInstall's problems differ from Load's (-load +each):\n%s", diff)
+	}
+	if len(opened.Installs) != 0 {
+		t.Errorf("EachInstall filed %d installs in Installs", len(opened.Installs))
+	}
+	for _, id := range opened.ListedInstalls() {
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "x"))
+		want := 1
+		if strings.HasPrefix(id, "x") && (i%97 == 0 || i%89 == 0) {
+			want = 0
+		}
+		if handed[id] != want {
+			t.Errorf("install %s handed over %d times, want %d", id, handed[id], want)
+		}
+		if broken := opened.broken["installs/"+id+".yaml"]; broken != (strings.HasPrefix(id, "x") && i%97 == 0) {
+			t.Errorf("install %s: broken %v after EachInstall", id, broken)
+		}
+	}
+	if got, want := len(opened.ListedInstalls()), len(s.Installs)+n/97+1; got != want {
+		t.Errorf("listed %d installs, want %d", got, want)
 	}
 }

@@ -1,12 +1,12 @@
 package schemas
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"maps"
 	"path"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -36,6 +36,13 @@ type Source struct {
 	// cross-file checks do not report them a second time as missing.
 	broken map[string]bool
 	opts   options
+
+	// fsys is what the source was loaded from; installFiles the install
+	// files Open listed there, sorted, and check what each is checked
+	// against (EachInstall).
+	fsys         fs.FS
+	installFiles []string
+	check        *checker
 }
 
 // Load reads the source files from fsys (the root of a main checkout or
@@ -50,7 +57,36 @@ type Source struct {
 // holds are each a problem naming the entry, never skipped. A file larger
 // than the cap (DefaultMaxFileSize, WithMaxFileSize) is refused from its
 // size, before it is read.
+//
+// Load is Open and then EachInstall, filing every install that parsed in
+// Installs, those wrong against the rest of the source included.
 func Load(fsys fs.FS, opts ...Option) (*Source, error) {
+	s, ps := open(fsys, opts)
+	var mu sync.Mutex
+	ps = append(ps, s.eachInstall(context.Background(), func(id string, in Install, _ Problems) {
+		mu.Lock()
+		s.Installs[id] = in
+		mu.Unlock()
+	})...)
+	return s, ps.Err()
+}
+
+// Open is Load without the install files: it loads and checks nuon.yaml,
+// the channels and the releases, and lists installs/, and leaves the
+// install files to EachInstall; Installs stays empty. It returns the
+// problems found so far, as Load does.
+//
+// A render uses it to render each install as soon as its file is loaded,
+// rather than holding every loaded install at once: at 100,000 installs
+// they were some 95 MB of the live heap, marked at every collection
+// (renderer's BenchmarkRenderFleet).
+func Open(fsys fs.FS, opts ...Option) (*Source, error) {
+	s, ps := open(fsys, opts)
+	return s, ps.Err()
+}
+
+// open is Open, returning its problems as they are.
+func open(fsys fs.FS, opts []Option) (*Source, Problems) {
 	s := &Source{
 		Channels: map[string]Channel{},
 		Releases: map[string]Release{},
@@ -58,6 +94,7 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 		docs:     map[string]*document{},
 		broken:   map[string]bool{},
 		opts:     makeOptions(opts),
+		fsys:     fsys,
 	}
 	root, ps := s.listDir(fsys, ".")
 	if root[AppFile] {
@@ -65,12 +102,11 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 	} else if !s.broken[AppFile] {
 		ps = missingApp(ps)
 	}
-	// Installs come last, each checked against the rest (loadInstalls).
-	var c *checker
+	// Installs come last, each checked against the rest (eachInstall).
 	for _, dir := range SourceDirs {
 		if dir == InstallsDir {
-			c = s.checkShared()
-			ps = append(ps, c.ps...)
+			s.check = s.checkShared()
+			ps = append(ps, s.check.ps...)
 		}
 		if !root[dir] {
 			continue // none yet, or reported
@@ -79,7 +115,7 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 		ps = append(ps, dps...)
 		sorted := slices.Sorted(maps.Keys(files))
 		if dir == InstallsDir {
-			ps = append(ps, s.loadInstalls(fsys, c, sorted)...)
+			s.installFiles = sorted
 			continue
 		}
 		for _, file := range sorted {
@@ -92,7 +128,7 @@ func Load(fsys fs.FS, opts ...Option) (*Source, error) {
 			}
 		}
 	}
-	return s, ps.Err()
+	return s, ps
 }
 
 // listDir lists the folder dir ("." for the root) and returns the paths
@@ -180,7 +216,7 @@ func (s *Source) loadFile(fsys fs.FS, file, schema string, out any) Problems {
 }
 
 // parseFile reads, parses and validates one file into out, changing
-// nothing of s: loadInstalls parses files side by side.
+// nothing of s: eachInstall parses files side by side.
 func (s *Source) parseFile(fsys fs.FS, file, schema string, out any) (*document, Problems) {
 	data, msg := readFile(fsys, file, s.opts.maxFileSize)
 	if msg != "" {
@@ -193,54 +229,80 @@ func (s *Source) parseFile(fsys fs.FS, file, schema string, out any) (*document,
 	return d, ps
 }
 
-// installChunk is how many install files loadInstalls parses side by side
-// before it files them.
-const installChunk = 1024
-
-// loadInstalls loads the install files, sorted, and files each that loads
-// in s.Installs, the others in s.broken. Each is checked against the rest
-// (c) as soon as it is loaded, and its parsed document, needed only for
-// the positions of problems, is then let go: kept until the end, the
-// documents of 100,000 installs held 740 MB (renderer's
-// BenchmarkRenderFleet). Files are read, parsed and checked by a worker
-// per CPU, installChunk at a time, while nothing of s changes, and filed
-// in order, so that the problems come as from one worker: on one CPU the
-// 100,000 files of a fleet took a render of it some 20 s with the other
-// CPU idle.
-func (s *Source) loadInstalls(fsys fs.FS, c *checker, files []string) Problems {
-	type loaded struct {
-		in Install
-		ok bool
-		ps Problems
+// ListedInstalls returns the ids of the install files Open listed, sorted:
+// those EachInstall reads.
+func (s *Source) ListedInstalls() []string {
+	ids := make([]string, len(s.installFiles))
+	for i, file := range s.installFiles {
+		ids[i] = installName(file)
 	}
-	var ps Problems
-	out := make([]loaded, min(installChunk, len(files)))
-	for start := 0; start < len(files); start += installChunk {
-		part := files[start:min(start+installChunk, len(files))]
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(runtime.GOMAXPROCS(0), len(part)) {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(part); i = int(next.Add(1) - 1) {
-					l := &out[i]
-					d, lps := s.parseFile(fsys, part[i], SchemaInstall, &l.in)
-					if l.ok = len(lps) == 0; l.ok {
-						lps = c.install(installName(part[i]), d, l.in)
-					}
-					l.ps = lps
+	slices.Sort(ids)
+	return ids
+}
+
+// EachInstall reads, parses and checks against the rest of the source each
+// install file Open listed, and hands each install whose file has no
+// problem to fn. The others' files are marked broken and their problems
+// returned, as Load returns them. fn is called from a worker per CPU
+// (WithWorkers), so it must be safe for concurrent use; Installs is left
+// as it is.
+//
+// Once ctx is done, no more files are read and it returns ctx's error.
+func (s *Source) EachInstall(ctx context.Context, fn func(id string, in Install)) error {
+	ps := s.eachInstall(ctx, func(id string, in Install, ps Problems) {
+		if len(ps) == 0 {
+			fn(id, in)
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return ps.Err()
+}
+
+// eachInstall reads, parses and checks each install file listed and calls
+// fn with each install that parsed and the problems the checks against
+// the rest of the source found (none or some); the files that did not
+// parse are then marked broken. It returns every problem in file order, as
+// one worker reading the files in turn reports them.
+//
+// Files are read, parsed and checked by a worker per CPU (WithWorkers): on one CPU the
+// 100,000 files of a fleet took a render of it some 20 s with the other
+// CPU idle. An install's parsed document, needed only for the positions of
+// its problems, is let go once it is checked: kept until the end, the
+// documents of 100,000 installs held 740 MB (renderer's
+// BenchmarkRenderFleet).
+func (s *Source) eachInstall(ctx context.Context, fn func(id string, in Install, ps Problems)) Problems {
+	files := s.installFiles
+	type outcome struct {
+		ps     Problems
+		broken bool
+	}
+	out := make([]outcome, len(files))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(s.opts.workers, len(files)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(files) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				var in Install
+				d, ps := s.parseFile(s.fsys, files[i], SchemaInstall, &in)
+				if len(ps) > 0 {
+					out[i] = outcome{ps: ps, broken: true}
+					continue
 				}
-			})
-		}
-		wg.Wait()
-		for i, file := range part {
-			if out[i].ok {
-				s.Installs[installName(file)] = out[i].in
-			} else {
-				s.broken[file] = true
+				ps = s.check.install(installName(files[i]), d, in)
+				out[i].ps = ps
+				fn(installName(files[i]), in, ps)
 			}
-			ps = append(ps, out[i].ps...)
-			out[i] = loaded{}
+		})
+	}
+	wg.Wait()
+	var ps Problems
+	for i, o := range out {
+		if o.broken {
+			s.broken[files[i]] = true
 		}
+		ps = append(ps, o.ps...)
 	}
 	return ps
 }
