@@ -55,8 +55,7 @@ func (b *Batch) has(h plumbing.Hash) bool {
 		return true
 	}
 	if b.spool != nil {
-		_, ok := b.spool.index[h]
-		return ok
+		return b.spool.index.has(h)
 	}
 	return false
 }
@@ -188,17 +187,20 @@ func (b *Batch) Merge(o *Batch) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for h, obj := range fresh {
-		if b.has(h) {
+		if _, ok := b.objs[h]; ok {
 			continue
 		}
 		if b.spool != nil && !b.spool.done {
-			// Written at once; kept in memory only if the pack cannot
-			// take it (Flush then reports the pack's error).
+			// Written at once unless the pack holds it (one lookup);
+			// kept in memory only if the pack cannot take it (Flush then
+			// reports the pack's error).
 			if err := b.spool.write(h, obj); err == nil {
 				continue
 			}
 		}
-		b.objs[h] = obj
+		if !b.has(h) {
+			b.objs[h] = obj
+		}
 	}
 }
 
@@ -208,9 +210,12 @@ func (b *Batch) Get(h plumbing.Hash) (plumbing.ObjectType, []byte, bool) {
 	defer b.mu.Unlock()
 	o, ok := b.objs[h]
 	if !ok && b.spool != nil {
-		if e, ok := b.spool.index[h]; ok {
-			content, err := b.spool.read(e)
-			return e.typ, content, err == nil
+		if e, ok := b.spool.index.get(h); ok {
+			t, content, err := b.spool.read(int64(e.off))
+			if err != nil {
+				return plumbing.InvalidObject, nil, false
+			}
+			return t, content, true
 		}
 	}
 	if !ok {
@@ -229,7 +234,7 @@ func (b *Batch) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.spool != nil {
-		return len(b.objs) + len(b.spool.index)
+		return len(b.objs) + b.spool.index.len()
 	}
 	return len(b.objs)
 }
@@ -308,11 +313,11 @@ func (b *Batch) WritePack(w io.Writer) error {
 	return err
 }
 
-// packIndex is what an index of a written pack needs.
+// packIndex is what an index of a written pack needs: its objects, in
+// the order they were written, in chunks (a spooled pack's records as
+// spoolIndex keeps them), and the pack's checksum.
 type packIndex struct {
-	hashes   []plumbing.Hash
-	offsets  []uint64
-	crcs     []uint32
+	entries  [][]idxEntry
 	checksum plumbing.Hash
 }
 
@@ -402,7 +407,8 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 		hashes[i] = entries[i].hash
 	}
 	entries = nil
-	idx := &packIndex{hashes: hashes, offsets: make([]uint64, len(hashes)), crcs: make([]uint32, len(hashes))}
+	placed := make([]idxEntry, len(hashes))
+	idx := &packIndex{entries: [][]idxEntry{placed}}
 	sum := sha1.New()
 	bw := bufio.NewWriterSize(w, 256<<10)
 	out := io.MultiWriter(bw, sum)
@@ -417,8 +423,7 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 		o := b.objs[h]
 		head.Reset()
 		writeObjectHeader(&head, o.typ, o.size)
-		idx.offsets[i] = offset
-		idx.crcs[i] = crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.data)
+		placed[i] = idxEntry{hash: h, off: offset, crc: crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.data)}
 		if _, err := out.Write(head.Bytes()); err != nil {
 			return nil, fmt.Errorf("write pack: %w", err)
 		}
@@ -578,23 +583,13 @@ func (b *Batch) flushPack(d packDir) (err error) {
 // on their own, 400,000 random ids take it 295 ms and this 137 ms. The
 // bytes are the same (TestWriteIndexAsGoGit).
 func writeIndex(w io.Writer, p *packIndex) error {
-	order := make([]int32, len(p.hashes))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		if c := bytes.Compare(p.hashes[a][:], p.hashes[b][:]); c != 0 {
-			return c
-		}
-		return int(a - b)
-	})
-	order = slices.CompactFunc(order, func(a, b int32) bool { return p.hashes[a] == p.hashes[b] })
+	sorted := sortEntries(p.entries)
 	sum := sha1.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 64<<10)
 	bw.Write(idxHeader)
 	var fan [256]uint32
-	for _, i := range order {
-		fan[p.hashes[i][0]]++
+	for i := range sorted {
+		fan[sorted[i].hash[0]]++
 	}
 	var b4 [4]byte
 	total := uint32(0)
@@ -602,18 +597,18 @@ func writeIndex(w io.Writer, p *packIndex) error {
 		total += c
 		bw.Write(binary.BigEndian.AppendUint32(b4[:0], total))
 	}
-	for _, i := range order {
-		bw.Write(p.hashes[i][:])
+	for i := range sorted {
+		bw.Write(sorted[i].hash[:])
 	}
-	for _, i := range order {
-		bw.Write(binary.BigEndian.AppendUint32(b4[:0], p.crcs[i]))
+	for i := range sorted {
+		bw.Write(binary.BigEndian.AppendUint32(b4[:0], sorted[i].crc))
 	}
 	var large []uint64
-	for _, i := range order {
-		off := p.offsets[i]
+	for i := range sorted {
+		off := sorted[i].off
 		if off > 0x7fffffff {
 			off = 0x80000000 | uint64(len(large))
-			large = append(large, p.offsets[i])
+			large = append(large, sorted[i].off)
 		}
 		bw.Write(binary.BigEndian.AppendUint32(b4[:0], uint32(off)))
 	}
@@ -628,3 +623,75 @@ func writeIndex(w io.Writer, p *packIndex) error {
 	_, err := w.Write(sum.Sum(nil))
 	return err
 }
+
+// sortEntries returns a copy of the entries of chunks sorted by id, an id
+// listed twice once, at its first place. It moves the entries themselves,
+// never an index to them, so that every pass reads and writes memory in
+// order: a stable counting sort by the id's first byte, then within each
+// of those 256 buckets (4,000 entries, 128 KB, for a million objects: it
+// fits in the cache) by the second byte, then a stable comparison sort of
+// each of the 65,536 buckets that leaves (some 15 entries). Sorting an
+// index of a million ids by comparing the ids it points to reads two ids
+// at random some 20 times for each (BenchmarkSpooledBatch: 0.30 s of the
+// flush of a million objects; this takes ...).
+func sortEntries(chunks [][]idxEntry) []idxEntry {
+	n := 0
+	var count [256]int
+	for _, c := range chunks {
+		n += len(c)
+		for i := range c {
+			count[c[i].hash[0]]++
+		}
+	}
+	sorted := make([]idxEntry, n)
+	var next [256]int
+	at := 0
+	for k, c := range count {
+		next[k] = at
+		at += c
+	}
+	for _, c := range chunks {
+		for i := range c {
+			k := c[i].hash[0]
+			sorted[next[k]] = c[i]
+			next[k]++
+		}
+	}
+	var scratch []idxEntry
+	lo := 0
+	for _, hi := range next {
+		bucket := sorted[lo:hi]
+		lo = hi
+		if len(bucket) < 2 {
+			continue
+		}
+		scratch = slices.Grow(scratch[:0], len(bucket))[:len(bucket)]
+		count = [256]int{}
+		for i := range bucket {
+			count[bucket[i].hash[1]]++
+		}
+		at = 0
+		for k, c := range count {
+			next2 := at + c
+			count[k] = at
+			at = next2
+		}
+		for i := range bucket {
+			k := bucket[i].hash[1]
+			scratch[count[k]] = bucket[i]
+			count[k]++
+		}
+		copy(bucket, scratch)
+		lo2 := 0
+		for _, hi2 := range count {
+			if hi2-lo2 > 1 {
+				slices.SortStableFunc(bucket[lo2:hi2], compareFrom2)
+			}
+			lo2 = hi2
+		}
+	}
+	return slices.CompactFunc(sorted, func(a, b idxEntry) bool { return a.hash == b.hash })
+}
+
+// compareFrom2 orders two entries whose ids share their first two bytes.
+func compareFrom2(a, b idxEntry) int { return bytes.Compare(a.hash[2:], b.hash[2:]) }
