@@ -402,28 +402,28 @@ func (b *Batch) writePack(w io.Writer) (*packIndex, error) {
 		}
 		return bytes.Compare(a.hash[:], b.hash[:])
 	})
-	hashes := make([]plumbing.Hash, len(entries))
+	placed := make([]idxEntry, len(entries))
 	for i := range entries {
-		hashes[i] = entries[i].hash
+		placed[i].hash = entries[i].hash
 	}
 	entries = nil
-	placed := make([]idxEntry, len(hashes))
 	idx := &packIndex{entries: [][]idxEntry{placed}}
 	sum := sha1.New()
 	bw := bufio.NewWriterSize(w, 256<<10)
 	out := io.MultiWriter(bw, sum)
 	hdr := []byte{'P', 'A', 'C', 'K', 0, 0, 0, 2, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(hdr[8:], uint32(len(hashes)))
+	binary.BigEndian.PutUint32(hdr[8:], uint32(len(placed)))
 	if _, err := out.Write(hdr); err != nil {
 		return nil, fmt.Errorf("write pack: %w", err)
 	}
 	offset := uint64(len(hdr))
 	var head bytes.Buffer
-	for i, h := range hashes {
-		o := b.objs[h]
+	for i := range placed {
+		e := &placed[i]
+		o := b.objs[e.hash]
 		head.Reset()
 		writeObjectHeader(&head, o.typ, o.size)
-		placed[i] = idxEntry{hash: h, off: offset, crc: crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.data)}
+		e.off, e.crc = offset, crc32.Update(crc32.ChecksumIEEE(head.Bytes()), crc32.IEEETable, o.data)
 		if _, err := out.Write(head.Bytes()); err != nil {
 			return nil, fmt.Errorf("write pack: %w", err)
 		}
