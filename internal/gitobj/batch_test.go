@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -378,10 +379,11 @@ func TestSpooledBatch(t *testing.T) {
 	}
 }
 
-// TestSpooledBatchDedupes merges parts that overlap, and objects added
-// before they come in a part, into a spooled batch of 10,000 objects (its
-// index doubles several times on the way): each object is written once,
-// every one reads back, and git finds exactly them in the one pack.
+// TestSpooledBatchDedupes merges parts that overlap, from four goroutines
+// at once, and objects added before they come in a part, into a spooled
+// batch of 10,000 objects (its index doubles several times on the way):
+// each object is written once, every one reads back, and git finds
+// exactly them in the one pack.
 func TestSpooledBatchDedupes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "repo.git")
 	gittest.InitBare(t, dir)
@@ -400,15 +402,26 @@ func TestSpooledBatchDedupes(t *testing.T) {
 	for j := 0; j < distinct; j += 1000 {
 		b.Add(plumbing.BlobObject, content(j))
 	}
-	// Part i holds objects 5i to 5i+9: each object comes in two parts.
+	// Part i holds objects 5i to 5i+9: each object comes in two parts,
+	// and each part is merged by four goroutines at once, as a render's
+	// workers merge.
+	var parts []*gitobj.Batch
 	for i := -1; 5*i < distinct; i++ {
 		part := gitobj.NewBatch()
 		for j := max(5*i, 0); j < min(5*i+10, distinct); j++ {
 			part.Add(plumbing.BlobObject, content(j))
 		}
-		b.Merge(part)
-		b.Merge(part)
+		parts = append(parts, part)
 	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for _, part := range parts {
+				b.Merge(part)
+			}
+		})
+	}
+	wg.Wait()
 	if b.Len() != distinct {
 		t.Fatalf("the batch holds %d objects, want %d", b.Len(), distinct)
 	}
