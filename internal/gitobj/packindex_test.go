@@ -234,3 +234,45 @@ func BenchmarkWriteIndex(b *testing.B) {
 		})
 	}
 }
+
+// TestSortEntries checks sortEntries against a stable comparison sort and
+// a removal of repeated ids, at sizes on either side of where its second
+// counting pass starts and takes more bits, for random ids, ids that
+// share their first one to three bytes (the buckets it sorts by
+// comparison), and a few ids repeated many times.
+func TestSortEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	id := func(shared int, distinct int) plumbing.Hash {
+		var h plumbing.Hash
+		for k := range h {
+			h[k] = byte(rng.Uint32())
+			if k < shared {
+				h[k] = 0x5a
+			}
+		}
+		if distinct > 0 {
+			h = plumbing.Hash{byte(rng.IntN(distinct))}
+		}
+		return h
+	}
+	for _, n := range []int{0, 1, 2, 100, 2048, 2049, 4097, 70_000} {
+		for _, tc := range []struct {
+			name             string
+			shared, distinct int
+		}{
+			{"random", 0, 0}, {"one byte shared", 1, 0}, {"two bytes shared", 2, 0}, {"three bytes shared", 3, 0}, {"five ids", 0, 5},
+		} {
+			var all []idxEntry
+			for i := range n {
+				all = append(all, idxEntry{hash: id(tc.shared, tc.distinct), off: uint64(i), crc: rng.Uint32()})
+			}
+			want := slices.Clone(all)
+			slices.SortStableFunc(want, func(a, b idxEntry) int { return bytes.Compare(a.hash[:], b.hash[:]) })
+			want = slices.CompactFunc(want, func(a, b idxEntry) bool { return a.hash == b.hash })
+			got := sortEntries(slices.Collect(slices.Chunk(all, 1000)))
+			if !slices.Equal(got, want) {
+				t.Errorf("%d entries, %s: sortEntries differs from a stable sort", n, tc.name)
+			}
+		}
+	}
+}
