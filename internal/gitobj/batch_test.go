@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -375,5 +376,83 @@ func TestSpooledBatch(t *testing.T) {
 	}
 	if tmp, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "tmp_*")); len(tmp) != 0 {
 		t.Errorf("left behind by Close: %v", tmp)
+	}
+}
+
+// TestSpooledBatchDedupes merges parts that overlap, from four goroutines
+// at once, and objects added before they come in a part, into a spooled
+// batch of 10,000 objects (its index doubles several times on the way):
+// each object is written once, every one reads back, and git finds
+// exactly them in the one pack.
+func TestSpooledBatchDedupes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gitobj.NewSpooledBatch(repo.Storer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const distinct = 10_000
+	content := func(j int) []byte { return fmt.Appendf(nil, "object %d\n", j) }
+	// Added, not merged: these wait in memory until Flush.
+	for j := 0; j < distinct; j += 1000 {
+		b.Add(plumbing.BlobObject, content(j))
+	}
+	// Part i holds objects 5i to 5i+9: each object comes in two parts,
+	// and each part is merged by four goroutines at once, as a render's
+	// workers merge.
+	var parts []*gitobj.Batch
+	for i := -1; 5*i < distinct; i++ {
+		part := gitobj.NewBatch()
+		for j := max(5*i, 0); j < min(5*i+10, distinct); j++ {
+			part.Add(plumbing.BlobObject, content(j))
+		}
+		parts = append(parts, part)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for _, part := range parts {
+				b.Merge(part)
+			}
+		})
+	}
+	wg.Wait()
+	if b.Len() != distinct {
+		t.Fatalf("the batch holds %d objects, want %d", b.Len(), distinct)
+	}
+	for _, j := range []int{0, 1, 4999, distinct - 1} {
+		h := gitobj.Hash(plumbing.BlobObject, content(j))
+		if typ, got, ok := b.Get(h); !ok || typ != plumbing.BlobObject || !bytes.Equal(got, content(j)) {
+			t.Errorf("Get(object %d) = %v %q %v", j, typ, got, ok)
+		}
+	}
+	if err := b.Flush(repo.Storer); err != nil {
+		t.Fatal(err)
+	}
+	if got := gittest.Git(t, dir, "count-objects", "-v"); !strings.Contains(got, fmt.Sprintf("in-pack: %d\n", distinct)) {
+		t.Errorf("git count-objects: want %d objects in one pack:\n%s", distinct, got)
+	}
+	idx, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+	if len(idx) != 1 {
+		t.Fatalf("pack indexes %v, want one", idx)
+	}
+	gittest.Git(t, dir, "verify-pack", idx[0])
+	want := map[plumbing.Hash]bool{}
+	for j := range distinct {
+		want[gitobj.Hash(plumbing.BlobObject, content(j))] = true
+	}
+	for _, h := range hashes(t, dir) {
+		if !want[h] {
+			t.Errorf("git holds %s, which was never merged", h)
+		}
+		delete(want, h)
+	}
+	if len(want) != 0 {
+		t.Errorf("git lacks %d objects", len(want))
 	}
 }

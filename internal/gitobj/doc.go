@@ -16,6 +16,19 @@
 // a map and sorts through an interface, twice the time for the 400,000
 // objects of a 100,000-install render (see writeIndex).
 //
+// A spooled batch finds the objects it holds through a hash table written
+// here, not a Go map (spoolIndex): the map's cost per object grew with the
+// number of objects (18 ms for 90,000 random ids, 342 ms for 900,000: cache
+// and TLB misses into 74 MB at a million), and the render of 100,000
+// installs merges a million. The table is 8-byte slots over records kept
+// in write order, 48 MB at a million, and a miss reads one cache line of
+// it. The pack's index is sorted from those records themselves, by
+// counting sorts that read and write memory in order (sortEntries).
+// BenchmarkSpooledBatch, merging small objects and flushing them: 1,312
+// and 1,752 ns of CPU per object at 100,000 and 1,000,000 with the map
+// (1.34 times as much at ten times the objects); 1,011 and 1,026 with the
+// table (1.01 times).
+//
 // It also reads them back: Store wraps go-git's storage of a repository on
 // disk and reads objects straight from the pack files through their
 // indexes, mapped into memory, and from loose files, without loading whole

@@ -2,7 +2,10 @@ package gitobj
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -21,9 +24,7 @@ func sampleIndex(tb testing.TB, n int) ([]byte, map[plumbing.Hash]uint64) {
 		if i >= n-3 {
 			off += 5 << 30
 		}
-		p.hashes = append(p.hashes, h)
-		p.offsets = append(p.offsets, off)
-		p.crcs = append(p.crcs, uint32(i))
+		p.entries = append(p.entries, []idxEntry{{hash: h, off: off, crc: uint32(i)}})
 		want[h] = off
 	}
 	var buf bytes.Buffer
@@ -128,11 +129,17 @@ func FuzzApplyDelta(f *testing.F) {
 func goGitIndex(tb testing.TB, p *packIndex) []byte {
 	tb.Helper()
 	iw := new(idxfile.Writer)
-	if err := iw.OnHeader(uint32(len(p.hashes))); err != nil {
+	n := 0
+	for _, c := range p.entries {
+		n += len(c)
+	}
+	if err := iw.OnHeader(uint32(n)); err != nil {
 		tb.Fatal(err)
 	}
-	for i, h := range p.hashes {
-		iw.Add(h, p.offsets[i], p.crcs[i])
+	for _, c := range p.entries {
+		for _, e := range c {
+			iw.Add(e.hash, e.off, e.crc)
+		}
 	}
 	if err := iw.OnFooter(p.checksum); err != nil {
 		tb.Fatal(err)
@@ -150,36 +157,122 @@ func goGitIndex(tb testing.TB, p *packIndex) []byte {
 
 // TestWriteIndexAsGoGit: writeIndex writes the bytes go-git's writer
 // writes, for no object, one, many in any order, offsets past 2 and
-// 4 GiB, and an object listed twice.
+// 4 GiB, objects listed twice (the first place wins), and ids that share
+// their first bytes (the buckets sortEntries sorts by comparison), the
+// entries given in chunks of any length.
 func TestWriteIndexAsGoGit(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{0, 1, 2, 300, 5000} {
-		p := &packIndex{checksum: plumbing.NewHash("0123456789abcdef0123456789abcdef01234567")}
-		for i := range n {
+	for _, tc := range []struct {
+		n      int
+		prefix int // bytes of the id fixed to 0xab
+		chunk  int
+	}{
+		{0, 0, 1}, {1, 0, 1}, {2, 0, 1}, {300, 0, 7}, {5000, 0, 4096}, {5000, 1, 333}, {3000, 2, 5000}, {500, 19, 64},
+	} {
+		var all []idxEntry
+		for i := range tc.n {
 			var h plumbing.Hash
 			for k := range h {
 				h[k] = byte(rng.Uint32())
+				if k < tc.prefix {
+					h[k] = 0xab
+				}
 			}
 			off := uint64(12 + 97*i)
 			if i%7 == 3 {
 				off += uint64(rng.IntN(3)+2) << 30
 			}
-			p.hashes = append(p.hashes, h)
-			p.offsets = append(p.offsets, off)
-			p.crcs = append(p.crcs, rng.Uint32())
+			all = append(all, idxEntry{hash: h, off: off, crc: rng.Uint32()})
 		}
-		if n > 2 {
-			// The same object again, elsewhere: the first place wins.
-			p.hashes = append(p.hashes, p.hashes[n/2])
-			p.offsets = append(p.offsets, 1<<20)
-			p.crcs = append(p.crcs, 7)
+		if tc.n > 2 {
+			// The same objects again, elsewhere: the first place wins.
+			for _, i := range []int{tc.n / 2, 0, tc.n / 2, tc.n - 1} {
+				all = append(all, idxEntry{hash: all[i].hash, off: 1<<20 + uint64(i), crc: 7})
+			}
+		}
+		p := &packIndex{checksum: plumbing.NewHash("0123456789abcdef0123456789abcdef01234567")}
+		for c := range slices.Chunk(all, tc.chunk) {
+			p.entries = append(p.entries, c)
 		}
 		var buf bytes.Buffer
 		if err := writeIndex(&buf, p); err != nil {
 			t.Fatal(err)
 		}
 		if want := goGitIndex(t, p); !bytes.Equal(buf.Bytes(), want) {
-			t.Errorf("%d objects: %d bytes differ from go-git's %d", n, buf.Len(), len(want))
+			t.Errorf("%d objects, %d bytes shared, in chunks of %d: %d bytes differ from go-git's %d", tc.n, tc.prefix, tc.chunk, buf.Len(), len(want))
+		}
+	}
+}
+
+// BenchmarkWriteIndex writes the index of 100,000 and 1,000,000 objects
+// of random ids, given in write order, and reports the time per object:
+// sorting them is most of it.
+func BenchmarkWriteIndex(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			p := &packIndex{}
+			var chunk []idxEntry
+			for i := range n {
+				var h plumbing.Hash
+				for k := range h {
+					h[k] = byte(rng.Uint32())
+				}
+				if len(chunk) == recChunk {
+					p.entries = append(p.entries, chunk)
+					chunk = nil
+				}
+				chunk = append(chunk, idxEntry{hash: h, off: uint64(12 + 60*i), crc: rng.Uint32()})
+			}
+			p.entries = append(p.entries, chunk)
+			for b.Loop() {
+				if err := writeIndex(io.Discard, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/object")
+		})
+	}
+}
+
+// TestSortEntries checks sortEntries against a stable comparison sort and
+// a removal of repeated ids, at sizes on either side of where its second
+// counting pass starts and takes more bits, for random ids, ids that
+// share their first one to three bytes (the buckets it sorts by
+// comparison), and a few ids repeated many times.
+func TestSortEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	id := func(shared int, distinct int) plumbing.Hash {
+		var h plumbing.Hash
+		for k := range h {
+			h[k] = byte(rng.Uint32())
+			if k < shared {
+				h[k] = 0x5a
+			}
+		}
+		if distinct > 0 {
+			h = plumbing.Hash{byte(rng.IntN(distinct))}
+		}
+		return h
+	}
+	for _, n := range []int{0, 1, 2, 100, 2048, 2049, 4097, 70_000} {
+		for _, tc := range []struct {
+			name             string
+			shared, distinct int
+		}{
+			{"random", 0, 0}, {"one byte shared", 1, 0}, {"two bytes shared", 2, 0}, {"three bytes shared", 3, 0}, {"five ids", 0, 5},
+		} {
+			var all []idxEntry
+			for i := range n {
+				all = append(all, idxEntry{hash: id(tc.shared, tc.distinct), off: uint64(i), crc: rng.Uint32()})
+			}
+			want := slices.Clone(all)
+			slices.SortStableFunc(want, func(a, b idxEntry) int { return bytes.Compare(a.hash[:], b.hash[:]) })
+			want = slices.CompactFunc(want, func(a, b idxEntry) bool { return a.hash == b.hash })
+			got := sortEntries(slices.Collect(slices.Chunk(all, 1000)))
+			if !slices.Equal(got, want) {
+				t.Errorf("%d entries, %s: sortEntries differs from a stable sort", n, tc.name)
+			}
 		}
 	}
 }

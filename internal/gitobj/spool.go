@@ -23,25 +23,16 @@ type spool struct {
 	fsys billy.Filesystem
 	f    billy.File
 	w    *bufio.Writer
-	// off is the length of the pack so far; n its objects.
+	// off is the length of the pack so far.
 	off int64
-	n   uint32
 	// done is set once the pack is finished (its header and checksum
 	// written); removed once it is renamed or removed.
 	done, removed bool
 	sum           plumbing.Hash
-	// index says where each object written is: 900,000 of them for a
-	// render of 100,000 installs, so an entry is small.
-	index map[plumbing.Hash]spoolEntry
-}
-
-// spoolEntry is where a spooled object is: its pack entry's offset and
-// CRC-32, and the object's type and size.
-type spoolEntry struct {
-	off  int64
-	crc  uint32
-	size uint32
-	typ  plumbing.ObjectType
+	// index says where each object written is: a million of them for a
+	// render of 100,000 installs, so a record is small and finding one
+	// costs the same at any size (spoolIndex).
+	index *spoolIndex
 }
 
 // packHeaderSize is the length of a pack's header: "PACK", the version and
@@ -74,7 +65,7 @@ func NewSpooledBatch(st storer.EncodedObjectStorer) (*Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pack: %w", err)
 	}
-	s := &spool{fsys: fsys, f: f, w: bufio.NewWriterSize(f, 256<<10), index: map[plumbing.Hash]spoolEntry{}}
+	s := &spool{fsys: fsys, f: f, w: bufio.NewWriterSize(f, 256<<10), index: newSpoolIndex()}
 	hdr := []byte{'P', 'A', 'C', 'K', 0, 0, 0, 2, 0, 0, 0, 0}
 	if _, err := s.w.Write(hdr); err != nil {
 		s.remove()
@@ -86,13 +77,22 @@ func NewSpooledBatch(st storer.EncodedObjectStorer) (*Batch, error) {
 	return b, nil
 }
 
-// write appends one compressed object to the pack and indexes it.
+// write appends one compressed object to the pack and indexes it, unless
+// the pack holds it already.
 func (s *spool) write(h plumbing.Hash, o newObject) error {
 	if s.done {
 		return errors.New("the pack is finished")
 	}
+	tag := s.index.tag(h)
+	slot, _, ok := s.index.find(h, tag)
+	if ok {
+		return nil
+	}
 	if o.size > maxObjectSize {
 		return errors.New("too large to spool")
+	}
+	if s.index.len() >= maxSpooled {
+		return errSpoolFull
 	}
 	var head bytes.Buffer
 	writeObjectHeader(&head, o.typ, o.size)
@@ -103,30 +103,30 @@ func (s *spool) write(h plumbing.Hash, o newObject) error {
 	if _, err := s.w.Write(o.data); err != nil {
 		return err
 	}
-	s.index[h] = spoolEntry{off: s.off, crc: crc, size: uint32(o.size), typ: o.typ}
+	s.index.insert(slot, tag, idxEntry{hash: h, crc: crc, off: uint64(s.off)})
 	s.off += int64(head.Len() + len(o.data))
-	s.n++
 	return nil
 }
 
-// read returns the content of a spooled object.
-func (s *spool) read(o spoolEntry) ([]byte, error) {
+// read returns the type and content of the spooled object at off.
+func (s *spool) read(off int64) (plumbing.ObjectType, []byte, error) {
 	if !s.done {
 		if err := s.w.Flush(); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 	}
 	// The entry's header is at most 10 bytes for the sizes written here.
 	hdr := make([]byte, 16)
-	n, err := s.f.ReadAt(hdr, o.off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+	n, err := s.f.ReadAt(hdr, off)
+	if n == 0 {
+		return 0, nil, err
 	}
-	i := 0
-	for i < n && hdr[i]&0x80 != 0 {
-		i++
+	t, size, hlen, err := parseEntryHeader(hdr[:n])
+	if err != nil {
+		return 0, nil, err
 	}
-	return inflate(s.f, o.off+int64(i)+1, int64(o.size))
+	content, err := inflate(s.f, off+int64(hlen), size)
+	return t, content, err
 }
 
 // finish writes the pack's object count and checksum.
@@ -138,7 +138,7 @@ func (s *spool) finish() error {
 		return err
 	}
 	var count [4]byte
-	binary.BigEndian.PutUint32(count[:], s.n)
+	binary.BigEndian.PutUint32(count[:], uint32(s.index.len()))
 	if _, err := s.f.Seek(8, io.SeekStart); err != nil {
 		return err
 	}
@@ -199,13 +199,7 @@ func (b *Batch) finishSpool() (*packIndex, error) {
 	if err := s.finish(); err != nil {
 		return nil, fmt.Errorf("write pack: %w", err)
 	}
-	idx := &packIndex{checksum: s.sum, hashes: make([]plumbing.Hash, 0, len(s.index)), offsets: make([]uint64, 0, len(s.index)), crcs: make([]uint32, 0, len(s.index))}
-	for h, o := range s.index {
-		idx.hashes = append(idx.hashes, h)
-		idx.offsets = append(idx.offsets, uint64(o.off))
-		idx.crcs = append(idx.crcs, o.crc)
-	}
-	return idx, nil
+	return &packIndex{entries: s.index.entries(), checksum: s.sum}, nil
 }
 
 // flushSpool finishes the spooled pack, writes its index and renames both
@@ -219,6 +213,9 @@ func (b *Batch) flushSpool(d packDir) error {
 	}
 	s := b.spool
 	defer s.remove()
+	// Nothing is looked up any more: the table goes before the index is
+	// sorted.
+	s.index.dropTable()
 	fsys := d.Filesystem()
 	if fsys != s.fsys {
 		return errors.New("write pack: a spooled batch is flushed into the repository it was made for")
