@@ -120,7 +120,12 @@
 // rendered again. An operator's request pending for an install whose
 // file did not change still makes the render a full one. Any entry of installs/
 // that is not a source file or README.md or .gitkeep (schemas.Classify)
-// makes the render a full one, whose load reports it.
+// makes the render a full one, whose load reports it. A render that read
+// source files makes a rendered commit recording their source even when
+// nothing it renders changed (a comment in an install file, a change to
+// nuon.yaml that renders the same), so that the next render starts from
+// there (TestRenderRecordsSourceRenderedSame); a render that read none (main
+// changed outside the source, or only a README in installs/) makes none.
 //
 // # Reading main
 //

@@ -432,7 +432,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 func (r *renderRun) loadSource(context.Context) error {
 	delta, ok := r.sourceDelta()
 	if ok {
-		fsys, err := sourceFS(r.st, r.source, delta.entries)
+		fsys, err := sourceFS(r.st, r.source, true, delta.entries)
 		if err != nil {
 			return err
 		}
@@ -869,7 +869,14 @@ func (r *renderRun) writeRendered(context.Context) error {
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
 		at, _ := schemas.Trailer(pc.Message, TrailerRenewAt)
 		n, _ := schemas.Trailer(pc.Message, TrailerRendered)
-		if d == digest && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered {
+		src, _ := schemas.Trailer(pc.Message, schemas.TrailerSource)
+		// A render that read source files records their source, even
+		// when nothing it renders changed (a comment, a change to
+		// nuon.yaml that renders the same): the next render compares its
+		// source with this one, and would otherwise read those files, or
+		// render every install, again each time.
+		read := len(r.ids) > 0 && src != r.source.String()
+		if d == digest && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered && !read {
 			return nil
 		}
 	}

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/internal/gitobj"
@@ -364,6 +366,34 @@ func TestOptionsRequired(t *testing.T) {
 	}
 }
 
+// readRecorder is a store that records which objects are read from it.
+type readRecorder struct {
+	storer.EncodedObjectStorer
+	mu   sync.Mutex
+	read map[plumbing.Hash]bool
+}
+
+func (s *readRecorder) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	s.mu.Lock()
+	s.read[h] = true
+	s.mu.Unlock()
+	return s.EncodedObjectStorer.EncodedObject(t, h)
+}
+
+// installBlobs are the install files on main of the repository at dir,
+// name to blob.
+func installBlobs(tb testing.TB, dir string) map[string]plumbing.Hash {
+	tb.Helper()
+	out := map[string]plumbing.Hash{}
+	for _, line := range strings.Split(gittest.Git(tb, dir, "ls-tree", "main:"+schemas.InstallsDir), "\n") {
+		meta, name, ok := strings.Cut(line, "\t")
+		if f := strings.Fields(meta); ok && len(f) == 3 && strings.HasSuffix(name, ".yaml") {
+			out[name] = plumbing.NewHash(f[2])
+		}
+	}
+	return out
+}
+
 // countObjects is the number of objects in the repository.
 func countObjects(tb testing.TB, dir string) int {
 	tb.Helper()
@@ -404,11 +434,26 @@ func TestIncrementalRender(t *testing.T) {
 			map[string]renderer.Change{"globex": renderer.Changed}},
 	}
 	for _, step := range steps {
+		before := installBlobs(t, tn.dir)
 		step.edit()
 		tn.commit(step.name)
-		res := tn.render(options(t))
+		r := tn.open()
+		st := &readRecorder{EncodedObjectStorer: r.Storer(), read: map[plumbing.Hash]bool{}}
+		res, err := renderStore(context.Background(), r, st, "main", options(t))
+		if err != nil {
+			t.Fatalf("%s: render: %v", step.name, err)
+		}
+		if err := apply(context.Background(), r, res, res.Updates); err != nil {
+			t.Fatal(err)
+		}
 		if !res.Incremental {
 			t.Errorf("%s: a full render", step.name)
+		}
+		// Only the install files that changed are read.
+		for name, h := range installBlobs(t, tn.dir) {
+			if st.read[h] && before[name] == h {
+				t.Errorf("%s: read %s, which did not change", step.name, name)
+			}
 		}
 		for _, in := range res.Installs {
 			if want, ok := step.changed[in.ID]; ok && in.Change != want || !ok && in.Change != renderer.Unchanged {
@@ -435,6 +480,36 @@ func TestIncrementalRender(t *testing.T) {
 			t.Errorf("%s: rendered tree %s, a full render makes %s", step.name, got, want)
 		}
 	}
+}
+
+// TestRenderRecordsSourceRenderedSame changes nuon.yaml in a way that
+// renders the same: that render reads every install and moves no install
+// ref, but records its source, so that the next change to one install
+// file is rendered alone rather than every install again.
+func TestRenderRecordsSourceRenderedSame(t *testing.T) {
+	tn := newTenant(t)
+	tn.render(options(t))
+	app, err := os.ReadFile(filepath.Join(tn.src, schemas.AppFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.write(schemas.AppFile, "# the shop\n"+string(app))
+	main := tn.commit("a comment on the app")
+	res := tn.render(options(t))
+	if res.Incremental || res.ChangedCount() != 0 {
+		t.Fatalf("a comment on nuon.yaml: incremental %v, %d installs changed; want a full render that changes none", res.Incremental, res.ChangedCount())
+	}
+	msg := gittest.Git(t, tn.dir, "log", "-1", "--format=%B", schemas.RenderedRef)
+	if src, _ := schemas.Trailer(msg, schemas.TrailerSource); src != main {
+		t.Errorf("the rendered commit records source %q, want %s", src, main)
+	}
+	tn.edit("installs/globex.yaml", "cidr: 10.20.0.0/16", "cidr: 10.21.0.0/16")
+	tn.commit("one input")
+	res = tn.render(options(t))
+	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" {
+		t.Errorf("the next change to globex: incremental %v, installs %+v; want globex alone", res.Incremental, res.Installs)
+	}
+	checkConsistent(t, tn.dir)
 }
 
 // TestIncrementalRenderReportsProblems breaks one install file: the render

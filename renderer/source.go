@@ -44,23 +44,24 @@ func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash, opts ...sch
 // read only when the file is: the loader refuses an over-large file from
 // Stat without its content ever being inflated.
 func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error) {
-	f, err := sourceFS(st, commit, nil)
+	f, err := sourceFS(st, commit, false, nil)
 	if err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// sourceFS is SourceFS; with only not nil, installs/ holds only those
-// entries (of the installs an incremental render reads), and its tree is
-// not read again.
-func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only []treeEntry) (*treeFS, error) {
+// sourceFS is SourceFS; with restrict, installs/ holds only the entries
+// only (of the installs an incremental render reads, perhaps none), and
+// its tree is not read again.
+func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, restrict bool, only []treeEntry) (*treeFS, error) {
 	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, fmt.Errorf("read source commit %s: %w", commit, err)
 	}
 	f := &treeFS{st: st, root: c.TreeHash, maxTree: maxSourceTree, trees: map[plumbing.Hash][]treeEntry{}}
-	if only != nil {
+	if restrict {
+		f.restricted = true
 		f.only = slices.SortedStableFunc(slices.Values(only), func(a, b treeEntry) int { return strings.Compare(a.name, b.name) })
 	}
 	return f, nil
@@ -70,8 +71,9 @@ func sourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash, only []treeEn
 type treeFS struct {
 	st   storer.EncodedObjectStorer
 	root plumbing.Hash
-	// only, when not nil, is all installs/ lists, sorted by name.
-	only []treeEntry
+	// only, when restricted, is all installs/ lists, sorted by name.
+	restricted bool
+	only       []treeEntry
 	// maxTree bounds the size of a tree object read; maxSourceTree.
 	maxTree int64
 	// cache, when not nil, keeps the trees and blobs outside installs/
@@ -119,7 +121,7 @@ func (f *treeFS) entries(h plumbing.Hash) ([]treeEntry, error) {
 // entriesAt returns the entries of the folder at path dir, whose tree is
 // h.
 func (f *treeFS) entriesAt(dir string, h plumbing.Hash) ([]treeEntry, error) {
-	if f.only != nil && dir == schemas.InstallsDir {
+	if f.restricted && dir == schemas.InstallsDir {
 		return f.only, nil
 	}
 	if f.cache == nil || inInstalls(dir) {

@@ -39,7 +39,7 @@ func TestSourceTreeCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := sourceFS(st, commit, nil)
+	fsys, err := sourceFS(st, commit, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

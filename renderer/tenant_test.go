@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
@@ -169,6 +170,11 @@ func (t *tenant) render(opts renderer.Options) *renderer.Result {
 // renderRepo reads the previous state from the repository and renders the
 // source revision on top of it.
 func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts renderer.Options) (*renderer.Result, error) {
+	return renderStore(ctx, r, r.Storer(), source, opts)
+}
+
+// renderStore is renderRepo reading the objects from st, a view of r's.
+func renderStore(ctx context.Context, r *gitrepo.Repo, st storer.EncodedObjectStorer, source string, opts renderer.Options) (*renderer.Result, error) {
 	if err := r.Fetch(ctx, "refs/heads/"); err != nil {
 		return nil, err
 	}
@@ -194,7 +200,7 @@ func renderRepo(ctx context.Context, r *gitrepo.Repo, source string, opts render
 			return nil, err
 		}
 	}
-	return renderer.Render(ctx, r.Storer(), src, prev, opts)
+	return renderer.Render(ctx, st, src, prev, opts)
 }
 
 // apply writes the render's objects and moves the refs of updates (all of
