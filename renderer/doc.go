@@ -170,12 +170,13 @@
 //
 // BENCHMARKS.md ("Render at fleet scale") has the figures and the commands
 // (make bench-fleet). On a quiet machine (2 cores, load 1-1.5):
-// BenchmarkRenderFleet rendered 10,000 installs cold in 2.4 s wall and
-// 4.25 s of CPU, 100,000 in 24 s and 42.8 s (10.1 times), 478 MB at its
-// peak, beside git fast-import's 41 s for the same objects;
-// BenchmarkRerender took 35 ms (39 ms of CPU) at 100,000. Before this
-// round: 32 s, 52 s of CPU, 600 MB, and 64 ms. What still grows a little
-// faster than the fleet is the garbage collector's marking of a larger
-// heap, and every phase's CPU (load, render, write) is 10.1 to 10.4 times
-// its figure at 10,000.
+// BenchmarkRenderFleet rendered 10,000 installs cold in 2.0-2.2 s wall and
+// 3.92-4.17 s of CPU, 100,000 in 19.5-19.7 s and 37.1-37.7 s (9.0 to 9.5
+// times), 282-300 MB at its peak, beside git fast-import's 41 s for the
+// same objects; BenchmarkRerender took 35-37 ms (39-44 ms of CPU) at
+// 100,000. Before the last round: 24 s, 42.8 s of CPU (10.1 times), 478 MB.
+// Reading and rendering cost 393 µs of CPU per install at 10,000 and 371
+// µs at 100,000; what grew faster than the fleet before was the live heap
+// of loaded installs the collector marked, and a Go map of a million
+// objects (gitobj's spooled index).
 package renderer
