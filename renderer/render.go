@@ -483,6 +483,12 @@ func (r *renderRun) openSource() error {
 // that they fail alone; any other problem fails the render.
 func (r *renderRun) takeProblems(src *schemas.Source, err error) error {
 	r.src, r.bad = src, nil
+	return r.addProblems(err)
+}
+
+// addProblems adds the installs whose own files have problems to r.bad,
+// so that they fail alone; any other problem fails the render.
+func (r *renderRun) addProblems(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -494,7 +500,12 @@ func (r *renderRun) takeProblems(src *schemas.Source, err error) error {
 	if len(rest) > 0 {
 		return ps
 	}
-	r.bad = bad
+	if r.bad == nil {
+		r.bad = map[string]schemas.Problems{}
+	}
+	for id, ps := range bad {
+		r.bad[id] = append(r.bad[id], ps...)
+	}
 	return nil
 }
 
@@ -527,21 +538,8 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err != nil {
-		var ps schemas.Problems
-		if !errors.As(err, &ps) {
-			return err
-		}
-		bad, rest := ps.Split()
-		if len(rest) > 0 {
-			return ps
-		}
-		if r.bad == nil {
-			r.bad = map[string]schemas.Problems{}
-		}
-		for id, ps := range bad {
-			r.bad[id] = append(r.bad[id], ps...)
-		}
+	if err := r.addProblems(err); err != nil {
+		return err
 	}
 	for i, id := range ids {
 		if outs[i].rendered {

@@ -13,6 +13,7 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
@@ -30,33 +31,13 @@ func TestRenderRequests(t *testing.T) {
 	tn.commit("trust alice for requests")
 	tn.render(options(t))
 
-	r := tn.open()
 	b := gitobj.NewBatch()
 	var head plumbing.Hash
-	file := func(id, install string, s gitobj.Signer, created time.Time) {
-		var err error
-		req := &schemas.Request{APIVersion: schemas.APIVersion, Kind: schemas.KindRequest, ID: id, Install: install,
-			Type: schemas.RequestLogs, Component: "api", Requester: "alice", Created: created, Deadline: created.Add(time.Hour)}
-		if head, err = requests.File(b, req, head, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	file("r-ok", "acme", alice, renderTime.Add(-time.Minute))
-	file("r-untrusted", "acme", mallory, renderTime.Add(-time.Minute))
-	file("r-old", "acme", alice, renderTime.Add(-2*time.Hour))
-	file("r-nobody", "nobody", alice, renderTime.Add(-time.Minute))
-	if err := b.Flush(r.Storer()); err != nil {
-		t.Fatal(err)
-	}
-	opts := options(t)
-	opts.Requests = head
-	res, err := renderRepo(t.Context(), r, "main", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(t.Context(), r, res, res.Updates); err != nil {
-		t.Fatal(err)
-	}
+	head = fileRequest(t, b, head, "r-ok", "acme", alice, renderTime.Add(-time.Minute))
+	head = fileRequest(t, b, head, "r-untrusted", "acme", mallory, renderTime.Add(-time.Minute))
+	head = fileRequest(t, b, head, "r-old", "acme", alice, renderTime.Add(-2*time.Hour))
+	head = fileRequest(t, b, head, "r-nobody", "nobody", alice, renderTime.Add(-time.Minute))
+	res := renderRequests(t, tn, b, head)
 	for _, in := range res.Installs {
 		if want := map[bool]string{true: "changed", false: "unchanged"}[in.ID == "acme"]; string(in.Change) != want {
 			t.Errorf("%s: %s, want %s", in.ID, in.Change, want)
@@ -106,17 +87,45 @@ func TestRequestsToNewInstall(t *testing.T) {
 	tn.write("installs/newco.yaml", strings.Replace(string(acme), "acme.shop.example", "newco.shop.example", 1))
 	tn.commit("add newco")
 
-	r := tn.open()
 	b := gitobj.NewBatch()
 	var head plumbing.Hash
 	ids := []string{"acme", "globex", "initech", "newco"}
 	for _, install := range ids {
-		req := &schemas.Request{APIVersion: schemas.APIVersion, Kind: schemas.KindRequest, ID: "r-" + install, Install: install,
-			Type: schemas.RequestLogs, Component: "api", Requester: "alice", Created: renderTime.Add(-time.Minute), Deadline: renderTime.Add(time.Hour)}
-		if head, err = requests.File(b, req, head, alice); err != nil {
-			t.Fatal(err)
+		head = fileRequest(t, b, head, "r-"+install, install, alice, renderTime.Add(-time.Minute))
+	}
+	res := renderRequests(t, tn, b, head)
+	if res.Incremental {
+		t.Error("requests to installs whose files did not change rendered incrementally")
+	}
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %q", res.Warnings)
+	}
+	for _, id := range ids {
+		data := gittest.Git(t, tn.dir, "show", schemas.InstallRef(id)+":"+schemas.RequestsFile)
+		if !strings.Contains(data, "r-"+id) {
+			t.Errorf("%s's requests.json does not hold r-%s:\n%s", id, id, data)
 		}
 	}
+}
+
+// fileRequest files a request for an install's api logs, made at created
+// and due an hour later, on top of head in b, and returns the new head.
+func fileRequest(t *testing.T, b *gitobj.Batch, head plumbing.Hash, id, install string, s gitobj.Signer, created time.Time) plumbing.Hash {
+	t.Helper()
+	req := &schemas.Request{APIVersion: schemas.APIVersion, Kind: schemas.KindRequest, ID: id, Install: install,
+		Type: schemas.RequestLogs, Component: "api", Requester: "alice", Created: created, Deadline: created.Add(time.Hour)}
+	head, err := requests.File(b, req, head, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head
+}
+
+// renderRequests writes the requests filed in b, renders main with those
+// up to head and applies the render.
+func renderRequests(t *testing.T, tn *tenant, b *gitobj.Batch, head plumbing.Hash) *renderer.Result {
+	t.Helper()
+	r := tn.open()
 	if err := b.Flush(r.Storer()); err != nil {
 		t.Fatal(err)
 	}
@@ -126,19 +135,8 @@ func TestRequestsToNewInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Incremental {
-		t.Error("requests to installs whose files did not change rendered incrementally")
-	}
-	if len(res.Warnings) > 0 {
-		t.Errorf("warnings: %q", res.Warnings)
-	}
 	if err := apply(t.Context(), r, res, res.Updates); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		data := gittest.Git(t, tn.dir, "show", schemas.InstallRef(id)+":"+schemas.RequestsFile)
-		if !strings.Contains(data, "r-"+id) {
-			t.Errorf("%s's requests.json does not hold r-%s:\n%s", id, id, data)
-		}
-	}
+	return res
 }

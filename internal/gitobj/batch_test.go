@@ -53,12 +53,7 @@ func sample(t *testing.T, b *gitobj.Batch) plumbing.Hash {
 }
 
 func TestFlushIntoBareRepository(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "repo.git")
-	gittest.InitBare(t, dir)
-	repo, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, repo := bareRepo(t)
 	b := gitobj.NewBatch()
 	commit := sample(t, b)
 	if err := b.Flush(repo.Storer); err != nil {
@@ -232,12 +227,7 @@ func TestAddKeepsOneCopy(t *testing.T) {
 // TestFlushLargeTree writes a tree of thousands of entries, which the
 // pack stores without compression, and reads it back with git.
 func TestFlushLargeTree(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "repo.git")
-	gittest.InitBare(t, dir)
-	repo, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, repo := bareRepo(t)
 	b := gitobj.NewBatch()
 	var entries []gitobj.Entry
 	for i := range 4000 {
@@ -319,12 +309,7 @@ func TestMergeKeepsObjects(t *testing.T) {
 // added after the merges included; Close of an unflushed batch leaves no
 // file behind.
 func TestSpooledBatch(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "repo.git")
-	gittest.InitBare(t, dir)
-	repo, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, repo := bareRepo(t)
 	b, err := gitobj.NewSpooledBatch(repo.Storer)
 	if err != nil {
 		t.Fatal(err)
@@ -385,12 +370,7 @@ func TestSpooledBatch(t *testing.T) {
 // each object is written once, every one reads back, and git finds
 // exactly them in the one pack.
 func TestSpooledBatchDedupes(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "repo.git")
-	gittest.InitBare(t, dir)
-	repo, err := git.PlainOpen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, repo := bareRepo(t)
 	b, err := gitobj.NewSpooledBatch(repo.Storer)
 	if err != nil {
 		t.Fatal(err)
@@ -455,4 +435,16 @@ func TestSpooledBatchDedupes(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("git lacks %d objects", len(want))
 	}
+}
+
+// bareRepo makes an empty bare repository and opens it with go-git.
+func bareRepo(t *testing.T) (string, *git.Repository) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo.git")
+	gittest.InitBare(t, dir)
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, repo
 }
