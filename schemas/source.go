@@ -266,9 +266,9 @@ func (s *Source) EachInstall(ctx context.Context, fn func(id string, in Install)
 // parse are then marked broken. It returns every problem in file order, as
 // one worker reading the files in turn reports them.
 //
-// Files are read, parsed and checked by a worker per CPU (WithWorkers): on one CPU the
-// 100,000 files of a fleet took a render of it some 20 s with the other
-// CPU idle. An install's parsed document, needed only for the positions of
+// Files are read, parsed and checked by a worker per CPU (WithWorkers):
+// on one CPU the 100,000 files of a fleet took a render of it some 20 s
+// with the other CPU idle. An install's parsed document, needed only for the positions of
 // its problems, is let go once it is checked: kept until the end, the
 // documents of 100,000 installs held 740 MB (renderer's
 // BenchmarkRenderFleet).
