@@ -56,7 +56,10 @@ func findPackedRef(data []byte, name string) (h plumbing.Hash, found bool) {
 		}
 		end := i + len(name)
 		start := bytes.LastIndexByte(data[:i], '\n') + 1
-		if i-start == 41 && data[i-1] == ' ' && (end == len(data) || data[end] == '\n' || data[end] == '\r') {
+		// The name ends the line: a carriage return counts as the
+		// line's end only before its newline, as packedRefList reads it.
+		crlf := end < len(data) && data[end] == '\r' && (end+1 == len(data) || data[end+1] == '\n')
+		if i-start == 41 && data[i-1] == ' ' && (end == len(data) || data[end] == '\n' || crlf) {
 			if s := string(data[start : i-1]); plumbing.IsHash(s) {
 				h, found = plumbing.NewHash(s), true
 			}
