@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"golang.org/x/crypto/ssh"
 	"io"
+	"io/fs"
 	"maps"
 	"nuon.dev/nuon/internal/signature"
 	"runtime"
@@ -437,8 +438,7 @@ func (r *renderRun) loadSource(context.Context) error {
 			return err
 		}
 		fsys.cache = r.opts.Cache
-		src, err := schemas.Open(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize), schemas.WithWorkers(r.opts.Workers))
-		if err := r.takeProblems(src, err); err != nil {
+		if err := r.open(fsys); err != nil {
 			return err
 		}
 		r.ids = slices.Sorted(maps.Keys(delta.changed))
@@ -465,12 +465,11 @@ func (r *renderRun) openSource() error {
 	if err != nil {
 		return err
 	}
-	src, err := schemas.Open(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize), schemas.WithWorkers(r.opts.Workers))
-	if err := r.takeProblems(src, err); err != nil {
+	if err := r.open(fsys); err != nil {
 		return err
 	}
 	r.changed, r.removed = nil, nil
-	r.ids = src.ListedInstalls()
+	r.ids = r.src.ListedInstalls()
 	for id := range r.bad {
 		r.ids = append(r.ids, id)
 	}
@@ -479,9 +478,11 @@ func (r *renderRun) openSource() error {
 	return nil
 }
 
-// takeProblems keeps the installs whose own files have problems aside, so
-// that they fail alone; any other problem fails the render.
-func (r *renderRun) takeProblems(src *schemas.Source, err error) error {
+// open opens the source in fsys (schemas.Open) as r.src, and keeps the
+// installs whose own files have problems aside, so that they fail alone;
+// any other problem fails the render.
+func (r *renderRun) open(fsys fs.FS) error {
+	src, err := schemas.Open(fsys, schemas.WithMaxFileSize(r.opts.MaxFileSize), schemas.WithWorkers(r.opts.Workers))
 	r.src, r.bad = src, nil
 	return r.addProblems(err)
 }

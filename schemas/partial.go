@@ -22,19 +22,3 @@ func (ps Problems) Split() (installs map[string]Problems, rest Problems) {
 	}
 	return installs, rest
 }
-
-// Without returns the source less the installs ids: what a render can
-// still do when those installs' files have problems.
-func (s *Source) Without(ids map[string]Problems) *Source {
-	if len(ids) == 0 {
-		return s
-	}
-	out := *s
-	out.Installs = make(map[string]Install, len(s.Installs))
-	for id, in := range s.Installs {
-		if _, bad := ids[id]; !bad {
-			out.Installs[id] = in
-		}
-	}
-	return &out
-}
