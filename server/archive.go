@@ -223,7 +223,6 @@ func (s *Server) followArchives(ctx context.Context, archives map[string]archive
 	if s.mirror != nil {
 		s.mirror.hold(held)
 	}
-	s.archivesKnown.Store(true)
 	return errors.Join(errs...)
 }
 

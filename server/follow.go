@@ -52,18 +52,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
-	mirroredAll := false
 	for {
 		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("follow main", "error", err)
-		}
-		if s.mirror != nil && !mirroredAll && s.archivesKnown.Load() {
-			// What was accepted before a restart but not yet mirrored
-			// goes up with the first push: the whole namespace, once,
-			// after the archive step, so that an install archived
-			// upstream while the server was down is not pushed back.
-			s.mirror.all()
-			mirroredAll = true
 		}
 		// Pushes do not start git gc themselves (receive.autogc=false).
 		if err := git(ctx, s.cfg.Dir, "gc", "--auto", "--quiet"); err != nil && ctx.Err() == nil {
@@ -253,9 +244,10 @@ type mirror struct {
 	dirty    map[string]bool
 	everyRef bool // push all of refs/heads/nuon/ next time
 	// held are refs never pushed: archived installs' refs the server
-	// could not retire yet (see hold).
-	held  map[string]bool
-	kickc chan struct{}
+	// could not retire yet (see hold); holding is set once hold ran.
+	held    map[string]bool
+	holding bool
+	kickc   chan struct{}
 }
 
 // maxMirrorArgs is how many refs one push names; more are pushed as the
@@ -272,14 +264,16 @@ func (m *mirror) add(refs ...string) {
 		m.dirty[r] = true
 	}
 	m.mu.Unlock()
-	select {
-	case m.kickc <- struct{}{}:
-	default:
-	}
+	m.kick()
 }
 
 // hold replaces the refs never to push: archived installs' refs the
 // archive step kept (it failed, or they hold commits the archive lacks).
+//
+// The first call, after the first archive step, also marks every ref of
+// refs/heads/nuon/ for the next push: what was accepted before a restart
+// but not yet mirrored goes up then, once, and not before, so that an
+// install archived upstream while the server was down is not pushed back.
 func (m *mirror) hold(refs []string) {
 	held := make(map[string]bool, len(refs))
 	for _, r := range refs {
@@ -287,7 +281,13 @@ func (m *mirror) hold(refs []string) {
 	}
 	m.mu.Lock()
 	m.held = held
+	first := !m.holding
+	m.holding = true
+	m.everyRef = m.everyRef || first
 	m.mu.Unlock()
+	if first {
+		m.kick()
+	}
 }
 
 // forget drops refs from the next push: the archive step deleted them.
@@ -297,14 +297,6 @@ func (m *mirror) forget(refs ...string) {
 		delete(m.dirty, r)
 	}
 	m.mu.Unlock()
-}
-
-// all marks every ref of refs/heads/nuon/ for the next push.
-func (m *mirror) all() {
-	m.mu.Lock()
-	m.everyRef = true
-	m.mu.Unlock()
-	m.kick()
 }
 
 func (m *mirror) kick() {

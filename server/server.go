@@ -164,10 +164,6 @@ type Server struct {
 	// archived are the installs archived and gone from main (loadArchived).
 	archivedMu sync.RWMutex
 	archived   map[string]bool
-	// archivesKnown is set once the archive step has run (a writer):
-	// until then the mirror does not push the whole namespace, which
-	// would bring archived installs' refs back upstream.
-	archivesKnown atomic.Bool
 }
 
 var _ http.Handler = (*Server)(nil)
