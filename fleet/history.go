@@ -31,6 +31,9 @@ type Desired struct {
 	Generation int64             `json:"generation"`
 	Channel    string            `json:"channel"`
 	Versions   map[string]string `json:"versions"`
+	// Deleted says the state was rendered from an install file marked
+	// deleted: true (nuon install delete).
+	Deleted bool `json:"deleted,omitempty"`
 	// Time is when the commit was rendered.
 	Time time.Time `json:"time"`
 }
@@ -51,7 +54,7 @@ func ReadDesired(st storer.EncodedObjectStorer, h plumbing.Hash) (Desired, error
 	if err := json.Unmarshal(files[schemas.InstallStateFile], &in); err != nil {
 		return d, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
 	}
-	d.Channel = in.Channel
+	d.Channel, d.Deleted = in.Channel, in.Deleted
 	for _, name := range in.Components {
 		var cs schemas.ComponentState
 		if json.Unmarshal(files[schemas.ComponentStateFile(name)], &cs) == nil {

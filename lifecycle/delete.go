@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -19,10 +18,6 @@ import (
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/schemas"
 )
-
-// ArchivePrefix is where Delete moves an install's refs: its desired
-// state and status history stay as the audit log (schemas.ArchiveRef).
-const ArchivePrefix = schemas.ArchiveRefPrefix
 
 // Delete deletes install o.ID, phase by phase:
 //
@@ -186,6 +181,10 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 	}
 	deadline := time.Now().Add(o.DeleteTimeout)
 	last := "no status yet"
+	// checked is the desired state last read, and deleted what it says: a
+	// commit does not change, so it is read again only once the ref moves.
+	var checked plumbing.Hash
+	var deleted bool
 	for {
 		if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
 			return "", "", err
@@ -202,9 +201,12 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 		// a tenant server has rendered the marked main (and mirrored it
 		// with the statuses it accepted), the ref still holds the state
 		// before, and a status on it, or none yet, says nothing.
-		deleted, err := renderedDeleted(repo.Storer(), desired)
-		if err != nil {
-			return "", "", err
+		if desired != checked {
+			d, err := fleet.ReadDesired(repo.Storer(), desired)
+			if err != nil {
+				return "", "", err
+			}
+			checked, deleted = desired, d.Deleted
 		}
 		if !deleted {
 			last = "desired state " + desired.String() + " is not rendered deleted yet (a tenant server renders the marked main; without one, pass --render)"
@@ -248,40 +250,14 @@ func waitDeleted(ctx context.Context, o *Options, _ *state) (string, string, err
 
 func pidAliveAgent(o *Options) bool { return agentPID(o) != 0 }
 
-// renderedDeleted reports whether the desired state commit h is rendered
-// from an install file with deleted: true (its install.json says so).
-func renderedDeleted(st storer.EncodedObjectStorer, h plumbing.Hash) (bool, error) {
-	c, err := gitobj.ReadCommit(st, h)
-	if err != nil {
-		return false, fmt.Errorf("desired state %s: %w", h, err)
-	}
-	t, err := gitobj.ReadTree(st, c.TreeHash)
-	if err != nil {
-		return false, fmt.Errorf("desired state %s: %w", h, err)
-	}
-	e, err := t.FindEntry(schemas.InstallStateFile)
-	if err != nil {
-		return false, nil
-	}
-	data, err := gitobj.ReadBlob(st, e.Hash, 1<<20)
-	if err != nil {
-		return false, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
-	}
-	var state schemas.InstallState
-	if err := json.Unmarshal(data, &state); err != nil {
-		return false, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
-	}
-	return state.Deleted, nil
-}
-
 // archive removes installs/<id>.yaml from main and moves the install's
-// refs under ArchivePrefix<id>/ as a new generation of its archive
+// refs under schemas.ArchiveRefPrefix<id>/ as a new generation of its archive
 // (schemas.ArchiveGenRef; archiveGen): the copies and the deletions in one
 // gitrepo.Apply, one atomic push on a remote repository. Earlier
 // generations, of installs that had the id before, are left as they are.
 func archive(ctx context.Context, o *Options, _ *state) (string, string, error) {
 	file := installPath(o.ID)
-	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+ArchivePrefix+o.ID+"/.\n",
+	removed, err := editMain(ctx, o, o.ID+": remove the deleted install\n\nWritten by nuon install delete once its components and sandbox were gone;\nits refs are kept under "+schemas.ArchiveRefPrefix+o.ID+"/.\n",
 		func(b *gitobj.Batch, root *object.Tree) (plumbing.Hash, error) {
 			sub, err := root.Tree(schemas.InstallsDir)
 			if err != nil {
@@ -318,7 +294,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 	if err != nil {
 		return "", "", err
 	}
-	archived := ArchivePrefix + o.ID + "/"
+	archived := schemas.ArchiveRefPrefix + o.ID + "/"
 	if err := repo.Fetch(ctx, schemas.InstallRef(o.ID), schemas.StatusRef(o.ID), archived); err != nil {
 		return "", "", err
 	}
@@ -379,7 +355,7 @@ type generation struct {
 // Otherwise the live refs are of an install that had the id since, and it
 // is the next generation, 1 when there is none.
 func archiveGen(repo *gitrepo.Repo, id string, lives map[string]plumbing.Hash) (generation, error) {
-	refs, err := repo.Refs(ArchivePrefix + id + "/")
+	refs, err := repo.Refs(schemas.ArchiveRefPrefix + id + "/")
 	if err != nil {
 		return generation{}, err
 	}

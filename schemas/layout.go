@@ -24,7 +24,7 @@ const (
 	// writes.
 	StatusRefPrefix = "refs/heads/nuon/status/"
 	// ArchiveRefPrefix + id + "/" holds a deleted install's refs: nuon
-	// install delete moves its InstallRef and StatusRef there (ArchiveRef)
+	// install delete moves its InstallRef and StatusRef there (ArchiveGenRef)
 	// as its audit log, out of refs/heads/ where agents and mirrors look.
 	// An id deleted again (an install created again under the same id)
 	// gets a new generation beside the earlier ones: nothing is
@@ -37,11 +37,6 @@ func InstallRef(id string) string { return InstallRefPrefix + id }
 
 // StatusRef is the ref of an install's status.
 func StatusRef(id string) string { return StatusRefPrefix + id }
-
-// ArchiveRef is where the first archive of install id keeps live, its
-// InstallRef or StatusRef: ArchiveRefPrefix + id + "/installs" or
-// "/status". It is ArchiveGenRef(id, 1, live).
-func ArchiveRef(id, live string) string { return ArchiveGenRef(id, 1, live) }
 
 // ArchiveGenRef is where generation gen of install id's archive keeps
 // live. Each deletion of an id archives its refs as a new generation, the

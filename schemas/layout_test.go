@@ -66,8 +66,8 @@ func TestArchiveRefs(t *testing.T) {
 			t.Errorf("ParseArchiveRef(%q) (-want +got):\n%s", tc.name, d)
 		}
 	}
-	if got := schemas.ArchiveRef("acme", schemas.StatusRef("acme")); got != "refs/nuon/archive/acme/status" {
-		t.Errorf("ArchiveRef = %q, want generation 1's name", got)
+	if got := schemas.ArchiveGenRef("acme", 1, schemas.StatusRef("acme")); got != "refs/nuon/archive/acme/status" {
+		t.Errorf("ArchiveGenRef(acme, 1, status) = %q, want generation 1's name", got)
 	}
 	for _, name := range []string{
 		"refs/nuon/archive/acme/other", "refs/nuon/archive/status", "refs/nuon/archive//status",

@@ -91,7 +91,7 @@ func TestServerFollowsArchive(t *testing.T) {
 				return fmt.Errorf("%s: %s is %s", dir, r, got)
 			}
 		}
-		for r, want := range map[string]string{schemas.ArchiveRef("acme", live[0]): desired, schemas.ArchiveRef("acme", live[1]): status} {
+		for r, want := range map[string]string{schemas.ArchiveGenRef("acme", 1, live[0]): desired, schemas.ArchiveGenRef("acme", 1, live[1]): status} {
 			if got := ref(dir, r); got != want {
 				return fmt.Errorf("%s: %s is %q, want %s", dir, r, got, want)
 			}
