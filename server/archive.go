@@ -79,7 +79,8 @@ func liveRefs(id string) [2]string { return [2]string{schemas.InstallRef(id), sc
 // (dropRecreated). It remembers their ids for the refusals and returns
 // their archives. Call it before the key table moves to main: an install's key
 // then leaves only once the server knows it archived, so its agent is
-// never told "unknown install" in between.
+// never told "unknown install" in between. When it read main's installs/
+// to tell, the key table takes that reading once the archived are known.
 func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[string]archive, error) {
 	archives, err := listArchives(ctx, s.cfg.Dir)
 	if err != nil {
@@ -117,6 +118,11 @@ func (s *Server) loadArchived(ctx context.Context, main plumbing.Hash) (map[stri
 	s.archivedMu.Lock()
 	s.archived = ids
 	s.archivedMu.Unlock()
+	if keys != s.keys {
+		// What keys read is main's: the caller's reset of s.keys to main
+		// then reads nothing again.
+		s.keys.take(keys)
+	}
 	return archives, nil
 }
 

@@ -149,6 +149,21 @@ func (k *keyTable) known(install string) (bool, error) {
 	return ok, nil
 }
 
+// take moves k to the main commit o read installs/ of, with what o read,
+// rather than reading the folder again: 100,000 entries at fleet size.
+// It does nothing when o has read nothing.
+func (k *keyTable) take(o *keyTable) {
+	o.mu.RLock()
+	main, repo, entries := o.main, o.repo, o.entries
+	o.mu.RUnlock()
+	if entries == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.main, k.repo, k.entries, k.keys = main, repo, entries, map[string]ssh.PublicKey{}
+}
+
 // mainCommit is the main commit the table reads keys from.
 func (k *keyTable) mainCommit() plumbing.Hash {
 	k.mu.RLock()
