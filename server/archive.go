@@ -302,7 +302,6 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (dropped b
 			return false, fmt.Errorf("archive refs: %w", err)
 		}
 	}
-	attrs := []any{"install", id}
 	for _, m := range moves {
 		if _, ok := s.refs.get(m.live); ok {
 			changed = true
@@ -311,10 +310,11 @@ func (s *Server) retire(ctx context.Context, id string, arch archive) (dropped b
 		if s.mirror != nil {
 			s.mirror.forget(m.live)
 		}
-		attrs = append(attrs, strings.TrimPrefix(m.archived, schemas.ArchiveRefPrefix+id+"/"), m.to.String())
 	}
 	if changed {
-		s.log.Info("install archived: its refs left the server (and the upstream); their history is under "+strings.TrimSuffix(schemas.ArchiveGenRef(id, arch.gen, lives[0]), "installs"), attrs...)
+		for _, m := range moves {
+			s.log.Info("install archived: its ref left the server (and the upstream); its history is in the archive", "install", id, "ref", m.live, "archived", m.archived, "commit", m.to.String())
+		}
 	}
 	return changed, nil
 }

@@ -131,7 +131,8 @@
 // lists refs/nuon/archive/ once (one git for-each-ref: 10-20 ms of CPU
 // with 10,000 archived installs, packed, on the project's machine); the
 // rest runs only for an archived install whose refs the server still
-// holds, a few git processes once.
+// holds, a few git processes once; at every check, and logged each time,
+// while one of its refs and the archive have diverged (kept live).
 //
 // Why the archive refs and not main: the archive phase removes the
 // install from main before it moves the refs, in a second push. A server
