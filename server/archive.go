@@ -390,11 +390,7 @@ func (s *Server) retireUpstream(ctx context.Context, id string, moves []move) (p
 // readRefs reads refs of the repository, exactly those names; a missing
 // one is absent from the map.
 func (s *Server) readRefs(ctx context.Context, names ...string) (map[string]plumbing.Hash, error) {
-	out, err := gitOutput(ctx, s.cfg.Dir, nil, append([]string{"for-each-ref", "--format=%(objectname) %(refname)"}, names...)...)
-	if err != nil {
-		return nil, err
-	}
-	return parseRefs(out, func(name string) bool { return slices.Contains(names, name) }), nil
+	return forEachRef(ctx, s.cfg.Dir, func(name string) bool { return slices.Contains(names, name) }, names...)
 }
 
 // lsRemote reads refs of the upstream, exactly those names.

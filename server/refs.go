@@ -1,12 +1,9 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,25 +28,21 @@ type refTable struct {
 // loadRefs reads the install and status refs of the repository at dir with
 // one git for-each-ref.
 func loadRefs(ctx context.Context, dir string) (*refTable, error) {
-	cmd := exec.CommandContext(ctx, "git", "for-each-ref", "--format=%(objectname) %(refname)",
-		schemas.InstallRefPrefix, schemas.StatusRefPrefix)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	refs, err := forEachRef(ctx, dir, func(string) bool { return true }, schemas.InstallRefPrefix, schemas.StatusRefPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("list refs of %s: %w: %s", dir, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("list refs of %s: %w", dir, err)
 	}
-	t := &refTable{refs: make(map[string]plumbing.Hash, bytes.Count(out, []byte("\n")))}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		h, name, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		t.refs[name] = plumbing.NewHash(h)
+	return &refTable{refs: refs}, nil
+}
+
+// forEachRef lists the refs of the repository at dir that git
+// for-each-ref matches with patterns, keeping the names keep accepts.
+func forEachRef(ctx context.Context, dir string, keep func(name string) bool, patterns ...string) (map[string]plumbing.Hash, error) {
+	out, err := gitOutput(ctx, dir, nil, append([]string{"for-each-ref", "--format=%(objectname) %(refname)"}, patterns...)...)
+	if err != nil {
+		return nil, err
 	}
-	return t, nil
+	return parseRefs(out, keep), nil
 }
 
 // get returns a ref's tip.

@@ -112,15 +112,11 @@ func (s *Server) fetchUpstream(ctx context.Context) error {
 
 // listRefs lists the refs of dir that the server takes from the upstream.
 func listRefs(ctx context.Context, dir string) (map[string]plumbing.Hash, error) {
-	args := []string{"for-each-ref", "--format=%(objectname) %(refname)"}
+	var patterns []string
 	for _, r := range upstreamRefs {
-		args = append(args, strings.TrimSuffix(r, "*"))
+		patterns = append(patterns, strings.TrimSuffix(r, "*"))
 	}
-	out, err := gitOutput(ctx, dir, nil, args...)
-	if err != nil {
-		return nil, err
-	}
-	return parseRefs(out, matchesUpstream), nil
+	return forEachRef(ctx, dir, matchesUpstream, patterns...)
 }
 
 // matchesUpstream says whether ref is one of upstreamRefs.
