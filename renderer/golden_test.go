@@ -2,7 +2,7 @@ package renderer_test
 
 import (
 	"github.com/go-git/go-git/v5/plumbing"
-	"io/fs"
+	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/schemas"
 	"os"
 	"path/filepath"
@@ -53,17 +53,12 @@ func goldenDir(t *testing.T, dir string, files map[string]string) {
 		}
 		return
 	}
-	want := map[string]string{}
-	err := fs.WalkDir(os.DirFS(dir), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(filepath.Join(dir, p))
-		want[p] = string(b)
-		return err
-	})
-	if err != nil {
+	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("read golden files (run with -update to write them): %v", err)
+	}
+	want := map[string]string{}
+	for p, b := range gittest.Files(t, dir) {
+		want[p] = string(b)
 	}
 	if diff := cmp.Diff(want, files); diff != "" {
 		t.Errorf("%s differs from the rendered files (-want +got); run with -update if the change is intended:\n%s", dir, diff)

@@ -1,13 +1,12 @@
 package renderer_test
 
 import (
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
 
+	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
@@ -21,16 +20,8 @@ import (
 func sandboxTenant(t *testing.T) *schemas.Source {
 	t.Helper()
 	fsys := fstest.MapFS{}
-	err := fs.WalkDir(os.DirFS(fixtureTenant), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(filepath.Join(fixtureTenant, p))
+	for p, b := range gittest.Files(t, fixtureTenant) {
 		fsys[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	edit := func(file, old, new string) {
 		t.Helper()

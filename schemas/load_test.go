@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
+
+	"nuon.dev/nuon/internal/gittest"
 )
 
 // Tenants to load: the shared sample tenant, and testTenant, a copy of it
@@ -43,16 +44,8 @@ func TestLoadFixtures(t *testing.T) {
 func tenant(t testing.TB) fstest.MapFS {
 	t.Helper()
 	fsys := fstest.MapFS{}
-	err := fs.WalkDir(os.DirFS(testTenant), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(testTenant + "/" + p)
+	for p, b := range gittest.Files(t, testTenant) {
 		fsys[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatalf("read %s: %v", testTenant, err)
 	}
 	return fsys
 }
