@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-
 	"nuon.dev/nuon/internal/gitauth"
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/gitrepo"
@@ -394,5 +392,3 @@ func redactURL(s string) string {
 	}
 	return strings.Join(f, " ")
 }
-
-var _ = plumbing.ZeroHash
