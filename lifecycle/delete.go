@@ -308,7 +308,7 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 			lives[name] = h
 		}
 	}
-	gen, err := archiveGen(repo, o.ID, lives)
+	gen, reuse, err := archiveGen(repo, o.ID, lives)
 	if err != nil {
 		return "", "", err
 	}
@@ -323,8 +323,8 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 		if !ok {
 			continue
 		}
-		to := plumbing.ReferenceName(schemas.ArchiveGenRef(o.ID, gen.n, name))
-		if !gen.holds[name] {
+		to := plumbing.ReferenceName(schemas.ArchiveGenRef(o.ID, gen, name))
+		if !reuse {
 			// A new generation's ref: created, never moved.
 			updates = append(updates, gitrepo.Update{Name: to, New: h})
 		}
@@ -340,24 +340,17 @@ func archive(ctx context.Context, o *Options, _ *state) (string, string, error) 
 	return Done, strings.Join(moved, ", "), nil
 }
 
-// generation is where archive puts an install's live refs: generation n
-// of its archive, which already holds (at or past) the live refs marked.
-type generation struct {
-	n     int
-	holds map[string]bool
-}
-
 // archiveGen chooses the generation that archives install id's live refs
 // (live ref → tip, only those that exist), from the archive's refs in
 // repo. When the newest generation already holds every live ref (each is
 // its ref there or an ancestor of it: a re-run of the same deletion whose
-// deletions did not happen), it is that one, and nothing is copied again.
-// Otherwise the live refs are of an install that had the id since, and it
-// is the next generation, 1 when there is none.
-func archiveGen(repo *gitrepo.Repo, id string, lives map[string]plumbing.Hash) (generation, error) {
+// deletions did not happen), it is that one, reuse is true and nothing is
+// copied again. Otherwise the live refs are of an install that had the id
+// since, and it is the next generation, 1 when there is none.
+func archiveGen(repo *gitrepo.Repo, id string, lives map[string]plumbing.Hash) (gen int, reuse bool, err error) {
 	refs, err := repo.Refs(schemas.ArchiveRefPrefix + id + "/")
 	if err != nil {
-		return generation{}, err
+		return 0, false, err
 	}
 	newest := 0
 	tips := map[string]plumbing.Hash{}
@@ -373,20 +366,18 @@ func archiveGen(repo *gitrepo.Repo, id string, lives map[string]plumbing.Hash) (
 		tips[live] = h
 	}
 	if newest == 0 || len(lives) == 0 {
-		return generation{n: max(newest, 1), holds: map[string]bool{}}, nil
+		return max(newest, 1), false, nil
 	}
-	holds := map[string]bool{}
 	for live, h := range lives {
 		in, err := contains(repo.Storer(), tips[live], h)
 		if err != nil {
-			return generation{}, err
+			return 0, false, err
 		}
 		if !in {
-			return generation{n: newest + 1, holds: map[string]bool{}}, nil
+			return newest + 1, false, nil
 		}
-		holds[live] = true
 	}
-	return generation{n: newest, holds: holds}, nil
+	return newest, true, nil
 }
 
 // contains reports whether commit tip is h or has h among its ancestors.
