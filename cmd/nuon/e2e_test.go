@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"nuon.dev/nuon/internal/gittest"
-	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -95,24 +94,14 @@ func repoRoot() string {
 // the real terraform, reads `nuon status --output json`, then promotes a
 // version and checks that only that component's job runs.
 func TestEndToEnd(t *testing.T) {
-	tf := testenv.TerraformConfig(t)
+	env := e2eEnv(t)
 	root := repoRoot()
 	srv := gittest.NewServer(t)
 	bare := srv.InitBare(t, "tenant.git")
-	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, bare, "main", src, "shop")
+	src, trust := commitTenant(t, bare, nil)
 	url := srv.URL("tenant.git")
 	keys := filepath.Join(root, "fixtures", "keys")
 	work := t.TempDir()
-	trust := filepath.Join(work, "allowed_signers")
-	pub, _ := os.ReadFile(filepath.Join(keys, "render.pub"))
-	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
 	cache := "--cache-dir=" + filepath.Join(work, "cache")
 
 	nuon(t, env, 0, "render", "--repo", url, "--key", filepath.Join(keys, "render"), cache)

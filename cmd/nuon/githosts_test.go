@@ -33,16 +33,7 @@ func tenantRepo(t *testing.T, root string) (trust string) {
 	bare := filepath.Join(root, "tenant.git")
 	gittest.InitBare(t, bare)
 	gittest.Git(t, bare, "config", "http.receivepack", "true")
-	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(repoRoot(), "fixtures", "tenant"))); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, bare, "main", src, "shop")
-	pub, _ := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "keys", "render.pub"))
-	trust = filepath.Join(t.TempDir(), "allowed_signers")
-	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, trust = commitTenant(t, bare, nil)
 	return trust
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"nuon.dev/nuon/internal/gittest"
-	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -204,36 +203,26 @@ type opsTenant struct {
 // (testenv.TerraformConfig).
 func newOpsTenant(tb testing.TB, edit func(src string)) *opsTenant {
 	tb.Helper()
-	tf := testenv.TerraformConfig(tb)
-	root := repoRoot()
 	srv := gittest.NewServer(tb)
 	ot := &opsTenant{bare: srv.InitBare(tb, "tenant.git"), url: srv.URL("tenant.git"),
-		keys: filepath.Join(root, "fixtures", "keys"), work: tb.TempDir()}
-	src := tb.TempDir()
-	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
-		tb.Fatal(err)
-	}
-	if edit != nil {
-		edit(src)
-	}
+		keys: filepath.Join(repoRoot(), "fixtures", "keys"), work: tb.TempDir()}
 	operator, _ := os.ReadFile(filepath.Join(ot.keys, "initech.pub"))
-	if err := os.MkdirAll(filepath.Join(src, "trust"), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "trust", "requests"), []byte("alice "+string(operator)), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	gittest.CommitDir(tb, ot.bare, "main", src, "shop, with alice trusted for requests")
-	ot.trust = filepath.Join(ot.work, "allowed_signers")
-	pub, _ := os.ReadFile(filepath.Join(ot.keys, "render.pub"))
-	if err := os.WriteFile(ot.trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	_, ot.trust = commitTenant(tb, ot.bare, func(src string) {
+		if edit != nil {
+			edit(src)
+		}
+		if err := os.MkdirAll(filepath.Join(src, "trust"), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "trust", "requests"), []byte("alice "+string(operator)), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	})
 	ot.requestTrust = filepath.Join(ot.work, "request_signers")
 	if err := os.WriteFile(ot.requestTrust, []byte("alice "+string(operator)), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	ot.env = []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
+	ot.env = e2eEnv(tb)
 	ot.cache = "--cache-dir=" + filepath.Join(ot.work, "cache")
 	return ot
 }

@@ -167,28 +167,51 @@ type serverTenant struct {
 // needs terraform (testenv.TerraformConfig).
 func newServerTenant(t *testing.T) *serverTenant {
 	t.Helper()
-	tf := testenv.TerraformConfig(t)
-	root := repoRoot()
 	st := &serverTenant{
 		work:  t.TempDir(),
-		src:   t.TempDir(),
-		keys:  filepath.Join(root, "fixtures", "keys"),
-		env:   []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"},
+		keys:  filepath.Join(repoRoot(), "fixtures", "keys"),
+		env:   e2eEnv(t),
 		nuon:  nuonBinary(t),
 		agent: agentBinary(t),
 	}
 	st.repo = filepath.Join(st.work, "tenant.git")
 	gittest.InitBare(t, st.repo)
-	if err := os.CopyFS(st.src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, st.repo, "main", st.src, "shop")
-	st.trust = filepath.Join(st.work, "allowed_signers")
-	pub, _ := os.ReadFile(filepath.Join(st.keys, "render.pub"))
-	if err := os.WriteFile(st.trust, []byte("renderer "+string(pub)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	st.src, st.trust = commitTenant(t, st.repo, nil)
 	return st
+}
+
+// commitTenant copies the sample tenant into a folder of its own, lets
+// edit (when not nil) change it there, commits it as main of the bare
+// repository at bare, and returns the folder and an allowed_signers file
+// that trusts the renderer's key.
+func commitTenant(tb testing.TB, bare string, edit func(src string)) (src, trust string) {
+	tb.Helper()
+	root := repoRoot()
+	src = tb.TempDir()
+	if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
+		tb.Fatal(err)
+	}
+	if edit != nil {
+		edit(src)
+	}
+	gittest.CommitDir(tb, bare, "main", src, "shop")
+	trust = filepath.Join(tb.TempDir(), "allowed_signers")
+	pub, err := os.ReadFile(filepath.Join(root, "fixtures", "keys", "render.pub"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(trust, []byte("renderer "+string(pub)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return src, trust
+}
+
+// e2eEnv is the binaries' environment in end-to-end tests: terraform's
+// CLI configuration (testenv.TerraformConfig, which it needs) and the
+// license secret the sample tenant's database reads.
+func e2eEnv(tb testing.TB) []string {
+	tb.Helper()
+	return []string{"TF_CLI_CONFIG_FILE=" + testenv.TerraformConfig(tb), "NUON_SECRET_LICENSE_KEY=e2e-license-77", "CHECKPOINT_DISABLE=1"}
 }
 
 // startServer starts nuon server on the tenant repository, rendering with
