@@ -126,8 +126,8 @@ type Server struct {
 	refs     *refTable
 	keys     *keyTable
 	verifier *request.Verifier
-	objects  *objectDB  // the repository's objects, read by pushes
-	pushes   *pushStore // writes checked pushes
+	objects  *objectPool // the repository's objects, read by fetches and pushes
+	pushes   *pushStore  // writes checked pushes
 	mux      *http.ServeMux
 
 	gitSlots  chan struct{} // one per git process allowed at once
@@ -212,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gitSlots:    make(chan struct{}, cfg.MaxGit),
 		renderCache: renderer.NewCache(),
 		pushSlots:   make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
-		objects:     newObjectDB(dir),
+		objects:     newObjectPool(dir, cfg.MaxGit),
 		pushes:      newPushStore(dir, readFsyncPolicy(ctx, dir)),
 		metrics:     newMetrics(),
 		boot:        bootID(),
