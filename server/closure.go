@@ -322,3 +322,49 @@ func eachEntry(data []byte, fn func(mode filemode.FileMode, name []byte, h plumb
 	}
 	return nil
 }
+
+// closureSource is an objectSource that holds only an install's closure:
+// what a push may name without bringing, or base a thin pack's deltas on.
+// An object outside it reads as missing, the same answer as one the
+// repository lacks. The closure is found on the first read: a push from
+// the agent brings everything but its parent and reads nothing.
+type closureSource struct {
+	src  objectSource
+	tips []plumbing.Hash
+	cl   *closure
+}
+
+var _ objectSource = (*closureSource)(nil)
+
+// in reports whether h is in the closure.
+func (c *closureSource) in(h plumbing.Hash) error {
+	if c.cl == nil {
+		cl, err := newClosure(c.src, c.tips)
+		if err != nil {
+			return err
+		}
+		c.cl = cl
+	}
+	_, ok, err := c.cl.has(h)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s: %w", h, errNoObject)
+	}
+	return nil
+}
+
+func (c *closureSource) info(h plumbing.Hash) (plumbing.ObjectType, int64, error) {
+	if err := c.in(h); err != nil {
+		return plumbing.InvalidObject, 0, err
+	}
+	return c.src.info(h)
+}
+
+func (c *closureSource) read(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	if err := c.in(h); err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	return c.src.read(h, limit)
+}

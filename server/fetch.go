@@ -298,11 +298,12 @@ func planFetch(src objectSource, own []ownRef, a fetchArgs) (*fetchPlan, error) 
 	}
 	for _, h := range shallows {
 		if deepening && notShallow[h] {
+			// Its parents are sent as wanted; the walk from the haves
+			// still stops at it, as the client's history does.
 			p.unshallow = append(p.unshallow, h)
 			interesting = append(interesting, cl.parents(h)...)
-		} else {
-			graft[h] = true
 		}
+		graft[h] = true
 		edges = append(edges, h) // the client holds it and its tree
 	}
 
