@@ -51,8 +51,9 @@ type Config struct {
 	// MaxSkew bounds a request signature's clock skew; default
 	// request.DefaultMaxSkew.
 	MaxSkew time.Duration
-	// MaxGit bounds the git processes (upload-pack) running at once;
-	// more requests wait their turn, so a fleet fetching at once queues
+	// MaxGit bounds the fetches planned and packed (git pack-objects) at
+	// once, and the git cat-file processes kept to read objects; more
+	// requests wait their turn, so a fleet fetching at once queues
 	// instead of thrashing the machine. Default 2 × GOMAXPROCS.
 	MaxGit int
 	// Now is the clock; default time.Now.
