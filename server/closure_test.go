@@ -307,3 +307,24 @@ func FuzzPlanFetch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseFetchArgs: never a panic; what parses is within the bounds and
+// never asks for deepen together with deepen-since or deepen-not.
+func FuzzParseFetchArgs(f *testing.F) {
+	h := strings.Repeat("a", 40)
+	for _, s := range []string{"want " + h + "\ndone", "deepen 3\ndeepen-relative", "deepen-since 1\ndeepen-not main", "filter blob:limit=10k", "filter blob:limit=-1", "have x", "done extra", "deepen 0", "deepen 2147483648"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := parseFetchArgs(strings.Split(s, "\n"))
+		if err != nil {
+			return
+		}
+		if len(a.wants) > maxFetchWants || len(a.haves) > maxFetchHaves || len(a.shallows) > maxFetchHaves || len(a.wantRefs) > 2 || len(a.deepenNot) > 2 {
+			t.Fatalf("over the bounds: %+v", a)
+		}
+		if a.depth > 0 && (a.since != 0 || len(a.deepenNot) > 0) || a.depth < 0 || a.filter.blobLimit < 0 {
+			t.Fatalf("inconsistent: %+v", a)
+		}
+	})
+}

@@ -548,7 +548,32 @@ func servedWithout(t *testing.T, e *isolationEnv) string {
 // NUON_ISOLATION_N its length.
 func TestIsolationProperty(t *testing.T) {
 	e := newIsolationEnv(t)
-	whole, alone := e.acme, newWire(t, servedWithout(t, e), "acme", e.keys["acme"])
+	isolationRun(t, e, e.acme, newWire(t, servedWithout(t, e), "acme", e.keys["acme"]), true)
+}
+
+// TestReplicaIsolation runs the property's fetches against a read replica:
+// it answers from its mirror, which holds the whole tenant, exactly as a
+// repository holding acme alone does. (Pushes go through to the writer,
+// which the property checks above.)
+func TestReplicaIsolation(t *testing.T) {
+	e := newIsolationEnv(t)
+	w := writer(t, e.env)
+	_, r := replica(t, e.env, w.URL, time.Hour)
+	waitUntil(t, "the replica's first refresh", func() bool {
+		resp, err := http.Get(r.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	isolationRun(t, e, newWire(t, r.URL, "acme", e.keys["acme"]), newWire(t, servedWithout(t, e), "acme", e.keys["acme"]), false)
+}
+
+// isolationRun sends the same random requests to whole and alone and
+// compares their answers (see TestIsolationProperty); pushes only when
+// pushes is set.
+func isolationRun(t *testing.T, e *isolationEnv, whole, alone *wire, pushes bool) {
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("NUON_ISOLATION_SEED"), 10, 64); err == nil {
 		seed = v
@@ -594,7 +619,7 @@ func TestIsolationProperty(t *testing.T) {
 	for i := range n {
 		var resA, resB []byte
 		var what string
-		if rng.IntN(5) > 0 {
+		if !pushes || rng.IntN(5) > 0 {
 			var args []string
 			for range 1 + rng.IntN(3) {
 				if rng.IntN(3) == 0 {
