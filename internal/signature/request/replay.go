@@ -71,12 +71,9 @@ func newReplayCache(max, perInstall int) *replayCache {
 // not expired; if not, it remembers it until expires. now and expires are
 // Unix seconds.
 func (c *replayCache) seen(install, nonce string, expires, now int64) bool {
-	h := sha256.New()
-	h.Write([]byte(install))
-	h.Write([]byte{0})
-	h.Write([]byte(nonce))
-	var k replayKey
-	copy(k[:], h.Sum(nil))
+	var buf [64 + 1 + maxNonce]byte // an install id, a NUL, a nonce
+	sum := sha256.Sum256(append(append(append(buf[:0], install...), 0), nonce...))
+	k := replayKey(sum[:16])
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
