@@ -115,9 +115,15 @@
 //
 // # Cost
 //
-// BenchmarkVerify is the verifier's whole cost for one request; the poll
-// path of the server is measured by server's BenchmarkPollHandler
-// (BENCHMARKS.md, "Request signatures").
+// BenchmarkVerify is the verifier's whole cost for one request: 79 to
+// 125 µs on the 2-core machine under load (other builds running), nearly
+// all of it the Ed25519 check. On the server's poll path
+// (BenchmarkPollHandler in package server, `go test ./server -run '^$'
+// -bench 'PollHandler' -benchtime 2s`, before and after back to back at
+// load average 13) a poll costs 77 and 76 µs of CPU with 1,000 and 100,000
+// installs, against 69 and 72 µs with the first format: the body's SHA-256
+// and the replay cache add 5 to 8 µs, while the allocations per poll fell
+// from 66 to 46 and the bytes from 4,744 to about 4,100.
 //
 // It is apart from package signature, which checks commits, so that what
 // reads commits (the renderer) does not link net/http.
