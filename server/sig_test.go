@@ -271,3 +271,42 @@ func TestReplicaSignatures(t *testing.T) {
 		t.Fatalf("a swapped body through the replica: %d %q, status ref %s", code, answer, e.serverRef(status))
 	}
 }
+
+// TestSignatureLargeBodies: an upload-pack request is read whole before it
+// is parsed, up to its 8 MiB bound. A swapped body of exactly the bound,
+// or longer than it, is refused: the body is read to its end, where its
+// digest is checked, and never cut at the bound and parsed as if whole.
+func TestSignatureLargeBodies(t *testing.T) {
+	e := newEnv(t)
+	url := e.http.URL + "/tenant.git/git-upload-pack"
+	s := &request.Signer{Install: "acme", Key: e.keys["acme"]}
+	// An ls-refs request, then padding that git's parser never reads
+	// (it stops at the flush), to size bytes.
+	body := func(ref string, pad byte, size int) []byte {
+		b := lsRefsBody(ref)
+		return append(b, bytes.Repeat([]byte{pad}, size-len(b))...)
+	}
+	const bound = 8 << 20
+	for _, tc := range []struct {
+		name         string
+		signed, sent []byte
+		status       int
+	}{
+		{"the bound, as signed", body(schemas.InstallRef("acme"), 'a', bound), body(schemas.InstallRef("acme"), 'a', bound), 200},
+		{"the bound, swapped", body(schemas.InstallRef("acme"), 'a', bound), body(schemas.StatusRef("acme"), 'b', bound), 400},
+		{"past the bound, swapped", body(schemas.InstallRef("acme"), 'a', bound+1), body(schemas.StatusRef("acme"), 'b', bound+1), 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(tc.signed))
+			req.Header.Set("Git-Protocol", "version=2")
+			req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+			if err := s.Sign(req); err != nil {
+				t.Fatal(err)
+			}
+			code, answer := send(t, http.MethodPost, url, req.Header, tc.sent)
+			if code != tc.status {
+				t.Fatalf("answered %d %q, want %d", code, answer, tc.status)
+			}
+		})
+	}
+}
