@@ -25,12 +25,12 @@ func TestVerifyMemory(t *testing.T) {
 	v := &request.Verifier{
 		Key:               func(string) (ssh.PublicKey, bool) { return key, true },
 		Now:               func() time.Time { return now },
-		MaxSeen:           500,
-		MaxSeenPerInstall: 20,
+		MaxSeen:           200,
+		MaxSeenPerInstall: 10,
 	}
 	s := &request.Signer{Install: "acme", Key: acme, Now: func() time.Time { return now }}
 	var last *http.Request
-	for i := range 5000 {
+	for i := range 2000 {
 		s.Install = fmt.Sprintf("i%d", i%50)
 		r := httptest.NewRequest("GET", "/x", nil)
 		if err := s.Sign(r); err != nil {
@@ -42,8 +42,8 @@ func TestVerifyMemory(t *testing.T) {
 		last = r
 	}
 	entries, installs := request.Seen(v)
-	if entries != 500 || installs != 50 {
-		t.Fatalf("remembers %d signatures of %d installs, want 500 of 50 (bound 500, 20 per install)", entries, installs)
+	if entries != 200 || installs != 50 {
+		t.Fatalf("remembers %d signatures of %d installs, want 200 of 50 (bound 200, 10 per install)", entries, installs)
 	}
 	r := httptest.NewRequest("GET", "/x", nil)
 	r.Header = last.Header
