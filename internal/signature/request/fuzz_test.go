@@ -1,6 +1,7 @@
 package request_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"net/http/httptest"
 	"testing"
@@ -93,7 +94,13 @@ func FuzzParseContentDigest(f *testing.F) {
 func FuzzVerify(f *testing.F) {
 	acme := signer(f, "acme")
 	key := acme.PublicKey()
-	good := signed(f, "acme", acme, t0, "GET", "/x", "")
+	// The nonce is fixed: every fuzzing process must make the same
+	// signature as the one that wrote the seeds.
+	good := httptest.NewRequest("GET", "/x", nil)
+	s := &request.Signer{Install: "acme", Key: acme, Now: func() time.Time { return t0 }, Rand: bytes.NewReader(make([]byte, 16))}
+	if err := s.Sign(good); err != nil {
+		f.Fatal(err)
+	}
 	input, sig, digest := good.Header.Get("Signature-Input"), good.Header.Get("Signature"), good.Header.Get("Content-Digest")
 	f.Add(input, sig, digest)
 	f.Add(input, sig[:len(sig)-2]+"A:", digest)
