@@ -6,10 +6,15 @@
 // # Who may do what
 //
 // Every request carries a signature made with the install's own SSH key
-// (request.Signer), checked against agentKey in installs/<id>.yaml
-// on main (request.Verifier): no shared secret exists. A request
-// that is unsigned, badly signed, signed too long ago or by an install main
-// does not know is answered 401 and logged. An authenticated install may
+// (request.Signer: RFC 9421 over method, path, query and the body's
+// Content-Digest, with a nonce), checked against agentKey in
+// installs/<id>.yaml on main (request.Verifier): no shared secret exists.
+// A request that is unsigned, badly signed, signed too long ago, by an
+// install main does not know, or whose signature was already used is
+// answered 401 and logged. A body that is not the one signed fails at its
+// end, and every handler reads a body to its end before it acts on it, so
+// it is refused and nothing is written (logged and counted as
+// body_not_signed). An authenticated install may
 //
 //   - read refs/heads/nuon/installs/<id> and refs/heads/nuon/status/<id>
 //     and the objects reachable from their tips (the install's closure),
@@ -246,6 +251,10 @@
 // 5,000 polls/s (NUON_BENCH_POLL_RATE=5000, 15 s, load average 6.5 from
 // other builds) it kept 4,903 and 4,989 polls/s at 1,000 and 100,000
 // installs, p99 263 and 539 ms: at that load the two cores are about full.
+// Since request signatures cover the body and are remembered against
+// replays, BenchmarkPollHandler's poll costs 5 to 8 µs more CPU (the body's
+// SHA-256, the replay cache: 77 and 76 µs against 69 and 72 µs, back to
+// back at load average 13) in 46 allocations instead of 66.
 //
 // Idle keep-alive connections cost the server memory: with 8,000 held open
 // (NUON_BENCH_POLL_IDLE=8000) about 20 KB each once the garbage collector
@@ -324,8 +333,8 @@
 // reloads its ref table, install keys and archived installs. Polls and fetches are answered from the mirror
 // exactly as on the writer. A status push is authenticated on the replica
 // and then forwarded unchanged to the writer, which checks the install's
-// request signature again (it covers method and path, not the host) and
-// checks the push: a replica holds no key and cannot push what the
+// request signature again (it covers method, path and body, not the host),
+// with its own cache of signatures seen, and checks the push: a replica holds no key and cannot push what the
 // install could not. With the writer down, replicas keep answering
 // polls and fetches from their mirror and answer pushes 502; agents keep
 // their applied state and retry with backoff.

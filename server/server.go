@@ -299,6 +299,17 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 		return
 	}
+	// Verify put a reader in r.Body that fails at the end of a body that
+	// is not the one signed; every handler reads to the end before it
+	// acts, so a mismatch has refused the request. Log and count it.
+	if body, ok := r.Body.(*request.Body); ok {
+		defer func() {
+			if body.Mismatch() {
+				s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", request.ErrDigest.Error())
+				s.metrics.refused(reasonBodyDigest)
+			}
+		}()
+	}
 	if s.writer != nil && (endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
 		s.forward(w, r, install)
 		return
@@ -334,7 +345,7 @@ func (s *Server) gitSlot(ctx context.Context) (release func(), err error) {
 // refusalText is what a refused client is told: the reason, without
 // details another install could learn from.
 func refusalText(err error) string {
-	for _, e := range []error{request.ErrNoAuth, request.ErrMalformed, request.ErrExpired, request.ErrUnknownInstall, request.ErrBadSignature} {
+	for _, e := range []error{request.ErrNoAuth, request.ErrMalformed, request.ErrExpired, request.ErrUnknownInstall, request.ErrBadSignature, request.ErrReplay} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

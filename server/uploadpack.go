@@ -89,7 +89,14 @@ func body(r *http.Request) ([]byte, error) {
 		}
 		rd = zr
 	}
-	return io.ReadAll(io.LimitReader(rd, maxRequest))
+	// One byte past the bound, so that a body of exactly maxRequest bytes
+	// is read to its end (where a signed body's digest is checked) and a
+	// longer one is refused rather than cut.
+	data, err := io.ReadAll(io.LimitReader(rd, maxRequest+1))
+	if err == nil && len(data) > maxRequest {
+		err = fmt.Errorf("request longer than %d bytes", maxRequest)
+	}
+	return data, err
 }
 
 // uploadPack serves ls-refs from the ref table and fetch from the

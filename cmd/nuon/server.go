@@ -52,7 +52,8 @@ It follows main: every --poll-interval, and at once on a POST to /hooks/main
 (if set) and renders a new main with --render-key exactly as 'nuon render'
 does. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
-front): request signatures do not cover bodies.
+front): request signatures bind each request and its body, and are good
+once, but they do not hide what agents send and receive.
 
 A private --upstream takes the same credentials as every other command that
 reads the tenant repository, given to git through its environment (never
