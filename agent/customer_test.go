@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -202,5 +203,45 @@ func TestCustomerRequests(t *testing.T) {
 	rep = a.reconcile(t)
 	if rs, _ := answerOf(t, tn, rep.Status, "r-off"); rs.State != schemas.RequestRefused || !strings.Contains(rs.Reason, "requests: false") {
 		t.Fatalf("a logs request with requests: false: %+v", rs)
+	}
+}
+
+// TestCustomerHoldDriftCorrection: under a hold a drift check still runs
+// and reports, but the correction waits; once the hold is lifted the next
+// pass checks again and corrects, without waiting for the schedule.
+func TestCustomerHoldDriftCorrection(t *testing.T) {
+	tn, dir := driftTenant(t, "correct", "5m", "")
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &clock{now: base}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, policyHead)
+	a := tn.agent("acme", func(c *agent.Config) {
+		c.Now = clk.Now
+		c.Heartbeat = -1
+		c.CustomerPolicy = file
+		r := c.Runner.(*jobs.Local)
+		r.Env = append(r.Env, "NUON_TEST_DRIFT="+dir)
+	})
+	a.reconcile(t)
+
+	writeFile(t, file, policyHead+"hold: {reason: incident 4711}\n")
+	writeFile(t, filepath.Join(dir, "d"), "local_file.config\n")
+	clk.Set(base.Add(6 * time.Minute))
+	d := a.reconcile(t).Status.Components["d"]
+	if len(d.Drift) != 1 || d.Corrected {
+		t.Fatalf("under a hold: drift %+v, corrected %v", d.Drift, d.Corrected)
+	}
+	if diff := cmp.Diff([]string{"acme_d_1.0.0_drift"}, driftRuns(t, a.records)); diff != "" {
+		t.Fatalf("plugin calls under a hold (-want +got):\n%s", diff)
+	}
+
+	writeFile(t, file, policyHead)
+	clk.Set(base.Add(7 * time.Minute))
+	d = a.reconcile(t).Status.Components["d"]
+	if !d.Corrected {
+		t.Fatalf("after the hold: d %+v", d)
+	}
+	if diff := cmp.Diff([]string{"acme_d_1.0.0_drift", "acme_d_1.0.0_drift", "acme_d_1.0.0_update"}, driftRuns(t, a.records)); diff != "" {
+		t.Fatalf("plugin calls after the hold (-want +got):\n%s", diff)
 	}
 }
