@@ -197,7 +197,11 @@ func TestScheduleAgainstBruteForce(t *testing.T) {
 		ahead    = 16 * 24 * 60 // minutes after, to see next openings
 	)
 	asked, allowedSeen, wrongAllowed, wrongDenied, opensChecked, wrongOpens := 0, 0, 0, 0, 0, 0
-	for scenario := range 96 {
+	scenarios := 96
+	if raceEnabled || testing.Short() {
+		scenarios = 16
+	}
+	for scenario := range scenarios {
 		dst := dstDays[scenario%len(dstDays)]
 		base := dst.day.Add(-3 * 24 * time.Hour)
 		from := base.Add(-lookBack * time.Minute)
@@ -301,7 +305,7 @@ func TestScheduleAgainstBruteForce(t *testing.T) {
 	}
 	t.Logf("%d decisions (%d allowed), %d next openings checked: %d allowed wrongly, %d deferred wrongly, %d openings wrong",
 		asked, allowedSeen, opensChecked, wrongAllowed, wrongDenied, wrongOpens)
-	if asked < 5000 || allowedSeen == 0 || allowedSeen == asked || opensChecked == 0 {
+	if asked < 50*scenarios || allowedSeen == 0 || allowedSeen == asked || opensChecked == 0 {
 		t.Errorf("the test asked too little: %d decisions, %d allowed, %d openings", asked, allowedSeen, opensChecked)
 	}
 }
