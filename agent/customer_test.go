@@ -245,3 +245,20 @@ func TestCustomerHoldDriftCorrection(t *testing.T) {
 		t.Fatalf("plugin calls after the hold (-want +got):\n%s", diff)
 	}
 }
+
+// TestCustomerHoldFirstPass: an install held from its first pass applies
+// nothing, and its first status is valid: Ready with nothing applied,
+// deferred, not failed.
+func TestCustomerHoldFirstPass(t *testing.T) {
+	tn := newTenant(t)
+	clk := &clock{now: time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, policyHead+"hold: {reason: not yet}\n")
+	a := customerAgent(tn, clk, file)
+	rep := a.reconcile(t)
+	st := serverStatus(t, tn)
+	if rep.Outcome != agent.OutcomeDeferred || len(rep.Jobs) != 0 || st.Phase != schemas.InstallReady || st.Applied != "" ||
+		len(st.Components) != 0 || st.Deferred == nil || st.Deferred.Reason != schemas.DeferredHold {
+		t.Fatalf("first pass under a hold: outcome %s, %d jobs, status %+v", rep.Outcome, len(rep.Jobs), st)
+	}
+}
