@@ -69,6 +69,12 @@
 // policies in six zones around clock changes, and finds no decision that
 // allows a change the rules forbid.
 //
+// Measured (BenchmarkDecide, BenchmarkParse; one core of a shared AMD
+// EPYC): a decision on the example above takes about 12-17 µs, one on
+// 50 allow and 50 deny cron windows about 0.3 ms, and reading the file
+// about 0.25 ms: nothing next to a poll of the tenant's repository, so
+// the agent reads the file and decides again on every pass.
+//
 // # In the agent
 //
 // The agent reads the file again on every pass. Outside a window or under
