@@ -100,11 +100,12 @@ func TestCustomerHold(t *testing.T) {
 	}
 
 	// A file the agent cannot parse holds, and the status says why.
-	writeFile(t, file, policyHead+"hold: [\n")
+	writeFile(t, file, policyHead+"hold: {}\nrequests: \"no\"\n")
 	broken := a.reconcile(t)
 	d := serverStatus(t, tn).Deferred
 	if broken.Outcome != agent.OutcomeDeferred || d == nil || d.Reason != schemas.DeferredHold ||
-		!strings.Contains(d.Message, "cannot be read") || !strings.Contains(d.Message, file+":") {
+		!strings.Contains(d.Message, "cannot be read") || !strings.Contains(d.Message, file+":3:7: hold: missing required field") ||
+		!strings.Contains(d.Message, "; "+file+":4:11: requests: must be true or false") || strings.Contains(d.Message, "\n") {
 		t.Fatalf("a broken policy file: outcome %s, deferred %+v", broken.Outcome, d)
 	}
 	if d.Since != want.Since {

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"nuon.dev/nuon/policy"
@@ -46,6 +48,8 @@ func (p *pass) customerGate() *customerGate {
 	if path := a.cfg.CustomerPolicy; path != "" {
 		c, err := policy.Load(path)
 		if err != nil {
+			// One line: it goes into a table and a commit message.
+			err = errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
 			g.broken = bound(err.Error(), maxDeferredMessage)
 			g.decision = policy.Decision{Reason: schemas.DeferredHold,
 				Message: bound("the customer's policy cannot be read, so nothing is applied until it can: "+err.Error(), maxDeferredMessage)}
