@@ -158,3 +158,20 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestParseJSON: the file may be JSON as well, with the same checks.
+func TestParseJSON(t *testing.T) {
+	c, err := Parse("p.json", []byte(`{"apiVersion": "nuon.dev/v1", "kind": "CustomerPolicy", "requests": false,
+  "deny": [{"name": "freeze", "cron": "0 0 15 12 *", "duration": "432h", "timezone": "Asia/Tokyo"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Requests || c.Held || len(c.Deny) != 1 || c.Deny[0].Location.String() != "Asia/Tokyo" {
+		t.Errorf("parsed %+v", c)
+	}
+	_, err = Parse("p.json", []byte(`{"apiVersion": "nuon.dev/v1", "kind": "CustomerPolicy",
+  "allow": [{"cron": "0 2 * * *", "duration": "1h", "timezone": "Nowhere/Else"}]}`))
+	if want := `p.json:2:65: allow[0].timezone: unknown time zone "Nowhere/Else"; name an IANA zone such as Europe/Berlin or UTC`; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
+	}
+}
