@@ -78,6 +78,14 @@ func (p *pass) answer(ctx context.Context) {
 			p.settle(req, schemas.RequestRefused, fmt.Sprintf("%s requests are turned off by the install's own operations settings (operations.%s: false)", req.Type, req.Type), nil, nil)
 			continue
 		}
+		if g := p.customerGate(); !g.requests {
+			reason := "requests are turned off by the customer's policy (requests: false)"
+			if g.broken != "" {
+				reason = "the customer's policy cannot be read: " + g.broken
+			}
+			p.settle(req, schemas.RequestRefused, reason, nil, nil)
+			continue
+		}
 		p.run1(ctx, d, req)
 	}
 }

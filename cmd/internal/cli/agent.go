@@ -45,6 +45,7 @@ type agentOptions struct {
 	sandboxInputs                                         []string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
+	customer                                              customerOptions
 }
 
 func NewAgentCmd(g *Globals) *cobra.Command {
@@ -180,6 +181,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
 	o.sync.flags(f)
+	o.customer.flags(f)
 	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
@@ -227,6 +229,10 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		}
 	}
 	sandboxInputs, err := parseInputs(o.sandboxInputs)
+	if err != nil {
+		return err
+	}
+	customerPolicy, err := o.customer.path()
 	if err != nil {
 		return err
 	}
@@ -278,6 +284,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		// told otherwise.
 		InsecureSkipArtifactVerification: o.sync.insecure,
 		Observe:                          met.Observe,
+		CustomerPolicy:                   customerPolicy,
 	})
 	if err != nil {
 		return err
