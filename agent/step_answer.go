@@ -63,7 +63,11 @@ func (p *pass) answer(ctx context.Context) {
 				continue
 			}
 			if _, done := st.Requests[loose.ID]; !done {
-				p.settle(loose, schemas.RequestRefused, "the requester's signature does not verify on this agent: "+err.Error(), nil, nil)
+				reason := "the requester's signature does not verify on this agent: " + err.Error()
+				if a.cfg.RequestTrust == nil {
+					reason = NoRequestTrust
+				}
+				p.settle(loose, schemas.RequestRefused, reason, nil, nil)
 			}
 			continue
 		}
@@ -89,6 +93,11 @@ func (p *pass) answer(ctx context.Context) {
 		p.run1(ctx, d, req)
 	}
 }
+
+// NoRequestTrust is the reason every request is refused by an agent that
+// trusts no operator key.
+const NoRequestTrust = "this agent trusts no operator key for requests: start it with --request-trust FILE " +
+	"(or $NUON_REQUEST_TRUST), an allowed_signers file listing the operators' keys, like trust/requests on main"
 
 // run1 answers one checked request.
 func (p *pass) run1(ctx context.Context, d *Desired, req *schemas.Request) {
