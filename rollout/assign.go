@@ -189,7 +189,16 @@ func (p *Policy) selectorWaves(ms []*member) schemas.Problems {
 		case len(free) == 0:
 			ps = append(ps, p.at(field, "overlaps earlier waves: every install %s selects is in one already (%s)", s.Selector, waveNames(p, matched)))
 		}
-		taken := take(free, s.Count, s.Percent)
+		taken := len(free)
+		if s.share() {
+			// Ordered by a hash of their own, so that the share waves'
+			// order (by Hash) does not lose these installs' lowest
+			// hashes: a wave of 10 % of EU installs followed by one of
+			// 10 % of the channel leaves EU installs in the second.
+			var hashes []uint64
+			free, hashes = byHash(free, p.Channel+"\x00"+s.Selector.String())
+			taken = take(hashes, s.Count, s.Percent)
+		}
 		for _, m := range free[:taken] {
 			m.wave = i
 		}
@@ -198,6 +207,24 @@ func (p *Policy) selectorWaves(ms []*member) schemas.Problems {
 		}
 	}
 	return ps
+}
+
+// byHash returns ms sorted by the hash of salt and id, and those hashes.
+func byHash(ms []*member, salt string) ([]*member, []uint64) {
+	type hashed struct {
+		m *member
+		h uint64
+	}
+	hs := make([]hashed, len(ms))
+	for i, m := range ms {
+		hs[i] = hashed{m, Hash(salt, m.id)}
+	}
+	slices.SortFunc(hs, func(a, b hashed) int { return cmp.Or(cmp.Compare(a.h, b.h), strings.Compare(a.m.id, b.m.id)) })
+	out, hashes := make([]*member, len(hs)), make([]uint64, len(hs))
+	for i, x := range hs {
+		out[i], hashes[i] = x.m, x.h
+	}
+	return out, hashes
 }
 
 // shareWaves places the installs no selector wave took in the share-only
@@ -222,7 +249,11 @@ func (p *Policy) shareWaves(ms []*member) {
 			n = min(s.Count, n)
 		case s.Percent > 0:
 			percent += s.Percent
-			n = take(free, 0, percent)
+			hashes := make([]uint64, len(free))
+			for i, m := range free {
+				hashes[i] = m.hash
+			}
+			n = take(hashes, 0, percent)
 		}
 		for _, m := range free[:n] {
 			m.wave = i
@@ -230,25 +261,26 @@ func (p *Policy) shareWaves(ms []*member) {
 	}
 }
 
-// take returns how many of free (sorted by hash) a wave takes: count of
+// take returns how many of the free installs, whose hashes are given in
+// order, a wave takes: count of
 // them, or those whose hash lies in the first percent % of the hash space
 // (at least one, so that a percent wave of a small fleet is not empty),
 // or all when the wave has no share.
-func take(free []*member, count, percent int) int {
+func take(hashes []uint64, count, percent int) int {
 	switch {
 	case count > 0:
-		return min(count, len(free))
+		return min(count, len(hashes))
 	case percent > 0:
 		n := 0
-		for n < len(free) && below(free[n].hash, percent) {
+		for n < len(hashes) && below(hashes[n], percent) {
 			n++
 		}
-		if n == 0 && len(free) > 0 {
+		if n == 0 && len(hashes) > 0 {
 			n = 1
 		}
 		return n
 	}
-	return len(free)
+	return len(hashes)
 }
 
 func waveNames(p *Policy, ms []*member) string {

@@ -92,7 +92,7 @@ func TestAssign(t *testing.T) {
 		name:     "a selector with a share",
 		waves:    "    - {name: eu-one, count: 1, selector: {matchLabels: {region: eu}}}\n    - {name: eu-half, percent: 50, selector: {matchLabels: {region: eu}}}\n    - {name: rest, rest: true}\n",
 		installs: fleet(100, "i", ring),
-		want:     []string{"eu-one=1", "eu-half=6", "rest=93"},
+		want:     []string{"eu-one=1", "eu-half=9", "rest=90"},
 	}, {
 		name:     "matchExpressions",
 		waves:    "    - {name: not-us, selector: {matchExpressions: [{key: region, operator: NotIn, values: [us]}]}}\n    - {name: rest, rest: true}\n",

@@ -81,8 +81,10 @@
 //     selectors match is in the first one's wave: write the narrow ring
 //     first and the broad one after, with no NotIn to keep them apart. A
 //     selector wave with a share takes that share of the installs it
-//     matches and no earlier wave took; the others may go to later waves
-//     only.
+//     matches and no earlier wave took, in the order of a hash of its
+//     own (of the channel, the selector and the id, so that the share
+//     waves after it still get their share of these installs); the
+//     others may go to later waves only.
 //  2. The share waves divide the installs no selector wave took, in the
 //     order of Hash(channel, id): a count wave takes the next N; percent
 //     waves share out the hash space in order (percent: 1 then percent:
