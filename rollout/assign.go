@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -43,6 +44,36 @@ type Wave struct {
 	MinHealthy    int           `json:"minHealthy"`
 	FailureBudget int           `json:"failureBudget"`
 	OnFailure     string        `json:"onFailure"`
+}
+
+// MarshalJSON writes the bake time as a Go duration (1h0m0s).
+func (w Wave) MarshalJSON() ([]byte, error) {
+	type plain Wave
+	return json.Marshal(struct {
+		plain
+		Bake string `json:"bake"`
+	}{plain(w), w.Bake.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (w *Wave) UnmarshalJSON(b []byte) error {
+	type plain Wave
+	var v struct {
+		plain
+		Bake string `json:"bake"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*w = Wave(v.plain)
+	if v.Bake != "" {
+		d, err := time.ParseDuration(v.Bake)
+		if err != nil {
+			return fmt.Errorf("wave %s: bake: %w", v.Name, err)
+		}
+		w.Bake = d
+	}
+	return nil
 }
 
 // AllWave is the name of the one wave of a channel without a rollout.
