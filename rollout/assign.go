@@ -81,6 +81,14 @@ const AllWave = "all"
 
 // Of returns the number of the wave install id is in.
 func (w *Waves) Of(id string) (number int, ok bool) {
+	if w.index == nil { // read from JSON
+		w.index = map[string]int{}
+		for _, wave := range w.Waves {
+			for _, in := range wave.Installs {
+				w.index[in] = wave.Number
+			}
+		}
+	}
 	n, ok := w.index[id]
 	return n, ok
 }

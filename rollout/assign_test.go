@@ -1,6 +1,7 @@
 package rollout_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -141,6 +142,28 @@ func checkPartition(t *testing.T, w *rollout.Waves, ins []rollout.Install) {
 	if len(seen) != len(ins) {
 		t.Errorf("%d installs in waves, want %d", len(seen), len(ins))
 	}
+}
+
+// TestWavesJSON: waves read back from JSON (nuon render --dry-run -o
+// json) answer Of as the assigned ones do.
+func TestWavesJSON(t *testing.T) {
+	ins := fleet(50, "i", nil)
+	w, err := rollout.Assign(policy(t, "    - {count: 2, bake: 90m}\n    - {percent: 20}\n    - {rest: true}\n"), ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back rollout.Waves
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(w.Waves, back.Waves); diff != "" {
+		t.Errorf("round trip (-assigned +read):\n%s", diff)
+	}
+	checkPartition(t, &back, ins)
 }
 
 func TestAssignWithoutRollout(t *testing.T) {
