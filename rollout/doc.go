@@ -117,6 +117,12 @@
 //
 // # Bad input
 //
+// Structural mistakes (an unknown field, onFailure: retry, percent: 0)
+// fail the channel's schema, so every nuon render refuses them. The rest
+// are reported by Parse and Assign, which nuon render --dry-run runs (run
+// it on every pull request); the rollout controller will refuse a policy
+// they refuse.
+//
 // Parse reports, each at its file, line and field: shares that do not
 // add up (percent waves over 100 %, rest not last, rest after 100 %),
 // a wave with two shares or none, selectors Kubernetes would refuse,
@@ -125,7 +131,7 @@
 // most likely a typo in a label; allowEmpty: true says the emptiness is
 // expected, as for a region with no installs yet), a selector wave every
 // install of which went to earlier waves (overlapping waves: the wave
-// could never hold an install), a wave with fewer installs than its
-// minHealthy, installs in no wave, and, through Fleet, installs on an
+// could never hold an install), a wave with some installs but fewer than
+// its minHealthy, installs in no wave, and, through Fleet, installs on an
 // unknown channel.
 package rollout
