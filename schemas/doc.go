@@ -55,6 +55,12 @@
 //	  network: 1.0.0
 //	  database: 1.1.0
 //
+// A channel may also declare a rollout ([Rollout]): the ordered waves, by
+// label selector and/or share of its installs, that a change of its pins
+// reaches the installs in. Package rollout checks it and assigns the
+// waves; nuon render --dry-run shows them; the rollout controller, not
+// yet built, will enforce them.
+//
 // releases/<component>.yaml lists every released version of one component
 // and the digests of its artifacts ([Release]); vendor CI appends to it:
 //
@@ -73,9 +79,12 @@
 // with, and optional per-component version overrides. The registry may be
 // left out when nuon.yaml declares a sandbox: the agent then copies
 // artifacts into the sandbox's registry output (url/repository_prefix); a
-// registry written here wins.
+// registry written here wins. Labels (Kubernetes label keys and values)
+// group installs for a channel's rollout waves; they stay on main and are
+// not rendered, so relabelling an install gives it no new commit.
 //
 //	channel: stable
+//	labels: {ring: canary, region: us-east-1}
 //	inputs:
 //	  cidr: 10.10.0.0/16
 //	cloud: {provider: aws, region: us-east-1, accountID: "111111111111"}

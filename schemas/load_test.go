@@ -149,7 +149,26 @@ var loadCases = []struct {
 	{
 		name:  "unknown top-level field",
 		edits: []edit{appendTo("installs/acme.yaml", "owner: ops\n")},
-		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, deleted, id, inputs, operations, registry, sandbox, versions`},
+		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, deleted, id, inputs, labels, operations, registry, sandbox, versions`},
+	},
+	{
+		name:  "install labels",
+		edits: []edit{appendTo("installs/acme.yaml", "labels:\n  ring: canary\n  example.com/tier: gold\n  region: \"\"\n")},
+	},
+	{
+		name:  "install label key not a Kubernetes label key",
+		edits: []edit{appendTo("installs/acme.yaml", "labels:\n  -ring: canary\n")},
+		want:  []string{`installs/acme.yaml:16:3: labels.-ring: key "-ring" is not a Kubernetes label key (an optional DNS prefix and /, then a name of letters, digits, -, _ and ., at most 63 characters, starting and ending with a letter or digit)`},
+	},
+	{
+		name:  "install label value not a Kubernetes label value",
+		edits: []edit{appendTo("installs/acme.yaml", "labels:\n  ring: can ary\n")},
+		want:  []string{`installs/acme.yaml:16:9: labels.ring: "can ary" is not a Kubernetes label value (letters, digits, -, _ and ., at most 63 characters, starting and ending with a letter or digit, or empty)`},
+	},
+	{
+		name:  "install label key prefix too long",
+		edits: []edit{appendTo("installs/acme.yaml", "labels:\n  "+strings.Repeat("a", 254)+"/ring: canary\n")},
+		want:  []string{`installs/acme.yaml:16:3: labels.` + strings.Repeat("a", 254) + `/ring: label key "` + strings.Repeat("a", 254) + `/ring": prefix part must be no more than 253 bytes`},
 	},
 	{
 		name:  "missing required field",

@@ -511,6 +511,7 @@ func (c *checker) install(id string, d *document, in Install) Problems {
 	if msg := checkAgentKey(in.AgentKey); msg != "" {
 		ps = append(ps, d.at("agentKey", false, "%s", msg))
 	}
+	ps = append(ps, checkLabels(d, in.Labels)...)
 	if !c.appOK {
 		return ps
 	}

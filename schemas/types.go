@@ -205,6 +205,10 @@ type ManifestSettings struct {
 type Channel struct {
 	// Components maps component name to version.
 	Components map[string]string `yaml:"components" json:"components"`
+	// Rollout, when set, declares the waves a change of this channel's
+	// pins reaches its installs in (package rollout); nil: every install
+	// at once.
+	Rollout *Rollout `yaml:"rollout,omitempty" json:"rollout,omitempty"`
 }
 
 // Release is releases/<component>.yaml: every released version of one
@@ -236,6 +240,11 @@ type Install struct {
 	// ID may be omitted; when present it must equal the file's name.
 	ID      string `yaml:"id,omitempty" json:"id,omitempty"`
 	Channel string `yaml:"channel" json:"channel"`
+	// Labels group installs for rollouts: a channel's rollout waves
+	// select installs by them. Keys and values are Kubernetes label keys
+	// and values. They stay on main: nothing in the install reads them,
+	// so relabelling an install does not re-render it.
+	Labels map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
 	// Versions overrides the channel's pin for single components.
 	Versions map[string]string `yaml:"versions,omitempty" json:"versions,omitempty"`
 	// Inputs are the install's own values, referenced by components as

@@ -350,13 +350,15 @@ func (b *problemBuilder) typeName(t string) string {
 
 // patternHelp says in words what each pattern of the schemas accepts.
 var patternHelp = map[string]string{
-	`^[a-z0-9][a-z0-9-]{0,62}$`:                                 "a request id (lower-case letters, digits and -, at most 63 characters)",
-	`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`:                      "a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)",
-	`^[A-Za-z_][A-Za-z0-9_]*$`:                                  "an identifier (letters, digits and _, not starting with a digit)",
-	`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`:                       "a version (letters, digits, ., _, + and -, at most 128 characters)",
-	`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`:                 "a duration such as 90s, 10m or 1h30m",
-	`^[a-z0-9.:-]+(/[a-z0-9._-]+)+$`:                            "an OCI repository such as registry.example.com/app/api (lower case)",
-	`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$`: "an IAM role ARN such as arn:aws:iam::111111111111:role/nuon-acme-maintenance",
+	`^[a-z0-9][a-z0-9-]{0,62}$`: "a request id (lower-case letters, digits and -, at most 63 characters)",
+	`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`: "a Kubernetes label key (an optional DNS prefix and /, then a name of letters, digits, -, _ and ., at most 63 characters, starting and ending with a letter or digit)",
+	`^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$`:                                                                 "a Kubernetes label value (letters, digits, -, _ and ., at most 63 characters, starting and ending with a letter or digit, or empty)",
+	`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`:                                                                               "a lower-case DNS label (a-z, 0-9 and -, at most 63 characters, not starting or ending with -)",
+	`^[A-Za-z_][A-Za-z0-9_]*$`:                                                                                           "an identifier (letters, digits and _, not starting with a digit)",
+	`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`:                                                                                "a version (letters, digits, ., _, + and -, at most 128 characters)",
+	`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`:                                                                          "a duration such as 90s, 10m or 1h30m",
+	`^[a-z0-9.:-]+(/[a-z0-9._-]+)+$`:                                                                                     "an OCI repository such as registry.example.com/app/api (lower case)",
+	`^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$`:                                                          "an IAM role ARN such as arn:aws:iam::111111111111:role/nuon-acme-maintenance",
 	`^\$\{install\.sandbox\.outputs\.registry\.url\}/\$\{install\.sandbox\.outputs\.registry\.repository_prefix\}(/[a-z0-9._-]+)+@sha256:[a-f0-9]{64}$`: "the sandbox's registry output as references, a repository path and a digest",
 	`^[A-Za-z0-9+=,.@:/-]+$`:                                "an STS ExternalId (letters, digits and +=,.@:/-)",
 	`^[A-Za-z0-9.:-]+(/[a-z0-9._-]+)*$`:                     "a registry host with an optional path, such as 123456789012.dkr.ecr.us-east-1.amazonaws.com/nuon",

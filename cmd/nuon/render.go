@@ -19,6 +19,7 @@ import (
 	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -55,7 +56,13 @@ Installs/), any entry of channels/, releases/ or installs/ other than
 hold (installs/.., a name twice, links, submodules).
 
 With --dry-run it writes nothing and prints, per install, the diff of its
-rendered state: paste it into a pull request.`,
+rendered state: paste it into a pull request. For each channel that
+declares a rollout it also prints the channel's waves and the installs in
+each (with --output json, under "rollouts"), and refuses a rollout whose
+waves cannot be assigned (a selector that matches no install, overlapping
+waves, installs in no wave) with the channel file's line. Waves are
+declared and shown; the rollout controller, not yet built, will enforce
+them: today every install of a channel takes a change at once.`,
 		Example: `  # render main of a local repository
   nuon render --repo ./tenant.git --key render.key
 
@@ -96,6 +103,9 @@ type renderReport struct {
 	Installs []renderer.InstallResult `json:"installs"`
 	Problems schemas.Problems         `json:"problems,omitempty"`
 	Warnings []string                 `json:"warnings,omitempty"`
+	// Rollouts are the waves of each channel that declares a rollout
+	// (--dry-run only).
+	Rollouts []*rollout.Waves `json:"rollouts,omitempty"`
 }
 
 func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
@@ -124,7 +134,17 @@ func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
 		for _, w := range res.Warnings {
 			log.Warn(w)
 		}
-		if err := printRender(g.Stdout, o, res); err != nil {
+		var waves []*rollout.Waves
+		if o.dryRun {
+			waves, err = rolloutWaves(ctx, repo, res.Source, o.maxFileSize)
+			if errors.As(err, &ps) {
+				return reportProblems(g, o, ps)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := printRender(g.Stdout, o, res, waves); err != nil {
 			return err
 		}
 		return reportFailed(g, res)
@@ -174,9 +194,33 @@ func reportProblems(g *cli.Globals, o *renderOptions, ps schemas.Problems) error
 	return cli.ExitError{Code: 1}
 }
 
-func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
+// rolloutWaves assigns the waves of the channels of source that declare a
+// rollout.
+func rolloutWaves(ctx context.Context, repo *gitrepo.Repo, source plumbing.Hash, maxFileSize int64) ([]*rollout.Waves, error) {
+	fsys, err := renderer.SourceFS(repo.Storer(), source)
+	if err != nil {
+		return nil, err
+	}
+	src, err := schemas.Open(fsys, schemas.WithMaxFileSize(maxFileSize))
+	if err != nil {
+		return nil, err
+	}
+	all, err := rollout.Load(ctx, fsys, src)
+	if err != nil {
+		return nil, err
+	}
+	var declared []*rollout.Waves
+	for _, w := range all {
+		if w.Declared {
+			declared = append(declared, w)
+		}
+	}
+	return declared, nil
+}
+
+func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*rollout.Waves) error {
 	if o.output == "json" {
-		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs, Problems: res.Problems, Warnings: res.Warnings}
+		rep := renderReport{Source: res.Source.String(), DryRun: o.dryRun, Changed: res.ChangedCount(), Installs: res.Installs, Problems: res.Problems, Warnings: res.Warnings, Rollouts: waves}
 		if !res.Rendered.IsZero() && !o.dryRun {
 			rep.Rendered = res.Rendered.String()
 		}
@@ -202,6 +246,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 	}
 	tw.Flush()
 	if o.dryRun {
+		printWaves(w, waves)
 		for _, in := range res.Installs {
 			if in.Diff != "" {
 				fmt.Fprintf(w, "\n### install %s (%s, generation %d)\n%s", in.ID, in.Change, in.Generation, in.Diff)
@@ -215,4 +260,24 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result) error {
 		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
+}
+
+// printWaves shows each declared rollout's waves: which install is in
+// which, in the order they would take a change.
+func printWaves(w io.Writer, all []*rollout.Waves) {
+	for _, ws := range all {
+		fmt.Fprintf(w, "\nrollout of channel %s (declared; enforced by the rollout controller, not yet built)\n", ws.Channel)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  WAVE\tNAME\tSIZE\tBAKE\tMIN HEALTHY\tBUDGET\tON FAILURE\tINSTALLS")
+		for _, wave := range ws.Waves {
+			ids := wave.Installs
+			more := ""
+			if len(ids) > 10 {
+				ids, more = ids[:10], fmt.Sprintf(" and %d more", len(ids)-10)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%d\t%d\t%s\t%s%s\n", wave.Number, wave.Name, len(wave.Installs),
+				wave.Bake, wave.MinHealthy, wave.FailureBudget, wave.OnFailure, strings.Join(ids, " "), more)
+		}
+		tw.Flush()
+	}
 }

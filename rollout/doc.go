@@ -1,0 +1,137 @@
+// Package rollout decides how a change of a channel's pins reaches the
+// channel's installs: in ordered waves, each given the change only when
+// the waves before it have proven it healthy.
+//
+// Today the package declares and assigns waves; `nuon render --dry-run`
+// shows them. Nothing holds an install back yet: the rollout controller
+// (run by the tenant server, deciding from installs' signed status and
+// recording each decision as a signed commit on a rollout ref) enforces
+// them, and it is not yet built. Until then every install of a channel
+// takes a change at once, with or without a rollout.
+//
+// # The policy
+//
+// A channel declares its rollout beside its pins, in channels/<name>.yaml
+// (schemas/channel.schema.json):
+//
+//	components:
+//	  api: 2.4.0
+//	rollout:
+//	  waves:
+//	    - name: canary            # the installs labelled ring=canary
+//	      selector:
+//	        matchLabels: {ring: canary}
+//	      bake: 1h
+//	    - name: one               # then one more install, by hash
+//	      count: 1
+//	      bake: 2h
+//	    - name: eu-early          # 10 % of the EU installs
+//	      selector:
+//	        matchExpressions:
+//	          - {key: region, operator: In, values: [eu-west-1, eu-central-1]}
+//	      percent: 10
+//	      bake: 2h
+//	    - name: tenth             # 10 % of the channel, by hash
+//	      percent: 10
+//	      bake: 4h
+//	      minHealthy: 5
+//	      failureBudget: 1
+//	      onFailure: rollback
+//	    - name: rest              # everything else
+//	      rest: true
+//	  deferred:
+//	    wait: 24h
+//	    then: proceed
+//
+// Installs carry labels in installs/<id>.yaml (labels: {ring: canary,
+// region: eu-west-1}); keys and values are Kubernetes label keys and
+// values, and selectors are Kubernetes label selectors (matchLabels and
+// matchExpressions with In, NotIn, Exists, DoesNotExist).
+//
+// Each wave has a selector, a share — count: N installs, percent: P of
+// the channel, or rest: true on the last wave — or both, which takes the
+// share of the installs the selector matches. Its other fields:
+//
+//   - bake: how long its installs must run the new version, healthy,
+//     before the next wave starts (default 0s);
+//   - minHealthy: healthy reports of the new version the wave needs at
+//     least, whatever its deferred installs (default 1; a wave with fewer
+//     installs than that is an error, as it could never pass);
+//   - failureBudget: failed installs the wave tolerates (default 0);
+//   - onFailure: halt (no further wave starts) or rollback (also, the
+//     wave's installs go back to the last version healthy on them);
+//     default halt;
+//   - allowEmpty: the selector may match no install of the channel.
+//
+// deferred says how a wave treats installs held by their customer,
+// waiting for a window, unreachable or stale: they count apart from
+// failures, and a wave waits for them at most wait (default 24h), then
+// proceeds without them (then: proceed, the default; they get the change
+// when they come back) or halts (then: halt).
+//
+// A channel without rollout has one wave, all, of every install: it
+// behaves exactly as before rollouts existed.
+//
+// # Which install is in which wave
+//
+// Assign puts every install of the channel in exactly one wave, as a pure
+// function of the policy and the installs' ids and labels:
+//
+//  1. Selector waves choose first, in the order declared. An install two
+//     selectors match is in the first one's wave: write the narrow ring
+//     first and the broad one after, with no NotIn to keep them apart. A
+//     selector wave with a share takes that share of the installs it
+//     matches and no earlier wave took, in the order of a hash of its
+//     own (of the channel, the selector and the id, so that the share
+//     waves after it still get their share of these installs); the
+//     others may go to later waves only.
+//  2. The share waves divide the installs no selector wave took, in the
+//     order of Hash(channel, id): a count wave takes the next N; percent
+//     waves share out the hash space in order (percent: 1 then percent:
+//     10 take the hashes in the first 1 % and the next 10 % of it); rest
+//     takes what is left.
+//
+// A percent wave's size is its share of the installs on average, not
+// exactly: exact sizes would move installs to earlier waves as the fleet
+// grows. A percent wave that its share leaves empty (a small fleet)
+// takes the next install by hash, so that a small fleet's first waves are
+// not empty; a count or rest wave with nothing left to take is empty,
+// and a rollout skips it.
+//
+// # Stable under adding installs
+//
+// Adding installs to a channel never moves an install already on it to
+// an earlier wave. Precisely, for installs whose labels did not change:
+//
+//   - an install in a pure selector wave (no share) stays in it;
+//   - an install a percent wave took by its hash stays in it, whatever
+//     is added;
+//   - an install in a count wave, or taken by a percent wave only to keep
+//     it from being empty, may move to a later wave, when added installs
+//     hash before it and fill the share; never to an earlier one.
+//
+// So a canary of count: 1 stays one install, and the install that was the
+// canary before may be replaced by a newcomer that hashes first, and then
+// moves to a later wave; it never jumps ahead of a wave it was behind.
+// TestAssignStableUnderAdding checks this on random fleets.
+//
+// # Bad input
+//
+// Structural mistakes (an unknown field, onFailure: retry, percent: 0)
+// fail the channel's schema, so every nuon render refuses them. The rest
+// are reported by Parse and Assign, which nuon render --dry-run runs (run
+// it on every pull request); the rollout controller will refuse a policy
+// they refuse.
+//
+// Parse reports, each at its file, line and field: shares that do not
+// add up (percent waves over 100 %, rest not last, rest after 100 %),
+// a wave with two shares or none, selectors Kubernetes would refuse,
+// a minHealthy above a count, duplicate wave names. Assign reports: a
+// selector that matches no install of the channel (an error, since it is
+// most likely a typo in a label; allowEmpty: true says the emptiness is
+// expected, as for a region with no installs yet), a selector wave every
+// install of which went to earlier waves (overlapping waves: the wave
+// could never hold an install), a wave with some installs but fewer than
+// its minHealthy, installs in no wave, and, through Fleet, installs on an
+// unknown channel.
+package rollout
