@@ -156,4 +156,3 @@ func canonString(b *bytes.Buffer, s string) {
 	}
 	b.WriteByte('"')
 }
-
