@@ -94,12 +94,15 @@ func Chain(pinned *Root, versions []*Root, now time.Time) (*Root, error) {
 	}
 	vs := slices.Clone(versions)
 	slices.SortStableFunc(vs, func(a, b *Root) int { return cmp.Compare(a.Version, b.Version) })
-	cur := pinned
-	for i, next := range vs {
-		if i > 0 && vs[i-1].Version == next.Version && !bytes.Equal(vs[i-1].signed, next.signed) {
-			return nil, &StepError{From: cur.Version, To: next.Version, File: next.File,
-				Err: fmt.Errorf("%w: %s and %s", ErrFork, vs[i-1].File, next.File)}
+	for i := 1; i < len(vs); i++ {
+		a, b := vs[i-1], vs[i]
+		if a.Version == b.Version && a.Version > pinned.Version && !bytes.Equal(a.signed, b.signed) {
+			return nil, &StepError{From: b.Version - 1, To: b.Version, File: b.File,
+				Err: fmt.Errorf("%w: %s and %s", ErrFork, a.File, b.File)}
 		}
+	}
+	cur := pinned
+	for _, next := range vs {
 		if next.Version <= cur.Version {
 			continue
 		}
