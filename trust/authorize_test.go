@@ -96,6 +96,7 @@ func TestMeets(t *testing.T) {
 // revoked in between is refused.
 func TestSignedAt(t *testing.T) {
 	c := content(t, 1, 1, "A")
+	c.Roles.Render.Keys = append(c.Roles.Render.Keys, schemas.TrustKey{Name: "render-2027", Key: authorized(testKey(t, "render-2027"))})
 	c.Revocations = []schemas.TrustRevocation{{Fingerprint: fp(testKey(t, "render-2026")), RevokedAt: t0.Format(time.RFC3339), Reason: "leaked"}}
 	r := signedRoot(t, c, "A")
 	applied := t0.Add(time.Hour) // the re-render after the revocation

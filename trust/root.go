@@ -197,6 +197,11 @@ func Parse(file string, data []byte) (*Root, error) {
 			Reason:      rv.Reason,
 		})
 	}
+	if rk := r.Roles[RoleRender]; rk != nil && len(rk.Keys) > 0 && !slices.ContainsFunc(rk.Keys, func(k Key) bool {
+		return !slices.ContainsFunc(r.Revocations, func(rv Revocation) bool { return rv.Fingerprint == k.Fingerprint })
+	}) {
+		p.add("signed.roles.render.keys", "every render key is revoked: no install could accept a render again; add the new render key in the same version")
+	}
 	for i, sg := range raw.Signatures {
 		field := "signatures[" + strconv.Itoa(i) + "]"
 		sig, err := sshsig.Unarmor([]byte(sg.Sig))

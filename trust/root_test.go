@@ -111,6 +111,9 @@ func TestParseProblems(t *testing.T) {
 		{name: "bad fingerprint", change: func(r *schemas.TrustRoot) {
 			r.Revocations = append(r.Revocations, schemas.TrustRevocation{Fingerprint: "MD5:aa", RevokedAt: t0.Format(time.RFC3339), Reason: "leaked"})
 		}, want: "is not a SHA256 key fingerprint"},
+		{name: "every render key revoked", change: func(r *schemas.TrustRoot) {
+			r.Revocations = append(r.Revocations, schemas.TrustRevocation{Fingerprint: fp(testKey(t, "render-2026")), RevokedAt: t0.Format(time.RFC3339), Reason: "leaked"})
+		}, want: "signed.roles.render.keys: every render key is revoked"},
 		{name: "unknown role", edit: func(s string) string {
 			return strings.Replace(s, `"render":`, `"deployers":{"threshold":1,"keys":[{"name":"d","key":"ssh-ed25519 x"}]},"render":`, 1)
 		}, want: "deployers"},

@@ -43,7 +43,7 @@ func writeTestKey(t *testing.T, dir, name string) string {
 // one and then both root keys, verified after each step.
 func TestTrustCommands(t *testing.T) {
 	keys, repo := t.TempDir(), t.TempDir()
-	for _, k := range []string{"alice", "bob", "render", "ops"} {
+	for _, k := range []string{"alice", "bob", "render", "render2", "ops"} {
 		writeTestKey(t, keys, k)
 	}
 	renderFP := writeTestKey(t, keys, "render")
@@ -73,6 +73,8 @@ func TestTrustCommands(t *testing.T) {
 		{args: []string{"verify"}, want: "trusted: version 1"},
 		{args: []string{"add-key", "operators", "ops-eu", k("ops.pub"), "--not-after", "2027-06-01T00:00:00Z"},
 			want: "lets: ops-eu sign for operators from now until 2027-06-01T00:00:00Z"},
+		{args: []string{"revoke", renderFP, "--reason", "leaked"}, want: "every render key is revoked"},
+		{args: []string{"add-key", "render", "render-2027", k("render2.pub")}, want: "lets: render-2027 sign for render from now until revoked"},
 		{args: []string{"revoke", renderFP, "--reason", "leaked", "--at", "2026-11-26T09:00:00Z"},
 			want: "stops: signatures by " + renderFP + " (render) made at or after 2026-11-26T09:00:00Z"},
 		{args: []string{"sign", "--key", k("alice")}, want: "too few root signatures: 1 of version 1's root keys signed, 2 needed"},
@@ -81,6 +83,12 @@ func TestTrustCommands(t *testing.T) {
 		{args: []string{"verify"}, want: "revoked          " + renderFP},
 	} {
 		out, err := run(step.args...)
+		if step.want == "every render key is revoked" {
+			if err == nil || !strings.Contains(err.Error(), step.want) {
+				t.Fatalf("nuon trust %s: %v, want it refused", strings.Join(step.args, " "), err)
+			}
+			continue
+		}
 		var ee ExitError
 		if step.exit != errors.As(err, &ee) || !step.exit && err != nil {
 			t.Fatalf("nuon trust %s: %v\n%s", strings.Join(step.args, " "), err, out)
