@@ -65,7 +65,8 @@
 // a key listed twice in a role (by name or by key), a threshold above the
 // number of keys, a window that ends before it starts, a root key that is
 // not ed25519, a key revoked twice, a keyid that does not name the key
-// inside its signature. Each problem names the file, the line, the field,
+// inside its signature, every render key revoked (no install could accept
+// a render again). Each problem names the file, the line, the field,
 // the key and the rule.
 //
 // # Canonical form and signatures
@@ -138,9 +139,10 @@
 // claimed time but never earlier than floor, the latest time the verifier
 // has already accepted on that line of history (the commit it applied
 // last, or the verified parent the new commit builds on). Together with
-// the agent's generation rule this is the compromise drill: revoke the
-// leaked key (revokedAt at or before the leak), re-render every install at
-// a higher generation with a good key, and each agent, on its next poll,
+// the agent's generation rule this is the compromise drill: in one new
+// version, revoke the leaked key (revokedAt at or before the leak) and add
+// its successor; re-render every install at a higher generation with the
+// successor, and each agent, on its next poll,
 // applies a commit made after the revocation; from then on its floor is
 // past revokedAt, and anything the leaked key signs, however it is dated,
 // is judged at or after its revocation and refused.
@@ -170,8 +172,10 @@
 //
 // # What uses it
 //
-// Not yet wired: the agent, the renderer, the server and nuon verify do
-// not read the root yet; they still use the allowed_signers trust file,
+// nuon trust (init, add-key, revoke, sign, verify) edits, signs and
+// verifies the files on a checkout of main, printing what each change
+// lets or stops. Otherwise not yet wired: the agent, the renderer, the
+// server and nuon verify do not read the root yet; they still use the allowed_signers trust file,
 // the vendor key and trust/requests. The approvals and rotation work will
 // move them onto it.
 package trust
