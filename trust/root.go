@@ -152,8 +152,15 @@ func Parse(file string, data []byte) (*Root, error) {
 	if err != nil {
 		return nil, schemas.Problems{{File: file, Field: "signed", Message: err.Error()}}
 	}
+	// The meaning is read from the canonical bytes, the very bytes the
+	// signatures cover, so that no difference between two JSON readers
+	// (escapes, duplicate names) can separate what is signed from what
+	// is obeyed; the schema already held on the file as written.
+	var s schemas.TrustRoot
+	if err := json.Unmarshal(signed, &s); err != nil {
+		return nil, schemas.Problems{{File: file, Field: "signed", Message: err.Error()}}
+	}
 	p := &parser{loc: loc}
-	s := raw.Signed
 	r := &Root{
 		File:          file,
 		Version:       s.Version,
