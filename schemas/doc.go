@@ -196,6 +196,10 @@
 // gives it meaning), which [DecodeLocated] parses and checks so that the
 // checks after the schema report file:line too.
 //
+// The trust root's versions, trust/root/<version>.json on main
+// ([TrustRootFile], trust-root.schema.json), are read the same way by
+// package trust, which checks their signatures and gives them meaning.
+//
 // Every file kind has a JSON Schema in [Files], named by the Schema…
 // constants, which editors can use as they are. [ValidateJSON] checks a
 // written file against its schema and its Go type before anyone relies on

@@ -38,6 +38,7 @@ const (
 	SchemaRequest         = "request.schema.json"
 	SchemaInstallRequests = "install-requests.schema.json"
 	SchemaCustomerPolicy  = "customer-policy.schema.json"
+	SchemaTrustRoot       = "trust-root.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -32,6 +32,7 @@ var goTypes = map[string]func() any{
 	SchemaRequest:         func() any { return new(Request) },
 	SchemaInstallRequests: func() any { return new(InstallRequests) },
 	SchemaCustomerPolicy:  func() any { return new(CustomerPolicy) },
+	SchemaTrustRoot:       func() any { return new(TrustRootFile) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas
