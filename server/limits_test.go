@@ -326,3 +326,78 @@ func TestIdleTimeout(t *testing.T) {
 		t.Fatalf("idle connection: read %d bytes, %v; want it closed by the server", n, err)
 	}
 }
+
+// TestReplicaLimits: a read replica is served within the same limits: with
+// a cap of 32 connections, idle connections and bodies that never come do
+// not keep a poll out, and the 249 MiB command list it forwards is refused
+// with memory bounded.
+func TestReplicaLimits(t *testing.T) {
+	e := newEnv(t)
+	w := writer(t, e)
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{
+		Dir: t.TempDir() + "/mirror.git", Mode: server.ModeReplica, Writer: w.URL, ReplicaToken: replicaToken,
+		PollInterval: time.Hour, Limits: server.Limits{MaxConns: 32},
+		Logger: slog.New(slog.NewTextHandler(e.log, nil)).With("replica", true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, l := srv.HTTPServer(ln)
+	go hs.Serve(l)
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	t.Cleanup(func() { hs.Close(); cancel(); <-done; srv.Close() })
+	base, addr := "http://"+ln.Addr().String(), ln.Addr().String()
+	waitUntil(t, "the replica's first refresh", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	for i := range 100 {
+		req := signedRequest(t, http.MethodPost, base+"/tenant.git/git-receive-pack", nil, 0, "acme", e.keys["acme"])
+		if i%2 == 1 {
+			req.Header.Del("Authorization")
+		}
+		conns = append(conns, halfSent(t, addr, req))
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	}
+	if err := poll(context.Background(), base, "globex", e.keys["globex"]); err != nil {
+		t.Fatalf("a poll of the replica among hostile connections: %v", err)
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	cl := newCommandList(4001, 65520-98)
+	resp, body := rawRequest(t, addr, signedRequest(t, http.MethodPost, base+"/tenant.git/git-receive-pack", cl, cl.size(), "globex", e.keys["globex"]))
+	runtime.ReadMemStats(&after)
+	t.Logf("%s %q; %d KiB allocated in the process", resp.Status, body, (after.TotalAlloc-before.TotalAlloc)>>10)
+	if resp.StatusCode == http.StatusOK || strings.Contains(body, "xxxxxxxxxx") {
+		t.Errorf("the command list through the replica: %s %q", resp.Status, body)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 64<<20 {
+		t.Errorf("%d MiB allocated for a 249 MiB command list", grown>>20)
+	}
+}
