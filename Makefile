@@ -47,6 +47,14 @@ build: ## build bin/nuon and bin/nuon-agent
 demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
+.PHONY: demo-up
+demo-up: build tf-providers kube-binaries registry ## the demo, left running: installs, agents and the vendor registry stay up; source DEMO_DIR/env to reach them
+	hack/demo.sh --up $(BIN)/nuon $(DEMO_DIR)
+
+.PHONY: demo-down
+demo-down: ## stop what demo-up left running (DEMO_DIR keeps the repository and state)
+	hack/demo.sh --down $(DEMO_DIR)
+
 .PHONY: test
 test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...

@@ -109,6 +109,13 @@ type Config struct {
 	// Observe, when set, is called by Run after every pass with its
 	// report and error (metrics, readiness); it must not block.
 	Observe func(*Report, error)
+	// CustomerPolicy is the path of the customer's policy file (package
+	// policy; in Kubernetes a mounted ConfigMap), read again every pass:
+	// outside its windows or under its hold nothing is applied and the
+	// status says deferred. A file that is missing or does not parse
+	// holds the install. Empty: no customer policy, changes apply as they
+	// come.
+	CustomerPolicy string
 }
 
 // ErrNoArtifactKey fails a component whose artifacts the agent cannot
@@ -167,6 +174,9 @@ type Agent struct {
 	// checked is when each component was last compared with its desired
 	// state (an apply counts); see drift.
 	checked map[string]time.Time
+	// customer is what the agent keeps of the customer's policy between
+	// passes (see customerGate).
+	customer customerMemory
 }
 
 // jobRetry is the schedule failing jobs retry on: 4 intervals after the
@@ -321,6 +331,10 @@ const (
 	// OutcomeFailed: a step could not finish (network, disk); Run backs
 	// off and tries again.
 	OutcomeFailed = "failed"
+	// OutcomeDeferred: the customer's policy holds the change back (a
+	// hold, no open maintenance window); nothing was applied and the
+	// status says so (schemas.Deferred). Not a failure.
+	OutcomeDeferred = "deferred"
 )
 
 // Report is the outcome of one reconcile; `nuon agent --once -o json`

@@ -27,7 +27,12 @@
 //     trailers and in install.json, not be older than the generation
 //     already accepted, and not be past its Nuon-Expires time. A refusal
 //     or an expired commit is recorded in the status; nothing is applied.
-//  7. apply: reconciler.NewPlan orders the components; schedule runs each
+//  7. customer: the customer's policy (Config.CustomerPolicy, package
+//     policy) is read again and asked whether a change may be applied
+//     now. Outside its windows or under its hold nothing is applied and
+//     the status records the change as deferred (see The customer's
+//     rules).
+//  8. apply: reconciler.NewPlan orders the components; schedule runs each
 //     after its dependencies, at most Config.Concurrency at once. A
 //     component's inputs are resolved from the outputs of the components it
 //     depends on and its resolved spec hashed: an unchanged hash runs no
@@ -38,7 +43,7 @@
 //     artifacts field says which. A failure blocks the component's
 //     dependents, not its siblings, and is retried on its own schedule (4
 //     intervals, doubling while it keeps failing, up to MaxBackoff).
-//  8. write: a commit signed with the install's key on the local status
+//  9. write: a commit signed with the install's key on the local status
 //     ref: status.json, applied/<component>.json (the resolved spec of each
 //     component's last job), jobs/<id>.json (the manifests of the jobs it
 //     records, a recovered one included) and answers/<request>.txt, when
@@ -48,10 +53,10 @@
 //     twice the announced interval Unreachable. Measured: about 1.2 KB of
 //     objects per heartbeat, 176 KiB per install per day at 10m
 //     (BenchmarkHeartbeat).
-//  9. push: to refs/heads/nuon/status/<id>, the only ref the agent writes,
+//  10. push: to refs/heads/nuon/status/<id>, the only ref the agent writes,
 //     whenever the remote lacks the local status, even on an idle pass.
 //
-// Between steps 7 and 8, unless a step failed, the pass operates the
+// Between steps 8 and 9, unless a step failed, the pass operates the
 // install between renders, whatever the desired ref did:
 //
 //   - drift (step_drift.go): every applied component whose drift mode is
@@ -80,6 +85,40 @@
 // Run repeats Reconcile every Config.Interval, jittered, backing off
 // exponentially while a pass fails; the install keeps running its last
 // applied state meanwhile.
+//
+// # The customer's rules
+//
+// The customer, not the vendor, owns a policy inside the install: a file
+// (Config.CustomerPolicy, `nuon agent --customer-policy`; in Kubernetes a
+// ConfigMap the customer edits, mounted into the agent) with maintenance
+// windows, a hold and whether vendor requests are answered (package
+// policy documents the format). Nothing on main can override it. The
+// agent reads it again on every pass, so an edit takes effect at the next
+// poll, and asks policy.Decide about now (Config.Now):
+//
+//   - Allowed: the pass goes on to apply, as without a policy.
+//   - Not allowed: nothing is applied: no component change, no sandbox
+//     upgrade, no retry of a failed job and no drift correction (drift
+//     checks, which change nothing, still run and report; a correction
+//     held back runs at the first pass the policy allows, without waiting
+//     for the schedule). status.json says deferred: the reason (hold, or
+//     window with until, when the next window opens), a message, since
+//     when, and the desired commit held back. It is written in one status
+//     commit when the deferred state changes, not on every pass; the
+//     install's phase stays what its applied components say. An install
+//     with nothing to apply is not deferred.
+//   - A file that is missing, too large or does not parse holds the
+//     install (reason hold, its problems with file:line in the message)
+//     and refuses vendor requests: a broken file is never read as "no
+//     rules".
+//
+// Read-only requests (logs, debug commands) are answered while a change
+// is deferred, unless the policy says requests: false. `nuon status` shows
+// a deferred install as Held or Waiting for window (opens at …), and the
+// rollout controller counts it apart from failures. The customer's
+// approval keys are parsed and checked now; changes that need their
+// approval come with the approvals work (schemas.DeferredCustomerApproval
+// is reserved for them).
 //
 // # The sandbox
 //

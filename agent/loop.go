@@ -27,6 +27,9 @@ const (
 	stale
 	// applied: the plan ran; failing jobs retry on their own schedule.
 	applied
+	// deferred: the customer's policy holds the change back (a hold, no
+	// open window); nothing is applied and the status says so.
+	deferred
 )
 
 func (o outcome) String() string {
@@ -37,6 +40,8 @@ func (o outcome) String() string {
 		return OutcomeRefused
 	case stale:
 		return OutcomeStale
+	case deferred:
+		return OutcomeDeferred
 	default:
 		return OutcomeApplied
 	}
@@ -67,10 +72,12 @@ type pass struct {
 	journal []string // journal entries to clear once a status commit records them
 	wrote   bool
 	pushed  bool
+	// gate is what the customer's policy says this pass (customerGate).
+	gate *customerGate
 }
 
 // Reconcile runs one pass of the loop: poll, status, recover, expiry,
-// fetch, verify, apply, then write and push the status. A refused or
+// fetch, verify, customer, apply, then write and push the status. A refused or
 // expired desired commit is recorded in the status and is not an error; an
 // error is something to retry (the remote, the disk), and Run backs off.
 // The report and the error hold no secret.
@@ -88,6 +95,7 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		{"expiry", p.expiry},
 		{"fetch", p.fetch},
 		{"verify", p.verify},
+		{"customer", p.customer},
 		{"apply", p.apply},
 	})
 	if err == nil {

@@ -265,3 +265,20 @@ func TestRequestsRefused(t *testing.T) {
 		t.Errorf("a refused request ran a job: %v", got)
 	}
 }
+
+// TestRequestsRefusedWithoutRequestTrust: an agent started without
+// operator keys refuses every request with a reason that names the flag
+// that fixes it.
+func TestRequestsRefusedWithoutRequestTrust(t *testing.T) {
+	tn := newTenant(t)
+	alice, _, _ := operators(t, tn)
+	tn.renderMain()
+	a := tn.agent("acme")
+	a.reconcile(t)
+	tn.injectRequests(t, tn.signedRequest(newRequest("r-untrusted", "acme", schemas.RequestLogs, "a"), alice))
+	st := a.reconcile(t).Status
+	rs, _ := answerOf(t, tn, st, "r-untrusted")
+	if rs.State != schemas.RequestRefused || rs.Reason != agent.NoRequestTrust || !strings.Contains(rs.Reason, "--request-trust") {
+		t.Errorf("r-untrusted: %+v, want refused naming --request-trust", rs)
+	}
+}

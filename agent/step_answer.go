@@ -63,7 +63,11 @@ func (p *pass) answer(ctx context.Context) {
 				continue
 			}
 			if _, done := st.Requests[loose.ID]; !done {
-				p.settle(loose, schemas.RequestRefused, "the requester's signature does not verify on this agent: "+err.Error(), nil, nil)
+				reason := "the requester's signature does not verify on this agent: " + err.Error()
+				if a.cfg.RequestTrust == nil {
+					reason = NoRequestTrust
+				}
+				p.settle(loose, schemas.RequestRefused, reason, nil, nil)
 			}
 			continue
 		}
@@ -78,9 +82,22 @@ func (p *pass) answer(ctx context.Context) {
 			p.settle(req, schemas.RequestRefused, fmt.Sprintf("%s requests are turned off by the install's own operations settings (operations.%s: false)", req.Type, req.Type), nil, nil)
 			continue
 		}
+		if g := p.customerGate(); !g.requests {
+			reason := "requests are turned off by the customer's policy (requests: false)"
+			if g.broken != "" {
+				reason = "the customer's policy cannot be read: " + g.broken
+			}
+			p.settle(req, schemas.RequestRefused, reason, nil, nil)
+			continue
+		}
 		p.run1(ctx, d, req)
 	}
 }
+
+// NoRequestTrust is the reason every request is refused by an agent that
+// trusts no operator key.
+const NoRequestTrust = "this agent trusts no operator key for requests: start it with --request-trust FILE " +
+	"(or $NUON_REQUEST_TRUST), an allowed_signers file listing the operators' keys, like trust/requests on main"
 
 // run1 answers one checked request.
 func (p *pass) run1(ctx context.Context, d *Desired, req *schemas.Request) {

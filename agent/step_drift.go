@@ -28,6 +28,8 @@ import (
 // the customer did.
 func (p *pass) drift(ctx context.Context) error {
 	a := p.agent
+	// The customer's policy is read every pass, whatever else is due.
+	g := p.customerGate()
 	d := p.current(ctx)
 	if d == nil {
 		return nil // nothing verified to compare with yet
@@ -56,7 +58,7 @@ func (p *pass) drift(ctx context.Context) error {
 			a.checked[name] = now
 			continue
 		}
-		if now.Sub(last) < spec.Drift.EffectiveSchedule() {
+		if now.Sub(last) < spec.Drift.EffectiveSchedule() && !(g.decision.Allowed && a.customer.fixLater[name]) {
 			continue
 		}
 		due = append(due, spec)
@@ -124,6 +126,13 @@ func (p *pass) check(ctx context.Context, d *Desired, spec *schemas.ComponentSta
 	mu.Unlock()
 	if len(found) == 0 || spec.Drift.EffectiveMode() != schemas.DriftCorrect {
 		log.Debug("drift check done", "drift", len(found))
+		return
+	}
+	mu.Lock()
+	allowed := p.correctionAllowed(spec.Name)
+	mu.Unlock()
+	if !allowed {
+		log.Info("drift found; the correction waits for the customer's policy", "drift", len(found), "reason", p.gate.decision.Message)
 		return
 	}
 	log.Info("drift found; re-applying the applied spec", "drift", len(found))

@@ -38,6 +38,9 @@ func (p *pass) fetch(ctx context.Context) (outcome, error) {
 	case st.Desired == p.desiredHead.String() && st.Refusal == nil && !p.due():
 		return settled, nil
 	}
+	if d := st.Deferred; d != nil && d.Commit == p.desiredHead.String() && a.store.HasEncodedObject(p.desiredHead) == nil {
+		return proceed, nil // fetched when it was deferred; only the customer's policy is asked again
+	}
 	if err := a.cfg.Remote.Fetch(ctx, a.store, p.desiredHead); err != nil {
 		return proceed, fmt.Errorf("fetch %s: %w", short(p.desiredHead), err)
 	}
@@ -54,6 +57,9 @@ func (p *pass) due() bool {
 	}
 	if p.rec.dirty {
 		return true
+	}
+	if p.rec.Status.Deferred != nil {
+		return true // the customer's policy may allow it now
 	}
 	for _, cs := range p.rec.Status.Components {
 		if cs.Phase == schemas.PhaseFailed || cs.Phase == schemas.PhasePending {

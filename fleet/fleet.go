@@ -40,6 +40,10 @@ type Install struct {
 	// Forged names a commit the agent found on its status ref and
 	// replaced: its key did not sign it.
 	Forged *schemas.Forged `json:"forged,omitempty"`
+	// Deferred is the change the install holds back on purpose (a
+	// customer hold, no open maintenance window): deferred, not failed
+	// (see schemas.Deferred).
+	Deferred *schemas.Deferred `json:"deferred,omitempty"`
 	// Components are sorted by name.
 	Components []Component `json:"components"`
 	// Verified says whether the status commit is signed by the agentKey
@@ -86,6 +90,16 @@ const lateFactor = 2
 // past its signed expiry: a frozen or withheld ref, or a renderer that
 // stopped re-signing.
 const StateStale = "Stale"
+
+// StateHeld is Install.State while the install holds a change back
+// because its customer's policy holds every change (or cannot be read).
+// It is not a failure.
+const StateHeld = "Held"
+
+// StateWaiting is Install.State while the install holds a change back
+// until its customer's next maintenance window opens (Deferred.Until). It
+// is not a failure.
+const StateWaiting = "Waiting"
 
 // Component is one component's reported status.
 type Component struct {
@@ -142,7 +156,7 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string, now ti
 	}
 	row.Time = c.Committer.When.UTC()
 	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal, row.Artifacts = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal, st.Artifacts
-	row.Stale, row.Expires, row.Forged = st.Stale, st.Expires, st.Forged
+	row.Stale, row.Expires, row.Forged, row.Deferred = st.Stale, st.Expires, st.Forged, st.Deferred
 	for _, name := range slices.Sorted(maps.Keys(st.Components)) {
 		cs := st.Components[name]
 		row.Components = append(row.Components, Component{Name: name, ComponentStatus: cs})
@@ -159,12 +173,19 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string, now ti
 	return row.At(now), nil
 }
 
-// At returns the row as it stands at now: its State is the phase, Stale
-// while the agent reports its desired state expired, or Unreachable once
+// At returns the row as it stands at now: its State is the phase, Held or
+// Waiting while the agent defers a change on purpose, Stale while the
+// agent reports its desired state expired, or Unreachable once
 // its heartbeat is late, which only time makes so. A row kept across
 // reads (the fleet view's cache) is brought up to date with it.
 func (i Install) At(now time.Time) Install {
 	i.State, i.Unreachable = i.Phase, false
+	if d := i.Deferred; d != nil && i.Phase != schemas.InstallRefused {
+		i.State = StateHeld
+		if d.Reason == schemas.DeferredWindow {
+			i.State = StateWaiting
+		}
+	}
 	if i.Stale {
 		i.State = StateStale
 	}

@@ -208,3 +208,29 @@ func TestAtRecomputesState(t *testing.T) {
 		t.Errorf("stale row: %s, want Stale", got.State)
 	}
 }
+
+// TestAtDeferred: an install that defers a change for its customer is
+// Held or Waiting, not failing; a refusal, an expiry and a late heartbeat
+// still say more.
+func TestAtDeferred(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	hold := &schemas.Deferred{Reason: schemas.DeferredHold, Message: "held by the customer: audit", Since: now, Commit: strings.Repeat("a", 40)}
+	window := &schemas.Deferred{Reason: schemas.DeferredWindow, Message: "outside every allow window", Since: now, Commit: strings.Repeat("a", 40)}
+	for _, tc := range []struct {
+		name string
+		row  Install
+		want string
+	}{
+		{"hold", Install{Phase: schemas.InstallReady, Deferred: hold, Time: now}, StateHeld},
+		{"window", Install{Phase: schemas.InstallDegraded, Deferred: window, Time: now}, StateWaiting},
+		{"refused", Install{Phase: schemas.InstallRefused, Deferred: hold, Time: now}, schemas.InstallRefused},
+		{"stale", Install{Phase: schemas.InstallReady, Deferred: hold, Stale: true, Time: now}, StateStale},
+		{"unreachable", Install{Phase: schemas.InstallReady, Deferred: window, HeartbeatEvery: "10m", Time: now.Add(-time.Hour)}, StateUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.row.At(now).State; got != tc.want {
+				t.Errorf("State = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

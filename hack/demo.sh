@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# demo.sh NUON DEMO_DIR
+# demo.sh NUON DEMO_DIR         the whole loop, then stops everything it started
+# demo.sh --up NUON DEMO_DIR    the same loop, but leaves the installs (agents,
+#                               sandboxes) and the vendor registry running, and
+#                               writes DEMO_DIR/env to source (make demo-up)
+# demo.sh --down DEMO_DIR       stops what --up left running (make demo-down)
 #
 # The whole loop on local defaults: a tenant repository with the sample app
 # (fixtures/tenant) on main, its artifacts built, signed and released by
@@ -17,12 +21,51 @@
 # `nuon install delete`.
 set -euo pipefail
 
-nuon=$(realpath "$1")
-demo=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
+mode=once
+case ${1:-} in
+--up) mode=up; shift ;;
+--down) mode=down; shift ;;
+esac
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
+# stop_all stops what a demo in $demo left running: each install's agent
+# (its whole session: the agent and its jobs) and sandbox (kube-apiserver,
+# etcd, kube-controller-manager, its registry), then the vendor registry.
+stop_all() {
+	local d
+	for d in "$demo"/installs/*/; do
+		[[ -d $d ]] || continue
+		d=${d%/}
+		[[ -f $d/agent.pid ]] && kill -- -"$(cat "$d/agent.pid")" 2>/dev/null || true
+		[[ -x $d/sandbox/module/kube-down.sh ]] && "$d/sandbox/module/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
+		[[ -x $d/sandbox/module/registry.sh ]] && "$d/sandbox/module/registry.sh" down "$d/sandbox/run/registry" || true
+	done
+	[[ -d $demo/registries/vendor ]] && "$root/hack/registry.sh" stop "$demo/registries/vendor" || true
+}
+
+if [[ $mode == down ]]; then
+	demo=$1
+	if [[ ! -d $demo ]]; then
+		echo "demo-down: no demo in $demo"
+		exit 0
+	fi
+	demo=$(cd "$demo" && pwd)
+	stop_all
+	rm -f "$demo/env"
+	echo "demo-down: stopped the agents, sandboxes and vendor registry of $demo (its repository and state stay)"
+	exit 0
+fi
+
+nuon=$(realpath "$1")
+demo=$2
+
+# A demo left up (--up) is stopped before its folder goes.
+if [[ -d $demo/installs ]]; then
+	demo=$(cd "$demo" && pwd)
+	stop_all
+fi
 rm -rf "$demo"
 mkdir -p "$demo"
 demo=$(cd "$demo" && pwd)
@@ -53,18 +96,8 @@ step "the vendor's registry (each install gets its own from its sandbox)"
 vendor_reg=$("$root/hack/registry.sh" serve "$demo/registries/vendor")
 installs=(acme globex initech)
 # On exit: stop the vendor registry and what the installs left running
-# (their agents and sandboxes; `nuon install create` with the same
-# arguments starts them again).
-cleanup() {
-	for id in "${installs[@]}"; do
-		d=$demo/installs/$id
-		[[ -f $d/agent.pid ]] && kill -- -"$(cat "$d/agent.pid")" 2>/dev/null || true
-		[[ -x $d/sandbox/module/kube-down.sh ]] && "$d/sandbox/module/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
-		[[ -x $d/sandbox/module/registry.sh ]] && "$d/sandbox/module/registry.sh" down "$d/sandbox/run/registry" || true
-	done
-	"$root/hack/registry.sh" stop "$demo/registries/vendor"
-}
-trap cleanup EXIT
+# (their agents and sandboxes); with --up only when the demo failed.
+trap stop_all EXIT
 echo "  vendor registry   $vendor_reg  (stands in for registry.vendor.example)"
 sed -i "s#registry\.vendor\.example#$vendor_reg#" "$demo/main/nuon.yaml"
 git -C "$demo/main" rm --quiet -r releases
@@ -92,9 +125,14 @@ step "a released version never changes"
 
 # ---- end of artifacts ---------------------------------------------------------
 
-# Secrets resolve inside the install, from the agent's environment; they
-# never reach git.
-export NUON_SECRET_LICENSE_KEY=demo-license-4242 NUON_SECRET_DB_PASSWORD=demo-db-password
+# Secrets resolve inside the install, from the agent's --secrets-file
+# (or its environment); they never reach git.
+printf '%s\n' "# the demo installs' secrets: NAME=VALUE, NAME as in \${secrets.NAME}" \
+	license_key=demo-license-4242 db_password=demo-db-password >"$demo/secrets.env"
+chmod 600 "$demo/secrets.env"
+# The operators each agent trusts for requests: trust/requests on main
+# (fixtures/keys/operator signs as "support").
+cp "$root/fixtures/tenant/trust/requests" "$demo/request_signers"
 
 # ---- the installs (lifecycle/, sandboxes/local) ---------------------------------
 # Each install: its own key pair and trust file (never committed), its local
@@ -110,14 +148,65 @@ for id in "${installs[@]}"; do
 	"$nuon" install create "$id" --cloud local --repo "$demo/tenant.git" --dir "$demo/installs/$id" --commit \
 		--channel "$(sed -n 's/^channel: //p' "$f")" \
 		--input "cidr=$(sed -n 's/^  cidr: //p' "$f")" --input "domain=$(sed -n 's/^  domain: //p' "$f")" \
-		--render-key "$root/fixtures/keys/render.pub" \
+		--render-key "$root/fixtures/keys/render.pub" --secrets-file "$demo/secrets.env" \
 		--agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub" \
+		--agent-flag=--request-trust="$demo/request_signers" \
 		--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn --log-level warn |
 		sed 's/^/    /'
 done
 git -C "$demo/main" pull --quiet --ff-only
 git -C "$demo/main" log --format='  %h %s' -3
 # ---- end of the installs --------------------------------------------------------
+
+# up_env writes $demo/env, which a shell sources to reach what --up left
+# running, and prints how to reach each piece.
+up_env() {
+	local id d reg v
+	{
+		echo "# source this file: the demo make demo-up left running in $demo"
+		echo "export PATH=$(dirname "$nuon"):\$PATH"
+		echo "export NUON_REPO=$demo/tenant.git"
+		echo "export NUON_RENDER_KEY=$root/fixtures/keys/render"
+		echo "export NUON_OPERATOR_KEY=$root/fixtures/keys/operator"
+		echo "export NUON_VENDOR_REGISTRY=$vendor_reg"
+		echo "export NUON_KUBE_ASSETS=${NUON_KUBE_ASSETS:-}"
+		echo "export NUON_TF_CLI_CONFIG=${NUON_TF_CLI_CONFIG:-}"
+		echo "export NUON_SECRETS_FILE=$demo/secrets.env"
+		for id in "${installs[@]}"; do
+			d=$demo/installs/$id
+			reg=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["registry"]["url"])' "$d/sandbox/outputs.json")
+			v=${id^^}
+			echo "export NUON_${v}_DIR=$d"
+			echo "export NUON_${v}_KUBECONFIG=$d/sandbox/run/kube/kubeconfig"
+			echo "export NUON_${v}_REGISTRY=$reg"
+			echo "export NUON_${v}_REGISTRY_CA=$d/sandbox/run/registry/cert.pem"
+			echo "export NUON_${v}_REGISTRY_PASSWORD_FILE=$d/sandbox/run/registry/password"
+		done
+	} >"$demo/env"
+	step "the demo stays up; make demo-down stops it"
+	cat <<REACH
+  . $demo/env
+  nuon status --repo "\$NUON_REPO"                          what each agent reported
+  nuon logs acme database --repo "\$NUON_REPO" --key "\$NUON_OPERATOR_KEY" --no-wait
+  nuon render --repo "\$NUON_REPO" --key "\$NUON_RENDER_KEY"  requests reach the agents with a render
+  nuon requests --repo "\$NUON_REPO"                        their state; answers in git show nuon/status/acme:answers/ID.txt
+  kubectl --kubeconfig "\$NUON_ACME_KUBECONFIG" get deployments,configmaps -n shop
+  curl --cacert "\$NUON_ACME_REGISTRY_CA" -u "nuon:\$(cat "\$NUON_ACME_REGISTRY_PASSWORD_FILE")" "https://\$NUON_ACME_REGISTRY/v2/_catalog"
+  tail -f "\$NUON_ACME_DIR/agent.log"
+
+  stop an agent      kill -TERM -- -\$(cat "\$NUON_ACME_DIR/agent.pid")
+  start it again     nuon install create acme --repo "\$NUON_REPO" --dir "\$NUON_ACME_DIR" --phase agent \\
+                         --secrets-file "\$NUON_SECRETS_FILE" --agent-flag=--vendor-key=$root/fixtures/keys/cosign.pub \\
+                         --agent-flag=--request-trust=$demo/request_signers --agent-flag=--interval=1s
+  stop everything    make demo-down DEMO_DIR=$demo
+
+REACH
+	for id in "${installs[@]}"; do
+		d=$demo/installs/$id
+		printf '  %-8s agent pid %s, log %s\n' "$id" "$(cat "$d/agent.pid")" "$d/agent.log"
+	done
+	printf '  %-8s %s\n' vendor "registry $vendor_reg"
+}
 
 # converge waits until every install's agent reported on its current desired
 # state with every component applied.
@@ -193,6 +282,12 @@ step "the audit log of acme: git log refs/heads/nuon/status/acme"
 git -C "$demo/tenant.git" log --format='  %h %s' refs/heads/nuon/status/acme
 echo "agent $(cut -d' ' -f1,2 "$demo/installs/acme/agent.key.pub")" > "$demo/acme_signers"
 git -C "$demo/tenant.git" -c gpg.ssh.allowedSignersFile="$demo/acme_signers" verify-commit refs/heads/nuon/status/acme 2>&1 | sed 's/^/  /'
+if [[ $mode == up ]]; then
+	up_env
+	trap - EXIT
+	exit 0
+fi
+
 step "nuon install delete initech: its agent deletes every component, then its agent and sandbox go; its history stays"
 "$nuon" install delete initech --repo "$demo/tenant.git" --dir "$demo/installs/initech" \
 	--render "$root/fixtures/keys/render" --timeout 5m --log-level warn | sed 's/^/  /'

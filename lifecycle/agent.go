@@ -71,12 +71,12 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	if outs == nil {
 		var err error
 		if outs, err = readOutputs(o); err != nil {
-			return "", "", fmt.Errorf("sandbox outputs: %w", err)
+			return "", "", fmt.Errorf("sandbox outputs: %w (the sandbox phase records them: run create without --phase, or with --phase sandbox)", err)
 		}
 	}
 	bin, err := o.agentBinary()
 	if err != nil {
-		return "", "", fmt.Errorf("nuon-agent: %w", err)
+		return "", "", fmt.Errorf("nuon-agent: %w (--agent-binary names it)", err)
 	}
 	password, err := os.ReadFile(outs.Registry.PasswordFile)
 	if err != nil {
@@ -92,6 +92,15 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	// The sandbox's inputs that are paths of this machine, which the
 	// install file does not hold.
 	args = append(args, o.agentSandboxInputs()...)
+	// What its terraform jobs and its secrets need, as create was given
+	// them; --agent-flag comes after, and a flag given twice takes the
+	// last value.
+	if o.TFCLIConfig != "" {
+		args = append(args, "--tf-cli-config", o.TFCLIConfig)
+	}
+	if o.SecretsFile != "" {
+		args = append(args, "--secrets-file", o.SecretsFile)
+	}
 	args = append(args, o.AgentFlags...)
 	logf, err := os.OpenFile(o.path(AgentLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -169,7 +178,7 @@ func applyAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	if outs == nil {
 		var err error
 		if outs, err = readOutputs(o); err != nil {
-			return "", "", fmt.Errorf("sandbox outputs: %w", err)
+			return "", "", fmt.Errorf("sandbox outputs: %w (the sandbox phase records them: run create without --phase, or with --phase sandbox)", err)
 		}
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", outs.Cluster.Kubeconfig)

@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 
@@ -93,7 +92,7 @@ func (o *Options) awsTerraform(ctx context.Context, creds *stack.Credentials) (*
 		tfexec.BackendConfig("use_lockfile=true"),
 		tfexec.BackendConfig("encrypt=true"))
 	if err != nil {
-		return nil, fmt.Errorf("terraform init: %w", err)
+		return nil, o.initError(err)
 	}
 	return tf, nil
 }

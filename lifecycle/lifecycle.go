@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/stack"
 )
 
@@ -73,12 +74,13 @@ type Options struct {
 	Dir string
 	// Cloud is CloudLocal (default) or CloudAWS.
 	Cloud string
-	// Channel is the install's channel; required by Create.
+	// Channel is the install's channel; required by Create's
+	// install-file phase.
 	Channel string
 	// Inputs are the install's inputs (installs/<id>.yaml inputs).
 	Inputs map[string]string
 	// RenderKey is the render public key file the agent trusts; required
-	// by Create.
+	// by Create's keys phase.
 	RenderKey string
 	// Commit writes installs/<id>.yaml on main instead of the branch
 	// nuon/install/<id>.
@@ -91,8 +93,9 @@ type Options struct {
 	// TFCLIConfig is terraform's CLI configuration (the offline provider
 	// mirror); default: terraform's own.
 	TFCLIConfig string
-	// KubeAssets holds etcd and kube-apiserver for the local sandbox;
-	// required for CloudLocal.
+	// KubeAssets holds etcd, kube-apiserver and kube-controller-manager
+	// for the local sandbox; required for CloudLocal's sandbox phase and
+	// its agent process (which hands it to its sandbox jobs).
 	KubeAssets string
 	// Agent is the nuon-agent binary; default nuon-agent beside this
 	// executable, else on PATH.
@@ -103,6 +106,11 @@ type Options struct {
 	// cluster puts it in the Secret nuon-git (NUON_GIT_TOKEN); never in
 	// argv or a ConfigMap. Default: none.
 	GitTokenFile string
+	// SecretsFile, when set, is the file of the install's secrets
+	// (NAME=VALUE lines) the agent process reads with --secrets-file;
+	// its jobs resolve ${secrets.NAME} from it. Default: none (the
+	// agent's environment, NUON_SECRET_NAME).
+	SecretsFile string
 	// AgentFlags are added to the agent's command line (for example
 	// --vendor-key FILE, --interval 5s).
 	AgentFlags []string
@@ -196,6 +204,14 @@ func (o *Options) defaults(create bool) error {
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return err
 	}
+	// The agent process runs in another folder: hand it absolute paths.
+	for _, p := range []*string{&o.TFCLIConfig, &o.SecretsFile} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := os.Stat(o.Repo); err == nil {
 		if o.Repo, err = filepath.Abs(o.Repo); err != nil {
 			return err
@@ -206,8 +222,10 @@ func (o *Options) defaults(create bool) error {
 	}
 	switch o.Cloud {
 	case CloudLocal:
-		if create && o.KubeAssets == "" {
-			return fmt.Errorf("install %s: the local sandbox needs the kube assets (etcd, kube-apiserver)", o.ID)
+		// The sandbox runs the kube binaries; the agent hands their
+		// folder to its sandbox jobs.
+		if create && o.KubeAssets == "" && (o.runs("sandbox") || o.runs("agent") && o.AgentMode != AgentKubernetes) {
+			return fmt.Errorf("install %s: the local sandbox needs the kube assets: %w", o.ID, toolcache.CheckKubeAssets("", "--kube-assets"))
 		}
 	case CloudAWS:
 		a := o.AWS
@@ -228,8 +246,16 @@ func (o *Options) defaults(create bool) error {
 	default:
 		return fmt.Errorf("install %s: unknown cloud %q (local or aws)", o.ID, o.Cloud)
 	}
-	if create && (o.Channel == "" || o.RenderKey == "") {
-		return fmt.Errorf("install %s: channel and render key are required", o.ID)
+	// Only the phases that use them need the channel and the render key:
+	// --phase agent restarts an agent without either.
+	if create && o.Channel == "" && o.runs("install-file") {
+		return fmt.Errorf("install %s: the install file needs its channel: set --channel", o.ID)
+	}
+	if create && o.RenderKey == "" && o.runs("keys") {
+		return fmt.Errorf("install %s: the agent's trust file needs the render public key: set --render-key", o.ID)
+	}
+	if err := toolcache.CheckTerraformConfig(o.TFCLIConfig, "--tf-cli-config"); err != nil {
+		return fmt.Errorf("install %s: %w", o.ID, err)
 	}
 	if o.AuthorName == "" {
 		o.AuthorName = "nuon install"
@@ -257,6 +283,10 @@ func (o *Options) defaults(create bool) error {
 	}
 	return nil
 }
+
+// runs tells whether the phase called name runs: every phase does unless
+// Only names some.
+func (o *Options) runs(name string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, name) }
 
 func (o *Options) path(rel string) string { return filepath.Join(o.Dir, filepath.FromSlash(rel)) }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 
 	"nuon.dev/nuon/internal/atomicfile"
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/sandboxes"
 )
 
@@ -97,6 +98,17 @@ func localBackend(state string) []byte {
 	return append(b, '\n')
 }
 
+// initError wraps an error of terraform init with the CLI configuration
+// it read and how to give another: providers cannot come from the public
+// registry on an offline machine.
+func (o *Options) initError(err error) error {
+	inUse := o.TFCLIConfig
+	if inUse == "" {
+		inUse = os.Getenv("TF_CLI_CONFIG_FILE")
+	}
+	return fmt.Errorf("terraform init: %w\n(%s)", err, toolcache.TerraformHint("--tf-cli-config", inUse))
+}
+
 func (o *Options) sandboxVars() []string {
 	return []string{"install_id=" + o.ID, "dir=" + o.path(RuntimeDir), "kube_assets=" + o.KubeAssets}
 }
@@ -111,12 +123,15 @@ func sandbox(ctx context.Context, o *Options, st *state) (string, string, error)
 	if o.Cloud == CloudAWS {
 		return awsSandbox(ctx, o, st)
 	}
+	if err := toolcache.CheckKubeAssets(o.KubeAssets, "--kube-assets"); err != nil {
+		return "", "", fmt.Errorf("the local sandbox needs the kube binaries: %w", err)
+	}
 	tf, err := o.terraform()
 	if err != nil {
 		return "", "", err
 	}
 	if err := tf.Init(ctx, tfexec.Upgrade(false)); err != nil {
-		return "", "", fmt.Errorf("terraform init: %w", err)
+		return "", "", o.initError(err)
 	}
 	return applyAndRecord(ctx, o, st, tf, o.sandboxVars(), o.deadPieces()...)
 }
@@ -191,7 +206,7 @@ func destroySandbox(ctx context.Context, o *Options) (string, error) {
 		return "", err
 	}
 	if err := tf.Init(ctx, tfexec.Upgrade(false)); err != nil {
-		return "", fmt.Errorf("terraform init: %w", err)
+		return "", o.initError(err)
 	}
 	st, err := tf.Show(ctx)
 	if err != nil {

@@ -17,7 +17,10 @@
 //   - 30-agent.yaml: the agent's Deployment (one replica, Recreate) and
 //     its state volume; its key, trust file and the jobs' secrets come
 //     from a Secret and ConfigMaps the operator creates first (see the
-//     file's header).
+//     file's header). The customer's policy (package policy) is the
+//     ConfigMap nuon-customer-policy, owned and edited by the customer,
+//     mounted at /etc/nuon/customer when it exists and enforced with
+//     --customer-policy=/etc/nuon/customer/policy.yaml.
 //
 // Apply them with `kubectl apply --server-side -f manifests/`, or with the
 // manifests plugin, as the test does against a real API server.

@@ -176,6 +176,17 @@
 // let its customer turn log requests, debug commands and drift checks
 // off.
 //
+// A status says deferred ([Deferred]) while the agent holds the desired
+// commit back on purpose: reason hold or window (approval and
+// customer-approval are reserved), a message, since when, until when (the
+// next maintenance window, when known) and the commit. Deferred is never
+// failed.
+//
+// One file lives in the install rather than on main: the customer's
+// policy ([CustomerPolicy], customer-policy.schema.json; package policy
+// gives it meaning), which [DecodeLocated] parses and checks so that the
+// checks after the schema report file:line too.
+//
 // Every file kind has a JSON Schema in [Files], named by the Schema…
 // constants, which editors can use as they are. [ValidateJSON] checks a
 // written file against its schema and its Go type before anyone relies on

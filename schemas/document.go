@@ -37,6 +37,7 @@ const (
 	SchemaStatus          = "status.schema.json"
 	SchemaRequest         = "request.schema.json"
 	SchemaInstallRequests = "install-requests.schema.json"
+	SchemaCustomerPolicy  = "customer-policy.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -249,6 +249,10 @@ type Status struct {
 	// Forged names a status commit on the status ref that this install's
 	// key did not sign, which the agent replaced.
 	Forged *Forged `json:"forged,omitempty"`
+	// Deferred is set while the install holds the desired commit back on
+	// purpose (a customer hold, no open maintenance window): deferred,
+	// never failed.
+	Deferred *Deferred `json:"deferred,omitempty"`
 	// Vetoed lists the kinds of operations (RequestLogs, RequestDebug,
 	// RequestDrift) the install's own `operations:` settings turned off,
 	// so whoever reads the status sees the customer did, not a fault.

@@ -31,6 +31,7 @@ var goTypes = map[string]func() any{
 	SchemaStatus:          func() any { return new(Status) },
 	SchemaRequest:         func() any { return new(Request) },
 	SchemaInstallRequests: func() any { return new(InstallRequests) },
+	SchemaCustomerPolicy:  func() any { return new(CustomerPolicy) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas
@@ -365,6 +366,7 @@ var patternHelp = map[string]string{
 	`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`:                    "an S3 bucket name (a-z, 0-9, . and -, 3 to 63 characters)",
 	`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`:                  "an S3 key such as sandbox/terraform.tfstate (letters, digits, _, . and -, in /-separated parts)",
 	`^[0-9]{12}$`:                                           "a 12-digit AWS account id",
+	`^([01][0-9]|2[0-3]):[0-5][0-9]$`:                       "a time of day such as 02:00 or 22:30 (HH:MM, 24-hour clock)",
 	`^([0-9a-f]{40}|[0-9a-f]{64})$`:                         "a git commit id (40 or 64 lower-case hex digits)",
 	`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`:                    "a job id (letters, digits, ., _ and -, at most 128 characters)",
 	`^[a-z0-9.:-]+(/[a-z0-9._-]+)+@sha256:[a-f0-9]{64}$`:    "a repository pinned by digest (registry.example.com/app/api@sha256:…)",

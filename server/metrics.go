@@ -20,6 +20,8 @@ const (
 	reasonExpired        = "expired"
 	reasonUnknownInstall = "unknown_install"
 	reasonBadSignature   = "bad_signature"
+	reasonReplay         = "replayed_signature"
+	reasonBodyDigest     = "body_not_signed"
 	reasonProtocolV0     = "protocol_v0"
 	reasonMalformed      = "malformed_request"
 	reasonCommand        = "command"
@@ -59,6 +61,8 @@ func authReason(err error) string {
 		return reasonUnknownInstall
 	case errors.Is(err, request.ErrBadSignature):
 		return reasonBadSignature
+	case errors.Is(err, request.ErrReplay):
+		return reasonReplay
 	}
 	return reasonOther
 }

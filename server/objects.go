@@ -354,3 +354,46 @@ func readFsyncPolicy(ctx context.Context, dir string) fsyncPolicy {
 	}
 	return p
 }
+
+// objectPool is a few objectDBs, each a git cat-file process, shared by
+// the requests that read objects: fetches walking an install's closure,
+// pushes reading what they name but do not bring. Each read takes one for
+// its length, so one slow reader does not hold the others up.
+type objectPool struct {
+	free chan *objectDB
+}
+
+var _ objectSource = (*objectPool)(nil)
+
+// newObjectPool makes a pool of n readers of the repository at dir; their
+// processes start on first use.
+func newObjectPool(dir string, n int) *objectPool {
+	p := &objectPool{free: make(chan *objectDB, n)}
+	for range n {
+		p.free <- newObjectDB(dir)
+	}
+	return p
+}
+
+// info returns the type and size of h; errNoObject when it is missing.
+func (p *objectPool) info(h plumbing.Hash) (plumbing.ObjectType, int64, error) {
+	d := <-p.free
+	defer func() { p.free <- d }()
+	return d.info(h)
+}
+
+// read returns the object h whole, refusing one over limit bytes.
+func (p *objectPool) read(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error) {
+	d := <-p.free
+	defer func() { p.free <- d }()
+	return d.read(h, limit)
+}
+
+// close ends every reader's process; it waits for those in use.
+func (p *objectPool) close() {
+	for range cap(p.free) {
+		d := <-p.free
+		d.close()
+		defer func() { p.free <- d }()
+	}
+}

@@ -22,8 +22,9 @@ var ErrRefused = errors.New("push refused")
 // written: the command moves the install's status ref, and every new
 // commit (from new back to old, one parent each) is signed by the
 // install's key, names the install in its Nuon-Install trailer, and has
-// every object it names pushed or in the repository. q holds the pushed
-// objects.
+// every object it names pushed or in the install's closure. q holds the
+// pushed objects; what it reads beyond them comes through a
+// closureSource.
 func checkPush(q *quarantine, key ssh.PublicKey, install string, c pushCommand) error {
 	if c.ref != schemas.StatusRef(install) {
 		return fmt.Errorf("%w: %s: an install may push only its own status ref", ErrRefused, c.ref)

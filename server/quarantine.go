@@ -32,8 +32,8 @@ const (
 // errTooLarge is a push over one of the bounds.
 var errTooLarge = errors.New("push too large")
 
-// objectSource is where the objects a push names but does not bring are
-// read: the repository (objectDB).
+// objectSource is where objects are read: the repository (objectPool),
+// or, for a push, only the install's closure of it (closureSource).
 type objectSource interface {
 	info(h plumbing.Hash) (plumbing.ObjectType, int64, error)
 	read(h plumbing.Hash, limit int64) (plumbing.ObjectType, []byte, error)
@@ -237,9 +237,10 @@ func (q *quarantine) commit(h plumbing.Hash) (*object.Commit, error) {
 
 // connected checks that every object the pushed commits name is there, as
 // git receive-pack's connectivity check does: each commit's tree, and
-// everything a pushed tree names, is pushed or already in the repository
-// with the type the tree says. What the repository holds is taken to be
-// complete, as git takes it. It returns the first missing object's error.
+// everything a pushed tree names, is pushed or readable through q.repo
+// (for a push, the install's closure) with the type the tree says. What
+// it reads is taken to be complete, as git takes the repository. It
+// returns the first missing object's error.
 func (q *quarantine) connected(commits []*object.Commit) error {
 	seen := map[plumbing.Hash]bool{}
 	var outside []need

@@ -223,7 +223,9 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		return
 	}
 	defer release()
-	q := newQuarantine(s.objects)
+	// What the push names but does not bring must be the install's own:
+	// an object merely present in the repository does not count.
+	q := newQuarantine(&closureSource{src: s.objects, tips: ownTips(s.refs.own(install))})
 	pack, err := io.ReadAll(io.LimitReader(br, maxPushPack+1))
 	if err == nil {
 		err = q.readPack(pack)

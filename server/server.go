@@ -51,8 +51,9 @@ type Config struct {
 	// MaxSkew bounds a request signature's clock skew; default
 	// request.DefaultMaxSkew.
 	MaxSkew time.Duration
-	// MaxGit bounds the git processes (upload-pack) running at once;
-	// more requests wait their turn, so a fleet fetching at once queues
+	// MaxGit bounds the fetches planned and packed (git pack-objects) at
+	// once, and the git cat-file processes kept to read objects; more
+	// requests wait their turn, so a fleet fetching at once queues
 	// instead of thrashing the machine. Default 2 × GOMAXPROCS.
 	MaxGit int
 	// Now is the clock; default time.Now.
@@ -148,8 +149,8 @@ type Server struct {
 	refs     *refTable
 	keys     *keyTable
 	verifier *request.Verifier
-	objects  *objectDB  // the repository's objects, read by pushes
-	pushes   *pushStore // writes checked pushes
+	objects  *objectPool // the repository's objects, read by fetches and pushes
+	pushes   *pushStore  // writes checked pushes
 	mux      *http.ServeMux
 
 	gitSlots  chan struct{} // one per git process allowed at once
@@ -236,7 +237,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		inflight:    newInflight(cfg.Limits.InstallRequests),
 		renderCache: renderer.NewCache(),
 		pushSlots:   make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
-		objects:     newObjectDB(dir),
+		objects:     newObjectPool(dir, cfg.MaxGit),
 		pushes:      newPushStore(dir, readFsyncPolicy(ctx, dir)),
 		metrics:     newMetrics(),
 		boot:        bootID(),
@@ -325,6 +326,17 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 		return
 	}
+	// Verify put a reader in r.Body that fails at the end of a body that
+	// is not the one signed; every handler reads to the end before it
+	// acts, so a mismatch has refused the request. Log and count it.
+	if body, ok := r.Body.(*request.Body); ok {
+		defer func() {
+			if body.Mismatch() {
+				s.log.Warn("request refused", "install", install, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", request.ErrDigest.Error())
+				s.metrics.refused(reasonBodyDigest)
+			}
+		}()
+	}
 	// One install's requests take their turns among its own first, and
 	// only then a git process or a push slot.
 	release, ok := s.inflight.acquire(install)
@@ -368,7 +380,7 @@ func (s *Server) gitSlot(ctx context.Context) (release func(), err error) {
 // refusalText is what a refused client is told: the reason, without
 // details another install could learn from.
 func refusalText(err error) string {
-	for _, e := range []error{request.ErrNoAuth, request.ErrMalformed, request.ErrExpired, request.ErrUnknownInstall, request.ErrBadSignature} {
+	for _, e := range []error{request.ErrNoAuth, request.ErrMalformed, request.ErrExpired, request.ErrUnknownInstall, request.ErrBadSignature, request.ErrReplay} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

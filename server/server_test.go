@@ -252,7 +252,7 @@ func TestReadScopedToInstall(t *testing.T) {
 			}
 		})
 	}
-	if !strings.Contains(e.log.String(), "is not the tip of its refs") {
+	if !strings.Contains(e.log.String(), "not our ref") {
 		t.Fatalf("refused want not logged:\n%s", e.log.String())
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -19,11 +17,12 @@ import (
 // git: a fetch with many haves is a few hundred KB at most.
 const maxRequest = 8 << 20
 
-// v2Capabilities is the protocol v2 advertisement: what ls-refs (answered
-// here) and fetch (git upload-pack) support.
+// v2Capabilities is the protocol v2 advertisement: what ls-refs and fetch
+// (both answered here, from the ref table and the install's closure)
+// support.
 var v2Capabilities = func() []byte {
 	var b []byte
-	for _, c := range []string{"version 2", "agent=nuon-server", "ls-refs", "fetch=shallow", "server-option", "object-format=sha1"} {
+	for _, c := range []string{"version 2", "agent=nuon-server", "ls-refs", "fetch=shallow filter", "server-option", "object-format=sha1"} {
 		b = pkt(b, c+"\n")
 	}
 	return append(b, pktFlush...)
@@ -44,8 +43,7 @@ func (s *Server) advertiseUpload(w http.ResponseWriter, r *http.Request, install
 }
 
 // v2Request is a parsed protocol v2 command request. Capabilities the
-// client sends are not kept: nothing here depends on them, and git
-// upload-pack reads them again from the raw request on a fetch.
+// client sends are not kept: nothing here depends on them.
 type v2Request struct {
 	command string
 	args    []string
@@ -91,11 +89,18 @@ func body(r *http.Request) ([]byte, error) {
 		}
 		rd = zr
 	}
-	return io.ReadAll(io.LimitReader(rd, maxRequest))
+	// One byte past the bound, so that a body of exactly maxRequest bytes
+	// is read to its end (where a signed body's digest is checked) and a
+	// longer one is refused rather than cut.
+	data, err := io.ReadAll(io.LimitReader(rd, maxRequest+1))
+	if err == nil && len(data) > maxRequest {
+		err = fmt.Errorf("request longer than %d bytes", maxRequest)
+	}
+	return data, err
 }
 
-// uploadPack serves ls-refs from the ref table and fetch through git
-// upload-pack after checking every want.
+// uploadPack serves ls-refs from the ref table and fetch from the
+// install's closure (servefetch.go).
 func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install string) {
 	raw, err := body(r)
 	if err != nil {
@@ -113,7 +118,7 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, install stri
 		s.lsRefs(w, req, install)
 		s.metrics.pollsOK.Inc()
 	case "fetch":
-		s.fetch(w, r, req, raw, install)
+		s.fetch(w, r, req, install)
 	default:
 		s.refuse(install, "", reasonCommand, "command "+req.command)
 		gitError(w, "upload-pack", "command "+req.command+" is not served")
@@ -169,74 +174,9 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-// fetch checks that every want is the tip of one of the install's refs
-// and runs git upload-pack on the request.
-func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, raw []byte, install string) {
-	own := s.refs.own(install)
-	for _, a := range req.args {
-		switch {
-		case strings.HasPrefix(a, "want "):
-			h := strings.TrimPrefix(a, "want ")
-			if !ownsTip(own, h) {
-				s.refuse(install, "", reasonWant, "want "+h+" is not the tip of its refs")
-				s.metrics.fetches.WithLabelValues(resultRefused).Inc()
-				gitError(w, "upload-pack", "not our ref "+h)
-				return
-			}
-		case strings.HasPrefix(a, "want-ref "):
-			name := strings.TrimPrefix(a, "want-ref ")
-			if !ownsRef(own, name) {
-				s.refuse(install, "", reasonWant, "want-ref outside its refs")
-				s.metrics.fetches.WithLabelValues(resultRefused).Inc()
-				gitError(w, "upload-pack", "unknown ref")
-				return
-			}
-		}
-	}
-	release, err := s.gitSlot(r.Context())
-	if err != nil {
-		return
-	}
-	defer release()
-	cmd := exec.CommandContext(r.Context(), "git", "upload-pack", "--stateless-rpc", s.cfg.Dir)
-	cmd.Env = append(os.Environ(), "GIT_PROTOCOL=version=2")
-	cmd.Stdin = bytes.NewReader(raw)
-	w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
-	w.Header().Set("Cache-Control", "no-cache")
-	cmd.Stdout = w
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		s.log.Error("upload-pack failed", "install", install, "error", err, "stderr", strings.TrimSpace(stderr.String()))
-		s.metrics.fetches.WithLabelValues(resultError).Inc()
-		return
-	}
-	s.metrics.fetches.WithLabelValues(resultOK).Inc()
-}
-
-func ownsTip(own []ownRef, h string) bool {
-	for _, o := range own {
-		if o.hash.String() == h {
-			return true
-		}
-	}
-	return false
-}
-
-func ownsRef(own []ownRef, name string) bool {
-	for _, o := range own {
-		if o.name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // gitError answers a request with a pkt-line ERR, which git prints as
 // "fatal: remote error: MESSAGE".
 func gitError(w http.ResponseWriter, service, msg string) {
 	w.Header().Set("Content-Type", fmt.Sprintf("application/x-git-%s-result", service))
 	w.Write(pkt(nil, "ERR nuon: "+msg+"\n"))
 }
-
-var _ = plumbing.ZeroHash

@@ -62,7 +62,7 @@ func New() *Metrics {
 		}, []string{"result"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nuon_agent_reconciles_total",
-			Help: "Reconcile passes, by outcome (idle, applied, refused, stale, failed).",
+			Help: "Reconcile passes, by outcome (idle, applied, deferred, refused, stale, failed).",
 		}, []string{"outcome"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nuon_agent_last_reconcile_success_timestamp_seconds",

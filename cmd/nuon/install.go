@@ -14,6 +14,7 @@ import (
 
 	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/lifecycle"
 	"nuon.dev/nuon/schemas"
 )
@@ -61,7 +62,7 @@ func (o *installOptions) common(cmd *cobra.Command) {
 	f.StringVar(&o.Repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.Dir, "dir", "", "the install's directory: its keys, the sandbox's state, the agent's pid file and log; never committed (required)")
 	f.StringVar(&o.Cloud, "cloud", lifecycle.CloudLocal, "where the install runs: local (the local sandbox) or aws")
-	f.StringVar(&o.TFCLIConfig, "tf-cli-config", os.Getenv("NUON_TF_CLI_CONFIG"), "terraform CLI configuration, for the offline provider mirror (default $NUON_TF_CLI_CONFIG)")
+	f.StringVar(&o.TFCLIConfig, "tf-cli-config", cli.TerraformConfigDefault(), "terraform CLI configuration for the sandbox's terraform and the agent's terraform jobs, e.g. the offline provider mirror's: $"+toolcache.EnvTFCLIConfig+", else (without $TF_CLI_CONFIG_FILE) "+toolcache.TerraformConfig()+" when 'make tf-providers' wrote it")
 	f.StringVar(&o.Terraform, "terraform", "terraform", "the terraform binary")
 	f.StringVarP(&o.output, "output", "o", "text", "progress as text, or json: one object per phase")
 	_ = cmd.MarkFlagRequired("repo")
@@ -71,7 +72,7 @@ func (o *installOptions) common(cmd *cobra.Command) {
 func newInstallCreateCmd(g *cli.Globals) *cobra.Command {
 	o := &installOptions{}
 	cmd := &cobra.Command{
-		Use:   "create ID --repo REPO --dir DIR --channel CHANNEL --render-key FILE.pub",
+		Use:   "create ID --repo REPO --dir DIR [--channel CHANNEL --render-key FILE.pub]",
 		Short: "Create install ID: keys, sandbox, installs/ID.yaml, agent",
 		Long: `Create install ID, phase by phase, printing each phase as it ends:
 
@@ -104,7 +105,35 @@ install once its desired state is rendered (nuon render, or the tenant
 server after the branch is merged).
 
 --phase NAME runs only the phases named (repeatable), reading what the
-others made from DIR: --phase agent bootstraps the agent again.
+others made from DIR: --phase agent bootstraps the agent again, and needs
+neither --channel nor --render-key.
+
+What create needs from this machine comes as flags, each with an
+environment variable, defaulting to where 'make' caches the tools:
+--kube-assets ($NUON_KUBE_ASSETS; make kube-binaries), --tf-cli-config
+($NUON_TF_CLI_CONFIG; make tf-providers), handed on to the agent for its
+terraform jobs, and --secrets-file ($NUON_SECRETS_FILE), handed on to the
+agent, which resolves ${secrets.NAME} from it.
+
+Stopping, restarting and re-pointing a local agent (--agent-mode process):
+the agent runs in its own session, its pid in DIR/agent.pid and its log in
+DIR/agent.log.
+
+  stop       kill -TERM -- -$(cat DIR/agent.pid)
+             the agent and its jobs stop cleanly (a running job finishes
+             writing its state); the install keeps what it applied
+  restart    nuon install create ID --repo REPO --dir DIR --phase agent
+             starts the agent again with what DIR holds and this command
+             line's --agent-flag values (give them again); an agent that
+             runs already is left alone ("unchanged")
+  re-point   stop it, then run --phase agent with the new --repo (and new
+             --agent-flag values, e.g. --agent-flag=--server-auth for a
+             tenant server): the agent keeps its workdir, key and journal
+  status     nuon status --repo REPO --install ID
+
+In a cluster (--agent-mode kubernetes), --phase agent applies the
+Deployment again; kubectl -n nuon-system scale deployment/nuon-agent
+--replicas=0 stops it.
 
 --cloud aws: the sandbox phase assumes the install's provision role
 (nuon-ID-provision in --account, with --external-id, a deadline on every
@@ -138,8 +167,17 @@ until create runs again; --phase endpoint closes it alone.`,
       --region eu-west-1 --availability-zones eu-west-1a,eu-west-1b \
       --domain acme.example.com --bootstrap-cidr 203.0.113.7/32
 
-  # bootstrap the agent again, after the sandbox is up
-  nuon install create acme ... --phase agent`,
+  # stop acme's agent, then start it again against a tenant server
+  kill -TERM -- -$(cat ~/.nuon/acme/agent.pid)
+  nuon install create acme --repo https://nuon.example.com/tenant.git --dir ~/.nuon/acme \
+      --phase agent --agent-flag=--server-auth --agent-flag=--vendor-key=keys/cosign.pub
+
+  # outside make: the tools from the cache, the secrets from a file
+  nuon install create acme --repo tenant.git --dir ~/.nuon/acme --channel stable \
+      --render-key keys/render.pub --commit \
+      --kube-assets ~/.cache/nuon/kube/v1.37.1 \
+      --tf-cli-config ~/.cache/nuon/terraform-providers/local-2.9.0-random-3.9.0/terraformrc \
+      --secrets-file ~/.nuon/acme.secrets`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.prepare(cmd.Context(), g, args[0]); err != nil {
@@ -150,12 +188,13 @@ until create runs again; --phase endpoint closes it alone.`,
 	}
 	o.common(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.Channel, "channel", "", "the install's channel (required)")
+	f.StringVar(&o.Channel, "channel", "", "the install's channel (required by the install-file phase)")
 	f.StringToStringVar(&o.Inputs, "input", nil, "an install input, NAME=VALUE (repeatable)")
-	f.StringVar(&o.RenderKey, "render-key", "", "the render public key the agent trusts (required)")
+	f.StringVar(&o.RenderKey, "render-key", "", "the render public key the agent trusts (required by the keys phase)")
 	f.BoolVar(&o.Commit, "commit", false, "commit installs/ID.yaml on main instead of the branch nuon/install/ID")
 	f.StringVar(&o.author, "author", "", "commit author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
-	f.StringVar(&o.KubeAssets, "kube-assets", os.Getenv("NUON_KUBE_ASSETS"), "directory with etcd and kube-apiserver for the local sandbox (default $NUON_KUBE_ASSETS)")
+	f.StringVar(&o.KubeAssets, "kube-assets", toolcache.Default(toolcache.EnvKubeAssets, toolcache.KubeAssets()), "folder with etcd, kube-apiserver and kube-controller-manager for the local sandbox: $"+toolcache.EnvKubeAssets+", else "+toolcache.KubeAssets()+" when 'make kube-binaries' built them there")
+	f.StringVar(&o.SecretsFile, "secrets-file", os.Getenv(cli.EnvSecretsFile), "the agent's --secrets-file: "+cli.SecretsFileHelp)
 	f.StringVar(&o.Agent, "agent-binary", "", "nuon-agent (default: beside this binary, else on PATH)")
 	f.StringVar(&o.AgentMode, "agent-mode", lifecycle.AgentProcess, "process: nuon-agent beside the sandbox (no kubelet runs it there); kubernetes: manifests/ applied to the sandbox's cluster by server-side apply, with the install key as a Secret, the trust file, the registry and its credentials")
 	f.StringVar(&o.GitTokenFile, "agent-git-token-file", "", "file holding the token the agent reads the tenant repository with over HTTPS (a git host other than nuon server); it goes to the cluster in the Secret nuon-git, never in argv")
@@ -164,8 +203,6 @@ until create runs again; --phase endpoint closes it alone.`,
 	f.StringVar(&o.AWS.EKSEndpoint, "eks-endpoint", "", "aws: EKS endpoint (default: the SDK's)")
 	f.StringSliceVar(&o.AWS.BootstrapCIDRs, "bootstrap-cidr", nil, "aws: this host's egress CIDR the cluster's public endpoint opens to during the agent bootstrap (repeatable; default none: private only, run from inside the VPC)")
 	f.StringArrayVar(&o.Only, "phase", nil, "run only this phase (repeatable): keys, sandbox, install-file, agent, endpoint")
-	_ = cmd.MarkFlagRequired("channel")
-	_ = cmd.MarkFlagRequired("render-key")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/helm"
@@ -15,10 +16,12 @@ import (
 
 // plugins are the component types this binary's jobs can apply; the
 // Kubernetes ones connect with kubeconfig (empty: KUBECONFIG, ~/.kube/config
-// or the pod's service account).
-func plugins(kubeconfig string) map[string]reconciler.Plugin {
+// or the pod's service account), terraform installs providers as the CLI
+// configuration tfConfig says (empty: TF_CLI_CONFIG_FILE or terraform's
+// default).
+func plugins(kubeconfig, tfConfig string) map[string]reconciler.Plugin {
 	return map[string]reconciler.Plugin{
-		schemas.TypeTerraform: &terraform.Plugin{},
+		schemas.TypeTerraform: &terraform.Plugin{CLIConfig: tfConfig},
 		schemas.TypeHelm:      &helm.Plugin{Kubeconfig: kubeconfig},
 		schemas.TypeManifests: &manifests.Plugin{Kubeconfig: kubeconfig},
 	}
@@ -29,7 +32,7 @@ func newJobCmd(g *cli.Globals) *cobra.Command {
 		Use:   "job",
 		Short: "Run plugin jobs (the agent spawns these; you rarely need to)",
 	}
-	var artifacts, kubeconfig string
+	var artifacts, kubeconfig, tfConfig string
 	var pod bool
 	var reg cli.RegistryOptions
 	run := &cobra.Command{
@@ -76,19 +79,23 @@ before the plugin runs.`,
   nuon job run --artifacts ./artifacts ./work/jobs/network-g3-update-1a2b3c/manifest.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := toolcache.CheckTerraformConfig(tfConfig, "--tf-cli-config"); err != nil {
+				return err
+			}
 			src, err := reg.ArtifactSource(artifacts)
 			if err != nil {
 				return err
 			}
 			if pod {
-				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
+				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig, tfConfig), src, g.Stdout, jobrun.WithStdio())
 			}
-			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig), src, g.Stdout, jobrun.WithStdio())
+			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig, tfConfig), src, g.Stdout, jobrun.WithStdio())
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", cli.ArtifactsHelp)
 	reg.Flags(run.Flags())
 	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
+	run.Flags().StringVar(&tfConfig, "tf-cli-config", cli.TerraformConfigDefault(), cli.TerraformConfigHelp)
 	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")
 	cmd.AddCommand(run)
 	return cmd

@@ -61,7 +61,8 @@ GitLab sends it as X-Gitlab-Token. Without a secret the hook is refused
 unless --hook-open. A burst of hooks makes one check of main at once and
 one more at most every --hook-interval. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
-front): request signatures do not cover bodies.
+front): request signatures bind each request and its body, and are good
+once, but they do not hide what agents send and receive.
 
 A private --upstream takes the same credentials as every other command that
 reads the tenant repository, given to git through its environment (never

@@ -42,13 +42,10 @@ import (
 //   - wire bytes per poll each way, HTTP headers included;
 //   - the server's peak resident memory.
 //
-// A request signature stays valid for the server's clock skew window, so
-// by default each install's poll is signed once before the timer and
-// again every minute (the server's work per poll is the same as with a new
-// signature each time; signing is the agent's cost). With
-// NUON_BENCH_POLL_SIGN=each every poll is signed anew, as agents do, and
-// the generator's CPU includes the signing. NUON_BENCH_NUON names the nuon
-// binary to measure; default one built from this tree.
+// Every poll is signed anew, as agents do: a signature is good for one
+// request (the server refuses a replay), so the generator's CPU includes
+// the signing. NUON_BENCH_NUON names the nuon binary to measure; default
+// one built from this tree.
 //
 // A fleet polling through keep-alive connections holds one open per agent.
 // With NUON_BENCH_POLL_IDLE=N, N more connections (one poll each, as many
@@ -73,7 +70,6 @@ func BenchmarkServerPolls(b *testing.B) {
 		duration:  time.Duration(envInt(b, "NUON_BENCH_POLL_SECONDS", 10)) * time.Second,
 		workers:   envInt(b, "NUON_BENCH_POLL_WORKERS", 32),
 		perWorker: 32,
-		signEach:  os.Getenv("NUON_BENCH_POLL_SIGN") == "each",
 	}
 	if os.Getenv("NUON_BENCH_POLL_RATE") != "" {
 		opts.rate = envInt(b, "NUON_BENCH_POLL_RATE", 0)
@@ -217,7 +213,6 @@ func idleConns(tb testing.TB, url string, n, count int, key *signature.Signer) (
 type pollLoad struct {
 	duration           time.Duration
 	workers, perWorker int
-	signEach           bool
 	rate               int // polls per second from all workers; 0: as fast as they can
 }
 
@@ -234,8 +229,6 @@ type pollResult struct {
 type pollWorker struct {
 	ids     []string
 	clients []*gitproto.Client
-	auths   []atomic.Value // the Authorization header of each install
-	signed  time.Time
 	lat     []time.Duration
 }
 
@@ -256,30 +249,14 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 			},
 		}
 		hc := &http.Client{Transport: tr, Timeout: time.Minute}
-		pw := &pollWorker{auths: make([]atomic.Value, o.perWorker)}
+		pw := &pollWorker{}
 		for k := range o.perWorker {
 			id := pollInstall(((w + k*o.workers) * stride) % n)
 			pw.ids = append(pw.ids, id)
 			signer := &request.Signer{Install: id, Key: key}
-			c := &gitproto.Client{URL: url, HTTP: hc}
-			if o.signEach {
-				c.Auth = signer.SetAuth
-			} else {
-				c.Auth = func(r *http.Request) { r.Header.Set("Authorization", pw.auths[k].Load().(string)) }
-			}
-			pw.clients = append(pw.clients, c)
+			pw.clients = append(pw.clients, &gitproto.Client{URL: url, HTTP: hc, Auth: signer.SetAuth})
 		}
 		ws[w] = pw
-	}
-	sign := func(pw *pollWorker) {
-		for k, id := range pw.ids {
-			req, _ := http.NewRequest(http.MethodPost, url+"/git-upload-pack", nil)
-			if err := (&request.Signer{Install: id, Key: key}).Sign(req); err != nil {
-				tb.Fatal(err)
-			}
-			pw.auths[k].Store(req.Header.Get("Authorization"))
-		}
-		pw.signed = time.Now()
 	}
 	ctx := context.Background()
 	poll := func(pw *pollWorker, k int) error {
@@ -291,7 +268,6 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	}
 	// Warm up: capabilities, connections and the server's key cache.
 	for _, pw := range ws {
-		sign(pw)
 		for k := range pw.ids {
 			if err := poll(pw, k); err != nil {
 				tb.Fatal(err)
@@ -327,9 +303,6 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 				}
 				if time.Now().After(deadline) || failed.Load() != nil {
 					return
-				}
-				if !o.signEach && t0.Sub(pw.signed) > time.Minute {
-					sign(pw)
 				}
 				if err := poll(pw, i%len(pw.ids)); err != nil {
 					failed.CompareAndSwap(nil, &err)

@@ -17,6 +17,7 @@ import (
 
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/tfstate"
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -75,6 +76,9 @@ type run struct {
 	// secrets from everything it prints and returns (package jobrun).
 	out io.Writer
 	tf  *tfexec.Terraform
+	// cliConfig is the CLI configuration terraform reads: Plugin.CLIConfig,
+	// else TF_CLI_CONFIG_FILE; empty: terraform's default.
+	cliConfig string
 
 	dir   string // the extracted module, terraform's working directory
 	state string // the state file, kept across jobs (local backend)
@@ -110,7 +114,10 @@ func (p *Plugin) start(job *schemas.Job, env reconciler.Env) (*run, error) {
 	if job.Component == "" {
 		return nil, fmt.Errorf("terraform job %s: no component", job.ID)
 	}
-	r := &run{job: job, env: env, logger: env.Logger, lookup: p.LookupEnv}
+	r := &run{job: job, env: env, logger: env.Logger, lookup: p.LookupEnv, cliConfig: p.CLIConfig}
+	if r.cliConfig == "" {
+		r.cliConfig = os.Getenv("TF_CLI_CONFIG_FILE")
+	}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
@@ -247,9 +254,14 @@ func (r *run) cleanup() {
 	}
 }
 
-// init installs the module's providers and connects the state.
+// init installs the module's providers and connects the state. Without a
+// CLI configuration a failure says how to give one: on a machine that
+// cannot reach the public registry, providers come from a mirror.
 func (r *run) init(ctx context.Context) error {
-	return r.tf.Init(ctx, tfexec.Upgrade(false))
+	if err := r.tf.Init(ctx, tfexec.Upgrade(false)); err != nil {
+		return fmt.Errorf("%w\n(%s)", err, toolcache.TerraformHint("the agent's (or nuon job run's) --tf-cli-config", r.cliConfig))
+	}
+	return nil
 }
 
 // lockedWriter serialises terraform's stdout and stderr, which

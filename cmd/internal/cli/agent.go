@@ -29,13 +29,14 @@ import (
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
 )
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
-	requestTrust                                          string
+	requestTrust, tfCLIConfig, secretsFile                string
 	once, serverAuth                                      bool
 	interval, maxBackoff, heartbeat                       time.Duration
 	concurrency, driftConcurrency                         int
@@ -45,6 +46,7 @@ type agentOptions struct {
 	sandboxInputs                                         []string
 	kube                                                  kubeJobOptions
 	sync                                                  syncOptions
+	customer                                              customerOptions
 }
 
 func NewAgentCmd(g *Globals) *cobra.Command {
@@ -118,9 +120,27 @@ as install --install (an SSH signature in the nuon-request namespace over
 method, path, time and install id), which the server checks against the
 install's agentKey on main. No token or password is needed.
 
+What the agent needs from the machine it runs on comes as flags, each with an
+environment variable, so that it runs the same under a supervisor, in a
+container or by hand:
+
+  --tf-cli-config ($NUON_TF_CLI_CONFIG)  terraform's CLI configuration, handed
+                  to every terraform job (the offline provider mirror); default
+                  the one 'make tf-providers' caches, when it exists
+  --secrets-file ($NUON_SECRETS_FILE)    the install's secrets, NAME=VALUE a
+                  line; jobs resolve ${secrets.NAME} from them (variables
+                  NUON_SECRET_NAME in the agent's environment work too)
+  --request-trust ($NUON_REQUEST_TRUST)  the operator keys trusted for logs and
+                  debug requests; without it every request is refused
+
 ` + gitauth.Help,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust /etc/nuon/allowed_signers --key /etc/nuon/agent.key --workdir /var/lib/nuon
+
+  # offline terraform providers and the install's secrets from files
+  nuon agent --repo ./tenant.git --install acme --trust allowed_signers --key acme.key \
+      --workdir ./work --tf-cli-config ~/.cache/nuon/terraform-providers/local-2.9.0-random-3.9.0/terraformrc \
+      --secrets-file /etc/nuon/acme.secrets --request-trust /etc/nuon/request_signers
 
   # one pass, for scripts and tests
   nuon agent --repo ./tenant.git --install acme --trust allowed_signers \
@@ -161,7 +181,9 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
-	f.StringVar(&o.requestTrust, "request-trust", "", "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug); without it every request is refused")
+	f.StringVar(&o.requestTrust, "request-trust", os.Getenv(EnvRequestTrust), "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug), like trust/requests on main; without it every request is refused (default $"+EnvRequestTrust+")")
+	f.StringVar(&o.tfCLIConfig, "tf-cli-config", TerraformConfigDefault(), TerraformConfigHelp)
+	f.StringVar(&o.secretsFile, "secrets-file", os.Getenv(EnvSecretsFile), SecretsFileHelp)
 	f.StringVar(&o.key, "key", "", "this install's OpenSSH ed25519 private key, signs status (required)")
 	f.StringVar(&o.workdir, "workdir", "", "directory for the agent's repository, journal and component state (required)")
 	f.StringVar(&o.artifacts, "artifacts", "", ArtifactsHelp)
@@ -180,6 +202,7 @@ install's agentKey on main. No token or password is needed.
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 	o.kube.flags(f)
 	o.sync.flags(f)
+	o.customer.flags(f)
 	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
@@ -188,23 +211,32 @@ install's agentKey on main. No token or password is needed.
 
 func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	log := g.Logger()
+	// Before the redactor reads the environment: the secrets are in it.
+	if err := loadSecrets(o.secretsFile); err != nil {
+		return err
+	}
+	if err := toolcache.CheckTerraformConfig(o.tfCLIConfig, "--tf-cli-config"); err != nil {
+		return err
+	}
 	// The agent redacts its own log; the runner's and the syncer's go
 	// through the same redactor here. The agent names unusable secrets.
 	red, _ := redact.FromEnviron(os.Environ())
 	partsLog := slog.New(red.Handler(log.Handler()))
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
-		return err
+		return fmt.Errorf("--trust: %w", err)
 	}
 	var requestTrust *signature.AllowedSigners
 	if o.requestTrust != "" {
 		if requestTrust, err = signature.LoadAllowedSigners(o.requestTrust); err != nil {
-			return err
+			return fmt.Errorf("--request-trust: %w", err)
 		}
+	} else if !o.once {
+		log.Warn("no operator keys are trusted for requests: every logs and debug request will be refused; start the agent with --request-trust FILE (or $"+EnvRequestTrust+"), an allowed_signers file like trust/requests on main", "install", o.install)
 	}
 	key, err := signature.LoadSigner(o.key)
 	if err != nil {
-		return err
+		return fmt.Errorf("--key: %w", err)
 	}
 	exe, err := jobBinary(o.jobCommand)
 	if err != nil {
@@ -227,6 +259,10 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		}
 	}
 	sandboxInputs, err := parseInputs(o.sandboxInputs)
+	if err != nil {
+		return err
+	}
+	customerPolicy, err := o.customer.path()
 	if err != nil {
 		return err
 	}
@@ -255,7 +291,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Key:     key,
 		Workdir: workdir,
 		Runner: met.Runner(o.kube.runner(&jobs.Local{
-			Command: o.kube.jobArgs(o.sync.jobArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat})),
+			Command: o.kube.jobArgs(o.sync.jobArgs(tfArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat}, o.tfCLIConfig))),
 			Logger:  partsLog,
 			// Longer than a plugin's own grace after its deadline
 			// (terraform's is a minute), so a stopping job can finish
@@ -278,6 +314,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		// told otherwise.
 		InsecureSkipArtifactVerification: o.sync.insecure,
 		Observe:                          met.Observe,
+		CustomerPolicy:                   customerPolicy,
 	})
 	if err != nil {
 		return err
@@ -341,6 +378,34 @@ func jobBinary(flag string) (string, error) {
 	// Not here: fine for the Kubernetes runner, whose jobs run nuon from
 	// the job image; the local runner reports it when a job starts.
 	return "nuon", nil
+}
+
+// EnvRequestTrust is the default of the agent's --request-trust.
+const EnvRequestTrust = "NUON_REQUEST_TRUST"
+
+// TerraformConfigHelp describes --tf-cli-config of the agent and of nuon job
+// run.
+var TerraformConfigHelp = "terraform CLI configuration for the terraform jobs, e.g. the offline provider mirror's: $" + toolcache.EnvTFCLIConfig + ", else (without $TF_CLI_CONFIG_FILE) " + toolcache.TerraformConfig() + " when 'make tf-providers' wrote it"
+
+// TerraformConfigDefault is the default of --tf-cli-config: $NUON_TF_CLI_CONFIG;
+// else, unless $TF_CLI_CONFIG_FILE says which terraform reads, the
+// mirror's configuration in the cache when make tf-providers built it.
+func TerraformConfigDefault() string {
+	if v := os.Getenv(toolcache.EnvTFCLIConfig); v != "" || os.Getenv("TF_CLI_CONFIG_FILE") != "" {
+		return v
+	}
+	return toolcache.Default(toolcache.EnvTFCLIConfig, toolcache.TerraformConfig())
+}
+
+// tfArgs adds --tf-cli-config to a job's command line, as an absolute path.
+func tfArgs(argv []string, file string) []string {
+	if file == "" {
+		return argv
+	}
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return append(argv, "--tf-cli-config", file)
 }
 
 // heartbeatOrOff maps the flag's 0 (no heartbeat) to the agent's negative.

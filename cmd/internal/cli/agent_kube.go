@@ -94,11 +94,13 @@ func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Log
 }
 
 // podCommand is the argv of a job's pod: nuon, then local's arguments
-// without --kubeconfig, then --pod.
+// without --kubeconfig and --tf-cli-config (paths of the agent's machine;
+// the pod has its service account and its image's terraform
+// configuration), then --pod.
 func podCommand(local []string) []string {
 	argv := []string{"nuon"}
 	for i := 1; i < len(local); i++ {
-		if local[i] == "--kubeconfig" {
+		if local[i] == "--kubeconfig" || local[i] == "--tf-cli-config" {
 			i++
 			continue
 		}

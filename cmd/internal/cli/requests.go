@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
@@ -104,7 +107,10 @@ fixed allow-list, never run by a shell:
   Helm                          status RELEASE | history RELEASE
   Terraform                     state list | state show ADDRESS
 
-Anything else is refused by the agent with the reason.
+Anything else is refused at once, before anything is filed, with the
+commands the component's plugin allows (its type read from the install's
+rendered state; before the first render, a command no plugin allows). The
+agent checks again and refuses with the reason what reaches it otherwise.
 
 ` + requestsHelp,
 		Example: `  nuon debug acme --component api --repo ./tenant.git --key op.key -- get pods -n shop
@@ -116,6 +122,10 @@ Anything else is refused by the agent with the reason.
 			}
 			if cmd.ArgsLenAtDash() != 1 {
 				return errors.New("debug: give the install, then -- and the command")
+			}
+			// Refused here rather than by the agent a poll later.
+			if err := checkDebugCommand("", args[1:]); err != nil {
+				return err
 			}
 			r := &schemas.Request{Type: schemas.RequestDebug, Install: args[0], Component: o.component, Command: args[1:]}
 			return fileRequest(cmd.Context(), g, o, r)
@@ -140,6 +150,11 @@ func fileRequest(ctx context.Context, g *Globals, o *requestOptions, r *schemas.
 	}
 	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
 		return err
+	}
+	if r.Type == schemas.RequestDebug {
+		if err := checkDebugComponent(repo, r); err != nil {
+			return err
+		}
 	}
 	if r.Requester, err = principal(repo, key.PublicKey()); err != nil {
 		return err
@@ -187,6 +202,79 @@ func fileRequest(ctx context.Context, g *Globals, o *requestOptions, r *schemas.
 	return waitAnswer(ctx, g, o, repo, r)
 }
 
+// checkDebugCommand checks words against plugin's allow-list, or with no
+// plugin against every plugin's: the agent would refuse anything else.
+// An operation no plugin allows is refused with what is allowed; a known
+// one with a bad argument with the reason.
+func checkDebugCommand(plugin string, words []string) error {
+	plugins := []string{plugin}
+	if plugin == "" {
+		plugins = slices.Sorted(maps.Keys(debugcmd.Allowed))
+	}
+	for _, p := range plugins {
+		_, err := debugcmd.Parse(p, words)
+		if err == nil {
+			return nil
+		}
+		var r *debugcmd.Refusal
+		if errors.As(err, &r) && !strings.Contains(r.Reason, "is not an allowed") {
+			return fmt.Errorf("debug: %w; nothing was filed", err)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "debug: %q is not an allowed debug command", strings.Join(words, " "))
+	if plugin != "" {
+		fmt.Fprintf(&b, " for a %s component", plugin)
+	}
+	b.WriteString("; nothing was filed. Allowed (words after --, no shell):")
+	for _, p := range plugins {
+		fmt.Fprintf(&b, "\n  %-10s %s", p, debugUsage[p])
+	}
+	return errors.New(b.String())
+}
+
+// debugUsage is each plugin's allow-list as a person types it; nuon debug
+// --help shows the same (package debugcmd is the authority).
+var debugUsage = map[string]string{
+	schemas.TypeManifests: "get KIND [NAME] [-n NS] | describe KIND NAME [-n NS] | events [-n NS] | logs POD [-c C] [--tail N] [--since D]",
+	schemas.TypeHelm:      "the manifests commands | status RELEASE | history RELEASE",
+	schemas.TypeTerraform: "state list | state show ADDRESS",
+}
+
+// checkDebugComponent checks r's command against the allow-list of its
+// component's plugin, the component's type read from the install's
+// rendered state. Before the install's first render it checks nothing
+// more than checkDebugCommand did.
+func checkDebugComponent(repo *gitrepo.Repo, r *schemas.Request) error {
+	h, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(r.Install)))
+	if err != nil || h.IsZero() {
+		return nil
+	}
+	_, files, err := gitobj.ReadCommitFiles(repo.Storer(), h, 1<<20)
+	if err != nil {
+		return fmt.Errorf("%s: %w", schemas.InstallRef(r.Install), err)
+	}
+	b, ok := files[schemas.ComponentStateFile(r.Component)]
+	if !ok {
+		var names []string
+		for p := range files {
+			if n, ok := strings.CutPrefix(p, schemas.ComponentsDir+"/"); ok {
+				names = append(names, strings.TrimSuffix(n, ".json"))
+			}
+		}
+		slices.Sort(names)
+		return fmt.Errorf("debug: install %s has no component %q in its rendered state (--component: %s); nothing was filed", r.Install, r.Component, strings.Join(names, ", "))
+	}
+	var c schemas.ComponentState
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("%s: %s: %w", schemas.InstallRef(r.Install), schemas.ComponentStateFile(r.Component), err)
+	}
+	if _, ok := debugcmd.Allowed[c.Type]; !ok {
+		return nil // a plugin this CLI does not know: the agent judges
+	}
+	return checkDebugCommand(c.Type, r.Command)
+}
+
 // principal is the name trust/requests on main gives key: the requester.
 func principal(repo *gitrepo.Repo, key ssh.PublicKey) (string, error) {
 	main, err := repo.Resolve(schemas.MainRef)
@@ -199,7 +287,7 @@ func principal(repo *gitrepo.Repo, key ssh.PublicKey) (string, error) {
 	}
 	data, ok := files[requests.TrustFile]
 	if !ok {
-		return "", fmt.Errorf("no %s on main: no operator key is trusted for requests", requests.TrustFile)
+		return "", fmt.Errorf("no %s on main: no operator key is trusted for requests; commit one, an allowed_signers file with a line \"NAME %s\" per operator (example: fixtures/tenant/trust/requests)", requests.TrustFile, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))))
 	}
 	trust, err := signature.ParseAllowedSigners(data)
 	if err != nil {
@@ -210,7 +298,7 @@ func principal(repo *gitrepo.Repo, key ssh.PublicKey) (string, error) {
 			return s.Principals[0], nil
 		}
 	}
-	return "", fmt.Errorf("your key %s is not in %s on main: the renderer would drop the request", ssh.FingerprintSHA256(key), requests.TrustFile)
+	return "", fmt.Errorf("your key %s is not in %s on main: the renderer would drop the request; add the line \"NAME %s\" to it on main (and to the agents' --request-trust)", ssh.FingerprintSHA256(key), requests.TrustFile, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))))
 }
 
 // answered is what nuon logs and nuon debug print with -o json.

@@ -31,7 +31,10 @@ components. Each status commit's signature is checked against the agentKey of
 installs/<id>.yaml on main: VERIFIED says whether the install's own agent wrote it.
 Status history ('git log refs/heads/nuon/status/<id>') is the install's audit log.
 
-STATE is the install's phase (Ready, Degraded, Refused), Stale while its desired
+STATE is the install's phase (Ready, Degraded, Refused), Held or "Waiting for
+window (opens at …)" while the install holds a change back because of its
+customer's own policy (deferred, not failing: the reason follows in the last
+column), Stale while its desired
 state is past its signed expiry, or Unreachable when its newest status commit is
 older than twice the heartbeat interval its agent announced: the agent is gone,
 and the rest of the row is only what it last said. The last column lists what
@@ -127,10 +130,25 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 		if r.Refusal != nil {
 			failing = append([]string{"refused " + shortID(r.Refusal.Commit) + ": " + r.Refusal.Reason}, failing...)
 		}
+		if d := r.Deferred; d != nil {
+			failing = append([]string{"deferred " + shortID(d.Commit) + ": " + d.Message}, failing...)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Generation, shortID(r.Desired), shortID(r.Applied),
-			r.State, yesNo(r.InSync), yesNo(r.Verified), artifactsColumn(r.Artifacts), strings.Join(failing, " "))
+			stateColumn(r), yesNo(r.InSync), yesNo(r.Verified), artifactsColumn(r.Artifacts), strings.Join(failing, " "))
 	}
 	tw.Flush()
+}
+
+// stateColumn is the STATE of a row: a window the install waits for says
+// when it opens.
+func stateColumn(r fleet.Install) string {
+	if r.State == fleet.StateWaiting && r.Deferred != nil {
+		if r.Deferred.Until != nil {
+			return "Waiting for window (opens at " + r.Deferred.Until.Format(time.RFC3339) + ")"
+		}
+		return "Waiting for window"
+	}
+	return r.State
 }
 
 func shortID(s string) string {
