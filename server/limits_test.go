@@ -83,16 +83,23 @@ func rawRequest(t *testing.T, addr string, req *http.Request) (*http.Response, s
 	return resp, string(b)
 }
 
+// signedRequest is a request signed by install, as an attacker holding
+// its key makes one: the signature is fresh (a replay is refused before
+// anything is read) and declares the digest of an empty body, which the
+// server can check only at the end of the body it is sent, body: the
+// bounds must hold before then.
 func signedRequest(t testing.TB, method, url string, body io.Reader, size int64, install string, key *signature.Signer) *http.Request {
 	t.Helper()
-	req, err := http.NewRequest(method, url, body)
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
 	if err := (&request.Signer{Install: install, Key: key}).Sign(req); err != nil {
 		t.Fatal(err)
+	}
+	if body != nil {
+		req.Body, req.GetBody, req.ContentLength = io.NopCloser(body), nil, size
 	}
 	return req
 }
@@ -371,9 +378,9 @@ func TestReplicaLimits(t *testing.T) {
 		}
 	})
 	for i := range 100 {
-		req := signedRequest(t, http.MethodPost, base+"/tenant.git/git-receive-pack", nil, 0, "acme", e.keys["acme"])
-		if i%2 == 1 {
-			req.Header.Del("Authorization")
+		req, _ := http.NewRequest(http.MethodPost, base+"/tenant.git/git-receive-pack", nil)
+		if i%2 == 0 {
+			req = signedRequest(t, http.MethodPost, base+"/tenant.git/git-receive-pack", nil, 0, "acme", e.keys["acme"])
 		}
 		conns = append(conns, halfSent(t, addr, req))
 		c, err := net.Dial("tcp", addr)
