@@ -82,11 +82,10 @@
 // 32 workers polling 1,000 installs beside each attack:
 //
 //	                               server RSS (peak)   poll p99
-//	polls alone                    89 MB (99 MB)       52 ms
-//	10,000 idle connections        274 MB (392 MB)     46 ms
-//	15,000 idle connections        288 MB (388 MB)     43 ms
-//	10,000 bodies never sent       123 MB (144 MB)     24 ms
-//	249 MiB command lists, 3 at    88 MB (99 MB)       25 ms
+//	polls alone                    102 MB (121 MB)     23 ms
+//	10,000 idle connections        291 MB (400 MB)     28 ms
+//	10,000 bodies never sent       191 MB (194 MB)     26 ms
+//	249 MiB command lists, 3 at    102 MB (120 MB)     41 ms
 //	a time
 //
 // Before the limits, the 10,000 bodies held 10,000 connections and 632 MB
