@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -114,7 +115,7 @@ func (s *Server) limitRequest(w http.ResponseWriter, r *http.Request, next http.
 		}
 	}
 	next(lw, r)
-	if body != nil && !body.done {
+	if body != nil && !body.done.Load() {
 		// Refused before its body was read (unsigned, over its install's
 		// turns, malformed): net/http would wait for the rest of it, up
 		// to ReadTimeout, to keep the connection. It closes it instead,
@@ -161,16 +162,18 @@ func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // deadlineBody lifts the read deadline once the body has been read whole:
 // from then on net/http's own read of the connection (which notices a
 // client that went away) must not time out in the middle of a response.
+//
+// The body may be read on another goroutine than the handler's (a replica's
+// proxy sends it to the writer from its transport's), hence the atomic.
 type deadlineBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController
-	done bool
+	done atomic.Bool
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.done {
-		b.done = true
+	if err == io.EOF && b.done.CompareAndSwap(false, true) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
