@@ -47,9 +47,11 @@ HTTP, scoped to the install that signed each request with its own key
   - it pushes only refs/heads/nuon/status/<id>, fast-forward, every new
     commit signed by its own key, checked before the ref moves.
 
-Anything else is refused with a git error and logged. Polls (protocol v2
-ls-refs) are answered from an in-memory ref table, without a process; pack
-transfer runs git's own upload-pack and receive-pack.
+Anything else is refused with a git error and logged, and answered alike
+whether what was asked for exists or not. Polls (protocol v2 ls-refs) are
+answered from an in-memory ref table, without a process; a fetch is planned
+in the server from the install's closure and packed by git pack-objects; a
+push is checked and written in-process.
 
 It follows main: every --poll-interval, and at once on a POST to /hooks/main
 (point the git host's push webhook there), it fetches main from --upstream
