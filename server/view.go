@@ -100,8 +100,8 @@ func newView(s *Server, token string) (*view, error) {
 			t, more := top(m)
 			return map[string]any{"Top": t, "More": more}
 		},
-		"inc": func(i int) int { return i + 1 },
-		"dec": func(i int) int { return i - 1 },
+		"inc":   func(i int) int { return i + 1 },
+		"dec":   func(i int) int { return i - 1 },
 		"lower": strings.ToLower,
 	}).ParseFS(viewFiles, "view/*.tmpl")
 	if err != nil {

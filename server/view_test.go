@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/google/go-cmp/cmp"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/fleet"
