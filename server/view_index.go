@@ -48,6 +48,9 @@ func newEntry(in *viewInstall, labels map[string]string, now time.Time) *viewEnt
 	if in.Status != nil {
 		row := in.Status.At(now)
 		e.row, e.state = &row, row.State
+		if e.state == "" {
+			e.state = phaseUnreported
+		}
 		if every, err := time.ParseDuration(row.HeartbeatEvery); err == nil && every > 0 && !row.Unreachable {
 			e.late = row.Time.Add(lateFactor*every + time.Nanosecond)
 		}
