@@ -180,7 +180,7 @@ func viewPages(n int) []string {
 		"/fleet?is=drifted&channel=beta",
 		"/fleet?component=database&phase=Failed",
 		"/fleet?component=api&version=1.2.0&page=3",
-		"/fleet?q=" + benchInstall(n/2)[:len(benchInstall(n/2))-2],
+		"/fleet?q=" + benchInstall(n / 2)[:len(benchInstall(n/2))-2],
 		"/fleet?q=region%3Dus&sort=id&page=5",
 		"/fleet?q=nobody",
 		"/fleet/installs/" + benchInstall(n/2),
