@@ -277,11 +277,19 @@ func (v *view) update() (*fleetIndex, error) {
 		v.index.advance(now)
 		return v.index, nil
 	}
-	refs, version := v.s.refs.snapshot()
 	repo, err := gitrepo.Open(v.s.cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
+	if v.index != nil && v.main == main {
+		if names, version, ok := v.s.refs.changes(v.version); ok {
+			v.take(repo, names, now)
+			v.version = version
+			v.index.advance(now)
+			return v.index, nil
+		}
+	}
+	refs, version := v.s.refs.snapshot()
 	if v.index == nil {
 		v.index = newFleetIndex()
 	}
@@ -319,6 +327,42 @@ func (v *view) update() (*fleetIndex, error) {
 	v.index.advance(now)
 	v.version, v.main = version, main
 	return v.index, nil
+}
+
+// take re-reads the installs of the refs named, which moved while main
+// did not (so no key did): the cost of a status pushed or a render is
+// the installs it moved, not the fleet.
+func (v *view) take(repo *gitrepo.Repo, names []string, now time.Time) {
+	changed := map[string]*viewEntry{}
+	for _, name := range names {
+		id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix)
+		if !ok {
+			if id, ok = strings.CutPrefix(name, schemas.StatusRefPrefix); !ok {
+				continue
+			}
+		}
+		if _, done := changed[id]; done {
+			continue
+		}
+		d, _ := v.s.refs.get(schemas.InstallRef(id))
+		st, _ := v.s.refs.get(schemas.StatusRef(id))
+		old := v.index.entries[id]
+		switch {
+		case d.IsZero() && st.IsZero():
+			if old != nil {
+				changed[id] = nil
+			}
+		case old != nil && old.in.desiredH == d && old.in.statsH == st:
+		default:
+			key := ""
+			if k, ok := v.s.keys.lookup(id); ok {
+				key = authorizedKey(k)
+			}
+			refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
+			changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
+		}
+	}
+	v.index.apply(changed)
 }
 
 // snapshot returns every install as it stands now, by id, for the
