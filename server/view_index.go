@@ -27,7 +27,24 @@ type viewEntry struct {
 	late   time.Time      // when the heartbeat turns late; zero: never, or already
 	labels map[string]string
 	gone   bool // replaced or removed: a late-heap item for it is void
+
+	// What the list's filters compare, as the index's symbols (see
+	// fleetIndex.syms), set when the entry joins the index.
+	stateSym, channelSym uint32
+	comps                []compSym
+	traits               uint8
 }
+
+// compSym is one reported component as symbols.
+type compSym struct{ name, version, phase uint32 }
+
+// Traits of an entry the list filters on (fleetQuery.Is).
+const (
+	traitOutOfSync uint8 = 1 << iota
+	traitUnverified
+	traitDrifted
+	traitCorrected
+)
 
 // Ranks of the problems-first order: what needs a person comes first.
 const (
@@ -214,10 +231,54 @@ type fleetIndex struct {
 	entries map[string]*viewEntry
 	late    lateHeap
 	now     time.Time // the index's time: states are as they stand at it
+	// syms numbers every word the filters compare (states, channels,
+	// component names, versions, phases) from 1; it only grows, as
+	// far as the fleet's variety of words.
+	syms map[string]uint32
 }
 
 func newFleetIndex() *fleetIndex {
-	return &fleetIndex{summary: newSummary(), entries: map[string]*viewEntry{}}
+	return &fleetIndex{summary: newSummary(), entries: map[string]*viewEntry{}, syms: map[string]uint32{}}
+}
+
+func (x *fleetIndex) sym(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	id, ok := x.syms[s]
+	if !ok {
+		id = uint32(len(x.syms) + 1)
+		x.syms[s] = id
+	}
+	return id
+}
+
+// compact sets what the filters compare of e.
+func (x *fleetIndex) compact(e *viewEntry) {
+	e.stateSym, e.channelSym = x.sym(e.state), x.sym(e.in.Desired.Channel)
+	r := e.row
+	if r == nil {
+		return
+	}
+	e.comps = make([]compSym, len(r.Components))
+	for i, c := range r.Components {
+		e.comps[i] = compSym{x.sym(c.Name), x.sym(c.Version), x.sym(c.Phase)}
+	}
+	if !r.InSync {
+		e.traits |= traitOutOfSync
+	}
+	if !r.Verified {
+		e.traits |= traitUnverified
+	}
+	if e.openDrift() {
+		e.traits |= traitDrifted
+	} else {
+		for _, c := range r.Components {
+			if c.Corrected && len(c.Drift) > 0 {
+				e.traits |= traitCorrected
+			}
+		}
+	}
 }
 
 // bulkFactor: when more than 1/bulkFactor of the fleet changes at once
@@ -242,6 +303,7 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 			continue
 		}
 		x.entries[id] = e
+		x.compact(e)
 		x.summary.add(e, 1)
 		if !e.late.IsZero() {
 			heap.Push(&x.late, e)

@@ -154,12 +154,14 @@ func TestFleetQuery(t *testing.T) {
 		{"is=corrected", []string{"initech"}},
 		{"is=out-of-sync", []string{"hooli"}},
 		{"is=nonsense", nil},
+		{"component=nonesuch", nil},
+		{"state=Degraded&channel=stable", nil},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
-			q := parseFleetQuery(mustQuery(t, tc.query))
+			m := x.compile(parseFleetQuery(mustQuery(t, tc.query)))
 			var got []string
 			for _, e := range x.byID {
-				if q.match(e) {
+				if m.match(e) {
 					got = append(got, e.in.ID)
 				}
 			}

@@ -108,60 +108,79 @@ func (q fleetQuery) URL(kv ...string) string {
 	return "/fleet?" + v.Encode()
 }
 
-// match says whether the list keeps e.
-func (q fleetQuery) match(e *viewEntry) bool {
-	if q.Q != "" {
-		if k, val, ok := strings.Cut(q.Q, "="); ok {
-			if got, has := e.labels[k]; !has || got != val {
-				return false
-			}
-		} else if !strings.HasPrefix(e.in.ID, q.Q) {
-			return false
+// matcher is a query compiled against an index: its words as the
+// index's symbols, so that walking the fleet compares numbers.
+type matcher struct {
+	none                             bool // a word the fleet does not have: nothing matches
+	prefix, labelKey, labelValue     string
+	label                            bool
+	state, channel, comp, ver, phase uint32
+	is                               uint8
+}
+
+// compile turns q into a matcher for x's entries.
+func (x *fleetIndex) compile(q fleetQuery) matcher {
+	var m matcher
+	sym := func(s string) uint32 {
+		if s == "" {
+			return 0
 		}
+		id, ok := x.syms[s]
+		if !ok {
+			m.none = true
+		}
+		return id
 	}
-	if q.State != "" && e.state != q.State {
-		return false
-	}
-	if q.Channel != "" && e.in.Desired.Channel != q.Channel {
-		return false
-	}
-	if q.Component != "" || q.Version != "" || q.Phase != "" {
-		if e.row == nil {
-			return false
-		}
-		found := false
-		for _, c := range e.row.Components {
-			if (q.Component == "" || c.Name == q.Component) && (q.Version == "" || c.Version == q.Version) && (q.Phase == "" || c.Phase == q.Phase) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
+	m.state, m.channel, m.comp, m.ver, m.phase = sym(q.State), sym(q.Channel), sym(q.Component), sym(q.Version), sym(q.Phase)
+	if k, v, ok := strings.Cut(q.Q, "="); ok {
+		m.label, m.labelKey, m.labelValue = true, k, v
+	} else {
+		m.prefix = q.Q
 	}
 	switch q.Is {
 	case "":
 	case isOutOfSync:
-		return e.row != nil && !e.row.InSync
+		m.is = traitOutOfSync
 	case isUnverified:
-		return e.row != nil && !e.row.Verified
+		m.is = traitUnverified
 	case isDrifted:
-		return e.row != nil && e.openDrift()
+		m.is = traitDrifted
 	case isCorrected:
-		if e.row == nil || e.openDrift() {
-			return false
-		}
-		for _, c := range e.row.Components {
-			if c.Corrected && len(c.Drift) > 0 {
-				return true
-			}
-		}
-		return false
+		m.is = traitCorrected
 	default:
+		m.none = true
+	}
+	return m
+}
+
+// match says whether the list keeps e.
+func (m *matcher) match(e *viewEntry) bool {
+	switch {
+	case m.none:
+		return false
+	case m.state != 0 && e.stateSym != m.state:
+		return false
+	case m.channel != 0 && e.channelSym != m.channel:
+		return false
+	case m.is != 0 && e.traits&m.is == 0:
+		return false
+	case m.prefix != "" && !strings.HasPrefix(e.in.ID, m.prefix):
 		return false
 	}
-	return true
+	if m.label {
+		if v, ok := e.labels[m.labelKey]; !ok || v != m.labelValue {
+			return false
+		}
+	}
+	if m.comp == 0 && m.ver == 0 && m.phase == 0 {
+		return true
+	}
+	for _, c := range e.comps {
+		if (m.comp == 0 || c.name == m.comp) && (m.ver == 0 || c.version == m.ver) && (m.phase == 0 || c.phase == m.phase) {
+			return true
+		}
+	}
+	return false
 }
 
 // fleetList is the fleet page: the summary and one page of the list.
@@ -235,14 +254,19 @@ func (v *view) list(q fleetQuery) (*fleetList, error) {
 			page = order[first:min(first+pageSize, len(order))]
 		}
 	} else {
-		if q.Sort == sortID && q.Q != "" && !strings.Contains(q.Q, "=") {
-			// An id prefix is one run of the id order.
-			lo, _ := slices.BinarySearchFunc(order, q.Q, func(e *viewEntry, p string) int { return strings.Compare(e.in.ID, p) })
-			hi := lo + firstPast(order[lo:], func(e *viewEntry) bool { return !strings.HasPrefix(e.in.ID, q.Q) })
-			order = order[lo:hi]
+		m := x.compile(q)
+		if m.prefix != "" {
+			// An id prefix is one run of the id order: walk only it,
+			// ordered as asked.
+			lo, _ := slices.BinarySearchFunc(x.byID, m.prefix, func(e *viewEntry, p string) int { return strings.Compare(e.in.ID, p) })
+			hi := lo + firstPast(x.byID[lo:], func(e *viewEntry) bool { return !strings.HasPrefix(e.in.ID, m.prefix) })
+			order = x.byID[lo:hi]
+			if q.Sort != sortID {
+				order = slices.SortedFunc(slices.Values(order), compareProblems)
+			}
 		}
 		for _, e := range order {
-			if !q.match(e) {
+			if !m.match(e) {
 				continue
 			}
 			if out.Matches >= first && out.Matches < first+pageSize {
