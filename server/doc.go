@@ -339,7 +339,7 @@
 // comparing interned symbols when it filters (an id prefix walks only
 // its run of ids). With 100,000 installs every page is under 100 KB and
 // 30 ms, a page after a status push 10 ms; the first request, which reads
-// and verifies every install, takes 40–55 s on a loaded 2-core machine
+// and verifies every install, takes 41–53 s on a loaded 2-core machine
 // (BENCHMARKS.md, "Fleet view at 100,000 installs").
 //
 // The pages need the operators' token (a bearer token, or the HttpOnly
