@@ -304,3 +304,82 @@ func copyCommit(tb testing.TB, dir string, a *statusAgent) {
 		}
 	}
 }
+
+// TestFleetViewPages: a fleet of 250 installs in pages of 100, problems
+// first, searched by label and id prefix, each count agreeing with the
+// summary.
+func TestFleetViewPages(t *testing.T) {
+	key, _ := loadKey(t, "acme")
+	dir := viewFleetRepo(t, 250, key, time.Now())
+	srv, err := server.New(context.Background(), server.Config{Dir: dir, ViewToken: viewToken, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	get := func(path string) string {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+viewToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	// rows are the installs listed, with their states.
+	rows := func(page string) (ids, states []string) {
+		for _, tr := range strings.Split(page, `<tr class="row-`)[1:] {
+			_, rest, _ := strings.Cut(tr, `data-install="`)
+			id, rest, _ := strings.Cut(rest, `"`)
+			_, rest, _ = strings.Cut(rest, `data-state="`)
+			state, _, _ := strings.Cut(rest, `"`)
+			ids, states = append(ids, id), append(states, state)
+		}
+		return ids, states
+	}
+	for _, tc := range []struct {
+		path, count string
+		rows        int
+		first       string // state of the first row
+	}{
+		{"/fleet", "250 of 250 installs · page 1 of 3", 100, "Degraded"},
+		{"/fleet?page=3", "250 of 250 installs · page 3 of 3", 50, "Ready"},
+		{"/fleet?sort=id&page=2", "250 of 250 installs · page 2 of 3", 100, ""},
+		{"/fleet?q=region%3Dus", "84 of 250 installs", 84, "Degraded"},
+		{"/fleet?q=i00012", "10 of 250 installs", 10, ""},
+		{"/fleet?state=Unreachable", "16 of 250 installs", 16, "Unreachable"},
+		{"/fleet?component=database&phase=Failed", "16 of 250 installs · component phase Failed", 16, "Degraded"},
+		{"/fleet?is=corrected", "12 of 250 installs · corrected", 12, ""},
+		{"/fleet?channel=nonesuch", "0 of 250 installs", 0, ""},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			page := get(tc.path)
+			_, count, _ := strings.Cut(page, `<p class="count" id="count">`)
+			count, _, _ = strings.Cut(count, "</p>")
+			if count != tc.count {
+				t.Errorf("count %q, want %q", count, tc.count)
+			}
+			ids, states := rows(page)
+			if len(ids) != tc.rows {
+				t.Errorf("%d rows, want %d", len(ids), tc.rows)
+			}
+			if tc.first != "" && (len(states) == 0 || states[0] != tc.first) {
+				t.Errorf("first row %v, want %s", states[:min(1, len(states))], tc.first)
+			}
+			if strings.Contains(tc.path, "sort=id") && !slices.IsSorted(ids) {
+				t.Errorf("sort=id rows out of order: %v", ids)
+			}
+		})
+	}
+	// The summary counts what the list holds: installs take kinds four
+	// at a time, so 16 of 250 are Unreachable.
+	if page := get("/fleet"); !strings.Contains(page, `<tr data-state="Unreachable"><td><span class="phase phase-unreachable">Unreachable</span></td><td class="n"><a href="/fleet?state=Unreachable">16</a>`) {
+		t.Errorf("summary does not count 16 Unreachable:\n%.3000s", page)
+	}
+}
