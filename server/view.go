@@ -281,10 +281,23 @@ func (v *view) update() (*fleetIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.index != nil && v.main == main {
+	if v.index != nil {
 		if names, version, ok := v.s.refs.changes(v.version); ok {
-			v.take(repo, names, now)
-			v.version = version
+			ids := make([]string, 0, len(names))
+			for _, name := range names {
+				if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
+					ids = append(ids, id)
+				} else if id, ok := strings.CutPrefix(name, schemas.StatusRefPrefix); ok {
+					ids = append(ids, id)
+				}
+			}
+			if main != v.main {
+				// A new main changes the keys and labels of the
+				// installs whose file it changed, and no others.
+				ids = append(ids, v.labels.read(repo.Storer(), main)...)
+			}
+			v.take(repo, ids, now)
+			v.version, v.main = version, main
 			v.index.advance(now)
 			return v.index, nil
 		}
@@ -293,7 +306,7 @@ func (v *view) update() (*fleetIndex, error) {
 	if v.index == nil {
 		v.index = newFleetIndex()
 	}
-	relabeled := v.labels.read(repo.Storer(), main)
+	v.labels.read(repo.Storer(), main)
 	ids := map[string]bool{}
 	for name := range refs {
 		if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
@@ -321,46 +334,43 @@ func (v *view) update() (*fleetIndex, error) {
 		}
 	}
 	v.index.apply(changed)
-	if relabeled {
-		v.index.relabel(v.labels.labels)
-	}
+	v.index.relabel(v.labels.labels)
 	v.index.advance(now)
 	v.version, v.main = version, main
 	return v.index, nil
 }
 
-// take re-reads the installs of the refs named, which moved while main
-// did not (so no key did): the cost of a status pushed or a render is
-// the installs it moved, not the fleet.
-func (v *view) take(repo *gitrepo.Repo, names []string, now time.Time) {
+// take re-reads the installs ids (whose refs moved, or whose file on
+// main changed) when their refs or key differ from what the index has,
+// and gives each its labels: the cost of a status pushed, a render or a
+// new main is the installs it moved, not the fleet.
+func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 	changed := map[string]*viewEntry{}
-	for _, name := range names {
-		id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix)
-		if !ok {
-			if id, ok = strings.CutPrefix(name, schemas.StatusRefPrefix); !ok {
-				continue
-			}
-		}
-		if _, done := changed[id]; done {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
 			continue
 		}
+		seen[id] = true
 		d, _ := v.s.refs.get(schemas.InstallRef(id))
 		st, _ := v.s.refs.get(schemas.StatusRef(id))
 		old := v.index.entries[id]
-		switch {
-		case d.IsZero() && st.IsZero():
+		if d.IsZero() && st.IsZero() {
 			if old != nil {
 				changed[id] = nil
 			}
-		case old != nil && old.in.desiredH == d && old.in.statsH == st:
-		default:
-			key := ""
-			if k, ok := v.s.keys.lookup(id); ok {
-				key = authorizedKey(k)
-			}
-			refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
-			changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
+			continue
 		}
+		key := ""
+		if k, ok := v.s.keys.lookup(id); ok {
+			key = authorizedKey(k)
+		}
+		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+			old.labels = v.labels.labels[id] // labels move neither counts nor orders
+			continue
+		}
+		refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
+		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
 	}
 	v.index.apply(changed)
 }

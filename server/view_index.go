@@ -379,10 +379,12 @@ type viewLabels struct {
 	labels map[string]map[string]string // install id → labels
 }
 
-// read moves l to main and says whether any install's labels changed.
-func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) bool {
+// read moves l to main and returns the installs whose file on main was
+// added, changed or removed since the last main: only their keys and
+// labels may have changed.
+func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []string {
 	if main == l.main && l.labels != nil {
-		return false
+		return nil
 	}
 	l.main = main
 	blobs := map[string]plumbing.Hash{}
@@ -399,8 +401,16 @@ func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) boo
 			}
 		}
 	}
-	if maps.Equal(blobs, l.blobs) && l.labels != nil {
-		return false
+	var moved []string
+	for id, h := range blobs {
+		if old, ok := l.blobs[id]; !ok || old != h {
+			moved = append(moved, id)
+		}
+	}
+	for id := range l.blobs {
+		if _, ok := blobs[id]; !ok {
+			moved = append(moved, id)
+		}
 	}
 	byBlob := map[plumbing.Hash]map[string]string{}
 	labels := make(map[string]map[string]string, len(blobs))
@@ -417,7 +427,7 @@ func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) boo
 		}
 	}
 	l.blobs, l.byBlob, l.labels = blobs, byBlob, labels
-	return true
+	return moved
 }
 
 // parseLabels reads the labels of one installs/<id>.yaml; a file that does

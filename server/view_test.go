@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -75,6 +76,14 @@ const injected = `<script>document.title="pwned"</script>`
 // globex reports its database failing, initech has not reported.
 func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 	t.Helper()
+	e, hs, _ := fixtureFleetServer(t)
+	return e, hs
+}
+
+// fixtureFleetServer is fixtureFleet with its server, for a test that
+// makes it read main again (Sync).
+func fixtureFleetServer(t *testing.T) (*env, *httptest.Server, *server.Server) {
+	t.Helper()
 	e := newEnv(t)
 	srv, err := server.New(context.Background(), server.Config{
 		Dir: e.dir, PollInterval: time.Hour,
@@ -128,7 +137,7 @@ func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 		t.Fatalf("globex has no database component: %v", globex.Versions)
 	}
 	pushStatus(t, memory.NewStorage(), url, "globex", e.keys["globex"], plumbing.ZeroHash, status(globex, "database"), now.Add(-20*time.Minute), "globex: database failed")
-	return e, hs
+	return e, hs, srv
 }
 
 // fixtureVersions is what the summary's "versions running" must say of
@@ -495,5 +504,55 @@ func TestFleetMetrics(t *testing.T) {
 	m = scrape(t, hs.URL+"/metrics")
 	if m[`nuon_server_installs{state="Ready"}`] != 2 || m[`nuon_server_installs{state="Unreported"}`] != 0 || m[`nuon_server_status_age_seconds_count`] != 3 {
 		t.Errorf("after initech's first status: Ready %v, Unreported %v, ages %v", m[`nuon_server_installs{state="Ready"}`], m[`nuon_server_installs{state="Unreported"}`], m[`nuon_server_status_age_seconds_count`])
+	}
+}
+
+// TestFleetViewLabels: a label added to an install's file on main is
+// searchable once the server has the new main, and moves no count.
+func TestFleetViewLabels(t *testing.T) {
+	e, hs, srv := fixtureFleetServer(t)
+	get := func(path string) string {
+		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+viewToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	count := func(page string) string {
+		_, c, _ := strings.Cut(page, `id="count">`)
+		c, _, _ = strings.Cut(c, "</p>")
+		return c
+	}
+	if got := count(get("/fleet?q=region%3Deu")); got != "0 of 3 installs" {
+		t.Fatalf("before the label: %q", got)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
+	f := filepath.Join(work, "installs", "acme.yaml")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, append(b, "labels:\n  region: eu\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(work, "commit", "--quiet", "-am", "label acme")
+	e.mustGit(work, "push", "--quiet", "origin", "main")
+	// The view's server has no upstream: its main is the one in its
+	// repository, read again on Sync.
+	e.mustGit(work, "push", "--quiet", e.dir, "main")
+	if err := srv.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	page := get("/fleet?q=region%3Deu")
+	if count(page) != "1 of 3 installs" || !strings.Contains(page, `data-install="acme"`) || !strings.Contains(page, `<span class="label">region=eu</span>`) {
+		t.Fatalf("acme labelled region=eu not found: %q\n%.2000s", count(page), page)
+	}
+	if !strings.Contains(get("/fleet"), `<a href="/fleet?state=Ready">1</a>`) {
+		t.Error("a label moved the count of Ready installs")
 	}
 }
