@@ -332,9 +332,11 @@
 // the refs set since it last looked and re-reads those installs alone;
 // each moves the counts and orders by itself (removed, then added). A
 // heartbeat turning late is an event too: a heap of deadlines moves
-// those installs to Unreachable as time passes them. Only a new main
-// (keys, labels), a replica's refresh or a log outrun walks every ref
-// again, re-reading installs whose refs or key changed. A page then
+// those installs to Unreachable as time passes them. A new main
+// re-checks the keys and labels of the installs whose file on main it
+// added, changed or removed. Only a replica's refresh, or a view further
+// behind than the log, walks every ref again, re-reading the installs
+// whose refs or key changed. A page then
 // copies the counts, takes 100 entries from an order, or walks the order
 // comparing interned symbols when it filters (an id prefix walks only
 // its run of ids). With 100,000 installs every page is under 100 KB and
