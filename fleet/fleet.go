@@ -254,3 +254,35 @@ func AgentKeys(st storer.EncodedObjectStorer, source plumbing.Hash) (map[string]
 
 // maxInstallFile bounds what AgentKeys reads of one installs/<id>.yaml.
 const maxInstallFile = 1 << 20
+
+// Reason says why an install is in its State, in the words `nuon status`
+// prints in its last column: when an Unreachable agent last wrote, when a
+// Stale desired state expired, what a Held or Waiting install defers, what
+// a Refused one refused. It is empty for a state that needs no reason.
+func (i Install) Reason() string {
+	switch {
+	case i.State == StateUnreachable:
+		return "no status commit since " + i.Time.UTC().Format(time.RFC3339) + " (heartbeat " + i.HeartbeatEvery + ")"
+	case i.State == StateStale && i.Expires != nil:
+		return "desired state expired " + i.Expires.UTC().Format(time.RFC3339)
+	case i.State == StateStale:
+		return "desired state expired"
+	case (i.State == StateHeld || i.State == StateWaiting) && i.Deferred != nil:
+		r := "deferred " + short(i.Deferred.Commit) + ": " + i.Deferred.Message
+		if i.Deferred.Until != nil {
+			r += " (window opens at " + i.Deferred.Until.UTC().Format(time.RFC3339) + ")"
+		}
+		return r
+	case i.Refusal != nil:
+		return "refused " + short(i.Refusal.Commit) + ": " + i.Refusal.Reason
+	}
+	return ""
+}
+
+// short is a commit id as `nuon status` prints it.
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}

@@ -234,3 +234,32 @@ func TestAtDeferred(t *testing.T) {
 		})
 	}
 }
+
+// TestReason: each state that needs one says why, in the words of `nuon
+// status`; Unreachable (a late heartbeat) and Stale (an expired desired
+// state) never share one.
+func TestReason(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	expires := now.Add(-time.Hour)
+	until := now.Add(2 * time.Hour)
+	commit := strings.Repeat("a", 40)
+	for _, tc := range []struct {
+		name string
+		row  Install
+		want string
+	}{
+		{"ready", Install{Phase: schemas.InstallReady, Time: now}, ""},
+		{"unreachable", Install{Phase: schemas.InstallReady, HeartbeatEvery: "10m0s", Time: now.Add(-time.Hour)}, "no status commit since 2029-12-31T23:00:00Z (heartbeat 10m0s)"},
+		{"stale", Install{Phase: schemas.InstallReady, Stale: true, Expires: &expires, Time: now}, "desired state expired 2029-12-31T23:00:00Z"},
+		{"stale without expiry", Install{Phase: schemas.InstallReady, Stale: true, Time: now}, "desired state expired"},
+		{"held", Install{Phase: schemas.InstallReady, Deferred: &schemas.Deferred{Reason: schemas.DeferredHold, Message: "held by the customer", Commit: commit}, Time: now}, "deferred aaaaaaaaaaaa: held by the customer"},
+		{"waiting", Install{Phase: schemas.InstallReady, Deferred: &schemas.Deferred{Reason: schemas.DeferredWindow, Message: "outside every allow window", Until: &until, Commit: commit}, Time: now}, "deferred aaaaaaaaaaaa: outside every allow window (window opens at 2030-01-01T02:00:00Z)"},
+		{"refused", Install{Phase: schemas.InstallRefused, Refusal: &schemas.Refusal{Commit: commit, Reason: "bad signature"}, Time: now}, "refused aaaaaaaaaaaa: bad signature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.row.At(now).Reason(); got != tc.want {
+				t.Errorf("Reason = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

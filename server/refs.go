@@ -23,7 +23,15 @@ type refTable struct {
 	// version grows with every change: the fleet view rebuilds its
 	// snapshot when it moved.
 	version uint64
+	// log names the refs set since version logBase, oldest first (at
+	// most maxRefLog), so the fleet view takes in only what moved.
+	log     []string
+	logBase uint64
 }
+
+// maxRefLog bounds the change log: a reader further behind reads every
+// ref again.
+const maxRefLog = 1 << 14
 
 // loadRefs reads the install and status refs of the repository at dir with
 // one git for-each-ref.
@@ -62,7 +70,25 @@ func (t *refTable) set(name string, h plumbing.Hash) {
 		t.refs[name] = h
 	}
 	t.version++
+	t.log = append(t.log, name)
+	if len(t.log) > maxRefLog {
+		drop := len(t.log) / 2
+		t.log = append(t.log[:0:0], t.log[drop:]...)
+		t.logBase += uint64(drop)
+	}
 	t.mu.Unlock()
+}
+
+// changes returns the names of the refs set since version since, and the
+// version now; ok is false when the log no longer reaches back that far
+// (or a replica's refresh replaced the table): read every ref again.
+func (t *refTable) changes(since uint64) (names []string, version uint64, ok bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if since < t.logBase || since > t.version {
+		return nil, t.version, false
+	}
+	return append([]string(nil), t.log[since-t.logBase:]...), t.version, true
 }
 
 // len is the number of refs.
@@ -132,5 +158,6 @@ func (t *refTable) replace(u *refTable) {
 	t.mu.Lock()
 	t.refs = u.refs
 	t.version++
+	t.log, t.logBase = nil, t.version
 	t.mu.Unlock()
 }

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,25 +37,28 @@ const viewCookie = "nuon_view"
 const phaseUnreported = "Unreported"
 
 // view is the fleet view: HTML pages for the vendor's operators, built
-// from a snapshot of every install's desired state and reported status.
-// The snapshot is rebuilt when the ref table moved (a render, an accepted
-// push, a replica's refresh), reading only the installs whose refs moved.
+// from an index of every install's desired state and reported status.
+// The index moves when the ref table moved (a render, an accepted push, a
+// replica's refresh), reading only the installs whose refs moved, and
+// when a heartbeat turns late; its counts and orders move with each
+// install, so a page costs the same whatever the size of the fleet.
 type view struct {
 	s     *Server
 	token []byte
 	tmpl  *template.Template
 
-	mu    sync.Mutex
-	snap  *snapshot
-	cache map[string]*viewInstall // by install id, reused while its refs are unchanged
+	// mu guards the index and what it was built from; pages are
+	// computed under it and rendered outside.
+	mu      sync.Mutex
+	index   *fleetIndex
+	version uint64        // of the ref table the index has
+	main    plumbing.Hash // the main commit it has (keys, labels)
+	labels  viewLabels
 }
 
-// snapshot is the fleet at one version of the ref table.
+// snapshot is every install as it stands at one moment, by id.
 type snapshot struct {
-	version  uint64
-	main     plumbing.Hash
-	installs []*viewInstall // by id
-	channels []string
+	installs []*viewInstall
 }
 
 // viewInstall is one install in the fleet view.
@@ -90,13 +92,23 @@ func newView(s *Server, token string) (*view, error) {
 		},
 		"ago":   func(t time.Time) string { return ago(s.cfg.Now().Sub(t)) },
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"stale": func(t time.Time) bool { return s.cfg.Now().Sub(t) > s.cfg.ViewStaleAfter },
+		// quiet: no status for longer than ViewStaleAfter from an agent
+		// that announces no heartbeat (one that does turns Unreachable).
+		"quiet": func(in *fleet.Install) bool {
+			return in != nil && in.HeartbeatEvery == "" && s.cfg.Now().Sub(in.Time) > s.cfg.ViewStaleAfter
+		},
+		"top": func(m map[string]int) map[string]any {
+			t, more := top(m)
+			return map[string]any{"Top": t, "More": more}
+		},
+		"inc":   func(i int) int { return i + 1 },
+		"dec":   func(i int) int { return i - 1 },
 		"lower": strings.ToLower,
 	}).ParseFS(viewFiles, "view/*.tmpl")
 	if err != nil {
 		return nil, err
 	}
-	return &view{s: s, token: []byte(token), tmpl: t, cache: map[string]*viewInstall{}}, nil
+	return &view{s: s, token: []byte(token), tmpl: t}, nil
 }
 
 // routes adds the view's pages to mux, each behind the operator check.
@@ -214,7 +226,7 @@ func (v *view) render(w http.ResponseWriter, name string, data any) {
 	}
 }
 
-// fleetRow is one install × component row of the fleet page.
+// fleetRow is one component row of an install's page.
 type fleetRow struct {
 	Install   *viewInstall
 	Component string
@@ -223,51 +235,8 @@ type fleetRow struct {
 	Phase     string
 	Error     string
 	Drift     []schemas.ResourceDrift
+	Corrected bool
 	Health    *schemas.Health
-	First     bool // first row of its install
-}
-
-func (v *view) fleetPage(w http.ResponseWriter, r *http.Request) {
-	snap, err := v.snapshot()
-	if err != nil {
-		http.Error(w, "nuon: read the fleet: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	channel, phase := r.URL.Query().Get("channel"), r.URL.Query().Get("phase")
-	var rows []fleetRow
-	phases := map[string]bool{}
-	installs := 0
-	for _, in := range snap.installs {
-		inRows := installRows(in)
-		for _, row := range inRows {
-			phases[row.Phase] = true
-		}
-		phases[in.State()] = true
-		if channel != "" && in.Desired.Channel != channel {
-			continue
-		}
-		if phase != "" && in.State() != phase {
-			kept := inRows[:0]
-			for _, row := range inRows {
-				if row.Phase == phase {
-					kept = append(kept, row)
-				}
-			}
-			inRows = kept
-		}
-		if len(inRows) == 0 {
-			continue
-		}
-		inRows[0].First = true
-		installs++
-		rows = append(rows, inRows...)
-	}
-	delete(phases, "")
-	v.render(w, "fleet.tmpl", map[string]any{
-		"Rows": rows, "Installs": installs, "Total": len(snap.installs),
-		"Channels": snap.channels, "Phases": slices.Sorted(maps.Keys(phases)),
-		"Channel": channel, "Phase": phase, "Main": snap.main.String(),
-	})
 }
 
 // installRows are an install's rows, one per component desired or
@@ -288,7 +257,7 @@ func installRows(in *viewInstall) []fleetRow {
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		row := fleetRow{Install: in, Component: n, Desired: in.Desired.Versions[n], Phase: phaseUnreported}
 		if c, ok := reported[n]; ok {
-			row.Applied, row.Phase, row.Error, row.Drift, row.Health = c.Version, c.Phase, c.Error, c.Drift, c.Health
+			row.Applied, row.Phase, row.Error, row.Drift, row.Corrected, row.Health = c.Version, c.Phase, c.Error, c.Drift, c.Corrected, c.Health
 		}
 		rows = append(rows, row)
 	}
@@ -300,23 +269,21 @@ func installRows(in *viewInstall) []fleetRow {
 
 func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	snap, err := v.snapshot()
+	in, labels, err := v.install(id)
 	if err != nil {
 		http.Error(w, "nuon: read the fleet: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	i, ok := slices.BinarySearchFunc(snap.installs, id, func(in *viewInstall, id string) int { return strings.Compare(in.ID, id) })
-	if !ok {
+	if in == nil {
 		http.NotFound(w, r)
 		return
 	}
-	in := snap.installs[i]
 	repo, err := gitrepo.Open(v.s.cfg.Dir)
 	if err != nil {
 		http.Error(w, "nuon: open the repository: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	data := map[string]any{"In": in, "Rows": installRows(in)}
+	data := map[string]any{"In": in, "Rows": installRows(in), "Labels": labelList(labels), "QuietAfter": v.s.cfg.ViewStaleAfter}
 	if !in.statsH.IsZero() {
 		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, in.key, 100)
 		data["History"], data["HistoryErr"] = h, errText(err)
@@ -335,20 +302,45 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// snapshot returns the fleet as the ref table has it now, rebuilt when the
-// table or main moved since the last one.
-func (v *view) snapshot() (*snapshot, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	main := v.s.keys.mainCommit()
-	if v.snap != nil && v.snap.version == v.s.refs.stamp() && v.snap.main == main {
-		return v.snap.at(v.s.cfg.Now()), nil
+// update brings the index to the ref table and main as they are now,
+// re-reading only the installs whose refs (or key) moved, and to the
+// time now (heartbeats turn late with time alone). The caller holds v.mu.
+func (v *view) update() (*fleetIndex, error) {
+	now, main := v.s.cfg.Now(), v.s.keys.mainCommit()
+	if v.index != nil && v.version == v.s.refs.stamp() && v.main == main {
+		v.index.advance(now)
+		return v.index, nil
 	}
-	refs, version := v.s.refs.snapshot()
 	repo, err := gitrepo.Open(v.s.cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
+	if v.index != nil {
+		if names, version, ok := v.s.refs.changes(v.version); ok {
+			ids := make([]string, 0, len(names))
+			for _, name := range names {
+				if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
+					ids = append(ids, id)
+				} else if id, ok := strings.CutPrefix(name, schemas.StatusRefPrefix); ok {
+					ids = append(ids, id)
+				}
+			}
+			if main != v.main {
+				// A new main changes the keys and labels of the
+				// installs whose file it changed, and no others.
+				ids = append(ids, v.labels.read(repo.Storer(), main)...)
+			}
+			v.take(repo, ids, now)
+			v.version, v.main = version, main
+			v.index.advance(now)
+			return v.index, nil
+		}
+	}
+	refs, version := v.s.refs.snapshot()
+	if v.index == nil {
+		v.index = newFleetIndex()
+	}
+	v.labels.read(repo.Storer(), main)
 	ids := map[string]bool{}
 	for name := range refs {
 		if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
@@ -357,47 +349,101 @@ func (v *view) snapshot() (*snapshot, error) {
 			ids[id] = true
 		}
 	}
-	snap := &snapshot{version: version, main: main}
-	channels := map[string]bool{}
-	next := make(map[string]*viewInstall, len(ids))
 	rr := tableRepo{st: repo.Storer(), refs: refs}
+	changed := map[string]*viewEntry{}
 	for id := range ids {
 		d, st := refs[schemas.InstallRef(id)], refs[schemas.StatusRef(id)]
 		key := ""
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		in := v.cache[id]
-		if in == nil || in.desiredH != d || in.statsH != st || in.key != key {
-			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
+		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+			continue
 		}
-		next[id] = in
-		snap.installs = append(snap.installs, in)
-		if in.Desired.Channel != "" {
-			channels[in.Desired.Channel] = true
+		changed[id] = newEntry(readViewInstall(rr, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
+	}
+	for id := range v.index.entries {
+		if !ids[id] {
+			changed[id] = nil
 		}
 	}
-	sort.Slice(snap.installs, func(i, j int) bool { return snap.installs[i].ID < snap.installs[j].ID })
-	snap.channels = slices.Sorted(maps.Keys(channels))
-	v.cache, v.snap = next, snap
-	return snap.at(v.s.cfg.Now()), nil
+	v.index.apply(changed)
+	v.index.relabel(v.labels.labels)
+	v.index.advance(now)
+	v.version, v.main = version, main
+	return v.index, nil
 }
 
-// at returns the snapshot as it stands at now: the rows read when refs
-// last moved, each install's state brought up to date (a heartbeat turns
-// late with time alone, no ref moving).
-func (s *snapshot) at(now time.Time) *snapshot {
-	out := *s
-	out.installs = make([]*viewInstall, len(s.installs))
-	for i, in := range s.installs {
-		c := *in
-		if in.Status != nil {
-			row := in.Status.At(now)
-			c.Status = &row
+// take re-reads the installs ids (whose refs moved, or whose file on
+// main changed) when their refs or key differ from what the index has,
+// and gives each its labels: the cost of a status pushed, a render or a
+// new main is the installs it moved, not the fleet.
+func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
+	changed := map[string]*viewEntry{}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
 		}
-		out.installs[i] = &c
+		seen[id] = true
+		d, _ := v.s.refs.get(schemas.InstallRef(id))
+		st, _ := v.s.refs.get(schemas.StatusRef(id))
+		old := v.index.entries[id]
+		if d.IsZero() && st.IsZero() {
+			if old != nil {
+				changed[id] = nil
+			}
+			continue
+		}
+		key := ""
+		if k, ok := v.s.keys.lookup(id); ok {
+			key = authorizedKey(k)
+		}
+		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+			old.labels = v.labels.labels[id] // labels move neither counts nor orders
+			continue
+		}
+		refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
+		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
 	}
-	return &out
+	v.index.apply(changed)
+}
+
+// snapshot returns every install as it stands now, by id, for the
+// metrics: a copy, read outside the view's lock.
+func (v *view) snapshot() (*snapshot, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	x, err := v.update()
+	if err != nil {
+		return nil, err
+	}
+	snap := &snapshot{installs: make([]*viewInstall, len(x.byID))}
+	copies := make([]viewInstall, len(x.byID))
+	for i, e := range x.byID {
+		copies[i] = *e.in
+		copies[i].Status = e.row
+		snap.installs[i] = &copies[i]
+	}
+	return snap, nil
+}
+
+// install returns one install as it stands now and its labels; nil when
+// the fleet has no such install.
+func (v *view) install(id string) (*viewInstall, map[string]string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	x, err := v.update()
+	if err != nil {
+		return nil, nil, err
+	}
+	e := x.entries[id]
+	if e == nil {
+		return nil, nil, nil
+	}
+	in := *e.in
+	in.Status = e.row
+	return &in, e.labels, nil
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/google/go-cmp/cmp"
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/fleet"
@@ -74,6 +76,14 @@ const injected = `<script>document.title="pwned"</script>`
 // globex reports its database failing, initech has not reported.
 func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 	t.Helper()
+	e, hs, _ := fixtureFleetServer(t)
+	return e, hs
+}
+
+// fixtureFleetServer is fixtureFleet with its server, for a test that
+// makes it read main again (Sync).
+func fixtureFleetServer(t *testing.T) (*env, *httptest.Server, *server.Server) {
+	t.Helper()
 	e := newEnv(t)
 	srv, err := server.New(context.Background(), server.Config{
 		Dir: e.dir, PollInterval: time.Hour,
@@ -109,7 +119,7 @@ func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 	status := func(d fleet.Desired, fail string) schemas.Status {
 		st := schemas.Status{Desired: d.Commit, Applied: d.Commit, Generation: d.Generation, Phase: schemas.InstallReady, Components: map[string]schemas.ComponentStatus{}}
 		for name, v := range d.Versions {
-			cs := schemas.ComponentStatus{Phase: "Ready", Version: v}
+			cs := schemas.ComponentStatus{Phase: schemas.PhaseApplied, Version: v}
 			if name == fail {
 				cs = schemas.ComponentStatus{Phase: "Failed", Version: "", Error: "terraform apply: Error: creating RDS instance: AccessDenied " + injected}
 				st.Phase, st.Applied = "Failed", ""
@@ -127,7 +137,47 @@ func fixtureFleet(t *testing.T) (*env, *httptest.Server) {
 		t.Fatalf("globex has no database component: %v", globex.Versions)
 	}
 	pushStatus(t, memory.NewStorage(), url, "globex", e.keys["globex"], plumbing.ZeroHash, status(globex, "database"), now.Add(-20*time.Minute), "globex: database failed")
-	return e, hs
+	return e, hs, srv
+}
+
+// fixtureVersions is what the summary's "versions running" must say of
+// fixtureFleet: every component acme runs at its desired version, and
+// globex's besides its failed database, which runs none.
+func fixtureVersions(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	e := newEnv(t)
+	repo, err := gitrepo.Open(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]map[string]int{}
+	for _, id := range []string{"acme", "globex"} {
+		h, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := fleet.ReadDesired(repo.Storer(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c, v := range d.Versions {
+			if id == "globex" && c == "database" {
+				continue
+			}
+			if n[c] == nil {
+				n[c] = map[string]int{}
+			}
+			n[c][v]++
+		}
+	}
+	out := map[string]map[string]string{}
+	for c, m := range n {
+		out[c] = map[string]string{}
+		for v, k := range m {
+			out[c][v] = fmt.Sprint(k)
+		}
+	}
+	return out
 }
 
 // chromium finds Debian's chromium; without it the test is skipped, or
@@ -180,6 +230,8 @@ func TestFleetViewInChromium(t *testing.T) {
 
 	var loginTitle, title, count string
 	var rows []string
+	var states, failing, traits map[string]string
+	var versions map[string]map[string]string
 	var png []byte
 	var errorVisible bool
 	err := chromedp.Do(ctx,
@@ -193,6 +245,10 @@ func TestFleetViewInChromium(t *testing.T) {
 		into(&title, chromedp.Evaluate[string](`document.title`)),
 		into(&count, chromedp.Text(chromedp.CSS(`#count`))),
 		into(&rows, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#fleet tbody tr")].map(r => r.innerText.replace(/\s+/g, " ").trim())`)),
+		into(&states, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#states tr[data-state]")].map(r => [r.dataset.state, r.querySelector(".n").innerText]))`)),
+		into(&traits, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#traits tr[data-trait]")].map(r => [r.dataset.trait, r.querySelector(".n").innerText]))`)),
+		into(&failing, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#failing tr[data-component]")].map(r => [r.dataset.component, r.querySelector(".n").innerText]))`)),
+		into(&versions, chromedp.Evaluate[map[string]map[string]string](`Object.fromEntries([...document.querySelectorAll("#versions .component")].map(c => [c.dataset.component, Object.fromEntries([...c.querySelectorAll("tr[data-version]")].map(r => [r.dataset.version, r.querySelector(".n").innerText]))]))`)),
 		into(&errorVisible, chromedp.Evaluate[bool](`(() => { const e = document.querySelector("#fleet .error"); if (!e) return false; const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility === "visible"; })()`)),
 		into(&png, chromedp.FullScreenshot(100)),
 	)
@@ -213,6 +269,21 @@ func TestFleetViewInChromium(t *testing.T) {
 	if count != "3 of 3 installs" {
 		t.Errorf("count %q", count)
 	}
+	// The summary, as a release manager reads it: one install in each
+	// state, globex's database failing, the versions acme runs (globex's
+	// failed database runs none).
+	if diff := cmp.Diff(map[string]string{"Ready": "1", "Failed": "1", "Unreported": "1"}, states); diff != "" {
+		t.Errorf("installs by state (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"database": "1"}, failing); diff != "" {
+		t.Errorf("failing components (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"out-of-sync": "0", "drifted": "0", "corrected": "0", "unverified": "0"}, traits); diff != "" {
+		t.Errorf("traits (-want +got):\n%s", diff)
+	}
+	if want := fixtureVersions(t); !cmp.Equal(want, versions) {
+		t.Errorf("versions running (-want +got):\n%s", cmp.Diff(want, versions))
+	}
 	find := func(rows []string, words ...string) string {
 		for _, r := range rows {
 			ok := true
@@ -228,12 +299,22 @@ func TestFleetViewInChromium(t *testing.T) {
 	if find(rows, "acme", "stable", "Ready", "verified") == "" {
 		t.Errorf("no Ready, verified acme row on stable in\n%s", strings.Join(rows, "\n"))
 	}
-	failing := find(rows, "database", "Failed", "AccessDenied")
-	if failing == "" || !strings.Contains(failing, injected) {
+	failed := find(rows, "database", "Failed", "AccessDenied")
+	if failed == "" || !strings.Contains(failed, injected) {
 		t.Errorf("globex's failing database with its error (escaped, as text) not shown in\n%s", strings.Join(rows, "\n"))
 	}
-	if find(rows, "globex", "beta", "Failed", "stale") == "" {
-		t.Errorf("globex's 20-minute-old status not marked stale in\n%s", strings.Join(rows, "\n"))
+	if find(rows, "globex", "beta", "Failed", "quiet") == "" {
+		t.Errorf("globex's 20-minute-old status not marked quiet in\n%s", strings.Join(rows, "\n"))
+	}
+	if find(rows, "stale") != "" || find(rows, "Stale") != "" {
+		t.Errorf("no desired state expired, yet a row says stale:\n%s", strings.Join(rows, "\n"))
+	}
+	if find(rows, "acme", "yes", "gen 1 of 1") == "" {
+		t.Errorf("acme not in sync at generation 1 of 1 in\n%s", strings.Join(rows, "\n"))
+	}
+	// Problems first: the failing install leads, Ready follows it.
+	if len(rows) != 3 || !strings.HasPrefix(rows[0], "globex") || !strings.HasPrefix(rows[2], "acme") {
+		t.Errorf("rows not problems first:\n%s", strings.Join(rows, "\n"))
 	}
 	if find(rows, "initech", "Unreported", "never") == "" {
 		t.Errorf("initech (no status yet) not shown as Unreported in\n%s", strings.Join(rows, "\n"))
@@ -261,9 +342,9 @@ func TestFleetViewInChromium(t *testing.T) {
 		find(filtered, "acme") != "" || find(filtered, "globex") == "" {
 		t.Errorf("filter channel=beta: url %s, %q, rows\n%s", url, count, strings.Join(filtered, "\n"))
 	}
-	// The shared URL filters by phase too.
+	// The shared URL filters by state too.
 	err = chromedp.Do(ctx,
-		chromedp.Navigate(hs.URL+"/fleet?phase=Failed"),
+		chromedp.Navigate(hs.URL+"/fleet?state=Failed"),
 		chromedp.WaitVisible(chromedp.CSS(`#fleet`)),
 		into(&filtered, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#fleet tbody tr")].map(r => r.innerText.replace(/\s+/g, " ").trim())`)),
 	)
@@ -271,7 +352,24 @@ func TestFleetViewInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	if find(filtered, "acme") != "" || find(filtered, "database", "Failed") == "" {
-		t.Errorf("phase=Failed rows\n%s", strings.Join(filtered, "\n"))
+		t.Errorf("state=Failed rows\n%s", strings.Join(filtered, "\n"))
+	}
+	// The summary's failing count links to the installs where the
+	// component failed.
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(hs.URL+"/fleet"),
+		chromedp.WaitVisible(chromedp.CSS(`#failing`)),
+		chromedp.Click(chromedp.CSS(`#failing tr[data-component=database] a`)),
+		waitURL("phase=Failed"),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet`)),
+		into(&count, chromedp.Text(chromedp.CSS(`#count`))),
+		into(&filtered, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#fleet tbody tr")].map(r => r.innerText.replace(/\s+/g, " ").trim())`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(filtered) != 1 || find(filtered, "globex") == "" || !strings.HasPrefix(count, "1 of 3 installs") {
+		t.Errorf("database failing: %q, rows\n%s", count, strings.Join(filtered, "\n"))
 	}
 
 	// acme's page: the audit log lists both status commits, signed by
@@ -406,5 +504,55 @@ func TestFleetMetrics(t *testing.T) {
 	m = scrape(t, hs.URL+"/metrics")
 	if m[`nuon_server_installs{state="Ready"}`] != 2 || m[`nuon_server_installs{state="Unreported"}`] != 0 || m[`nuon_server_status_age_seconds_count`] != 3 {
 		t.Errorf("after initech's first status: Ready %v, Unreported %v, ages %v", m[`nuon_server_installs{state="Ready"}`], m[`nuon_server_installs{state="Unreported"}`], m[`nuon_server_status_age_seconds_count`])
+	}
+}
+
+// TestFleetViewLabels: a label added to an install's file on main is
+// searchable once the server has the new main, and moves no count.
+func TestFleetViewLabels(t *testing.T) {
+	e, hs, srv := fixtureFleetServer(t)
+	get := func(path string) string {
+		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+viewToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	count := func(page string) string {
+		_, c, _ := strings.Cut(page, `id="count">`)
+		c, _, _ = strings.Cut(c, "</p>")
+		return c
+	}
+	if got := count(get("/fleet?q=region%3Deu")); got != "0 of 3 installs" {
+		t.Fatalf("before the label: %q", got)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
+	f := filepath.Join(work, "installs", "acme.yaml")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, append(b, "labels:\n  region: eu\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(work, "commit", "--quiet", "-am", "label acme")
+	e.mustGit(work, "push", "--quiet", "origin", "main")
+	// The view's server has no upstream: its main is the one in its
+	// repository, read again on Sync.
+	e.mustGit(work, "push", "--quiet", e.dir, "main")
+	if err := srv.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	page := get("/fleet?q=region%3Deu")
+	if count(page) != "1 of 3 installs" || !strings.Contains(page, `data-install="acme"`) || !strings.Contains(page, `<span class="label">region=eu</span>`) {
+		t.Fatalf("acme labelled region=eu not found: %q\n%.2000s", count(page), page)
+	}
+	if !strings.Contains(get("/fleet"), `<a href="/fleet?state=Ready">1</a>`) {
+		t.Error("a label moved the count of Ready installs")
 	}
 }

@@ -1,0 +1,450 @@
+package server
+
+import (
+	"container/heap"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"gopkg.in/yaml.v3"
+
+	"nuon.dev/nuon/fleet"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/schemas"
+)
+
+// viewEntry is one install in the fleet index: what was read of its refs
+// (shared with the read cache, never changed) and its state at the
+// index's time, which only the index changes, under the view's lock.
+type viewEntry struct {
+	in     *viewInstall
+	row    *fleet.Install // in.Status as it stands at the index's time; nil: no status
+	state  string         // the CLI's STATE word, or Unreported
+	rank   int            // problems first: see stateRank
+	late   time.Time      // when the heartbeat turns late; zero: never, or already
+	labels map[string]string
+	gone   bool // replaced or removed: a late-heap item for it is void
+
+	// What the list's filters compare, as the index's symbols (see
+	// fleetIndex.syms), set when the entry joins the index.
+	stateSym, channelSym uint32
+	comps                []compSym
+	traits               uint8
+}
+
+// compSym is one reported component as symbols.
+type compSym struct{ name, version, phase uint32 }
+
+// Traits of an entry the list filters on (fleetQuery.Is).
+const (
+	traitOutOfSync uint8 = 1 << iota
+	traitUnverified
+	traitDrifted
+	traitCorrected
+)
+
+// Ranks of the problems-first order: what needs a person comes first.
+const (
+	rankFailing = iota // Failed, Refused, Degraded, or its status unreadable
+	rankUnreachable
+	rankStale
+	rankUnverified
+	rankDrifted // a component's drift not corrected
+	rankDeferred
+	rankBusy // reported, not Ready: applying, pending
+	rankBehind
+	rankUnreported
+	rankReady
+)
+
+func newEntry(in *viewInstall, labels map[string]string, now time.Time) *viewEntry {
+	e := &viewEntry{in: in, labels: labels, state: phaseUnreported}
+	if in.Status != nil {
+		row := in.Status.At(now)
+		e.row, e.state = &row, row.State
+		if e.state == "" {
+			e.state = phaseUnreported
+		}
+		if every, err := time.ParseDuration(row.HeartbeatEvery); err == nil && every > 0 && !row.Unreachable {
+			e.late = row.Time.Add(lateFactor*every + time.Nanosecond)
+		}
+	}
+	e.rank = e.stateRank()
+	return e
+}
+
+// lateFactor mirrors package fleet's: heartbeats a status may miss
+// before the install is Unreachable. newEntry only schedules when to ask
+// fleet.Install.At again; At decides.
+const lateFactor = 2
+
+func (e *viewEntry) stateRank() int {
+	if e.in.Err != "" {
+		return rankFailing
+	}
+	r := e.row
+	if r == nil {
+		return rankUnreported
+	}
+	switch e.state {
+	case schemas.InstallReady:
+	case schemas.InstallRefused, schemas.InstallDegraded, schemas.PhaseFailed:
+		return rankFailing
+	case fleet.StateUnreachable:
+		return rankUnreachable
+	case fleet.StateStale:
+		return rankStale
+	case fleet.StateHeld, fleet.StateWaiting:
+		return rankDeferred
+	default:
+		return rankBusy
+	}
+	switch {
+	case !r.Verified:
+		return rankUnverified
+	case e.openDrift():
+		return rankDrifted
+	case !r.InSync || r.Generation < e.in.Desired.Generation:
+		return rankBehind
+	}
+	return rankReady
+}
+
+// openDrift says whether a component drifted and was not corrected.
+func (e *viewEntry) openDrift() bool {
+	for _, c := range e.row.Components {
+		if len(c.Drift) > 0 && !c.Corrected {
+			return true
+		}
+	}
+	return false
+}
+
+// inSync is the CLI's SYNCED: the agent reported on the desired ref the
+// install has now.
+func (e *viewEntry) inSync() bool { return e.row != nil && e.row.InSync }
+
+func compareID(a, b *viewEntry) int { return strings.Compare(a.in.ID, b.in.ID) }
+
+func compareProblems(a, b *viewEntry) int {
+	if a.rank != b.rank {
+		return a.rank - b.rank
+	}
+	return compareID(a, b)
+}
+
+// fleetSummary is what a release manager asks first, kept as counts that
+// move with each install that changes, never recounted per request.
+type fleetSummary struct {
+	Installs int
+	States   map[string]int            // by the CLI's STATE word
+	Versions map[string]map[string]int // component → version it runs → installs
+	Failing  map[string]int            // component → installs where it failed
+	Channels map[string]int
+	// OutOfSync counts installs whose agent has not reported on their
+	// desired ref; Drifted and Corrected, installs with drift left as
+	// found or corrected; Unverified, statuses not signed by the
+	// install's key.
+	OutOfSync, Drifted, Corrected, Unverified int
+}
+
+func newSummary() fleetSummary {
+	return fleetSummary{States: map[string]int{}, Versions: map[string]map[string]int{}, Failing: map[string]int{}, Channels: map[string]int{}}
+}
+
+// add adds e's counts times d (1 or -1).
+func (s *fleetSummary) add(e *viewEntry, d int) {
+	s.Installs += d
+	bump(s.States, e.state, d)
+	if ch := e.in.Desired.Channel; ch != "" {
+		bump(s.Channels, ch, d)
+	}
+	r := e.row
+	if r == nil {
+		return
+	}
+	if !r.InSync {
+		s.OutOfSync += d
+	}
+	if !r.Verified {
+		s.Unverified += d
+	}
+	drifted, corrected := false, false
+	for _, c := range r.Components {
+		if c.Version != "" {
+			m := s.Versions[c.Name]
+			if m == nil {
+				m = map[string]int{}
+				s.Versions[c.Name] = m
+			}
+			bump(m, c.Version, d)
+			if len(m) == 0 {
+				delete(s.Versions, c.Name)
+			}
+		}
+		if c.Phase == schemas.PhaseFailed {
+			bump(s.Failing, c.Name, d)
+		}
+		if len(c.Drift) > 0 {
+			if c.Corrected {
+				corrected = true
+			} else {
+				drifted = true
+			}
+		}
+	}
+	if drifted {
+		s.Drifted += d
+	} else if corrected {
+		s.Corrected += d
+	}
+}
+
+func bump(m map[string]int, k string, d int) {
+	m[k] += d
+	if m[k] == 0 {
+		delete(m, k)
+	}
+}
+
+// clone copies s for a page, outside the view's lock.
+func (s fleetSummary) clone() fleetSummary {
+	out := s
+	out.States, out.Failing, out.Channels = maps.Clone(s.States), maps.Clone(s.Failing), maps.Clone(s.Channels)
+	out.Versions = make(map[string]map[string]int, len(s.Versions))
+	for c, m := range s.Versions {
+		out.Versions[c] = maps.Clone(m)
+	}
+	return out
+}
+
+// fleetIndex is the fleet view's index: the summary and two orders of
+// every install (by id, and problems first), moved one install at a time
+// as refs move and heartbeats turn late.
+type fleetIndex struct {
+	summary fleetSummary
+	byID    []*viewEntry
+	order   []*viewEntry // problems first
+	entries map[string]*viewEntry
+	late    lateHeap
+	now     time.Time // the index's time: states are as they stand at it
+	// syms numbers every word the filters compare (states, channels,
+	// component names, versions, phases) from 1; it only grows, as
+	// far as the fleet's variety of words.
+	syms map[string]uint32
+}
+
+func newFleetIndex() *fleetIndex {
+	return &fleetIndex{summary: newSummary(), entries: map[string]*viewEntry{}, syms: map[string]uint32{}}
+}
+
+func (x *fleetIndex) sym(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	id, ok := x.syms[s]
+	if !ok {
+		id = uint32(len(x.syms) + 1)
+		x.syms[s] = id
+	}
+	return id
+}
+
+// compact sets what the filters compare of e.
+func (x *fleetIndex) compact(e *viewEntry) {
+	e.stateSym, e.channelSym = x.sym(e.state), x.sym(e.in.Desired.Channel)
+	r := e.row
+	if r == nil {
+		return
+	}
+	e.comps = make([]compSym, len(r.Components))
+	for i, c := range r.Components {
+		e.comps[i] = compSym{x.sym(c.Name), x.sym(c.Version), x.sym(c.Phase)}
+	}
+	if !r.InSync {
+		e.traits |= traitOutOfSync
+	}
+	if !r.Verified {
+		e.traits |= traitUnverified
+	}
+	if e.openDrift() {
+		e.traits |= traitDrifted
+	} else {
+		for _, c := range r.Components {
+			if c.Corrected && len(c.Drift) > 0 {
+				e.traits |= traitCorrected
+			}
+		}
+	}
+}
+
+// bulkFactor: when more than 1/bulkFactor of the fleet changes at once
+// (the first read, a render of everything), the orders are sorted anew
+// rather than moved one install at a time.
+const bulkFactor = 8
+
+// apply replaces the entries of changed ids (nil: the install is gone).
+func (x *fleetIndex) apply(changed map[string]*viewEntry) {
+	bulk := len(changed) > len(x.entries)/bulkFactor
+	for id, e := range changed {
+		if old := x.entries[id]; old != nil {
+			old.gone = true
+			x.summary.add(old, -1)
+			if !bulk {
+				x.byID = removeEntry(x.byID, old, compareID)
+				x.order = removeEntry(x.order, old, compareProblems)
+			}
+			delete(x.entries, id)
+		}
+		if e == nil {
+			continue
+		}
+		x.entries[id] = e
+		x.compact(e)
+		x.summary.add(e, 1)
+		if !e.late.IsZero() {
+			heap.Push(&x.late, e)
+		}
+		if !bulk {
+			x.byID = insertEntry(x.byID, e, compareID)
+			x.order = insertEntry(x.order, e, compareProblems)
+		}
+	}
+	if bulk {
+		x.byID = slices.SortedFunc(maps.Values(x.entries), compareID)
+		x.order = slices.Clone(x.byID)
+		slices.SortStableFunc(x.order, compareProblems)
+	}
+}
+
+// advance brings the index to now: installs whose heartbeat turned late
+// since become Unreachable, in the order of their deadlines.
+func (x *fleetIndex) advance(now time.Time) {
+	if now.After(x.now) {
+		x.now = now
+	}
+	for len(x.late) > 0 && !x.late[0].late.After(x.now) {
+		e := heap.Pop(&x.late).(*viewEntry)
+		if e.gone {
+			continue
+		}
+		x.apply(map[string]*viewEntry{e.in.ID: newEntry(e.in, e.labels, x.now)})
+	}
+}
+
+// relabel sets every install's labels as main has them; labels move
+// neither counts nor orders.
+func (x *fleetIndex) relabel(labels map[string]map[string]string) {
+	for id, e := range x.entries {
+		e.labels = labels[id]
+	}
+}
+
+func insertEntry(s []*viewEntry, e *viewEntry, cmp func(a, b *viewEntry) int) []*viewEntry {
+	i, _ := slices.BinarySearchFunc(s, e, cmp)
+	return slices.Insert(s, i, e)
+}
+
+func removeEntry(s []*viewEntry, e *viewEntry, cmp func(a, b *viewEntry) int) []*viewEntry {
+	if i, ok := slices.BinarySearchFunc(s, e, cmp); ok && s[i] == e {
+		return slices.Delete(s, i, i+1)
+	}
+	return s
+}
+
+// lateHeap orders entries by when their heartbeat turns late.
+type lateHeap []*viewEntry
+
+func (h lateHeap) Len() int           { return len(h) }
+func (h lateHeap) Less(i, j int) bool { return h[i].late.Before(h[j].late) }
+func (h lateHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *lateHeap) Push(x any)        { *h = append(*h, x.(*viewEntry)) }
+func (h *lateHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
+
+// viewLabels reads each install's labels from installs/<id>.yaml on main,
+// parsing only files whose blob changed since the last main.
+type viewLabels struct {
+	main   plumbing.Hash
+	blobs  map[string]plumbing.Hash // install id → blob of its yaml
+	byBlob map[plumbing.Hash]map[string]string
+	labels map[string]map[string]string // install id → labels
+}
+
+// read moves l to main and returns the installs whose file on main was
+// added, changed or removed since the last main: only their keys and
+// labels may have changed.
+func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []string {
+	if main == l.main && l.labels != nil {
+		return nil
+	}
+	l.main = main
+	blobs := map[string]plumbing.Hash{}
+	if c, err := gitobj.ReadCommit(st, main); err == nil {
+		if root, err := gitobj.ReadTree(st, c.TreeHash); err == nil {
+			if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil {
+				if dir, err := gitobj.ReadTree(st, e.Hash); err == nil {
+					for _, e := range dir.Entries {
+						if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
+							blobs[id] = e.Hash
+						}
+					}
+				}
+			}
+		}
+	}
+	var moved []string
+	for id, h := range blobs {
+		if old, ok := l.blobs[id]; !ok || old != h {
+			moved = append(moved, id)
+		}
+	}
+	for id := range l.blobs {
+		if _, ok := blobs[id]; !ok {
+			moved = append(moved, id)
+		}
+	}
+	byBlob := map[plumbing.Hash]map[string]string{}
+	labels := make(map[string]map[string]string, len(blobs))
+	for id, h := range blobs {
+		m, ok := byBlob[h]
+		if !ok {
+			if m, ok = l.byBlob[h]; !ok {
+				m = parseLabels(st, h)
+			}
+			byBlob[h] = m
+		}
+		if m != nil {
+			labels[id] = m
+		}
+	}
+	l.blobs, l.byBlob, l.labels = blobs, byBlob, labels
+	return moved
+}
+
+// parseLabels reads the labels of one installs/<id>.yaml; a file that does
+// not parse has none.
+func parseLabels(st storer.EncodedObjectStorer, h plumbing.Hash) map[string]string {
+	data, err := gitobj.ReadBlob(st, h, maxInstallYAML)
+	if err != nil {
+		return nil
+	}
+	var in struct {
+		Labels map[string]string `yaml:"labels"`
+	}
+	if yaml.Unmarshal(data, &in) != nil || len(in.Labels) == 0 {
+		return nil
+	}
+	return in.Labels
+}
+
+// maxInstallYAML bounds what the view reads of one installs/<id>.yaml.
+const maxInstallYAML = 1 << 20
