@@ -26,10 +26,11 @@ import (
 // lines of 65,520 bytes. It is generated as it is read, so the test holds
 // none of it.
 type commandList struct {
-	line []byte // one pkt-line
-	left int    // lines still to send
-	off  int    // into line
-	done bool   // flush sent
+	mu   sync.Mutex // the body is written on another goroutine than size is read
+	line []byte     // one pkt-line
+	left int        // lines still to send
+	off  int        // into line
+	done bool       // flush sent
 }
 
 func newCommandList(n, nameLen int) *commandList {
@@ -37,9 +38,15 @@ func newCommandList(n, nameLen int) *commandList {
 	return &commandList{line: []byte(fmt.Sprintf("%04x%s", len(payload)+4, payload)), left: n}
 }
 
-func (c *commandList) size() int64 { return int64(len(c.line))*int64(c.left) + 4 }
+func (c *commandList) size() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.line))*int64(c.left) + 4
+}
 
 func (c *commandList) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := 0
 	for n < len(p) && c.left > 0 {
 		k := copy(p[n:], c.line[c.off:])
