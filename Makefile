@@ -44,11 +44,11 @@ build: ## build bin/nuon and bin/nuon-agent
 	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
 
 .PHONY: demo
-demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
+demo: build tf-providers kube-binaries registry ## the sample tenant on local defaults: nuon server renders it, each install's agent converges through the server (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: demo-up
-demo-up: build tf-providers kube-binaries registry ## the demo, left running: installs, agents and the vendor registry stay up; source DEMO_DIR/env to reach them
+demo-up: build tf-providers kube-binaries registry ## the demo, left running: installs, agents, nuon server (and its fleet view) and the vendor registry stay up; source DEMO_DIR/env to reach them (docs/operators-guide.md)
 	hack/demo.sh --up $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: demo-down
