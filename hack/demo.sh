@@ -247,7 +247,8 @@ up_env() {
 	step "the demo stays up; make demo-down stops it"
 	cat <<REACH
   . $demo/env
-  fleet view         $server_url/fleet  (sign in with the token: cat \$NUON_VIEW_TOKEN_FILE)
+  fleet view         $server_url/fleet  sign in with the token $(cat "$demo/server/view-token")
+                     (in \$NUON_VIEW_TOKEN_FILE; this demo's only, on loopback)
   curl -H "Authorization: Bearer \$(cat "\$NUON_VIEW_TOKEN_FILE")" "\$NUON_FLEET_URL"
   nuon status --repo "\$NUON_REPO"                          what each agent reported (the tenant repository: not yet through the server)
   nuon logs acme database --repo "\$NUON_REPO" --key "\$NUON_OPERATOR_KEY" --no-wait
