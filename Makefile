@@ -55,6 +55,10 @@ demo-up: build tf-providers kube-binaries registry ## the demo, left running: in
 demo-down: ## stop what demo-up left running (DEMO_DIR keeps the repository and state)
 	hack/demo.sh --down $(DEMO_DIR)
 
+.PHONY: demo-guide
+demo-guide: build tf-providers kube-binaries registry ## run every step of docs/operators-guide.md, in order, against a fresh demo-up (TestOperatorsGuide with NUON_GUIDE_WALKTHROUGH=1; ~4 min, steps timed in its log)
+	NUON_GUIDE_WALKTHROUGH=1 $(GO) test -count=1 -timeout 20m -run '^TestOperatorsGuide$$' -v ./cmd/nuon
+
 .PHONY: test
 test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
