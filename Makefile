@@ -124,9 +124,10 @@ bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB)
 
 
 .PHONY: bench-server
-bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change; the nuon server binary under idle-poll load for 30 s (NUON_BENCH_POLL_SECONDS, NUON_BENCH_POLL_WORKERS, NUON_BENCH_POLL_INSTALLS, NUON_BENCH_POLL_RATE, NUON_BENCH_POLL_IDLE)
+bench-server: ## the tenant server's benchmarks: polls, fetches, status write-back for 60 s (NUON_BENCH_PUSH_SECONDS), render on change; the nuon server binary under idle-poll load for 30 s (NUON_BENCH_POLL_SECONDS, NUON_BENCH_POLL_WORKERS, NUON_BENCH_POLL_INSTALLS, NUON_BENCH_POLL_RATE, NUON_BENCH_POLL_IDLE) and under 10,000 hostile connections and the 249 MiB command list (NUON_BENCH_HOSTILE_CONNS, NUON_BENCH_HOSTILE_SECONDS, NUON_BENCH_HOSTILE_ATTACKS)
 	NUON_BENCH_PUSH_SECONDS=$${NUON_BENCH_PUSH_SECONDS:-60} $(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 30m ./server
 	NUON_BENCH_POLL_SECONDS=$${NUON_BENCH_POLL_SECONDS:-30} $(GO) test -run='^$$' -bench='^BenchmarkServerPolls$$' -benchtime=1x -count=1 -timeout 30m ./cmd/nuon
+	ulimit -n $$(ulimit -Hn) && $(GO) test -run='^$$' -bench='^BenchmarkServerHostile$$' -benchtime=1x -count=1 -timeout 30m ./cmd/nuon
 
 .PHONY: chromium
 chromium: ## install Debian's chromium for the fleet view's headless browser test (apt-get)

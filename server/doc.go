@@ -29,6 +29,68 @@
 // Everything else is refused with a git error message that names nothing
 // of another install, and logged with the install, the ref and the reason.
 //
+// Beside the installs: the git host may ask for a check of main on
+// /hooks/main, proving it is the git host with the webhook secret
+// (HookSecret): GitHub's X-Hub-Signature-256, an HMAC-SHA256 of the body,
+// or GitLab's X-Gitlab-Token, the secret itself, each compared in constant
+// time. A hook without it is answered 401, logged and counted
+// (hook_signature); without a secret every hook is, unless HookOpen. A
+// burst of hooks makes one check of main at once and at most one more
+// each HookInterval. Operators open /fleet with the view token; a login
+// goes on only to a path under /fleet, cleaned (safeNext). Replicas read
+// /replica/ with the replica token.
+//
+// # Limits
+//
+// No client, hostile or slow, holding one install's key or none, can take
+// from the others what they need: each bound is checked before what it
+// bounds is read or held (Limits, limits.go; `nuon server --help` names
+// the flags).
+//
+//   - Connections: at most MaxConns (10,000, lowered to the open-files
+//     limit) are open. At the cap a new connection closes an idle
+//     keep-alive one, or one that has sent no request for a second, to
+//     take its place (connLimiter, told each connection's state by the
+//     http.Server): idle connections cannot keep a polling agent out,
+//     and the server never runs out of descriptors for git or the
+//     repository. A connection waits in the kernel's queue only while
+//     every open one is busy with a request.
+//   - Time: headers within ReadHeaderTimeout (10 s); a body within
+//     ReadTimeout (2 min) of its request's start, a deadline of the
+//     request, lifted once the body is read, so that a long fetch is not
+//     cut; a response within WriteTimeout (1 min) of its last write, so a
+//     client that stops reading is dropped and one that reads gets a
+//     pack of any size; the next request within IdleTimeout (2 min). A
+//     request refused before its body was read closes its connection
+//     rather than wait for a body that may never come.
+//   - Size: headers MaxHeaderBytes (16 KiB); a push's command list 16
+//     commands, ref names of 1 KiB, 32 KiB in all, refused from the
+//     pkt-line length that would cross the bound, before its payload is
+//     read, and never echoed; a push's pack as in Status pushes; a fetch
+//     or ls-refs 8 MiB, gunzipped; a webhook body 25 MiB, streamed
+//     through the HMAC, never held. A gzip body is bounded on what it
+//     inflates to.
+//   - Fairness: after its signature is checked, an install has at most
+//     InstallRequests (4) requests in flight; more are answered 429 with
+//     Retry-After, logged and counted (install_busy), before they take a
+//     git process (MaxGit) or a push slot. The count is kept only for
+//     installs with a request in flight.
+//
+// A replica is served by the same HTTPServer and handler, so it enforces
+// the same. Measured with the binary and its defaults on the project's two
+// cores, shared with other builds (BenchmarkServerHostile, BENCHMARKS.md),
+// 32 workers polling 1,000 installs beside each attack:
+//
+//	                               server RSS (peak)   poll p99
+//	polls alone                    102 MB (121 MB)     23 ms
+//	10,000 idle connections        291 MB (400 MB)     28 ms
+//	10,000 bodies never sent       191 MB (194 MB)     26 ms
+//	249 MiB command lists, 3 at    102 MB (120 MB)     41 ms
+//	a time
+//
+// Before the limits, the 10,000 bodies held 10,000 connections and 632 MB
+// at the peak, and each command list 1.4 GB.
+//
 // # Cost independent of the fleet
 //
 // The server keeps a table of every install's two ref tips in memory,
@@ -204,7 +266,10 @@
 //
 // On the project's 2-core machine with nothing else running (load average
 // 1–3; BENCHMARKS.md has the commands), the load generator or the agents
-// sharing the two cores with the server:
+// sharing the two cores with the server, before issue 18's limits, body
+// signatures and closure (BENCHMARKS.md, "Isolation by construction", has
+// the figures after, per operation: 20–30 µs more per poll, the same per
+// push):
 //
 //	                          1,000 installs      100,000 installs
 //	idle polls/s (p99)        9,163 (10.8 ms)     8,771 (11.8 ms)
@@ -256,7 +321,8 @@
 // SHA-256, the replay cache: 77 and 76 µs against 69 and 72 µs, back to
 // back at load average 13) in 46 allocations instead of 66.
 //
-// Idle keep-alive connections cost the server memory: with 8,000 held open
+// Idle keep-alive connections cost the server memory (MaxConns bounds
+// how many, see Limits): with 8,000 held open
 // (NUON_BENCH_POLL_IDLE=8000) about 20 KB each once the garbage collector
 // shrank their goroutines' stacks (8 KB of stack, the rest mostly
 // net/http's read and write buffers), 23–30 KB just after they were

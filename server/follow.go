@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -24,17 +23,6 @@ import (
 // it.
 const renderRetries = 3
 
-// webhook asks the follower to fetch and render now. It carries nothing
-// the server trusts, so it needs no authentication: the worst a caller can
-// do is make the server look at main sooner.
-func (s *Server) webhook(w http.ResponseWriter, _ *http.Request) {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	w.WriteHeader(http.StatusAccepted)
-}
-
 // Run follows main until ctx ends: on every PollInterval and webhook it
 // fetches main from upstream (if any), renders a new main and mirrors the
 // refs that moved upstream.
@@ -50,6 +38,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
+	var hooked time.Time // when a webhook last started a check
 	for {
 		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("follow main", "error", err)
@@ -63,6 +52,12 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-s.wake:
+			// A burst of hooks: its first checks at once, the rest
+			// together once HookInterval has passed (settleHooks).
+			if !s.settleHooks(ctx, hooked) {
+				return nil
+			}
+			hooked = time.Now()
 		}
 	}
 }

@@ -37,6 +37,8 @@ const (
 	reasonViewLogin      = "view_login"
 	reasonReplicaToken   = "replica_token"
 	reasonArchived       = "archived"
+	reasonInstallBusy    = "install_busy"
+	reasonHook           = "hook_signature"
 	resultOK             = "ok"
 	resultRefused        = "refused"
 	resultError          = "error"
@@ -87,6 +89,8 @@ type metrics struct {
 	replicaLast    prometheus.Gauge
 	forwarded      *prometheus.CounterVec
 	retired        *prometheus.CounterVec
+	connsOpen      prometheus.Gauge
+	connsShed      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -150,6 +154,14 @@ func newMetrics() *metrics {
 			Name: "nuon_server_archived_installs_retired_total",
 			Help: "Archived installs whose refs the server dropped (moving what the archive lacked under it, upstream too), by result (ok, error: kept, retried at the next check of main).",
 		}, []string{"result"}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_connections_open",
+			Help: "Connections open, counted under the cap (Limits.MaxConns).",
+		}),
+		connsShed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_connections_shed_total",
+			Help: "Connections closed at the cap to make room for a new one, by state (idle: between requests, new: no request yet).",
+		}, []string{"state"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -157,6 +169,7 @@ func newMetrics() *metrics {
 		collectors.NewBuildInfoCollector(),
 		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
 		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded, m.retired,
+		m.connsOpen, m.connsShed,
 	)
 	// Zero series for the results a dashboard alerts on, so that rate()
 	// works before the first event.

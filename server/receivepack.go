@@ -2,12 +2,12 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,17 +51,54 @@ type pushCommand struct {
 	ref      string
 }
 
-// readCommands reads a push's command list; raw is every byte read, to be
-// replayed to git.
-func readCommands(br *bufio.Reader) (cmds []pushCommand, caps []string, raw []byte, err error) {
+// Bounds of a push's command list, checked as it is read: a list is
+// refused at the first line past them, before the rest is read, and
+// nothing of it is echoed back.
+const (
+	// maxPushBody bounds the bytes of a push's body that are read
+	// at all, gunzipped: what is past the command list and the pack
+	// (maxPushPack) is only drained, so that git is told why.
+	maxPushBody = 256 << 20
+	// maxPushCommands is the most commands one push may carry. An
+	// install pushes one (its own status ref); a few more are read so
+	// that a push naming another ref is told why it is refused.
+	maxPushCommands = 16
+	// maxRefName is the longest ref name a command may carry. A status
+	// ref is refs/heads/nuon/status/ and an install id; git itself keeps
+	// a ref as a file, whose path PATH_MAX (4,096) bounds.
+	maxRefName = 1024
+	// maxCommandList bounds the command list's bytes, pkt-line headers
+	// and capabilities included: 16 commands with the longest names and
+	// git's capability list fit in it.
+	maxCommandList = 32 << 10
+)
+
+// errCommandList is a command list past its bounds.
+var errCommandList = errors.New("command list too large")
+
+// readCommands reads a push's command list, up to its flush packet, and
+// no byte past maxCommandList: a pkt-line whose length would cross it is
+// refused from its four-byte header, before its payload is read.
+func readCommands(br *bufio.Reader) (cmds []pushCommand, caps []string, err error) {
+	budget := maxCommandList
 	for {
+		h, err := br.Peek(4)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n, err := strconv.ParseUint(string(h), 16, 16); err == nil && int(n) > budget {
+			return nil, nil, fmt.Errorf("%w: over %d bytes", errCommandList, maxCommandList)
+		}
 		line, pk, err := readPkt(br)
-		raw = append(raw, pk...)
+		budget -= len(pk)
 		if errors.Is(err, errFlush) {
-			return cmds, caps, raw, nil
+			return cmds, caps, nil
 		}
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
+		}
+		if len(cmds) == maxPushCommands {
+			return nil, nil, fmt.Errorf("%w: over %d commands", errCommandList, maxPushCommands)
 		}
 		s := strings.TrimSuffix(string(line), "\n")
 		if c, rest, ok := strings.Cut(s, "\x00"); ok {
@@ -69,7 +106,10 @@ func readCommands(br *bufio.Reader) (cmds []pushCommand, caps []string, raw []by
 		}
 		f := strings.Fields(s)
 		if len(f) != 3 || !isHash(f[0]) || !isHash(f[1]) {
-			return nil, nil, nil, fmt.Errorf("bad command %q", truncate(s))
+			return nil, nil, errors.New("bad command")
+		}
+		if len(f[2]) > maxRefName {
+			return nil, nil, fmt.Errorf("%w: a ref name over %d bytes", errCommandList, maxRefName)
 		}
 		cmds = append(cmds, pushCommand{old: plumbing.NewHash(f[0]), new: plumbing.NewHash(f[1]), ref: f[2]})
 	}
@@ -108,21 +148,28 @@ func (s *Server) installLock(install string) *sync.Mutex {
 // side; one install's pushes one at a time.
 func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install string) {
 	start := time.Now()
-	var rd io.Reader = http.MaxBytesReader(w, r.Body, 256<<20)
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		raw, err := body(r)
-		if err != nil {
-			http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		rd = bytes.NewReader(raw)
-	}
-	br := bufio.NewReaderSize(rd, 64<<10)
-	cmds, caps, _, err := readCommands(br)
+	// Streamed, never held whole: the command list and the pack are
+	// read within their own bounds, the rest of a refused push drained.
+	rd, err := limitBody(w, r, maxPushBody)
 	if err != nil {
 		s.refuse(install, "", reasonMalformed, "malformed push: "+err.Error())
 		s.metrics.observePush(resultRefused, start)
 		http.Error(w, "nuon: malformed push", http.StatusBadRequest)
+		return
+	}
+	br := bufio.NewReaderSize(rd, 64<<10)
+	cmds, caps, err := readCommands(br)
+	if err != nil {
+		// Nothing of what was sent is logged or answered: it may be
+		// anything, of any size up to the bounds.
+		code, text := reasonMalformed, "nuon: malformed push"
+		if errors.Is(err, errCommandList) {
+			code, text = reasonTooLarge, "nuon: push refused: "+err.Error()
+		}
+		s.refuse(install, "", code, "malformed push: "+err.Error())
+		s.metrics.observePush(resultRefused, start)
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		http.Error(w, text, http.StatusBadRequest)
 		return
 	}
 	own := schemas.StatusRef(install)
@@ -295,4 +342,4 @@ func hasCap(caps []string, c string) bool {
 // drain reads what is left of a refused push (its pack), so that the
 // client, which sends the whole body before it reads the answer, gets the
 // refusal rather than a broken connection.
-func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, 256<<20)) }
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, maxPushBody)) }

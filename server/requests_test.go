@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,13 +32,7 @@ func TestRenderOnRequest(t *testing.T) {
 	e.mustGit(work, "add", ".")
 	e.mustGit(work, "commit", "--quiet", "-m", "trust alice for requests")
 	e.mustGit(work, "push", "--quiet", "origin", "main")
-	hook := func() {
-		resp, err := http.Post(e.http.URL+"/hooks/main", "application/json", strings.NewReader("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
+	hook := e.hook
 	hook()
 	acmeRef := schemas.InstallRef("acme")
 

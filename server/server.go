@@ -81,6 +81,24 @@ type Config struct {
 	// endpoints (the whole repository, read-only). On a writer, empty
 	// means no replicas; a replica needs it.
 	ReplicaToken string
+
+	// Limits bound what clients may hold of the server: timeouts, header
+	// size, open connections, requests in flight per install (see
+	// limits.go); zero fields take their defaults.
+	Limits Limits
+	// HookSecret is the git host's webhook secret: a POST to /hooks/main
+	// must carry its HMAC (X-Hub-Signature-256) or the secret itself
+	// (X-Gitlab-Token). Empty: the hook is refused, unless HookOpen.
+	HookSecret string
+	// HookOpen serves /hooks/main without a secret, as the server did
+	// before it had one: anyone who reaches it can make the server check
+	// main (bursts coalesce, HookInterval).
+	HookOpen bool
+	// HookInterval is the least time between two checks of main that
+	// webhooks start: a burst of hooks makes one check at once and at
+	// most one more when the interval is over. Default
+	// DefaultHookInterval.
+	HookInterval time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -115,6 +133,10 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.HookInterval <= 0 {
+		c.HookInterval = DefaultHookInterval
+	}
+	c.Limits.defaults()
 	return nil
 }
 
@@ -133,6 +155,7 @@ type Server struct {
 
 	gitSlots  chan struct{} // one per git process allowed at once
 	pushSlots chan struct{} // one per push held in memory at once
+	inflight  *inflight     // each install's requests in flight (Limits.InstallRequests)
 
 	// upstreamEnv gives git the upstream's credentials (gitauth.Auth.Env).
 	upstreamEnv []string
@@ -211,6 +234,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		wake: make(chan struct{}, 1),
 
 		gitSlots:    make(chan struct{}, cfg.MaxGit),
+		inflight:    newInflight(cfg.Limits.InstallRequests),
 		renderCache: renderer.NewCache(),
 		pushSlots:   make(chan struct{}, maxPushesHeld*runtime.GOMAXPROCS(0)),
 		objects:     newObjectPool(dir, cfg.MaxGit),
@@ -268,8 +292,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", s.serveGit)
 }
 
-// ServeHTTP serves the git endpoint, the webhook and the health check.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the git endpoint, the webhook and the health check,
+// each request within its deadlines (Limits).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.limitRequest(w, r, s.mux.ServeHTTP)
+}
 
 // serveGit authenticates the install, then dispatches on the smart-HTTP
 // endpoint.
@@ -310,6 +337,14 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
+	// One install's requests take their turns among its own first, and
+	// only then a git process or a push slot.
+	release, ok := s.inflight.acquire(install)
+	if !ok {
+		s.installBusy(w, r, install)
+		return
+	}
+	defer release()
 	if s.writer != nil && (endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack") {
 		s.forward(w, r, install)
 		return

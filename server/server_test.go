@@ -113,6 +113,7 @@ func newEnv(t *testing.T) *env {
 		PollInterval: time.Hour,
 		MirrorDelay:  10 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(e.log, nil)),
+		HookSecret:   testHookSecret,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -439,11 +440,7 @@ func TestRenderOnChange(t *testing.T) {
 	e.mustGit(work, "push", "--quiet", "origin", "main")
 
 	start := time.Now()
-	resp, err := http.Post(e.http.URL+"/hooks/main", "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	e.hook()
 	acme := e.proxy("acme", e.keys["acme"])
 	for {
 		out, _ := git(t.TempDir(), "ls-remote", acme, acmeRef)
@@ -513,11 +510,7 @@ func TestInstallAddedOnMain(t *testing.T) {
 	e.mustGit(work, "add", ".")
 	e.mustGit(work, "commit", "--quiet", "-m", "add umbrella")
 	e.mustGit(work, "push", "--quiet", "origin", "main")
-	resp, err := http.Post(e.http.URL+"/hooks/main", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	e.hook()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, err := git(t.TempDir(), "ls-remote", url)

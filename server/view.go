@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -165,12 +166,45 @@ func (v *view) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// safeNext keeps a redirect target on the view.
+// fleetHome is where a login goes when its next is missing or refused.
+const fleetHome = "/fleet"
+
+// safeNext keeps a login's redirect target on the view: a path under
+// /fleet on this server, cleaned, with its query. Anything that a browser
+// could read as another host or scheme (a backslash, which browsers take
+// for a slash; "//"; a scheme; a control character; dot segments that
+// climb out of /fleet, encoded or not) is refused for fleetHome rather
+// than repaired.
 func safeNext(n string) string {
-	if !strings.HasPrefix(n, "/fleet") || strings.HasPrefix(n, "//") {
-		return "/fleet"
+	if n == "" || len(n) > 2048 || n[0] != '/' {
+		return fleetHome
 	}
-	return n
+	if unsafeInPath(n) {
+		return fleetHome
+	}
+	u, err := url.Parse(n)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return fleetHome
+	}
+	// u.Path is decoded: %2F, %5C and %2E are judged as what they mean.
+	if unsafeInPath(u.Path) || strings.Contains(u.Path, "//") {
+		return fleetHome
+	}
+	p := path.Clean(u.Path)
+	if p != fleetHome && !strings.HasPrefix(p, fleetHome+"/") {
+		return fleetHome
+	}
+	return (&url.URL{Path: p, RawQuery: u.RawQuery}).String()
+}
+
+// unsafeInPath reports a control character or a backslash in s.
+func unsafeInPath(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *view) render(w http.ResponseWriter, name string, data any) {

@@ -26,6 +26,10 @@ type serverOptions struct {
 	viewTokenFile                     string
 	viewStaleAfter                    time.Duration
 	mode, writer, replicaTokenFile    string
+	hookSecretFile                    string
+	hookOpen                          bool
+	hookInterval                      time.Duration
+	limits                            server.Limits
 }
 
 func newServerCmd(g *cli.Globals) *cobra.Command {
@@ -43,14 +47,21 @@ HTTP, scoped to the install that signed each request with its own key
   - it pushes only refs/heads/nuon/status/<id>, fast-forward, every new
     commit signed by its own key, checked before the ref moves.
 
-Anything else is refused with a git error and logged. Polls (protocol v2
-ls-refs) are answered from an in-memory ref table, without a process; pack
-transfer runs git's own upload-pack and receive-pack.
+Anything else is refused with a git error and logged, and answered alike
+whether what was asked for exists or not. Polls (protocol v2 ls-refs) are
+answered from an in-memory ref table, without a process; a fetch is planned
+in the server from the install's closure and packed by git pack-objects; a
+push is checked and written in-process.
 
 It follows main: every --poll-interval, and at once on a POST to /hooks/main
 (point the git host's push webhook there), it fetches main from --upstream
 (if set) and renders a new main with --render-key exactly as 'nuon render'
-does. Rendered and status refs are pushed back to --upstream so the git host
+does. The hook must prove it comes from the git host: give the host and
+the server the same secret (--hook-secret-file, or $NUON_HOOK_SECRET_FILE);
+GitHub, Gitea and Forgejo sign the body with it (X-Hub-Signature-256),
+GitLab sends it as X-Gitlab-Token. Without a secret the hook is refused
+unless --hook-open. A burst of hooks makes one check of main at once and
+one more at most every --hook-interval. Rendered and status refs are pushed back to --upstream so the git host
 keeps the audit log. Serve it over TLS (--tls-cert/--tls-key or a proxy in
 front): request signatures bind each request and its body, and are good
 once, but they do not hide what agents send and receive.
@@ -81,6 +92,22 @@ after each push it forwards; it answers polls and fetches from the mirror
 and forwards an install's status push, after checking its signature, to the
 writer, which checks it again before it accepts it.
 
+Every client is bounded, so that no one of them, hostile or slow, can
+starve the fleet: a request's headers must arrive within
+--read-header-timeout and its body within --read-timeout; a response that
+its client stops reading is cut after --write-timeout (the deadline moves
+with every write, so a large fetch to a client that reads completes); a
+keep-alive connection is closed after --idle-timeout without a request;
+headers are bounded by --max-header-bytes. At most --max-conns connections
+are open (lowered to the open-files limit, ulimit -n, less some room): at
+the cap a new connection closes an idle one, or one that has sent nothing
+yet, to take its place, so idle connections cannot keep a polling agent
+out. An install has at most --install-requests requests in flight; more
+are answered 429 with Retry-After before they take a git process or a
+push slot, so one install's key cannot slow the others. A push's command
+list is bounded (16 commands, ref names of 1 KiB, 32 KiB in all) before
+it is parsed. A replica enforces the same.
+
 /metrics serves Prometheus metrics; /healthz answers while the process
 serves; /readyz answers 200 once main has been checked since start.`,
 		Example: `  # serve and render a local repository
@@ -90,7 +117,7 @@ serves; /readyz answers 200 once main has been checked since start.`,
   # follow the vendor's git host; its push webhook posts to /hooks/main
   nuon server --repo /srv/tenant.git --render-key render.key \
       --upstream https://git.example.com/vendor/tenant.git --poll-interval 1m \
-      --git-token-file /etc/nuon/upstream/token
+      --git-token-file /etc/nuon/upstream/token --hook-secret-file /etc/nuon/hook-secret
 
   # the same over SSH, with a deploy key that may push
   nuon server --repo /srv/tenant.git --render-key render.key \
@@ -130,6 +157,16 @@ serves; /readyz answers 200 once main has been checked since start.`,
 	f.StringVar(&o.writer, "writer", "", "with --mode replica: the writer's base URL, e.g. http://nuon-server-writer:8080")
 	f.StringVar(&o.replicaTokenFile, "replica-token-file", "", "file with the token replicas present to the writer (on the writer: serve replicas; on a replica: required)")
 	f.DurationVar(&o.viewStaleAfter, "view-stale-after", 10*time.Minute, "age past which the fleet view marks an install's last status stale")
+	f.StringVar(&o.hookSecretFile, "hook-secret-file", os.Getenv("NUON_HOOK_SECRET_FILE"), "file with the webhook secret the git host signs /hooks/main with (default $NUON_HOOK_SECRET_FILE)")
+	f.BoolVar(&o.hookOpen, "hook-open", false, "serve /hooks/main without a secret: anyone who reaches it can make the server check main")
+	f.DurationVar(&o.hookInterval, "hook-interval", server.DefaultHookInterval, "least time between two checks of main that webhooks start")
+	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "time a request's body has to arrive (a push is at most 8 MiB of pack)")
+	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "time a response waits on a client that does not read it, from its last write")
+	f.DurationVar(&o.limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "time a keep-alive connection may wait for its next request")
+	f.IntVar(&o.limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request headers accepted")
+	f.IntVar(&o.limits.MaxConns, "max-conns", server.DefaultMaxConns, "most connections open at once; idle ones are closed first to make room")
+	f.IntVar(&o.limits.InstallRequests, "install-requests", server.DefaultInstallRequests, "most requests one install may have in flight; more are answered 429")
 	_ = cmd.MarkFlagRequired("repo")
 	return cmd
 }
@@ -146,6 +183,19 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		ViewStaleAfter: o.viewStaleAfter,
 		Mode:           o.mode,
 		Writer:         o.writer,
+		HookOpen:       o.hookOpen,
+		HookInterval:   o.hookInterval,
+		Limits:         o.limits,
+	}
+	if o.hookSecretFile != "" {
+		b, err := os.ReadFile(o.hookSecretFile)
+		if err != nil {
+			return fmt.Errorf("webhook secret: %w", err)
+		}
+		cfg.HookSecret = strings.TrimSpace(string(b))
+		if len(cfg.HookSecret) < 16 {
+			return fmt.Errorf("webhook secret in %s: shorter than 16 characters", o.hookSecretFile)
+		}
 	}
 	if o.upstream != "" {
 		auth, err := g.GitAuth()
@@ -190,7 +240,7 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs, ln := srv.HTTPServer(ln)
 	errc := make(chan error, 1)
 	go func() {
 		if o.tlsCert != "" {
