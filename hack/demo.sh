@@ -133,19 +133,19 @@ step "a released version never changes"
 # nuon server serves tenant.git on loopback: each agent signs its requests
 # with its own install key (--server-auth, checked against agentKey in
 # installs/<id>.yaml on main) and reads and writes only its own refs. The
-# server checks main every second and renders each change with the
-# renderer's key, as nuon render does: the demo pushes to main and never
+# server checks main every second, and at once when the git host's webhook
+# (here hook, below) posts to /hooks/main with the hook secret, and renders
+# each change with the renderer's key, as nuon render does: the demo pushes to main and never
 # renders itself. Operators holding the token see the fleet on /fleet.
 step "nuon server: the one endpoint the agents talk to; it renders every change of main"
 mkdir -p "$demo/server"
-(umask 077 && head -c 32 /dev/urandom | base64 >"$demo/server/view-token" &&
-	head -c 32 /dev/urandom | base64 >"$demo/server/replica-token")
+(umask 077 && for f in view-token replica-token hook-secret; do head -c 32 /dev/urandom | base64 >"$demo/server/$f"; done)
 server_addr=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server_url=http://$server_addr
 # Its own session, so that stop_all stops it as a group.
 setsid "$nuon" server --repo "$demo/tenant.git" --render-key "$root/fixtures/keys/render" \
 	--listen "$server_addr" --poll-interval 1s --view-token-file "$demo/server/view-token" \
-	--replica-token-file "$demo/server/replica-token" \
+	--replica-token-file "$demo/server/replica-token" --hook-secret-file "$demo/server/hook-secret" \
 	>"$demo/server/server.log" 2>&1 </dev/null &
 echo $! >"$demo/server/server.pid"
 for _ in $(seq 100); do curl -sf "$server_url/readyz" >/dev/null && break; sleep 0.1; done
@@ -155,6 +155,17 @@ curl -sf "$server_url/readyz" >/dev/null || {
 }
 echo "  nuon server  $server_url/tenant.git  (log $demo/server/server.log)"
 echo "  fleet view   $server_url/fleet  (operators' token in $demo/server/view-token)"
+
+# hook is the git host's push webhook, signed as GitHub signs it (an
+# HMAC-SHA256 of the body under the hook secret): the server checks main at
+# once instead of at its next poll.
+hook() {
+	local body='{"ref":"refs/heads/main"}' sig
+	sig=$(printf '%s' "$body" | python3 -c '
+import hashlib, hmac, sys
+print(hmac.new(open(sys.argv[1], "rb").read().strip(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())' "$demo/server/hook-secret")
+	curl -sf -o /dev/null -X POST -H "X-Hub-Signature-256: sha256=$sig" --data "$body" "$server_url/hooks/main"
+}
 
 # install_refs lists the rendered desired refs; rendered waits until they
 # differ from $1 and there are $2 of them: the server rendered main.
@@ -203,6 +214,7 @@ for id in "${installs[@]}"; do
 		--input "cidr=$(sed -n 's/^  cidr: //p' "$f")" --input "domain=$(sed -n 's/^  domain: //p' "$f")" \
 		--render-key "$root/fixtures/keys/render.pub" --log-level warn |
 		sed 's/^/    /'
+	hook
 	"$nuon" install create "$id" --cloud local --repo "$server_url/tenant.git" --dir "$demo/installs/$id" \
 		--phase agent --secrets-file "$demo/secrets.env" "${agent_flags[@]}" --log-level warn |
 		sed 's/^/    /'
@@ -225,6 +237,7 @@ up_env() {
 		echo "export NUON_FLEET_URL=$server_url/fleet"
 		echo "export NUON_VIEW_TOKEN_FILE=$demo/server/view-token"
 		echo "export NUON_REPLICA_TOKEN_FILE=$demo/server/replica-token"
+		echo "export NUON_HOOK_SECRET_FILE=$demo/server/hook-secret"
 		echo "export NUON_VENDOR_KEY=$root/fixtures/keys/cosign.pub"
 		echo "export NUON_REQUEST_TRUST=$demo/request_signers"
 		echo "export NUON_RENDER_KEY=$root/fixtures/keys/render"
@@ -343,7 +356,8 @@ echo "  what it changes (nuon render --dry-run --source refs/heads/promote-datab
 	sed -n '1,6p' | sed 's/^/  /'
 before=$(install_refs)
 git -C "$demo/main" push --quiet origin HEAD:main
-echo "  merged; nuon server renders it:"
+hook
+echo "  merged; the git host's webhook tells nuon server, which renders it:"
 rendered "$before" "${#installs[@]}"
 git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/heads/nuon/installs/
 

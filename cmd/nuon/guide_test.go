@@ -227,9 +227,11 @@ func guideTenant(t *testing.T) string {
 	repo := filepath.Join(dir, "tenant.git")
 	gittest.InitBare(t, repo)
 	commitTenant(t, repo, nil)
-	token := filepath.Join(dir, "view-token")
-	if err := os.WriteFile(token, []byte("guide-view-token\n"), 0o600); err != nil {
-		t.Fatal(err)
+	token, hookSecret := filepath.Join(dir, "view-token"), filepath.Join(dir, "hook-secret")
+	for f, v := range map[string]string{token: "guide-view-token\n", hookSecret: "guide-hook-secret-0123456789\n"} {
+		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The agents' copy of trust/requests (there are none here).
 	signers, err := os.ReadFile(filepath.Join(root, "fixtures", "tenant", "trust", "requests"))
@@ -241,7 +243,7 @@ func guideTenant(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := startServer(t, bin, nil, "--repo", repo, "--render-key", filepath.Join(keys, "render"),
-		"--poll-interval", "200ms", "--view-token-file", token)
+		"--poll-interval", "200ms", "--view-token-file", token, "--hook-secret-file", hookSecret)
 	srv.waitReady(t, time.Minute)
 	vars := [][2]string{
 		{"PATH", filepath.Dir(bin) + ":" + os.Getenv("PATH")},
@@ -249,6 +251,7 @@ func guideTenant(t *testing.T) string {
 		{"NUON_SERVER_URL", srv.url},
 		{"NUON_FLEET_URL", srv.url + "/fleet"},
 		{"NUON_VIEW_TOKEN_FILE", token},
+		{"NUON_HOOK_SECRET_FILE", hookSecret},
 		{"NUON_RENDER_KEY", filepath.Join(keys, "render")},
 		{"NUON_OPERATOR_KEY", filepath.Join(keys, "operator")},
 		{"NUON_VENDOR_KEY", filepath.Join(keys, "cosign.pub")},
