@@ -44,16 +44,20 @@ build: ## build bin/nuon and bin/nuon-agent
 	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
 
 .PHONY: demo
-demo: build tf-providers kube-binaries registry ## render the sample tenant and converge its installs on local defaults (DEMO_DIR=.demo)
+demo: build tf-providers kube-binaries registry ## the sample tenant on local defaults: nuon server renders it, each install's agent converges through the server (DEMO_DIR=.demo)
 	hack/demo.sh $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: demo-up
-demo-up: build tf-providers kube-binaries registry ## the demo, left running: installs, agents and the vendor registry stay up; source DEMO_DIR/env to reach them
+demo-up: build tf-providers kube-binaries registry ## the demo, left running: installs, agents, nuon server (and its fleet view) and the vendor registry stay up; source DEMO_DIR/env to reach them (docs/operators-guide.md)
 	hack/demo.sh --up $(BIN)/nuon $(DEMO_DIR)
 
 .PHONY: demo-down
 demo-down: ## stop what demo-up left running (DEMO_DIR keeps the repository and state)
 	hack/demo.sh --down $(DEMO_DIR)
+
+.PHONY: demo-guide
+demo-guide: build tf-providers kube-binaries registry ## run every step of docs/operators-guide.md, in order, against a fresh demo-up (TestOperatorsGuide with NUON_GUIDE_WALKTHROUGH=1; ~4 min, steps timed in its log)
+	NUON_GUIDE_WALKTHROUGH=1 $(GO) test -count=1 -timeout 20m -run '^TestOperatorsGuide$$' -v ./cmd/nuon
 
 .PHONY: test
 test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)

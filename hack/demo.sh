@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # demo.sh NUON DEMO_DIR         the whole loop, then stops everything it started
 # demo.sh --up NUON DEMO_DIR    the same loop, but leaves the installs (agents,
-#                               sandboxes) and the vendor registry running, and
+#                               sandboxes), nuon server and the vendor registry running, and
 #                               writes DEMO_DIR/env to source (make demo-up)
 # demo.sh --down DEMO_DIR       stops what --up left running (make demo-down)
 #
@@ -10,7 +10,9 @@
 # "vendor CI", rendered into signed per-install commits, one agent per install
 # syncing the artifacts into its registry and converging its install
 # (terraform, helm and manifests against a local API server), then
-# `nuon status`. Then a
+# `nuon status`. The agents talk to `nuon server` only: it serves the tenant
+# repository on loopback, each agent signing its requests with its own
+# install key (--server-auth), and renders every change of main. Then a
 # promotion: a pull request's worth of change to a channel pin, rendered, and
 # the agents on that channel updating just that component. Each install is
 # made by `nuon install create --cloud local`: its keys, its local sandbox
@@ -32,7 +34,8 @@ step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 # stop_all stops what a demo in $demo left running: each install's agent
 # (its whole session: the agent and its jobs) and sandbox (kube-apiserver,
-# etcd, kube-controller-manager, its registry), then the vendor registry.
+# etcd, kube-controller-manager, its registry), then nuon server and the
+# vendor registry.
 stop_all() {
 	local d
 	for d in "$demo"/installs/*/; do
@@ -42,6 +45,7 @@ stop_all() {
 		[[ -x $d/sandbox/module/kube-down.sh ]] && "$d/sandbox/module/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
 		[[ -x $d/sandbox/module/registry.sh ]] && "$d/sandbox/module/registry.sh" down "$d/sandbox/run/registry" || true
 	done
+	[[ -f $demo/server/server.pid ]] && kill -- -"$(cat "$demo/server/server.pid")" 2>/dev/null || true
 	[[ -d $demo/registries/vendor ]] && "$root/hack/registry.sh" stop "$demo/registries/vendor" || true
 }
 
@@ -54,7 +58,7 @@ if [[ $mode == down ]]; then
 	demo=$(cd "$demo" && pwd)
 	stop_all
 	rm -f "$demo/env"
-	echo "demo-down: stopped the agents, sandboxes and vendor registry of $demo (its repository and state stay)"
+	echo "demo-down: stopped the agents, sandboxes, nuon server and vendor registry of $demo (its repository and state stay)"
 	exit 0
 fi
 
@@ -125,6 +129,60 @@ step "a released version never changes"
 
 # ---- end of artifacts ---------------------------------------------------------
 
+# ---- the tenant server (server/) ------------------------------------------------
+# nuon server serves tenant.git on loopback: each agent signs its requests
+# with its own install key (--server-auth, checked against agentKey in
+# installs/<id>.yaml on main) and reads and writes only its own refs. The
+# server checks main every second, and at once when the git host's webhook
+# (here hook, below) posts to /hooks/main with the hook secret, and renders
+# each change with the renderer's key, as nuon render does: the demo pushes to main and never
+# renders itself. Operators holding the token see the fleet on /fleet.
+step "nuon server: the one endpoint the agents talk to; it renders every change of main"
+mkdir -p "$demo/server"
+(umask 077 && for f in view-token replica-token hook-secret; do head -c 32 /dev/urandom | base64 >"$demo/server/$f"; done)
+server_addr=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+server_url=http://$server_addr
+# Its own session, so that stop_all stops it as a group.
+setsid "$nuon" server --repo "$demo/tenant.git" --render-key "$root/fixtures/keys/render" \
+	--listen "$server_addr" --poll-interval 1s --view-token-file "$demo/server/view-token" \
+	--replica-token-file "$demo/server/replica-token" --hook-secret-file "$demo/server/hook-secret" \
+	>"$demo/server/server.log" 2>&1 </dev/null &
+echo $! >"$demo/server/server.pid"
+for _ in $(seq 100); do curl -sf "$server_url/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "$server_url/readyz" >/dev/null || {
+	echo "demo: nuon server at $server_url is not ready; its log: $demo/server/server.log" >&2
+	exit 1
+}
+echo "  nuon server  $server_url/tenant.git  (log $demo/server/server.log)"
+echo "  fleet view   $server_url/fleet  (operators' token in $demo/server/view-token)"
+
+# hook is the git host's push webhook, signed as GitHub signs it (an
+# HMAC-SHA256 of the body under the hook secret): the server checks main at
+# once instead of at its next poll.
+hook() {
+	local body='{"ref":"refs/heads/main"}' sig
+	sig=$(printf '%s' "$body" | python3 -c '
+import hashlib, hmac, sys
+print(hmac.new(open(sys.argv[1], "rb").read().strip(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())' "$demo/server/hook-secret")
+	curl -sf -o /dev/null -X POST -H "X-Hub-Signature-256: sha256=$sig" --data "$body" "$server_url/hooks/main"
+}
+
+# install_refs lists the rendered desired refs; rendered waits until they
+# differ from $1 and there are $2 of them: the server rendered main.
+install_refs() { git -C "$demo/tenant.git" for-each-ref --format='%(objectname) %(refname)' refs/heads/nuon/installs/; }
+rendered() {
+	for _ in $(seq 300); do
+		local now
+		now=$(install_refs)
+		if [[ $now != "$1" && $(grep -c . <<<"$now") -eq $2 ]]; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	echo "demo: nuon server did not render main within a minute; its log: $demo/server/server.log" >&2
+	return 1
+}
+
 # Secrets resolve inside the install, from the agent's --secrets-file
 # (or its environment); they never reach git.
 printf '%s\n' "# the demo installs' secrets: NAME=VALUE, NAME as in \${secrets.NAME}" \
@@ -140,18 +198,25 @@ cp "$root/fixtures/tenant/trust/requests" "$demo/request_signers"
 # served, Pods never run; a registry with TLS and basic auth standing in for
 # ECR), installs/<id>.yaml committed on main with the sandbox's registry, and
 # its agent as a process that verifies each artifact with the vendor's key
-# and copies it, with its signature, into the install's registry.
-step "nuon install create --cloud local, for each install"
+# and copies it, with its signature, into the install's registry. The file
+# goes on main in the tenant repository; the agent talks to nuon server,
+# signing with the install's key, which the server knows from that file.
+step "nuon install create --cloud local, for each install; its agent talks to nuon server"
+agent_flags=(--agent-flag=--server-auth --agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub"
+	--agent-flag=--request-trust="$demo/request_signers"
+	--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn)
 for id in "${installs[@]}"; do
 	f=$root/fixtures/tenant/installs/$id.yaml
 	echo "  $id:"
 	"$nuon" install create "$id" --cloud local --repo "$demo/tenant.git" --dir "$demo/installs/$id" --commit \
+		--phase keys --phase sandbox --phase install-file \
 		--channel "$(sed -n 's/^channel: //p' "$f")" \
 		--input "cidr=$(sed -n 's/^  cidr: //p' "$f")" --input "domain=$(sed -n 's/^  domain: //p' "$f")" \
-		--render-key "$root/fixtures/keys/render.pub" --secrets-file "$demo/secrets.env" \
-		--agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub" \
-		--agent-flag=--request-trust="$demo/request_signers" \
-		--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn --log-level warn |
+		--render-key "$root/fixtures/keys/render.pub" --log-level warn |
+		sed 's/^/    /'
+	hook
+	"$nuon" install create "$id" --cloud local --repo "$server_url/tenant.git" --dir "$demo/installs/$id" \
+		--phase agent --secrets-file "$demo/secrets.env" "${agent_flags[@]}" --log-level warn |
 		sed 's/^/    /'
 done
 git -C "$demo/main" pull --quiet --ff-only
@@ -166,6 +231,15 @@ up_env() {
 		echo "# source this file: the demo make demo-up left running in $demo"
 		echo "export PATH=$(dirname "$nuon"):\$PATH"
 		echo "export NUON_REPO=$demo/tenant.git"
+		echo "export NUON_SERVER_URL=$server_url"
+		echo "export NUON_SERVER_LOG=$demo/server/server.log"
+		echo "export NUON_SERVER_PID_FILE=$demo/server/server.pid"
+		echo "export NUON_FLEET_URL=$server_url/fleet"
+		echo "export NUON_VIEW_TOKEN_FILE=$demo/server/view-token"
+		echo "export NUON_REPLICA_TOKEN_FILE=$demo/server/replica-token"
+		echo "export NUON_HOOK_SECRET_FILE=$demo/server/hook-secret"
+		echo "export NUON_VENDOR_KEY=$root/fixtures/keys/cosign.pub"
+		echo "export NUON_REQUEST_TRUST=$demo/request_signers"
 		echo "export NUON_RENDER_KEY=$root/fixtures/keys/render"
 		echo "export NUON_OPERATOR_KEY=$root/fixtures/keys/operator"
 		echo "export NUON_VENDOR_REGISTRY=$vendor_reg"
@@ -186,17 +260,22 @@ up_env() {
 	step "the demo stays up; make demo-down stops it"
 	cat <<REACH
   . $demo/env
-  nuon status --repo "\$NUON_REPO"                          what each agent reported
+  fleet view         $server_url/fleet  sign in with the token $(cat "$demo/server/view-token")
+                     (in \$NUON_VIEW_TOKEN_FILE; this demo's only, on loopback)
+  curl -H "Authorization: Bearer \$(cat "\$NUON_VIEW_TOKEN_FILE")" "\$NUON_FLEET_URL"
+  nuon status --repo "\$NUON_REPO"                          what each agent reported (the tenant repository: not yet through the server)
   nuon logs acme database --repo "\$NUON_REPO" --key "\$NUON_OPERATOR_KEY" --no-wait
-  nuon render --repo "\$NUON_REPO" --key "\$NUON_RENDER_KEY"  requests reach the agents with a render
+                                                           nuon server renders the request within a second
   nuon requests --repo "\$NUON_REPO"                        their state; answers in git show nuon/status/acme:answers/ID.txt
+  docs/operators-guide.md                                  the rest: restart, re-point, delete, trust, drift
   kubectl --kubeconfig "\$NUON_ACME_KUBECONFIG" get deployments,configmaps -n shop
   curl --cacert "\$NUON_ACME_REGISTRY_CA" -u "nuon:\$(cat "\$NUON_ACME_REGISTRY_PASSWORD_FILE")" "https://\$NUON_ACME_REGISTRY/v2/_catalog"
   tail -f "\$NUON_ACME_DIR/agent.log"
 
   stop an agent      kill -TERM -- -\$(cat "\$NUON_ACME_DIR/agent.pid")
-  start it again     nuon install create acme --repo "\$NUON_REPO" --dir "\$NUON_ACME_DIR" --phase agent \\
-                         --secrets-file "\$NUON_SECRETS_FILE" --agent-flag=--vendor-key=$root/fixtures/keys/cosign.pub \\
+  start it again     nuon install create acme --repo "\$NUON_SERVER_URL/tenant.git" --dir "\$NUON_ACME_DIR" --phase agent \\
+                         --secrets-file "\$NUON_SECRETS_FILE" --agent-flag=--server-auth \\
+                         --agent-flag=--vendor-key=$root/fixtures/keys/cosign.pub \\
                          --agent-flag=--request-trust=$demo/request_signers --agent-flag=--interval=1s
   stop everything    make demo-down DEMO_DIR=$demo
 
@@ -205,6 +284,7 @@ REACH
 		d=$demo/installs/$id
 		printf '  %-8s agent pid %s, log %s\n' "$id" "$(cat "$d/agent.pid")" "$d/agent.log"
 	done
+	printf '  %-8s pid %s, log %s\n' server "$(cat "$demo/server/server.pid")" "$demo/server/server.log"
 	printf '  %-8s %s\n' vendor "registry $vendor_reg"
 }
 
@@ -215,8 +295,8 @@ converge() {
 		if "$nuon" status --repo "$demo/tenant.git" -o json | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
-ok = rows and all(r["inSync"] and r["components"] and all(c["phase"] == "Applied" for c in r["components"]) for r in rows)
-sys.exit(0 if ok else 1)'; then
+ok = len(rows) == int(sys.argv[1]) and all(r["inSync"] and r["components"] and all(c["phase"] == "Applied" for c in r["components"]) for r in rows)
+sys.exit(0 if ok else 1)' "${#installs[@]}"; then
 			return 0
 		fi
 		sleep 0.5
@@ -225,8 +305,8 @@ sys.exit(0 if ok else 1)'; then
 	return 1
 }
 
-step "nuon render: every install's desired state as signed commits"
-"$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render"
+step "nuon server rendered every install's desired state as signed commits"
+rendered "" "${#installs[@]}"
 git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/heads/nuon/
 
 step "stock git verifies the renderer's signature"
@@ -270,9 +350,16 @@ fi
 step "promotion: a pull request moves database to 1.1.0 on stable"
 sed -i 's/^  database: 1.0.0$/  database: 1.1.0/' "$demo/main/channels/stable.yaml"
 git -C "$demo/main" commit --quiet -am "stable: promote database 1.1.0"
+git -C "$demo/main" push --quiet origin HEAD:promote-database
+echo "  what it changes (nuon render --dry-run --source refs/heads/promote-database):"
+"$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render" --source refs/heads/promote-database --dry-run |
+	sed -n '1,6p' | sed 's/^/  /'
+before=$(install_refs)
 git -C "$demo/main" push --quiet origin HEAD:main
-"$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render" --dry-run | sed -n '1,6p'
-"$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render"
+hook
+echo "  merged; the git host's webhook tells nuon server, which renders it:"
+rendered "$before" "${#installs[@]}"
+git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/heads/nuon/installs/
 
 step "agents: only the stable installs' database job runs"
 converge
@@ -288,9 +375,9 @@ if [[ $mode == up ]]; then
 	exit 0
 fi
 
-step "nuon install delete initech: its agent deletes every component, then its agent and sandbox go; its history stays"
+step "nuon install delete initech: nuon server renders it deleted, its agent deletes every component, then its agent and sandbox go; its history stays"
 "$nuon" install delete initech --repo "$demo/tenant.git" --dir "$demo/installs/initech" \
-	--render "$root/fixtures/keys/render" --timeout 5m --log-level warn | sed 's/^/  /'
+	--timeout 5m --log-level warn | sed 's/^/  /'
 git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/nuon/archive/initech
 git -C "$demo/tenant.git" log --format='  %h %s' -3 refs/nuon/archive/initech/status
 
