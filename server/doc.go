@@ -268,7 +268,7 @@
 // 1–3; BENCHMARKS.md has the commands), the load generator or the agents
 // sharing the two cores with the server, before issue 18's limits, body
 // signatures and closure (BENCHMARKS.md, "Isolation by construction", has
-// the figures after, per operation: 20–30 µs more per poll, the same per
+// the figures after, per operation: 12–14 µs more per poll, the same per
 // push):
 //
 //	                          1,000 installs      100,000 installs
