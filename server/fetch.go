@@ -187,6 +187,13 @@ type fetchPlan struct {
 	objects     []packEntry
 }
 
+// wantedObject is a tree or blob wanted by id, with the type the closure
+// found it as.
+type wantedObject struct {
+	hash plumbing.Hash
+	typ  plumbing.ObjectType
+}
+
 // packEntry is an object to pack and the path it was found at (a hint for
 // git pack-objects' delta search).
 type packEntry struct {
@@ -214,7 +221,8 @@ func planFetch(src objectSource, own []ownRef, a fetchArgs) (*fetchPlan, error) 
 		p.wantedRefs = append(p.wantedRefs, r)
 		wants = append(wants, r.hash)
 	}
-	var wantCommits, wantOthers []plumbing.Hash
+	var wantCommits []plumbing.Hash
+	var wantOthers []wantedObject
 	for _, w := range dedupeHashes(wants) {
 		t, ok, err := cl.has(w)
 		if err != nil {
@@ -226,7 +234,7 @@ func planFetch(src objectSource, own []ownRef, a fetchArgs) (*fetchPlan, error) 
 		if t == plumbing.CommitObject {
 			wantCommits = append(wantCommits, w)
 		} else {
-			wantOthers = append(wantOthers, w)
+			wantOthers = append(wantOthers, wantedObject{w, t})
 		}
 	}
 	if len(wants) == 0 {
@@ -559,7 +567,7 @@ func (q *commitQueue) allUninteresting(flags map[plumbing.Hash]uint8, uninterest
 // and blob their trees name that the client does not hold through the
 // edges' trees, less the blobs the filter leaves out; and the trees and
 // blobs wanted by id (a partial clone's lazy fetch), always.
-func selectObjects(cl *closure, src objectSource, commits, wantOthers, edges []plumbing.Hash, f objectFilter) ([]packEntry, error) {
+func selectObjects(cl *closure, src objectSource, commits []plumbing.Hash, wantOthers []wantedObject, edges []plumbing.Hash, f objectFilter) ([]packEntry, error) {
 	held := map[plumbing.Hash]bool{}
 	for _, e := range edges {
 		ci, ok := cl.commit(e)
@@ -608,12 +616,12 @@ func selectObjects(cl *closure, src objectSource, commits, wantOthers, edges []p
 	for _, e := range out {
 		sent[e.hash] = true
 	}
-	for _, h := range wantOthers {
+	for _, w := range wantOthers {
+		h := w.hash
 		if sent[h] {
 			continue
 		}
-		t, _, _ := cl.has(h)
-		if t != plumbing.TreeObject {
+		if w.typ != plumbing.TreeObject {
 			sent[h] = true
 			out = append(out, packEntry{hash: h})
 			continue

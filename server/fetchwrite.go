@@ -22,7 +22,7 @@ import (
 func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, install string) {
 	args, err := parseFetchArgs(req.args)
 	if err != nil {
-		s.refuseFetch(w, install, err)
+		s.refuseFetch(w, install, reasonMalformed, err)
 		return
 	}
 	release, err := s.gitSlot(r.Context())
@@ -32,7 +32,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, in
 	defer release()
 	plan, err := planFetch(s.objects, s.refs.own(install), args)
 	if err != nil {
-		s.refuseFetch(w, install, err)
+		s.refuseFetch(w, install, reasonWant, err)
 		return
 	}
 	h := w.Header()
@@ -46,13 +46,13 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, req v2Request, in
 	s.metrics.fetches.WithLabelValues(resultOK).Inc()
 }
 
-// refuseFetch answers a fetch the plan refused with git's ERR line, and
-// logs it; a failure of the server's own is logged as one and the client
-// told no more than that.
-func (s *Server) refuseFetch(w http.ResponseWriter, install string, err error) {
+// refuseFetch answers a fetch its arguments or its plan refused with
+// git's ERR line, and logs and counts it under code; a failure of the
+// server's own is logged as one and the client told no more than that.
+func (s *Server) refuseFetch(w http.ResponseWriter, install, code string, err error) {
 	var fe *errFetch
 	if errors.As(err, &fe) {
-		s.refuse(install, "", reasonWant, "fetch: "+fe.msg)
+		s.refuse(install, "", code, "fetch: "+fe.msg)
 		s.metrics.fetches.WithLabelValues(resultRefused).Inc()
 		gitError(w, "upload-pack", fe.msg)
 		return

@@ -398,6 +398,7 @@ func TestPushNamesOnlyItsOwn(t *testing.T) {
 		"another install's file": {Name: "x", Mode: filemode.Regular, Hash: plumbing.NewHash(globexFile)},
 		"main's installs tree":   {Name: "x", Mode: filemode.Dir, Hash: plumbing.NewHash(mainTree)},
 		"a missing blob":         {Name: "x", Mode: filemode.Regular, Hash: missing},
+		"a missing tree":         {Name: "x", Mode: filemode.Dir, Hash: missing},
 	} {
 		c, pack := statusPack(t, e.keys["acme"], "acme", tip, when, map[string]string{"status.json": "{}"}, extra)
 		got := e.acme.push(tip, c, status, pack)
@@ -409,6 +410,9 @@ func TestPushNamesOnlyItsOwn(t *testing.T) {
 	}
 	if a, b := answers["another install's file"], answers["a missing blob"]; !bytes.Equal(a, b) {
 		t.Errorf("naming another install's file: %q; a missing one: %q", a, b)
+	}
+	if a, b := answers["main's installs tree"], answers["a missing tree"]; !bytes.Equal(a, b) {
+		t.Errorf("naming main's installs tree: %q; a missing one: %q", a, b)
 	}
 	// A thin pack whose blob is a copy of globex's file, by delta.
 	size, _ := strconv.Atoi(gittest.Git(t, e.dir, "cat-file", "-s", globexFile))
