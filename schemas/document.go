@@ -39,6 +39,7 @@ const (
 	SchemaInstallRequests = "install-requests.schema.json"
 	SchemaCustomerPolicy  = "customer-policy.schema.json"
 	SchemaTrustRoot       = "trust-root.schema.json"
+	SchemaApproval        = "approval.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -54,6 +54,9 @@ type Job struct {
 	// install's sandbox.state). The credentials come with the job's
 	// environment, never its manifest.
 	State *S3State `json:"state,omitempty"`
+	// Plan, on a terraform create or update, binds the job to a saved
+	// plan: record it, or apply exactly it (JobPlan).
+	Plan *JobPlan `json:"plan,omitempty"`
 	// Debug is the command of a debug job (operation debug only).
 	Debug *DebugRequest `json:"debug,omitempty"`
 	// Timeout bounds the job, as a Go duration.
@@ -127,6 +130,8 @@ type JobResult struct {
 	// one held by a job the agent knew was dead (killed before terraform
 	// released it).
 	BrokenLock *StateLock `json:"brokenLock,omitempty"`
+	// Plan is the record of the plan a plan-bound job saved or applied.
+	Plan *PlanRecord `json:"plan,omitempty"`
 }
 
 // StateLock is a Terraform state lock, as Terraform describes it.
@@ -376,4 +381,7 @@ type ComponentStatus struct {
 	// BrokenLock is the state lock of a dead job that the last apply
 	// broke before it ran.
 	BrokenLock *StateLock `json:"brokenLock,omitempty"`
+	// Plan is the saved plan that waits for approval (phase
+	// AwaitingApproval), or was refused or rejected.
+	Plan *PlanRecord `json:"plan,omitempty"`
 }

@@ -149,7 +149,19 @@ var loadCases = []struct {
 	{
 		name:  "unknown top-level field",
 		edits: []edit{appendTo("installs/acme.yaml", "owner: ops\n")},
-		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, channel, cloud, deleted, id, inputs, labels, operations, registry, sandbox, versions`},
+		want:  []string{`installs/acme.yaml:15:1: owner: unknown field "owner"; known fields: agentKey, approvals, channel, cloud, deleted, id, inputs, labels, operations, registry, sandbox, versions`},
+	},
+	{
+		name:  "install approval override",
+		edits: []edit{appendTo("installs/acme.yaml", "approvals:\n  api:\n    mode: manual\n    require: [delete, replace]\n")},
+	},
+	{
+		name:  "install approval override with an unknown mode and kind",
+		edits: []edit{appendTo("installs/acme.yaml", "approvals:\n  api:\n    mode: sometimes\n    autoApprove: [create, destroy]\n")},
+		want: []string{
+			`installs/acme.yaml:17:11: approvals.api.mode: must be one of auto or manual, not "sometimes"`,
+			`installs/acme.yaml:18:27: approvals.api.autoApprove[1]: must be one of noop, create, update, delete or replace, not "destroy"`,
+		},
 	},
 	{
 		name:  "install labels",

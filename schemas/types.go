@@ -106,6 +106,9 @@ type Component struct {
 	// Drift says whether and how often the agent checks the component for
 	// drift; absent means the defaults of DriftSettings.
 	Drift *DriftSettings `yaml:"drift,omitempty" json:"drift,omitempty"`
+	// Approval says when a change waits for a signed approval of its
+	// exact plan; absent means every plan applies at once.
+	Approval *ApprovalSettings `yaml:"approval,omitempty" json:"approval,omitempty"`
 }
 
 // Drift modes of a component.
@@ -268,6 +271,9 @@ type Install struct {
 	// components: its agent deletes every component it applied, in
 	// reverse dependency order, and reports each in its status.
 	Deleted bool `yaml:"deleted,omitempty" json:"deleted,omitempty"`
+	// Approvals overrides nuon.yaml's approval rules per component, by
+	// component name.
+	Approvals map[string]*ApprovalSettings `yaml:"approvals,omitempty" json:"approvals,omitempty"`
 }
 
 // Operations turns kinds of vendor requests on or off for one install. A
@@ -387,6 +393,9 @@ type ComponentState struct {
 	Manifests *ManifestSettings  `json:"manifests,omitempty"`
 	// Drift is the component's drift detection, as nuon.yaml says.
 	Drift *DriftSettings `json:"drift,omitempty"`
+	// Approval is the component's approval rules: the install's override,
+	// else nuon.yaml's.
+	Approval *ApprovalSettings `json:"approval,omitempty"`
 }
 
 // Artifact is an OCI artifact pinned by digest.

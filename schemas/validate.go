@@ -33,6 +33,7 @@ var goTypes = map[string]func() any{
 	SchemaInstallRequests: func() any { return new(InstallRequests) },
 	SchemaCustomerPolicy:  func() any { return new(CustomerPolicy) },
 	SchemaTrustRoot:       func() any { return new(TrustRootFile) },
+	SchemaApproval:        func() any { return new(Approval) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas

@@ -126,6 +126,12 @@ func samples() map[string]any {
 	yes := true
 	operations := &Operations{Logs: &yes, Debug: &yes, Drift: &yes}
 	manifests := &ManifestSettings{Namespace: "shop", Wait: true, Recreate: true, Timeout: "1m"}
+	approval := &ApprovalSettings{Mode: ApprovalAuto, AutoApprove: []string{ChangeNoop, ChangeCreate}, Require: []string{ChangeDelete}}
+	planHash := "sha256:" + strings.Repeat("b", 64)
+	plan := &PlanRecord{Component: "api", Hash: planHash, Spec: "sha256:" + strings.Repeat("a", 64), Job: "api-update-7", Size: 2048,
+		Summary: PlanSummary{Create: []string{"random_pet.a"}, Update: []string{"local_file.b"}, Delete: []string{"local_file.c"},
+			Replace: []string{"random_id.d"}, Truncated: 3, Counts: map[string]int{ChangeCreate: 1}},
+		Diff: "- a\n+ b", DiffTruncated: true, Needs: "delete requires approval", Refused: []string{"alice: expired"}, Rejected: "bob"}
 	return map[string]any{
 		SchemaInstallState: InstallState{
 			APIVersion: APIVersion, Kind: KindInstallState, Install: "acme", App: "shop", Channel: "stable",
@@ -136,7 +142,12 @@ func samples() map[string]any {
 			APIVersion: APIVersion, Kind: KindComponentState, Name: "api", Type: TypeHelm, Version: "2.4.0",
 			DependsOn: []string{"database"}, Artifacts: []Artifact{artifact}, Inputs: inputs,
 			Terraform: terraform, Helm: helm, Manifests: manifests,
-			Drift: &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
+			Drift:    &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
+			Approval: approval,
+		},
+		SchemaApproval: Approval{
+			APIVersion: APIVersion, Kind: KindApproval, Install: "acme", Component: "api", Plan: planHash,
+			Decision: DecisionApprove, Approver: "alice", Created: testExpires, Expires: testExpires.Add(time.Hour), Reason: "reviewed",
 		},
 		SchemaJob: Job{
 			APIVersion: APIVersion, Kind: KindJob, ID: "api-update-7", Install: "acme", Component: "api",
@@ -144,6 +155,7 @@ func samples() map[string]any {
 			Artifacts: []Artifact{jobArtifact}, Inputs: inputs, Terraform: terraform, Helm: helm, Manifests: manifests,
 			Debug:   &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
 			State:   &S3State{Bucket: "nuon-acme-state", Key: "sandbox/terraform.tfstate", Region: "us-east-1"},
+			Plan:    &JobPlan{Mode: PlanRecordMode, Hash: planHash, Keep: planHash},
 			Timeout: "5m", StateDir: "/var/lib/nuon/state/api", ResultFile: "/var/lib/nuon/jobs/api-update-7/result.json",
 		},
 		SchemaJobResult: JobResult{
@@ -160,6 +172,7 @@ func samples() map[string]any {
 			}}},
 			Answer:     &Answer{Command: []string{"logs", "api-7d9f"}, Output: "started\n", Truncated: true, Bytes: 9000},
 			BrokenLock: &StateLock{ID: "40290185-f2dc-28ad-e50d-695851c37436", Operation: "OperationTypeApply", Who: "root@nuon-db-g1-x7k2p", Created: "2026-11-23T22:47:31.113906158Z"},
+			Plan:       plan,
 		},
 		SchemaRequest: Request{
 			APIVersion: APIVersion, Kind: KindRequest, ID: "r-1", Install: "acme", Type: RequestLogs, Component: "api",
@@ -197,6 +210,7 @@ func samples() map[string]any {
 				Drift:      []ResourceDrift{{Address: "local_file.config", Kind: "ConfigMap", Namespace: "shop", Name: "settings", Action: DriftMissing, Fields: []string{"content"}, Diff: "deleted outside terraform"}},
 				Corrected:  true,
 				BrokenLock: &StateLock{ID: "40290185-f2dc-28ad-e50d-695851c37436", Operation: "OperationTypeApply", Who: "root@nuon-db-g1-x7k2p", Created: "2026-11-23T22:47:31.113906158Z"},
+				Plan:       plan,
 			}},
 		},
 	}
@@ -442,7 +456,7 @@ func TestValidateJSONRejects(t *testing.T) {
 			name:   "bad component phase",
 			schema: SchemaStatus,
 			doc:    installStatus, old: `"Applied"`, new: `"Running"`,
-			want: []string{`status.json:9:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted or Unsupported, not "Running"`},
+			want: []string{`status.json:9:22: components.api.phase: must be one of Applied, Failed, Blocked, Pending, Deleted, Unsupported, AwaitingApproval or Rejected, not "Running"`},
 		},
 		{
 			name:   "component name that is not a label",
