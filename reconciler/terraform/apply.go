@@ -17,7 +17,21 @@ import (
 // env.StateDir, applies exactly that plan and reports the outputs, and
 // with terraform.health the check's outcome as the result's Health (a
 // failed check does not fail the job: the apply happened).
+//
+// A plan-bound job (job.Plan) does something else: mode record plans and
+// keeps the saved plan (Record); mode apply applies the saved plan whose
+// hash the job names and nothing else (ApplySaved).
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if job != nil && job.Plan != nil {
+		switch job.Plan.Mode {
+		case schemas.PlanRecordMode:
+			return p.Record(ctx, job, env)
+		case schemas.PlanApplyMode:
+			return p.ApplySaved(ctx, job, env)
+		default:
+			return nil, fmt.Errorf("terraform %s: unknown plan mode %q", job.Component, job.Plan.Mode)
+		}
+	}
 	r, err := p.start(job, env)
 	if err != nil {
 		return nil, err

@@ -95,7 +95,9 @@ type run struct {
 
 	vars    map[string]any
 	changed bool
-	result  *schemas.JobResult
+	// saved is the record of the saved plan a plan-bound apply applied.
+	saved  *schemas.PlanRecord
+	result *schemas.JobResult
 	// outs are the state's outputs once an apply read them.
 	outs map[string]tfexec.OutputMeta
 }
