@@ -241,6 +241,22 @@ type SignedApproval struct {
 	Signature string `json:"signature"`
 }
 
+// KindApprovers is the kind of Approvers.
+const KindApprovers = "Approvers"
+
+// ApproversPath is the file on main that lists the approvers' keys.
+const ApproversPath = "trust/approvals"
+
+// Approvers is ApproversPath: the keys trusted to approve plans, shaped as
+// a role of the trust root (TrustRole) so that it can become one.
+type Approvers struct {
+	APIVersion string      `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string      `yaml:"kind" json:"kind"`
+	Threshold  int         `yaml:"threshold" json:"threshold"`
+	Scope      *TrustScope `yaml:"scope,omitempty" json:"scope,omitempty"`
+	Keys       []TrustKey  `yaml:"keys" json:"keys"`
+}
+
 // KindInstallApprovals is the kind of InstallApprovals.
 const KindInstallApprovals = "InstallApprovals"
 

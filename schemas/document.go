@@ -40,6 +40,7 @@ const (
 	SchemaCustomerPolicy  = "customer-policy.schema.json"
 	SchemaTrustRoot       = "trust-root.schema.json"
 	SchemaApproval        = "approval.schema.json"
+	SchemaApprovers       = "approvers.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

@@ -34,6 +34,7 @@ var goTypes = map[string]func() any{
 	SchemaCustomerPolicy:  func() any { return new(CustomerPolicy) },
 	SchemaTrustRoot:       func() any { return new(TrustRootFile) },
 	SchemaApproval:        func() any { return new(Approval) },
+	SchemaApprovers:       func() any { return new(Approvers) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas

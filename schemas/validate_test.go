@@ -145,6 +145,12 @@ func samples() map[string]any {
 			Drift:    &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
 			Approval: approval,
 		},
+		SchemaApprovers: Approvers{
+			APIVersion: APIVersion, Kind: KindApprovers, Threshold: 1,
+			Scope: &TrustScope{InstallLabels: map[string]string{"ring": "1"}, Channels: []string{"stable"}, RequestKinds: []string{"logs"}},
+			Keys: []TrustKey{{Name: "alice", Key: "ssh-ed25519 AAAA alice", NotBefore: "2030-01-01T00:00:00Z", NotAfter: "2031-01-01T00:00:00Z",
+				Scope: &TrustScope{InstallLabels: map[string]string{"ring": "1"}, Channels: []string{"stable"}, RequestKinds: []string{"logs"}}}},
+		},
 		SchemaApproval: Approval{
 			APIVersion: APIVersion, Kind: KindApproval, Install: "acme", Component: "api", Plan: planHash,
 			Decision: DecisionApprove, Approver: "alice", Created: testExpires, Expires: testExpires.Add(time.Hour), Reason: "reviewed",
