@@ -19,6 +19,7 @@ import (
 	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -116,6 +117,11 @@ type Config struct {
 	// holds the install. Empty: no customer policy, changes apply as they
 	// come.
 	CustomerPolicy string
+	// Approvers are the keys trusted to approve saved plans (trust/approvals
+	// on main, package policy), with the render and request keys excluded.
+	// A component with approval settings whose plan needs approval waits
+	// for Threshold of them; nil: such a plan waits for ever.
+	Approvers *policy.Approvers
 }
 
 // ErrNoArtifactKey fails a component whose artifacts the agent cannot

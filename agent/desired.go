@@ -59,6 +59,9 @@ type Desired struct {
 	// Requests are the install's pending operator requests
 	// (schemas.RequestsFile), each still to be verified (package requests).
 	Requests []schemas.SignedRequest
+	// Approvals are the install's signed approvals of saved plans
+	// (schemas.ApprovalsFile), each still to be verified (package policy).
+	Approvals []schemas.SignedApproval
 }
 
 // Expired reports whether d is past its expiry at now.
@@ -165,6 +168,13 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 			return nil, refuse(commit, err, "%s: %v", schemas.RequestsFile, err)
 		}
 		d.Requests = ir.Requests
+	}
+	if data, ok := files[schemas.ApprovalsFile]; ok {
+		var ia schemas.InstallApprovals
+		if err := decodeStrict(data, &ia); err != nil {
+			return nil, refuse(commit, err, "%s: %v", schemas.ApprovalsFile, err)
+		}
+		d.Approvals = ia.Approvals
 	}
 	for _, cs := range d.Components {
 		for _, dep := range cs.DependsOn {

@@ -184,6 +184,11 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 		mu.Unlock()
 		return
 	}
+	if s.Action == reconciler.Apply && spec.Approval != nil && typ == schemas.TypeTerraform {
+		// Plan first, apply the saved plan once allowed (step_approve.go).
+		p.approve(ctx, s, spec, op, mu, outs, sensitive)
+		return
+	}
 	job := a.newJob(p.desired, spec, op)
 	log = log.With("job", job.ID, "plugin", typ)
 	entry, err := a.journal(job, spec, s.Action)
@@ -281,6 +286,7 @@ func (p *pass) finish() {
 			phase = schemas.InstallDegraded
 		}
 	}
+	phase = p.awaiting(phase)
 	if st.Phase != phase {
 		p.rec.dirty = true
 	}

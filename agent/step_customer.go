@@ -82,7 +82,9 @@ func (p *pass) customer(context.Context) (outcome, error) {
 	st := &p.rec.Status
 	if g.decision.Allowed || st.Desired == st.Applied {
 		// Allowed, or nothing is held back.
-		if st.Deferred != nil {
+		if st.Deferred != nil && st.Deferred.Reason != schemas.DeferredApproval {
+			// A plan that waits for approval stays deferred: the apply
+			// step says when it no longer does (awaiting).
 			p.note("No longer deferred (%s since %s): %s.", st.Deferred.Reason, st.Deferred.Since.Format(time.RFC3339), goAhead(g))
 			st.Deferred = nil
 		}

@@ -149,8 +149,12 @@ func SignApproval(file []byte, signer ssh.Signer) (schemas.SignedApproval, error
 // Target is what an approval must match to apply: this install, its
 // channel, the component and the plan that waits.
 type Target struct {
-	Install   string
-	Channel   string
+	Install string
+	Channel string
+	// AnyChannel leaves the keys' channel scopes unjudged: for the
+	// renderer, which passes approvals on to the agent that judges them.
+	AnyChannel bool
+
 	Component string
 	Plan      string
 }
@@ -195,7 +199,7 @@ func (as *Approvers) Verify(s schemas.SignedApproval, t Target, now time.Time) (
 		return a, fmt.Errorf("%w: %s's key was valid until %s", ErrApprovalUntrusted, k.name, k.notAfter.Format(time.RFC3339))
 	case k.labels:
 		return a, fmt.Errorf("%w: %s's key is scoped by install labels, which the install cannot judge", ErrApprovalUntrusted, k.name)
-	case k.channels != nil && !slices.Contains(k.channels, t.Channel), k.channel != nil && !slices.Contains(k.channel, t.Channel):
+	case !t.AnyChannel && (k.channels != nil && !slices.Contains(k.channels, t.Channel) || k.channel != nil && !slices.Contains(k.channel, t.Channel)):
 		return a, fmt.Errorf("%w: %s's key is not scoped to channel %q", ErrApprovalUntrusted, k.name, t.Channel)
 	case a.Approver != k.name:
 		return a, fmt.Errorf("%w: approver %q but signed by %q", ErrApprovalUntrusted, a.Approver, k.name)

@@ -57,6 +57,10 @@ type Options struct {
 	// signed by a key trust/requests on main lists go into its rendered
 	// state (installs/<id>/requests.json). Zero: no requests.
 	Requests plumbing.Hash
+	// Approvals is the tip of schemas.ApprovalsRef: an install's approvals
+	// signed by a key trust/approvals on main lists go into its rendered
+	// state (installs/<id>/approvals.json). Zero: no approvals.
+	Approvals plumbing.Hash
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
@@ -299,6 +303,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		r.readPrevious,
 		r.loadSource,
 		r.loadRequests,
+		r.loadApprovals,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -367,6 +372,8 @@ type renderRun struct {
 	result *Result
 	// requests are the installs' requests.json, by install id.
 	requests map[string][]byte
+	// approvals are the installs' approvals.json, by install id.
+	approvals map[string][]byte
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
@@ -650,6 +657,9 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	}
 	if data, ok := r.requests[id]; ok {
 		files[schemas.RequestsFile] = data
+	}
+	if data, ok := r.approvals[id]; ok {
+		files[schemas.ApprovalsFile] = data
 	}
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)

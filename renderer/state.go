@@ -105,6 +105,7 @@ func component(src *schemas.Source, id string, in schemas.Install, c schemas.Com
 		Helm:       c.Helm,
 		Manifests:  c.Manifests,
 		Drift:      c.Drift,
+		Approval:   approvalOf(in, c),
 	}
 	names := make([]string, 0, len(rel.Artifacts))
 	for n := range rel.Artifacts {

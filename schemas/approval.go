@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -209,6 +210,28 @@ const (
 
 // ApprovalsFile is where an install's approvals are in its rendered tree.
 const ApprovalsFile = "approvals.json"
+
+// ApprovalsRef is the ref approvals are filed on: its tip's tree holds
+// every filed approval as ApprovalsDir/<install>/<name>.json, each a
+// SignedApproval; the renderer puts an install's into its rendered state.
+const ApprovalsRef = "refs/heads/nuon/approvals"
+
+// ApprovalsDir is the folder of ApprovalsRef's tree.
+const ApprovalsDir = "approvals"
+
+// ApprovalPath is where an approval is filed on ApprovalsRef: one file per
+// install, component, plan, approver and decision, so that filing the
+// same decision again replaces it.
+func ApprovalPath(a *Approval) string {
+	plan := strings.TrimPrefix(a.Plan, "sha256:")
+	if len(plan) > 16 {
+		plan = plan[:16]
+	}
+	approver := approverName.ReplaceAllString(strings.ToLower(a.Approver), "-")
+	return fmt.Sprintf("%s/%s/%s-%s-%s-%s.json", ApprovalsDir, a.Install, a.Component, plan, approver, a.Decision)
+}
+
+var approverName = regexp.MustCompile(`[^a-z0-9.-]+`)
 
 // ApprovalNamespace is the SSH signature namespace of an approval: a
 // signature made for anything else (a commit, a request) never counts as

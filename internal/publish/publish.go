@@ -71,6 +71,11 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	// Approvals of saved plans (schemas.ApprovalsRef) likewise.
+	approvals, err := repo.Ref(plumbing.ReferenceName(schemas.ApprovalsRef))
+	if err != nil {
+		return nil, err
+	}
 	// The objects go to a pack file as the installs are rendered: at
 	// 100,000 installs, kept in memory until the end they were most of
 	// the render's peak.
@@ -82,6 +87,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
 		Objects:     objs,
 		Requests:    reqs,
+		Approvals:   approvals,
 		Signer:      signer,
 		Now:         opts.Now,
 		MaxFileSize: opts.MaxFileSize,

@@ -23,24 +23,21 @@ import (
 
 // plansDir, in the component's state directory, keeps saved plans that
 // wait for approval: <hex>.tfplan, the plan exactly as terraform saved it,
-// and <hex>.json, its record (savedPlan). It lives outside moduleDir, which
-// every job extracts afresh.
-const plansDir = "plans"
+// and <hex>.json, its record (reconciler.SavedPlan). It lives outside
+// moduleDir, which every job extracts afresh.
+const plansDir = reconciler.PlansDir
 
 // ErrPlanMismatch means a plan-bound apply found no saved plan with the
 // approved hash, or a file whose content has another hash: nothing is
 // applied. Retrying does not help; only a new plan and its approval do.
 var ErrPlanMismatch = errors.New("no saved plan with the approved hash")
 
-// savedPlan is the <hex>.json beside a saved plan.
-type savedPlan struct {
-	Record schemas.PlanRecord `json:"record"`
-	// Content is the SHA-256 of the plan's JSON form without the moment
-	// it was made: two plans that make the same change from the same state
-	// with the same configuration and variables have the same Content,
-	// while their files (which hold timestamps) differ.
-	Content string `json:"content"`
-}
+// savedPlan is the <hex>.json beside a saved plan. Its Content is the
+// SHA-256 of the plan's JSON form without the moment it was made: two
+// plans that make the same change from the same state with the same
+// configuration and variables have the same Content, while their files
+// (which hold timestamps) differ.
+type savedPlan = reconciler.SavedPlan
 
 // HashFile is the plan hash of a saved plan file: "sha256:" and the hex
 // SHA-256 of its bytes.

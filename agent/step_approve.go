@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"nuon.dev/nuon/policy"
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+// approve runs the change of a component with approval settings
+// (spec.Approval): it plans first (a plan-bound job in mode record, which
+// changes nothing and keeps the saved plan in the component's state
+// directory), and applies that saved plan, and nothing else, once it is
+// allowed: at once when its change kinds are auto-approved (a no-op always
+// is), else when the install's signed approvals (Desired.Approvals,
+// verified against Config.Approvers) approve its very hash. Until then the
+// component is AwaitingApproval and its status carries the plan's record.
+//
+// A plan waiting for the same resolved spec is not planned again: an
+// approval never causes a re-plan. When the spec moved, the new plan keeps
+// the waiting one if it makes exactly the same change (its approval still
+// holds); otherwise the waiting one is gone, and so is what approved it.
+func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.ComponentState, op string, mu *sync.Mutex, outs reconciler.Outputs, sensitive map[string][]string) {
+	a := p.agent
+	name := s.Component
+	log := p.log.With("component", name)
+	specHash := reconciler.SpecHash(spec)
+
+	mu.Lock()
+	pending := p.rec.Status.Components[name].Plan
+	mu.Unlock()
+	rec := pending
+	if rec == nil || rec.Spec != specHash {
+		keep := ""
+		if pending != nil {
+			keep = pending.Hash
+		}
+		job := a.newJob(p.desired, spec, op)
+		job.Plan = &schemas.JobPlan{Mode: schemas.PlanRecordMode, Keep: keep}
+		log.Info("plan started", "job", job.ID, "keep", keep)
+		res, err := a.run(ctx, job, p.desired.Install.Sandbox.Role)
+		if err == nil && res != nil && res.Error != "" {
+			err = errors.New(res.Error)
+		}
+		var got *schemas.PlanRecord
+		if err == nil {
+			got, err = planRecord(res, job)
+		}
+		mu.Lock()
+		p.jobs = append(p.jobs, job)
+		if err != nil {
+			p.setPlan(name, nil)
+			p.setPhase(name, schemas.PhaseFailed, "plan: "+err.Error())
+			p.note("plan %s %s failed: %v", name, spec.Version, err)
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		rec = got
+		rec.Spec = specHash
+	}
+	rec = clonePlan(rec)
+	needs, why := spec.Approval.Needs(rec.Summary)
+	approvedBy := "auto-approved"
+	if needs {
+		v := a.cfg.Approvers.Judge(p.desired.Approvals, policy.Target{
+			Install: a.cfg.Install, Channel: p.desired.Install.Channel, Component: name, Plan: rec.Hash,
+		}, a.cfg.Now())
+		rec.Refused, rec.Needs, rec.Rejected = v.Refused, why, v.Rejected
+		mu.Lock()
+		switch {
+		case v.Rejected != "":
+			p.setPlan(name, rec)
+			p.setPhase(name, schemas.PhaseRejected, fmt.Sprintf("plan %s rejected by %s; nothing is applied until the plan changes", rec.Hash, v.Rejected))
+			mu.Unlock()
+			return
+		case !v.Approved:
+			if a.cfg.Approvers == nil {
+				why += "; this agent trusts no approver key"
+			}
+			p.setPlan(name, rec)
+			p.setPhase(name, schemas.PhaseAwaitingApproval, fmt.Sprintf("plan %s waits for approval (%s)", rec.Hash, why))
+			mu.Unlock()
+			log.Info("plan waits for approval", "plan", rec.Hash, "why", why, "refused", len(v.Refused))
+			return
+		}
+		mu.Unlock()
+		approvedBy = "approved by " + strings.Join(v.Approvers, ", ")
+	}
+
+	job := a.newJob(p.desired, spec, op)
+	job.Plan = &schemas.JobPlan{Mode: schemas.PlanApplyMode, Hash: rec.Hash}
+	entry, err := a.journal(job, spec, s.Action)
+	if err != nil {
+		mu.Lock()
+		p.setPhase(name, schemas.PhaseFailed, err.Error())
+		mu.Unlock()
+		return
+	}
+	log.Info("applying saved plan", "job", job.ID, "plan", rec.Hash, "approval", approvedBy)
+	start := time.Now()
+	res, err := a.run(ctx, job, p.desired.Install.Sandbox.Role)
+	log.Info("job finished", "job", job.ID, "duration", time.Since(start).Round(time.Millisecond), "error", errString(err, res))
+	mu.Lock()
+	defer mu.Unlock()
+	p.journal = append(p.journal, entry)
+	p.jobs = append(p.jobs, job)
+	if ctx.Err() != nil && err != nil {
+		p.journal = p.journal[:len(p.journal)-1]
+		p.setPhase(name, schemas.PhasePending, "interrupted: the agent stopped during the job")
+		return
+	}
+	p.record(job, spec, s.Action, res, err)
+	if err == nil && (res == nil || res.Error == "") {
+		p.note("applied plan %s of %s (%s)", rec.Hash, name, approvedBy)
+		outs[name] = res.Outputs
+		sensitive[name] = res.Sensitive
+		return
+	}
+	// A saved plan that failed to apply (stale, gone, or its apply
+	// failed) is never tried again: the next pass plans afresh, and a
+	// plan that needs approval needs it again.
+	p.setPlan(name, nil)
+}
+
+// planRecord is the record a plan job returned, or else the one it left
+// beside the saved plan in the component's state directory.
+func planRecord(res *schemas.JobResult, job *schemas.Job) (*schemas.PlanRecord, error) {
+	if res != nil && res.Plan != nil {
+		return res.Plan, nil
+	}
+	recs, err := reconciler.SavedPlanRecords(job.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("read the saved plan's record: %w", err)
+	}
+	for i := range recs {
+		if recs[i].Job == job.ID || (job.Plan != nil && recs[i].Hash == job.Plan.Keep) {
+			return &recs[i], nil
+		}
+	}
+	return nil, errors.New("the plan job returned no plan record")
+}
+
+// setPlan sets a component's waiting plan. Callers hold the lock.
+func (p *pass) setPlan(name string, rec *schemas.PlanRecord) {
+	cs := p.rec.Status.Components[name]
+	if !planEqual(cs.Plan, rec) {
+		p.rec.dirty = true
+		if rec != nil && rec.Needs != "" && (cs.Plan == nil || cs.Plan.Hash != rec.Hash) {
+			p.note("plan %s of %s waits for approval: %s", rec.Hash, name, rec.Needs)
+		}
+	}
+	cs.Plan = rec
+	p.rec.Status.Components[name] = cs
+}
+
+func planEqual(a, b *schemas.PlanRecord) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Hash == b.Hash && a.Spec == b.Spec && a.Needs == b.Needs && a.Rejected == b.Rejected && slices.Equal(a.Refused, b.Refused)
+}
+
+func clonePlan(r *schemas.PlanRecord) *schemas.PlanRecord {
+	c := *r
+	c.Refused = slices.Clone(r.Refused)
+	return &c
+}
+
+// awaiting is the install's phase after the jobs: AwaitingApproval when
+// a component waits for approval and every other one is applied, and the
+// status says the change is deferred (reason approval), not failed; once
+// nothing waits, that deferral ends.
+func (p *pass) awaiting(phase string) string {
+	st := &p.rec.Status
+	var waiting []string
+	other := false
+	for name, cs := range st.Components {
+		switch cs.Phase {
+		case schemas.PhaseAwaitingApproval:
+			waiting = append(waiting, name+" (plan "+shortPlan(cs.Plan)+")")
+		case schemas.PhaseApplied:
+		default:
+			other = true
+		}
+	}
+	if len(waiting) == 0 || other || phase == schemas.InstallReady {
+		if st.Deferred != nil && st.Deferred.Reason == schemas.DeferredApproval {
+			st.Deferred = nil
+			p.rec.dirty = true
+		}
+		return phase
+	}
+	slices.Sort(waiting)
+	want := &schemas.Deferred{
+		Reason:  schemas.DeferredApproval,
+		Message: bound("waiting for a signed approval of "+strings.Join(waiting, ", "), maxDeferredMessage),
+		Since:   p.agent.cfg.Now().UTC().Truncate(time.Second),
+		Commit:  st.Desired,
+	}
+	if st.Deferred != nil && st.Deferred.Reason == want.Reason {
+		want.Since = st.Deferred.Since
+	}
+	if !st.Deferred.Equal(want) {
+		st.Deferred = want
+		p.rec.dirty = true
+	}
+	return schemas.InstallAwaitingApproval
+}
+
+func shortPlan(r *schemas.PlanRecord) string {
+	if r == nil {
+		return "?"
+	}
+	return strings.TrimPrefix(r.Hash, "sha256:")[:12]
+}
