@@ -148,7 +148,8 @@ func (tn *tenant) renderMain() *renderer.Result {
 		prev.Installs[strings.TrimPrefix(n.String(), schemas.InstallRefPrefix)] = h
 	}
 	reqs, _ := repo.Ref(plumbing.ReferenceName(requests.Ref))
-	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now, Requests: reqs})
+	approvals, _ := repo.Ref(plumbing.ReferenceName(schemas.ApprovalsRef))
+	res, err := renderer.Render(context.Background(), repo.Storer(), source, prev, renderer.Options{Signer: tn.render, Now: tn.now, Requests: reqs, Approvals: approvals})
 	if err != nil {
 		tn.t.Fatal(err)
 	}
