@@ -279,3 +279,20 @@ func (as *Approvers) Judge(approvals []schemas.SignedApproval, t Target, now tim
 func refusal(a *schemas.Approval, err error) string {
 	return fmt.Sprintf("%s by %s for %s: %v", a.Decision, a.Approver, a.Plan, err)
 }
+
+// Name is the name trust/approvals gives key, if it lists it (and it is
+// not a render or request key).
+func (as *Approvers) Name(key ssh.PublicKey) (string, bool) {
+	if as == nil {
+		return "", false
+	}
+	if _, ok := as.excluded[ssh.FingerprintSHA256(key)]; ok {
+		return "", false
+	}
+	for _, k := range as.keys {
+		if bytes.Equal(k.key.Marshal(), key.Marshal()) {
+			return k.name, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/policy"
+	"nuon.dev/nuon/schemas"
+)
+
+// approveRepo is a tenant repository whose main lists the fixture
+// approver in trust/approvals and whose acme status has db's plan waiting.
+func approveRepo(t *testing.T, plan string) string {
+	t.Helper()
+	srv := gittest.NewServer(t)
+	bare := srv.InitBare(t, "tenant.git")
+	src := t.TempDir()
+	trust, err := os.ReadFile("../../fixtures/tenant/trust/approvals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(src, "trust", "approvals"), trust)
+	gittest.CommitDir(t, bare, "main", src, "main")
+	st := schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: "acme", Phase: schemas.InstallAwaitingApproval,
+		Components: map[string]schemas.ComponentStatus{"db": {Phase: schemas.PhaseAwaitingApproval, Plan: &schemas.PlanRecord{
+			Component: "db", Hash: plan, Needs: "replace requires approval", Diff: "-/+ terraform_data.db",
+			Summary: schemas.PlanSummary{Replace: []string{"terraform_data.db"}, Counts: map[string]int{schemas.ChangeReplace: 1}},
+		}}}}
+	data, _ := json.Marshal(st)
+	status := t.TempDir()
+	writeTestFile(t, filepath.Join(status, schemas.StatusFile), data)
+	gittest.CommitDir(t, bare, "nuon/status/acme", status, "status")
+	return bare
+}
+
+func writeTestFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runApprove(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRoot(&out, &errOut)
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	err := root.ExecuteContext(context.Background())
+	return out.String() + errOut.String(), err
+}
+
+func TestApproveFilesASignedApproval(t *testing.T) {
+	plan := "sha256:" + strings.Repeat("3f", 32)
+	bare := approveRepo(t, plan)
+	keys := "../../fixtures/keys/"
+	out, err := runApprove(t, "approvals", "--repo", bare, "--diff")
+	if err != nil || !strings.Contains(out, plan) || !strings.Contains(out, "1 replace") || !strings.Contains(out, "-/+ terraform_data.db") {
+		t.Fatalf("nuon approvals: %v\n%s", err, out)
+	}
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"another plan", []string{"approve", "acme", "db", "--plan", "sha256:" + strings.Repeat("00", 32), "--key", keys + "approver"}, "is not the one acme/db waits with"},
+		{"no plan waits", []string{"approve", "acme", "api", "--plan", plan, "--key", keys + "approver"}, "no plan of acme/api waits"},
+		{"a request key", []string{"approve", "acme", "db", "--plan", plan, "--key", keys + "operator"}, "is not in trust/approvals on main"},
+		{"not a hash", []string{"approve", "acme", "db", "--plan", "3f3f", "--key", keys + "approver"}, "is not a plan hash"},
+		{"forever", []string{"approve", "acme", "db", "--plan", plan, "--key", keys + "approver", "--expires", "9000h"}, "at most 168h"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runApprove(t, append(tt.args, "--repo", bare)...)
+			if err == nil || !strings.Contains(err.Error()+out, tt.want) {
+				t.Errorf("error %v, want %q\n%s", err, tt.want, out)
+			}
+		})
+	}
+	if got := gittest.Git(t, bare, "for-each-ref", schemas.ApprovalsRef); got != "" {
+		t.Fatalf("refused approvals were filed: %s", got)
+	}
+
+	out, err = runApprove(t, "approve", "acme", "db", "--plan", plan, "--key", keys+"approver", "--repo", bare, "--reason", "CAB-7", "-o", "json")
+	if err != nil {
+		t.Fatalf("nuon approve: %v\n%s", err, out)
+	}
+	var a schemas.Approval
+	if err := json.Unmarshal([]byte(out), &a); err != nil || a.Approver != "release-manager" || a.Plan != plan {
+		t.Fatalf("approve -o json: %v %+v", err, a)
+	}
+	path := schemas.ApprovalPath(&a)
+	file := gittest.Git(t, bare, "show", schemas.ApprovalsRef+":"+path)
+	var s schemas.SignedApproval
+	if err := json.Unmarshal([]byte(file), &s); err != nil {
+		t.Fatal(err)
+	}
+	as, err := policy.ParseApprovers("trust/approvals", []byte(gittest.Git(t, bare, "show", "main:trust/approvals")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := as.Judge([]schemas.SignedApproval{s}, policy.Target{Install: "acme", Component: "db", Plan: plan}, time.Now())
+	if !v.Approved || len(v.Refused) > 0 {
+		t.Errorf("the filed approval does not approve the plan: %+v", v)
+	}
+	// The commit itself is signed by the approver too: git history says who.
+	signer, err := signature.LoadSigner(keys + "approver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := filepath.Join(t.TempDir(), "allowed")
+	writeTestFile(t, allowed, []byte("release-manager "+signer.AuthorizedKey()+"\n"))
+	gittest.Git(t, bare, "-c", "gpg.format=ssh", "-c", "gpg.ssh.allowedSignersFile="+allowed, "verify-commit", schemas.ApprovalsRef)
+
+	if out, err := runApprove(t, "reject", "acme", "db", "--plan", plan, "--key", keys+"approver", "--repo", bare); err != nil || !strings.Contains(out, "rejected acme/db") {
+		t.Fatalf("nuon reject: %v\n%s", err, out)
+	}
+	files := gittest.Git(t, bare, "ls-tree", "-r", "--name-only", schemas.ApprovalsRef)
+	if strings.Count(files, "\n") != 1 || !strings.Contains(files, "-approve.json") || !strings.Contains(files, "-reject.json") {
+		t.Errorf("approvals tree after a reject:\n%s", files)
+	}
+}
