@@ -127,3 +127,54 @@ func (r *renderRun) approvalTrust() (*policy.Approvers, error) {
 	}
 	return policy.ParseApprovers(schemas.ApproversPath, data)
 }
+
+// PoliciesDir is the folder of Rego policies on plans on main, rendered as
+// they are into every install's state (policies/<name>.rego).
+const PoliciesDir = "policies"
+
+// maxPolicies bounds the policy files rendered.
+const maxPolicies = 100
+
+// loadPolicies reads policies/*.rego from the source commit, checks them
+// with Options.CheckPolicies (a policy that does not compile fails the
+// render at its file and line) and keeps them for every install's state,
+// signed with it: the agent evaluates them on its plans.
+func (r *renderRun) loadPolicies(context.Context) error {
+	c, err := gitobj.ReadCommit(r.st, r.source)
+	if err != nil {
+		return err
+	}
+	tree, err := gitobj.ReadTree(r.st, c.TreeHash)
+	if err != nil {
+		return err
+	}
+	e, err := tree.FindEntry(PoliciesDir)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	files, err := gitobj.ReadFiles(r.st, e.Hash, 64<<10)
+	if err != nil {
+		return fmt.Errorf("%s on main: %w", PoliciesDir, err)
+	}
+	policies := map[string]string{}
+	for name, data := range files {
+		if !strings.HasSuffix(name, ".rego") || strings.Contains(name, "/") {
+			r.result.Warnings = append(r.result.Warnings, fmt.Sprintf("%s/%s: not a policy (policies/<name>.rego); not rendered", PoliciesDir, name))
+			continue
+		}
+		policies[PoliciesDir+"/"+name] = string(data)
+	}
+	if len(policies) > maxPolicies {
+		return schemas.Problems{{File: PoliciesDir, Message: fmt.Sprintf("%d policies, more than %d", len(policies), maxPolicies)}}
+	}
+	if r.opts.CheckPolicies != nil {
+		if err := r.opts.CheckPolicies(policies); err != nil {
+			return err
+		}
+	}
+	r.policies = policies
+	return nil
+}

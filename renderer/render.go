@@ -61,6 +61,11 @@ type Options struct {
 	// signed by a key trust/approvals on main lists go into its rendered
 	// state (installs/<id>/approvals.json). Zero: no approvals.
 	Approvals plumbing.Hash
+	// CheckPolicies compiles policies/*.rego on main (by path) and
+	// returns schemas.Problems for what does not compile; the renderer
+	// itself links no policy engine. Nil: policies are rendered unchecked
+	// (the agent blocks the changes of a policy it cannot compile).
+	CheckPolicies func(files map[string]string) error
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
@@ -304,6 +309,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		r.loadSource,
 		r.loadRequests,
 		r.loadApprovals,
+		r.loadPolicies,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -374,6 +380,9 @@ type renderRun struct {
 	requests map[string][]byte
 	// approvals are the installs' approvals.json, by install id.
 	approvals map[string][]byte
+	// policies are the Rego policies on plans, by their path in an
+	// install's tree.
+	policies map[string]string
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
@@ -661,6 +670,9 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	if data, ok := r.approvals[id]; ok {
 		files[schemas.ApprovalsFile] = data
 	}
+	for name, src := range r.policies {
+		files[name] = []byte(src)
+	}
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
@@ -785,17 +797,19 @@ func orNone(h plumbing.Hash) string {
 // writeFiles adds an install's blobs and trees to b and returns the
 // install's tree.
 func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
-	var top, comps []gitobj.Entry
+	// Files sit at the top or one folder down (components/, policies/).
+	var top []gitobj.Entry
+	dirs := map[string][]gitobj.Entry{}
 	for name, data := range files {
 		h := b.Add(plumbing.BlobObject, data)
-		if rest, ok := strings.CutPrefix(name, schemas.ComponentsDir+"/"); ok {
-			comps = append(comps, gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
+		if dir, rest, ok := strings.Cut(name, "/"); ok {
+			dirs[dir] = append(dirs[dir], gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
 			continue
 		}
 		top = append(top, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
 	}
-	if len(comps) > 0 {
-		top = append(top, gitobj.Entry{Name: schemas.ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
+	for dir, entries := range dirs {
+		top = append(top, gitobj.Entry{Name: dir, Mode: filemode.Dir, Hash: b.Tree(entries)})
 	}
 	return b.Tree(top)
 }

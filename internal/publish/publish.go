@@ -11,6 +11,7 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/policy/plans"
 	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
@@ -85,14 +86,16 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	}
 	defer objs.Close()
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
-		Objects:     objs,
-		Requests:    reqs,
-		Approvals:   approvals,
-		Signer:      signer,
-		Now:         opts.Now,
-		MaxFileSize: opts.MaxFileSize,
-		Cache:       opts.Cache,
-		Diff:        opts.DryRun,
+		Objects:   objs,
+		Requests:  reqs,
+		Approvals: approvals,
+		// Policies that do not compile fail the render at their line.
+		CheckPolicies: plans.Check,
+		Signer:        signer,
+		Now:           opts.Now,
+		MaxFileSize:   opts.MaxFileSize,
+		Cache:         opts.Cache,
+		Diff:          opts.DryRun,
 	})
 	if err != nil || opts.DryRun {
 		return res, err
