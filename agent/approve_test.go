@@ -44,7 +44,7 @@ type approvalApp struct {
 	clk       *clock
 }
 
-func newApprovalApp(t *testing.T) *approvalApp {
+func newApprovalApp(t *testing.T, policies ...string) *approvalApp {
 	t.Helper()
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
@@ -66,6 +66,9 @@ components:
 	tn.write("releases/db.yaml", "component: db\nversions:\n  - version: 1.0.0\n    artifacts: {module: {digest: "+digests["db"]+"}}\n")
 	tn.write("channels/stable.yaml", "components: {db: 1.0.0}\n")
 	tn.write("trust/approvals", readFile(t, "../fixtures/tenant/trust/approvals"))
+	for i, p := range policies {
+		tn.write("policies/p"+string(rune('a'+i))+".rego", p)
+	}
 	setSize(tn, "small")
 	tn.commit("db with approvals")
 	tn.renderMain()
@@ -245,5 +248,62 @@ func TestApprovalByHash(t *testing.T) {
 	msg := tn.git("log", "-1", "--format=%B", schemas.StatusRef("acme"))
 	if !strings.Contains(msg, "applied plan "+plan.Hash+" of db (approved by release-manager)") {
 		t.Errorf("the status commit does not say who approved what:\n%s", msg)
+	}
+}
+
+// TestApprovalPolicy: the plan policies shipped in the desired state judge
+// the saved plan in the install. A warn makes a create (auto-approved by
+// the rules) wait for approval; a deny blocks a replace, whoever approves
+// it, with the policy's message in the status; nothing is applied.
+func TestApprovalPolicy(t *testing.T) {
+	app := newApprovalApp(t, `package t
+
+import rego.v1
+
+deny contains msg if {
+	some rc in input.plan.resource_changes
+	rc.type == "terraform_data"
+	"delete" in rc.change.actions
+	msg := sprintf("%s: %s would be destroyed", [input.component, rc.address])
+}
+
+warn contains msg if {
+	some rc in input.plan.resource_changes
+	"create" in rc.change.actions
+	rc.change.after.input == "small"
+	msg := sprintf("%s: a small database", [input.component])
+}
+`)
+	tn, ia := app.tn, app.ia
+	rep := ia.reconcile(t)
+	st := serverStatus(t, tn)
+	cs := st.Components["db"]
+	if got := jobKinds(rep); !slices.Equal(got, []string{schemas.PlanRecordMode}) || cs.Phase != schemas.PhaseAwaitingApproval ||
+		!slices.Equal(cs.Plan.Warnings, []string{"db: a small database"}) || !strings.Contains(cs.Plan.Needs, "policy warns: db: a small database") {
+		t.Fatalf("warned create: jobs %v, %s, plan %+v", got, cs.Phase, cs.Plan)
+	}
+	app.file(t, "approver", schemas.Approval{Plan: cs.Plan.Hash})
+	if rep := ia.reconcile(t); !slices.Equal(jobKinds(rep), []string{schemas.PlanApplyMode}) || rep.Status.Components["db"].Outputs["size"] != "small" {
+		t.Fatalf("approved create: jobs %v, %+v", jobKinds(rep), rep.Status.Components["db"])
+	}
+
+	setSize(tn, "large")
+	tn.commit("acme: db large")
+	tn.renderMain()
+	rep = ia.reconcile(t)
+	st = serverStatus(t, tn)
+	cs = st.Components["db"]
+	if got := jobKinds(rep); !slices.Equal(got, []string{schemas.PlanRecordMode}) || cs.Phase != schemas.PhaseRejected ||
+		!slices.Equal(cs.Plan.Denied, []string{"db: terraform_data.db would be destroyed"}) || !strings.Contains(cs.Error, "denied by policy") {
+		t.Fatalf("denied replace: jobs %v, %s %q, plan %+v", got, cs.Phase, cs.Error, cs.Plan)
+	}
+	// An approval of the denied plan changes nothing.
+	app.file(t, "approver", schemas.Approval{Plan: cs.Plan.Hash})
+	rep = ia.reconcile(t)
+	if got := jobKinds(rep); len(got) != 0 && !slices.Equal(got, []string{schemas.PlanRecordMode}) {
+		t.Fatalf("approval of a denied plan ran %v", got)
+	}
+	if cs := serverStatus(t, tn).Components["db"]; cs.Phase != schemas.PhaseRejected || cs.Outputs["size"] != "small" {
+		t.Fatalf("after approving a denied plan: %s %v", cs.Phase, cs.Outputs)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -62,6 +63,8 @@ type Desired struct {
 	// Approvals are the install's signed approvals of saved plans
 	// (schemas.ApprovalsFile), each still to be verified (package policy).
 	Approvals []schemas.SignedApproval
+	// Policies are the Rego policies on plans (policies/*.rego), by path.
+	Policies map[string]string
 }
 
 // Expired reports whether d is past its expiry at now.
@@ -175,6 +178,14 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 			return nil, refuse(commit, err, "%s: %v", schemas.ApprovalsFile, err)
 		}
 		d.Approvals = ia.Approvals
+	}
+	for name, data := range files {
+		if strings.HasPrefix(name, "policies/") && strings.HasSuffix(name, ".rego") {
+			if d.Policies == nil {
+				d.Policies = map[string]string{}
+			}
+			d.Policies[name] = string(data)
+		}
 	}
 	for _, cs := range d.Components {
 		for _, dep := range cs.DependsOn {

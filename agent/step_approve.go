@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"nuon.dev/nuon/policy"
+	"nuon.dev/nuon/policy/plans"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -68,6 +70,25 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 	}
 	rec = clonePlan(rec)
 	needs, why := spec.Approval.Needs(rec.Summary)
+	j, err := p.judgePlan(ctx, spec, rec)
+	rec.Denied, rec.Warnings = j.Deny, j.Warn
+	if err != nil || len(j.Deny) > 0 {
+		msg := "denied by policy: " + strings.Join(j.Deny, "; ")
+		if err != nil {
+			// A policy that cannot be evaluated blocks, never lets through.
+			msg = "blocked: " + err.Error()
+			rec.Denied = []string{bound(err.Error(), maxDeferredMessage)}
+		}
+		mu.Lock()
+		p.setPlan(name, rec)
+		p.setPhase(name, schemas.PhaseRejected, bound(fmt.Sprintf("plan %s %s", rec.Hash, msg), maxDeferredMessage))
+		mu.Unlock()
+		log.Warn("plan blocked by policy", "plan", rec.Hash, "reason", msg)
+		return
+	}
+	if len(j.Warn) > 0 && !needs {
+		needs, why = true, "policy warns: "+strings.Join(j.Warn, "; ")
+	}
 	approvedBy := "auto-approved"
 	if needs {
 		v := a.cfg.Approvers.Judge(p.desired.Approvals, policy.Target{
@@ -220,4 +241,28 @@ func shortPlan(r *schemas.PlanRecord) string {
 		return "?"
 	}
 	return strings.TrimPrefix(r.Hash, "sha256:")[:12]
+}
+
+// judgePlan evaluates the desired state's plan policies on the saved plan
+// (its JSON form in the component's state directory), within their time
+// bound. No policies: nothing to say.
+func (p *pass) judgePlan(ctx context.Context, spec *schemas.ComponentState, rec *schemas.PlanRecord) (plans.Judgement, error) {
+	if len(p.desired.Policies) == 0 {
+		return plans.Judgement{}, nil
+	}
+	set, err := plans.Compile(p.desired.Policies)
+	if err != nil {
+		return plans.Judgement{}, err
+	}
+	dir := filepath.Join(p.agent.cfg.Workdir, "components", spec.Name)
+	if spec.Name == schemas.SandboxComponent && p.agent.cfg.SandboxDir != "" {
+		dir = p.agent.cfg.SandboxDir // as newJob
+	}
+	plan, err := reconciler.SavedPlanJSON(dir, rec.Hash)
+	if err != nil {
+		return plans.Judgement{}, fmt.Errorf("read the plan for its policies: %w", err)
+	}
+	return set.Evaluate(ctx, map[string]any{
+		"install": p.agent.cfg.Install, "component": spec.Name, "type": spec.Type, "plan": plan,
+	})
 }

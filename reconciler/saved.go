@@ -15,6 +15,27 @@ import (
 // plan, HEX.tfplan (or the plugin's own form) and HEX.json, a SavedPlan.
 const PlansDir = "plans"
 
+// PlanJSONExt ends the name of a saved plan's JSON form (HEX.plan.json):
+// what the agent's policies read. It holds variable values, secrets
+// included, and never leaves the install.
+const PlanJSONExt = ".plan.json"
+
+// SavedPlanJSON reads the JSON form of the saved plan hash in stateDir.
+func SavedPlanJSON(stateDir, hash string) (map[string]any, error) {
+	if !schemas.ValidPlanHash(hash) {
+		return nil, fmt.Errorf("%q is not a plan hash", hash)
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, PlansDir, strings.TrimPrefix(hash, "sha256:")+PlanJSONExt))
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("saved plan %s: %w", hash, err)
+	}
+	return m, nil
+}
+
 // SavedPlan is the HEX.json a plugin writes beside a saved plan.
 type SavedPlan struct {
 	Record schemas.PlanRecord `json:"record"`
@@ -51,6 +72,9 @@ func SavedPlanRecords(stateDir string) ([]schemas.PlanRecord, error) {
 	}
 	var out []schemas.PlanRecord
 	for _, f := range files {
+		if strings.HasSuffix(f, PlanJSONExt) {
+			continue
+		}
 		rec, err := SavedPlanRecord(stateDir, "sha256:"+strings.TrimSuffix(filepath.Base(f), ".json"))
 		if err != nil {
 			return nil, err

@@ -167,6 +167,12 @@ type PlanRecord struct {
 	Refused []string `json:"refused,omitempty"`
 	// Rejected names the approver who rejected this plan.
 	Rejected string `json:"rejected,omitempty"`
+	// Denied are the messages of the plan policies' deny rules: the plan
+	// is blocked, whoever approves it.
+	Denied []string `json:"denied,omitempty"`
+	// Warnings are the messages of their warn rules: the plan needs an
+	// approval even where its kinds of change would not.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // MaxRefusals bounds PlanRecord.Refused.

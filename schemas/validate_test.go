@@ -131,7 +131,8 @@ func samples() map[string]any {
 	plan := &PlanRecord{Component: "api", Hash: planHash, Spec: "sha256:" + strings.Repeat("a", 64), Job: "api-update-7", Size: 2048,
 		Summary: PlanSummary{Create: []string{"random_pet.a"}, Update: []string{"local_file.b"}, Delete: []string{"local_file.c"},
 			Replace: []string{"random_id.d"}, Truncated: 3, Counts: map[string]int{ChangeCreate: 1}},
-		Diff: "- a\n+ b", DiffTruncated: true, Needs: "delete requires approval", Refused: []string{"alice: expired"}, Rejected: "bob"}
+		Diff: "- a\n+ b", DiffTruncated: true, Needs: "delete requires approval", Refused: []string{"alice: expired"}, Rejected: "bob",
+		Denied: []string{"db would be destroyed"}, Warnings: []string{"a file would be destroyed"}}
 	return map[string]any{
 		SchemaInstallState: InstallState{
 			APIVersion: APIVersion, Kind: KindInstallState, Install: "acme", App: "shop", Channel: "stable",

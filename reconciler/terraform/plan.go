@@ -138,6 +138,16 @@ func (r *run) record(ctx context.Context) (*schemas.PlanRecord, error) {
 	if err := atomicfile.Write(r.savedFile(h, ".tfplan"), data, 0o600); err != nil {
 		return nil, err
 	}
+	// The plan as JSON, for the agent's policies: it holds the values
+	// of variables, secrets included, so it stays in the install, owner
+	// only, like the state.
+	planJSON, err := json.Marshal(plan)
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(r.savedFile(h, reconciler.PlanJSONExt), planJSON, 0o600); err != nil {
+		return nil, err
+	}
 	if err := atomicfile.WriteJSON(r.savedFile(h, ".json"), savedPlan{Record: *rec, Content: content}); err != nil {
 		return nil, err
 	}
@@ -167,7 +177,7 @@ func (r *run) prune(keep string) {
 	entries, _ := os.ReadDir(r.plansPath())
 	stem := strings.TrimPrefix(keep, "sha256:")
 	for _, e := range entries {
-		if strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".tfplan"), ".json") == stem {
+		if s, _, _ := strings.Cut(e.Name(), "."); s == stem {
 			continue
 		}
 		if err := os.Remove(filepath.Join(r.plansPath(), e.Name())); err != nil {
