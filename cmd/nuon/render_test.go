@@ -181,7 +181,7 @@ func TestRenderIntoBareRepository(t *testing.T) {
 		if f := strings.Fields(folder); len(f) < 3 || f[1] != "tree" || f[2] != own {
 			t.Errorf("%s: rendered tree entry %q, own tree %s", id, folder, own)
 		}
-		if got := gittest.Git(t, rt.dir, "ls-tree", "--name-only", ref); got != "components\ninstall.json" {
+		if got := gittest.Git(t, rt.dir, "ls-tree", "--name-only", ref); got != "components\ninstall.json\npolicies" {
 			t.Errorf("%s holds %q", ref, got)
 		}
 		state := gittest.Git(t, rt.dir, "cat-file", "blob", ref+":"+schemas.InstallStateFile)
