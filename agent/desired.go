@@ -174,6 +174,9 @@ func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string,
 	}
 	if data, ok := files[schemas.ApprovalsFile]; ok {
 		var ia schemas.InstallApprovals
+		if err := schemas.ValidateJSON(schemas.SchemaInstallApprovals, data); err != nil {
+			return nil, refuse(commit, err, "%s: %v", schemas.ApprovalsFile, err)
+		}
 		if err := decodeStrict(data, &ia); err != nil {
 			return nil, refuse(commit, err, "%s: %v", schemas.ApprovalsFile, err)
 		}

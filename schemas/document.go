@@ -41,6 +41,8 @@ const (
 	SchemaTrustRoot       = "trust-root.schema.json"
 	SchemaApproval        = "approval.schema.json"
 	SchemaApprovers       = "approvers.schema.json"
+	// SchemaInstallApprovals is installs/<id>/approvals.json.
+	SchemaInstallApprovals = "install-approvals.schema.json"
 )
 
 const schemaBase = "https://nuon.dev/schemas/"

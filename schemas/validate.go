@@ -20,21 +20,22 @@ import (
 
 // goTypes makes a value of the Go type of each schema's files.
 var goTypes = map[string]func() any{
-	SchemaApp:             func() any { return new(App) },
-	SchemaChannel:         func() any { return new(Channel) },
-	SchemaRelease:         func() any { return new(Release) },
-	SchemaInstall:         func() any { return new(Install) },
-	SchemaInstallState:    func() any { return new(InstallState) },
-	SchemaComponentState:  func() any { return new(ComponentState) },
-	SchemaJob:             func() any { return new(Job) },
-	SchemaJobResult:       func() any { return new(JobResult) },
-	SchemaStatus:          func() any { return new(Status) },
-	SchemaRequest:         func() any { return new(Request) },
-	SchemaInstallRequests: func() any { return new(InstallRequests) },
-	SchemaCustomerPolicy:  func() any { return new(CustomerPolicy) },
-	SchemaTrustRoot:       func() any { return new(TrustRootFile) },
-	SchemaApproval:        func() any { return new(Approval) },
-	SchemaApprovers:       func() any { return new(Approvers) },
+	SchemaApp:              func() any { return new(App) },
+	SchemaChannel:          func() any { return new(Channel) },
+	SchemaRelease:          func() any { return new(Release) },
+	SchemaInstall:          func() any { return new(Install) },
+	SchemaInstallState:     func() any { return new(InstallState) },
+	SchemaComponentState:   func() any { return new(ComponentState) },
+	SchemaJob:              func() any { return new(Job) },
+	SchemaJobResult:        func() any { return new(JobResult) },
+	SchemaStatus:           func() any { return new(Status) },
+	SchemaRequest:          func() any { return new(Request) },
+	SchemaInstallRequests:  func() any { return new(InstallRequests) },
+	SchemaCustomerPolicy:   func() any { return new(CustomerPolicy) },
+	SchemaTrustRoot:        func() any { return new(TrustRootFile) },
+	SchemaApproval:         func() any { return new(Approval) },
+	SchemaApprovers:        func() any { return new(Approvers) },
+	SchemaInstallApprovals: func() any { return new(InstallApprovals) },
 }
 
 // ValidateJSON checks a JSON document against one of the embedded schemas

@@ -146,6 +146,8 @@ func samples() map[string]any {
 			Drift:    &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
 			Approval: approval,
 		},
+		SchemaInstallApprovals: InstallApprovals{APIVersion: APIVersion, Kind: KindInstallApprovals,
+			Approvals: []SignedApproval{{File: "{}", Signature: "-----BEGIN SSH SIGNATURE-----"}}},
 		SchemaApprovers: Approvers{
 			APIVersion: APIVersion, Kind: KindApprovers, Threshold: 1,
 			Scope: &TrustScope{InstallLabels: map[string]string{"ring": "1"}, Channels: []string{"stable"}, RequestKinds: []string{"logs"}},
