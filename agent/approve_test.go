@@ -236,8 +236,19 @@ func TestApprovalByHash(t *testing.T) {
 		t.Fatalf("an expired approval ran jobs %v", got)
 	}
 
+	began := time.Now()
 	app.file(t, "approver", schemas.Approval{Plan: plan.Hash, Reason: "reviewed the replace"})
+	filed := time.Now()
 	rep = ia.reconcile(t)
+	// The figures of the "from nuon approve to the apply": filing
+	// and rendering, then the agent's pass (fetch, verify, judge, apply).
+	approvals := tn.git("show", schemas.InstallRef("acme")+":"+schemas.ApprovalsFile)
+	var inTree schemas.InstallApprovals
+	if err := json.Unmarshal([]byte(approvals), &inTree); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("approve→render %s, render→applied %s (pass incl. terraform apply), approvals.json %d bytes for %d approvals",
+		filed.Sub(began).Round(time.Millisecond), time.Since(filed).Round(time.Millisecond), len(approvals), len(inTree.Approvals))
 	st = serverStatus(t, tn)
 	if got := jobKinds(rep); !slices.Equal(got, []string{schemas.PlanApplyMode}) || rep.Jobs[0].Plan.Hash != plan.Hash {
 		t.Fatalf("approved: jobs %v, want one apply of %s (no re-plan)", got, plan.Hash)
@@ -305,5 +316,25 @@ warn contains msg if {
 	}
 	if cs := serverStatus(t, tn).Components["db"]; cs.Phase != schemas.PhaseRejected || cs.Outputs["size"] != "small" {
 		t.Fatalf("after approving a denied plan: %s %v", cs.Phase, cs.Outputs)
+	}
+}
+
+// TestApprovalRejected: a rejection of the waiting plan wins over an
+// approval of it; nothing is applied and the status names who rejected.
+func TestApprovalRejected(t *testing.T) {
+	app := newApprovalApp(t)
+	tn, ia := app.tn, app.ia
+	ia.reconcile(t)
+	setSize(tn, "large")
+	tn.commit("acme: db large")
+	tn.renderMain()
+	ia.reconcile(t)
+	plan := serverStatus(t, tn).Components["db"].Plan
+	app.file(t, "approver", schemas.Approval{Plan: plan.Hash, Decision: schemas.DecisionReject, Reason: "not during the sale"})
+	app.file(t, "approver", schemas.Approval{Plan: plan.Hash})
+	rep := ia.reconcile(t)
+	cs := serverStatus(t, tn).Components["db"]
+	if got := jobKinds(rep); len(got) != 0 || cs.Phase != schemas.PhaseRejected || cs.Plan.Rejected != "release-manager" || cs.Outputs["size"] != "small" {
+		t.Fatalf("rejected plan: jobs %v, %s %q, plan %+v, outputs %v", got, cs.Phase, cs.Error, cs.Plan, cs.Outputs)
 	}
 }
