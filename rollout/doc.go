@@ -2,12 +2,12 @@
 // channel's installs: in ordered waves, each given the change only when
 // the waves before it have proven it healthy.
 //
-// Today the package declares and assigns waves; `nuon render --dry-run`
-// shows them. Nothing holds an install back yet: the rollout controller
-// (run by the tenant server, deciding from installs' signed status and
-// recording each decision as a signed commit on a rollout ref) enforces
-// them, and it is not yet built. Until then every install of a channel
-// takes a change at once, with or without a rollout.
+// The package declares and assigns waves (`nuon render --dry-run` shows
+// them), and decides (Decide) from installs' signed status when the next
+// wave opens, halts or rolls back. The tenant server runs the decisions
+// (server/rollout.go) and records each as a signed commit on the
+// channel's rollout ref; the renderer gives each install the pins that
+// ref says (renderer/rollout.go).
 //
 // # The policy
 //
