@@ -251,4 +251,3 @@ func sortedValues(m map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
-
