@@ -134,14 +134,17 @@ func (r *rollouts) statusChanged(install string) {
 func (r *rollouts) run(ctx context.Context) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
+	var tick bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			tick = true
 		case <-r.kick:
+			tick = false
 		}
-		if _, err := r.evaluate(ctx); err != nil && ctx.Err() == nil {
+		if _, err := r.evaluate(ctx, tick); err != nil && ctx.Err() == nil {
 			r.s.log.Error("rollout controller", "error", err)
 		}
 	}
@@ -151,7 +154,7 @@ func (r *rollouts) run(ctx context.Context) {
 // returns the decisions it wrote: what the controller's loop does on a
 // status push or a tick, for tests and tools.
 func (s *Server) EvaluateRollouts(ctx context.Context) ([]*schemas.RolloutState, error) {
-	return s.rollouts.evaluate(ctx)
+	return s.rollouts.evaluate(ctx, true)
 }
 
 // RolloutStates returns each channel's rollout state as the controller
@@ -190,13 +193,29 @@ type RolloutView struct {
 
 // evaluate is one evaluation: read main again if it moved, read the
 // statuses that changed, decide every channel, write the decisions, and
-// render again if any moved an install.
-func (r *rollouts) evaluate(ctx context.Context) ([]*schemas.RolloutState, error) {
+// render again if any moved an install. Woken by status pushes (tick
+// false), it does nothing more when none of the installs pushed is in an
+// open wave: a push of an install outside every open wave costs a map
+// lookup, and a pin change on main is seen at the next tick.
+func (r *rollouts) evaluate(ctx context.Context, tick bool) ([]*schemas.RolloutState, error) {
 	if r.s.cfg.RenderKey == nil || r.s.writer != nil {
 		return nil, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.pendMu.Lock()
+	pending := r.pending
+	r.pending = map[string]bool{}
+	r.pendMu.Unlock()
+	var changed []string
+	for id := range pending {
+		if ch, ok := r.of[id]; ok && r.open(r.channels[ch], id) {
+			changed = append(changed, id)
+		}
+	}
+	if !tick && len(changed) == 0 && !r.main.IsZero() {
+		return nil, nil
+	}
 	start := time.Now()
 	defer func() { r.evaluations.Observe(time.Since(start).Seconds()) }()
 	repo, err := gitrepo.Open(r.s.cfg.Dir)
@@ -214,14 +233,8 @@ func (r *rollouts) evaluate(ctx context.Context) ([]*schemas.RolloutState, error
 			return nil, err
 		}
 	}
-	r.pendMu.Lock()
-	pending := r.pending
-	r.pending = map[string]bool{}
-	r.pendMu.Unlock()
-	for id := range pending {
-		if ch, ok := r.of[id]; ok && r.open(r.channels[ch], id) {
-			r.readStatus(st, id)
-		}
+	for _, id := range changed {
+		r.readStatus(st, id)
 	}
 	var written []*schemas.RolloutState
 	var moved []string
@@ -258,12 +271,11 @@ func (r *rollouts) evaluate(ctx context.Context) ([]*schemas.RolloutState, error
 		if next.Decision.Kind == schemas.DecisionHalted || next.Decision.Kind == schemas.DecisionRolledBack {
 			r.halts.WithLabelValues(ch).Inc()
 		}
-		// The installs of a wave that opened: their statuses, read once.
+		// The installs of a wave that opened: their statuses, read again
+		// where their status ref moved since they were read.
 		if k := rollout.Opened(next); k > 0 {
 			for _, id := range next.Waves[k-1].Installs {
-				if _, ok := r.statuses[id]; !ok {
-					r.readStatus(st, id)
-				}
+				r.readStatus(st, id)
 			}
 		}
 	}
@@ -344,9 +356,7 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		}
 		if k := rollout.Opened(c.state); k > 0 {
 			for _, id := range c.state.Waves[k-1].Installs {
-				if _, ok := r.statuses[id]; !ok {
-					r.readStatus(st, id)
-				}
+				r.readStatus(st, id)
 			}
 		}
 	}
