@@ -48,9 +48,111 @@ func (r *renderRun) loadRollouts(context.Context) error {
 		r.rollouts[ch] = s
 		r.rolloutWords = append(r.rolloutWords, ch+"="+tip.String())
 	}
-	if r.changed != nil && r.rolloutTrailer() != r.prevRollouts() {
+	if r.changed == nil || r.rolloutTrailer() == r.prevRollouts() {
+		return nil
+	}
+	affected, ok := r.rolloutDelta()
+	if !ok {
 		return r.openSource()
 	}
+	return r.openAlso(affected)
+}
+
+// rolloutDelta returns the installs whose pins differ between the rollout
+// states the previous render read and this render's: the installs of the
+// waves that opened and those rolled back or restored. ok is false when
+// the difference can reach any install of a channel — a rollout that
+// started, finished or was superseded, a state the previous render read
+// that cannot be read again — and every install is rendered.
+func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
+	prev := map[string]plumbing.Hash{}
+	for _, w := range strings.Fields(r.prevRollouts()) {
+		ch, tip, found := strings.Cut(w, "=")
+		if !found || !plumbing.IsHash(tip) {
+			return nil, false
+		}
+		prev[ch] = plumbing.NewHash(tip)
+	}
+	channels := map[string]bool{}
+	for ch := range prev {
+		channels[ch] = true
+	}
+	for ch := range r.rollouts {
+		channels[ch] = true
+	}
+	set := map[string]bool{}
+	for ch := range channels {
+		cur := r.rollouts[ch]
+		tip, had := prev[ch]
+		if cur != nil && had && r.opts.Rollouts[ch] == tip {
+			continue
+		}
+		if cur == nil || !had {
+			return nil, false
+		}
+		old, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
+		if err != nil || !maps.Equal(old.From, cur.From) || !maps.Equal(old.To, cur.To) ||
+			!maps.EqualFunc(old.FromInstalls, cur.FromInstalls, maps.Equal) ||
+			(old.Phase == schemas.RolloutFinished) != (cur.Phase == schemas.RolloutFinished) {
+			return nil, false
+		}
+		for _, s := range []*schemas.RolloutState{old, cur} {
+			for _, w := range s.Waves {
+				for _, id := range w.Installs {
+					if rollout.InOpenWave(old, id) != rollout.InOpenWave(cur, id) {
+						set[id] = true
+					}
+				}
+			}
+			for id := range s.Rollback {
+				if !maps.Equal(old.Rollback[id], cur.Rollback[id]) {
+					set[id] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), true
+}
+
+// openAlso adds installs to an incremental render: the source is opened
+// again with their files beside those of the installs whose file changed.
+// An id main has no file for is left out.
+func (r *renderRun) openAlso(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cur, err := commitTree(r.st, r.source)
+	if err != nil {
+		return err
+	}
+	dir := entryOf(cur, schemas.InstallsDir)
+	if dir.hash.IsZero() {
+		return nil
+	}
+	es, err := parseTree(r.st, dir.hash, maxSourceTree)
+	if err != nil {
+		return err
+	}
+	want := maps.Clone(r.changed)
+	for _, id := range ids {
+		want[id] = true
+	}
+	var only []treeEntry
+	for _, e := range es {
+		if id, ok := strings.CutSuffix(e.name, ".yaml"); ok && want[id] {
+			only = append(only, e)
+			r.changed[id] = true
+		}
+	}
+	fsys, err := sourceFS(r.st, r.source, true, only)
+	if err != nil {
+		return err
+	}
+	fsys.cache = r.opts.Cache
+	if err := r.open(fsys); err != nil {
+		return err
+	}
+	r.ids = slices.Sorted(maps.Keys(r.changed))
 	return nil
 }
 

@@ -180,13 +180,47 @@ func TestRenderRollout(t *testing.T) {
 		t.Errorf("a second render of the same inputs moved %d installs", again.ChangedCount())
 	}
 
+	// The canary passes and the rest opens: initech alone is rendered.
+	passed := *started
+	passed.Waves = slices.Clone(started.Waves)
+	opened := at.Add(2 * time.Hour)
+	passed.Waves[0].Passed, passed.Waves[1].Opened, passed.Waves[1].Installs = &opened, &opened, []string{"initech"}
+	passed.Decision = schemas.RolloutDecision{Kind: schemas.DecisionPassed, Wave: 1, At: opened, By: rollout.By, Reason: "test"}
+	tip := record(t, tn, &passed, server)
+	res = render()
+	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "initech" {
+		t.Errorf("opening wave rest rendered %+v (incremental %v), want initech alone", res.Installs, res.Incremental)
+	}
+	// initech pins its own api: the rollout gives it database only.
+	if v := componentVersion(t, tn, "initech", "database"); v != "1.1.0" {
+		t.Errorf("initech in the opened wave has database %s", v)
+	}
+	if v := componentVersion(t, tn, "initech", "api"); v != "2.4.0" {
+		t.Errorf("initech's own api pin became %s", v)
+	}
+	// Back to the state before, as a rollout ref reset would: initech
+	// goes back too.
+	r := tn.open()
+	ref := plumbing.ReferenceName(schemas.RolloutRef("stable"))
+	startedTip := plumbing.NewHash(gittest.Git(t, tn.dir, "rev-parse", tip.String()+"^"))
+	if err := r.Apply(ctx, []gitrepo.Update{{Name: ref, Old: tip, New: startedTip}}); err != nil {
+		t.Fatal(err)
+	}
+	render()
+	if v := componentVersion(t, tn, "initech", "database"); v != "1.0.0" {
+		t.Errorf("initech after the reset has database %s", v)
+	}
+
 	// The canary fails: rolled back, it gets its old version again.
 	s := *started
 	s.Phase = schemas.RolloutRolledBack
 	s.Rollback = map[string]map[string]string{"acme": started.From}
 	s.Decision = schemas.RolloutDecision{Kind: schemas.DecisionRolledBack, Wave: 1, At: at.Add(time.Hour), By: rollout.By, Reason: "test"}
 	record(t, tn, &s, server)
-	render()
+	res = render()
+	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "acme" || res.Installs[0].Change != renderer.Changed {
+		t.Errorf("a rollback of acme rendered %+v (incremental %v), want acme alone", res.Installs, res.Incremental)
+	}
 	if v := componentVersion(t, tn, "acme", "database"); v != "1.0.0" {
 		t.Errorf("rolled back acme has database %s, want 1.0.0", v)
 	}
@@ -205,7 +239,7 @@ func TestRenderRollout(t *testing.T) {
 	for i := range forged.Waves {
 		forged.Waves[i].Opened, forged.Waves[i].Passed = &at, &at
 	}
-	tip := record(t, tn, &forged, loadSigner(t, "acme"))
+	tip = record(t, tn, &forged, loadSigner(t, "acme"))
 	opts := options(t)
 	opts.Rollouts = map[string]plumbing.Hash{"stable": tip}
 	_, err := renderRepo(ctx, tn.open(), "main", opts)
