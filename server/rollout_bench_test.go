@@ -161,8 +161,9 @@ func (f *rolloutFleet) waitFor(kind string, within time.Duration) (*schemas.Roll
 	}
 }
 
-// desired reads every install ref's commit and its database version.
-func (f *rolloutFleet) desired() (map[string]plumbing.Hash, map[string]string) {
+// desired reads every install ref's commit and its database version, or
+// those of ids only.
+func (f *rolloutFleet) desired(ids ...string) (map[string]plumbing.Hash, map[string]string) {
 	f.tb.Helper()
 	repo, err := gitrepo.Open(f.dir)
 	must(f.tb, err)
@@ -170,8 +171,15 @@ func (f *rolloutFleet) desired() (map[string]plumbing.Hash, map[string]string) {
 	must(f.tb, err)
 	commits, versions := map[string]plumbing.Hash{}, map[string]string{}
 	st := repo.Storer()
+	only := map[string]bool{}
+	for _, id := range ids {
+		only[id] = true
+	}
 	for _, r := range refs {
 		id := strings.TrimPrefix(r.Name, schemas.InstallRefPrefix)
+		if len(only) > 0 && !only[id] {
+			continue
+		}
 		commits[id] = r.Hash
 		c, err := gitobj.ReadCommit(st, r.Hash)
 		must(f.tb, err)
@@ -341,7 +349,7 @@ func runRollout(tb testing.TB, n int, onFailure string) rolloutRun {
 	if onFailure == rollout.Rollback {
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			_, versions := f.desired()
+			_, versions := f.desired(wave2...)
 			back := 0
 			for _, id := range wave2 {
 				if versions[id] == "1.0.0" {
