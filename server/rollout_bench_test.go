@@ -285,6 +285,10 @@ type rolloutRun struct {
 	waves      [4]int
 	idleEval   time.Duration // an evaluation with nothing changed
 	evalCPU    time.Duration
+	// wave1 is the evaluation that starts the rollout, its render of wave
+	// 1 included; wave2 from the commit that opens wave 2 to its installs'
+	// refs all moved.
+	wave1, wave2 time.Duration
 }
 
 // runRollout drives a release of database 1.1.0 through the fleet: wave
@@ -298,9 +302,11 @@ func runRollout(tb testing.TB, n int, onFailure string) rolloutRun {
 	}
 	f.waitFor(schemas.DecisionBaseline, time.Minute)
 	f.pin("1.0.0", "1.1.0")
+	t1 := time.Now()
 	if _, err := f.srv.EvaluateRollouts(ctx); err != nil {
 		tb.Fatal(err)
 	}
+	run.wave1 = time.Since(t1)
 	s, _ := f.waitFor(schemas.DecisionStarted, time.Minute)
 	for i, w := range s.Waves {
 		run.waves[i] = w.Size
@@ -308,8 +314,25 @@ func runRollout(tb testing.TB, n int, onFailure string) rolloutRun {
 	wave1, wave2 := s.Waves[0].Installs, []string(nil)
 	commits, _ := f.desired()
 	f.pushAll(wave1, commits, true, nil)
-	s, _ = f.waitFor(schemas.DecisionPassed, 2*time.Minute)
+	s, seen := f.waitFor(schemas.DecisionPassed, 2*time.Minute)
 	wave2 = s.Waves[1].Installs
+	for {
+		_, versions := f.desired(wave2...)
+		moved := 0
+		for _, v := range versions {
+			if v == "1.1.0" {
+				moved++
+			}
+		}
+		if moved == len(wave2) {
+			run.wave2 = time.Since(seen)
+			break
+		}
+		if time.Since(seen) > 2*time.Minute {
+			tb.Fatalf("%d of wave 2's %d installs moved", moved, len(wave2))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// The wave's render is done once the controller is idle again.
 	if _, err := f.srv.EvaluateRollouts(ctx); err != nil {
 		tb.Fatal(err)
@@ -429,6 +452,8 @@ func BenchmarkRolloutHalt(b *testing.B) {
 			b.ReportMetric(float64(run.waves[0]), "wave1")
 			b.ReportMetric(float64(run.waves[1]), "wave2")
 			b.ReportMetric(float64(run.idleEval.Microseconds()), "µs/idle-eval")
+			b.ReportMetric(float64(run.wave1.Milliseconds()), "ms-start-wave1")
+			b.ReportMetric(float64(run.wave2.Milliseconds()), "ms-open-wave2")
 			b.ReportMetric(float64(run.evalCPU.Microseconds()), "cpu-µs/idle-eval")
 		})
 	}
