@@ -59,11 +59,15 @@ func (r *renderRun) loadRollouts(context.Context) error {
 }
 
 // rolloutDelta returns the installs whose pins differ between the rollout
-// states the previous render read and this render's: the installs of the
-// waves that opened and those rolled back or restored. ok is false when
-// the difference can reach any install of a channel — a rollout that
-// started, finished or was superseded, a state the previous render read
-// that cannot be read again — and every install is rendered.
+// states the previous render read and this render's. An install a state
+// does not name (in an opened wave, rolled back, or with from-pins of its
+// own) has the state's default pins: the to-pins once it finished, the
+// from-pins before. When the default pins of a channel's two states are
+// the same — a wave opened, a wave rolled back, a rollout started or
+// superseded — only the installs either names can differ, and those whose
+// pins do are returned. ok is false when the defaults differ (a rollout
+// finished), or a state the previous render read cannot be read again:
+// every install is rendered.
 func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
 	prev := map[string]plumbing.Hash{}
 	for _, w := range strings.Fields(r.prevRollouts()) {
@@ -91,27 +95,42 @@ func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
 			return nil, false
 		}
 		old, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
-		if err != nil || !maps.Equal(old.From, cur.From) || !maps.Equal(old.To, cur.To) ||
-			!maps.EqualFunc(old.FromInstalls, cur.FromInstalls, maps.Equal) ||
-			(old.Phase == schemas.RolloutFinished) != (cur.Phase == schemas.RolloutFinished) {
+		if err != nil || !maps.Equal(defaultPins(old), defaultPins(cur)) {
 			return nil, false
 		}
 		for _, s := range []*schemas.RolloutState{old, cur} {
-			for _, w := range s.Waves {
-				for _, id := range w.Installs {
-					if rollout.InOpenWave(old, id) != rollout.InOpenWave(cur, id) {
-						set[id] = true
-					}
-				}
-			}
-			for id := range s.Rollback {
-				if !maps.Equal(old.Rollback[id], cur.Rollback[id]) {
+			for _, id := range named(s) {
+				if !maps.Equal(rollout.Pins(old, id), rollout.Pins(cur, id)) {
 					set[id] = true
 				}
 			}
 		}
 	}
 	return slices.Sorted(maps.Keys(set)), true
+}
+
+// defaultPins are the pins of an install s does not name.
+func defaultPins(s *schemas.RolloutState) map[string]string {
+	if s.Phase == schemas.RolloutFinished {
+		return s.To
+	}
+	return s.From
+}
+
+// named are the installs s names: in its opened waves, rolled back, or
+// with from-pins of their own.
+func named(s *schemas.RolloutState) []string {
+	var out []string
+	for _, w := range s.Waves {
+		out = append(out, w.Installs...)
+	}
+	for id := range s.Rollback {
+		out = append(out, id)
+	}
+	for id := range s.FromInstalls {
+		out = append(out, id)
+	}
+	return out
 }
 
 // openAlso adds installs to an incremental render: the source is opened
