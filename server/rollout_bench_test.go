@@ -331,7 +331,7 @@ func runRollout(tb testing.TB, n int, onFailure string) rolloutRun {
 		if time.Since(seen) > 2*time.Minute {
 			tb.Fatalf("%d of wave 2's %d installs moved", moved, len(wave2))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	// The wave's render is done once the controller is idle again.
 	if _, err := f.srv.EvaluateRollouts(ctx); err != nil {
@@ -386,7 +386,7 @@ func runRollout(tb testing.TB, n int, onFailure string) rolloutRun {
 			if time.Now().After(deadline) {
 				tb.Fatalf("%d of wave 2's %d installs back on 1.0.0", back, len(wave2))
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	if _, err := f.srv.EvaluateRollouts(ctx); err != nil {
