@@ -87,8 +87,16 @@ func newRolloutFleet(tb testing.TB, n int, onFailure string) *rolloutFleet {
 		must(tb, os.WriteFile(filepath.Join(f.src, "installs", id+".yaml"), []byte(y), 0o644))
 	}
 	gittest.CommitDir(tb, f.dir, "main", f.src, "fleet")
+	// NUON_BENCH_ROLLOUT_LOG names a file for the server's log.
+	var logw io.Writer = io.Discard
+	if p := os.Getenv("NUON_BENCH_ROLLOUT_LOG"); p != "" {
+		lf, err := os.Create(p)
+		must(tb, err)
+		tb.Cleanup(func() { lf.Close() })
+		logw = lf
+	}
 	srv, err := server.New(context.Background(), server.Config{Dir: f.dir, RenderKey: render, PollInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(logw, nil))})
 	if err != nil {
 		tb.Fatal(err)
 	}
