@@ -63,8 +63,9 @@ type rollouts struct {
 	statuses map[string]statusSeen
 	// pins are the versions each desired commit renders, by commit.
 	pins map[plumbing.Hash]map[string]string
-	// err is the last reason the controller could not read main.
-	err error
+	// refused is a main commit whose rollouts could not be read (a
+	// policy Parse or Assign refuses): reported once, then left alone.
+	refused plumbing.Hash
 
 	stateGauge  *prometheus.GaugeVec
 	waveGauge   *prometheus.GaugeVec
@@ -228,8 +229,13 @@ func (r *rollouts) evaluate(ctx context.Context, tick bool) ([]*schemas.RolloutS
 		return nil, err
 	}
 	if main != r.main {
+		if main == r.refused {
+			// Reported once; nothing moves until main changes.
+			return nil, nil
+		}
 		if err := r.load(ctx, repo, main); err != nil {
-			r.err = err
+			r.refused = main
+			r.s.log.Error("rollouts of main refused: no rollout moves until main changes", "commit", main.String(), "error", err)
 			return nil, err
 		}
 	}

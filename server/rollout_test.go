@@ -147,3 +147,50 @@ func TestRolloutHaltsOnCanaryFailure(t *testing.T) {
 		t.Fatal("rollout ref moved")
 	}
 }
+
+// TestRolloutBadInput: a pin to a version with no release record, and a
+// rollout whose selector matches no install, are refused with the
+// channel file named; nothing moves.
+func TestRolloutBadInput(t *testing.T) {
+	e := newEnv(t)
+	e.pushMain("stable rolls out in waves", func(work string) {
+		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n    - name: rest\n      rest: true\n")
+		appendFile(t, filepath.Join(work, "installs", "acme.yaml"), "labels: {ring: canary}\n")
+	})
+	base := e.waitDecision(schemas.DecisionBaseline)
+	refsBefore := map[string]string{}
+	for _, id := range []string{"acme", "initech", "globex"} {
+		refsBefore[id] = e.serverRef(schemas.InstallRef(id))
+	}
+	rolloutBefore := e.serverRef(schemas.RolloutRef("stable"))
+	check := func(want string) {
+		t.Helper()
+		if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil && !strings.Contains(err.Error(), want) {
+			t.Fatalf("evaluate: %v", err)
+		}
+		if !strings.Contains(e.log.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, e.log.String())
+		}
+		if got := e.serverRef(schemas.RolloutRef("stable")); got != rolloutBefore {
+			t.Fatalf("rollout ref moved to %s", got)
+		}
+		for id, before := range refsBefore {
+			if got := e.serverRef(schemas.InstallRef(id)); got != before {
+				t.Fatalf("%s moved", id)
+			}
+		}
+	}
+	e.pushMain("stable: database 9.9.9", func(work string) {
+		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.0.0", "database: 9.9.9")
+	})
+	check("channels/stable.yaml:4:13: components.database: database 9.9.9 is not released")
+	e.pushMain("a canary ring nobody is in", func(work string) {
+		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 9.9.9", "database: 1.1.0")
+		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "ring: canary", "ring: canery")
+	})
+	check("channels/stable.yaml:")
+	check("selects no install of channel stable")
+	if base.To["database"] != "1.0.0" {
+		t.Fatalf("baseline %v", base.To)
+	}
+}
