@@ -356,6 +356,10 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		}
 	}
 	r.channels, r.of, r.main = channels, of, main
+	// The pins of desired commits read before: kept only while main does
+	// not move, so that the map stays as small as the commits of a few
+	// waves.
+	r.pins = map[plumbing.Hash]map[string]string{}
 	for _, c := range channels {
 		if c.state == nil {
 			continue
