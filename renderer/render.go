@@ -57,6 +57,11 @@ type Options struct {
 	// signed by a key trust/requests on main lists go into its rendered
 	// state (installs/<id>/requests.json). Zero: no requests.
 	Requests plumbing.Hash
+	// Rollouts are the tips of the channels' rollout refs
+	// (schemas.RolloutRef), by channel: an install of a channel with a
+	// rollout gets the pins its rollout state gives it (renderer/rollout.go).
+	// Nil: main's pins.
+	Rollouts map[string]plumbing.Hash
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
@@ -299,6 +304,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		r.readPrevious,
 		r.loadSource,
 		r.loadRequests,
+		r.loadRollouts,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -367,6 +373,10 @@ type renderRun struct {
 	result *Result
 	// requests are the installs' requests.json, by install id.
 	requests map[string][]byte
+	// rollouts are the channels' rollout states, rolloutWords the refs
+	// read (TrailerRollouts).
+	rollouts     map[string]*schemas.RolloutState
+	rolloutWords []string
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
@@ -644,7 +654,7 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 // in the repository already. It returns the install's issued record after
 // the render.
 func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult, plumbing.Hash, issued, error) {
-	files, err := installFiles(r.src, id, in)
+	files, err := installFiles(r.src, id, r.rolloutInstall(id, in))
 	if err != nil {
 		return InstallResult{}, plumbing.ZeroHash, issued{}, err
 	}
@@ -718,6 +728,7 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	}
 	var msg strings.Builder
 	fmt.Fprintf(&msg, "nuon: render %s generation %d\n\nRendered from main at %s.\n", id, gen, short(r.source))
+	msg.WriteString(r.rolloutNote(id, in))
 	if replaced != "" {
 		fmt.Fprintf(&msg, "Replaces %s\n", replaced)
 	}
@@ -875,7 +886,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 		// source with this one, and would otherwise read those files, or
 		// render every install, again each time.
 		read := len(r.ids) > 0 && src != r.source.String()
-		if d == digest && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered && !read {
+		if d == digest && r.prevRollouts() == r.rolloutTrailer() && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered && !read {
 			return nil
 		}
 	}
@@ -893,6 +904,9 @@ func (r *renderRun) writeRendered(context.Context) error {
 	fmt.Fprintf(&b, "%s: %s\n%s: %d\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format, TrailerRendered, r.total)
 	if renewAt != "" {
 		fmt.Fprintf(&b, "%s: %s\n", TrailerRenewAt, renewAt)
+	}
+	if rs := r.rolloutTrailer(); rs != "" {
+		fmt.Fprintf(&b, "%s: %s\n", TrailerRollouts, rs)
 	}
 	r.batch.Merge(trees)
 	// The first parent continues the renderer's own history; a rendered

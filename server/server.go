@@ -188,6 +188,8 @@ type Server struct {
 	// archived are the installs archived and gone from main (loadArchived).
 	archivedMu sync.RWMutex
 	archived   map[string]bool
+
+	rollouts *rollouts // the rollout controller (rollout.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -258,6 +260,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
+	s.rollouts = newRollouts(s)
 	s.routes()
 	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", gitproto.Redact(cfg.Upstream), "upstream_auth", cfg.UpstreamAuth, "mode", cfg.Mode)
 	return s, nil

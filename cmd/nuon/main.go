@@ -42,6 +42,7 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 			newReleaseCmd(g),
 			newServerCmd(g),
 			newInstallCmd(g),
+			newRolloutCmd(g),
 		}
 	})
 }
