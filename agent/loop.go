@@ -92,6 +92,7 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		{"poll", p.poll},
 		{"status", p.status},
 		{"recover", p.recover},
+		{"sandbox", p.sandbox},
 		{"expiry", p.expiry},
 		{"fetch", p.fetch},
 		{"verify", p.verify},
@@ -102,6 +103,10 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		// Between renders the install is still operated: drift checks
 		// run on their schedules, whatever the desired ref did.
 		err = p.drift(ctx)
+	}
+	if err == nil {
+		// And their health is checked again, so Ready stays true.
+		err = p.health(ctx)
 	}
 	if err == nil {
 		// Operators' requests that came with the desired state.
