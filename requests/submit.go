@@ -111,3 +111,19 @@ func FiledAt(st storer.EncodedObjectStorer, head plumbing.Hash, path string) (bo
 	}
 	return false, nil
 }
+
+// ServerPath is where a tenant server (nuon server) answers operators:
+// git smart HTTP of its branches, read-only, under ServerPath, and POST
+// ServerPath/requests to file a request (a schemas.SignedRequest as JSON).
+// See package server.
+const ServerPath = "/operator"
+
+// Submission is the request commit h in st as an operator sends it to the
+// tenant server: its file and its raw commit.
+func Submission(st storer.EncodedObjectStorer, h plumbing.Hash) (schemas.SignedRequest, error) {
+	c, err := gitobj.ReadCommit(st, h)
+	if err != nil {
+		return schemas.SignedRequest{}, err
+	}
+	return readOne(st, c)
+}

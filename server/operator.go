@@ -30,7 +30,7 @@ import (
 // to file a request. Every request is signed like an agent's (package
 // internal/signature/request) with an operator's key from trust/requests
 // on main, under the key id requests.KeyID gives it.
-const OperatorPath = "/operator"
+const OperatorPath = requests.ServerPath
 
 // Reasons an operator's request is refused, as the refusals metric counts
 // them.
