@@ -23,7 +23,7 @@ import (
 )
 
 // TestHealthWhenClusterGoesE2E: the cluster a manifests component was
-// applied to goes away under the agent binary (its kube-apiserver and
+// applied to goes away under a running agent binary (its kube-apiserver and
 // etcd stopped: what a destroyed local sandbox leaves). Within one
 // --health-interval the status stops saying Ready: the component is
 // Failed with the reason, the install Degraded, in a status commit. When
@@ -113,19 +113,24 @@ components:
 	}
 	env := []string{"TF_CLI_CONFIG_FILE=" + tf, "CHECKPOINT_DISABLE=1", "KUBECONFIG=" + kubeconfig}
 	nuon(t, env, 0, "render", "--repo", url, "--key", filepath.Join(keys, "render"))
-	const healthEvery = time.Second
-	agent := func() schemas.Status {
-		t.Helper()
-		var rep struct {
-			Status schemas.Status `json:"status"`
+	const healthEvery = 2 * time.Second
+	// A running agent, polling every 500ms, retrying a failed component
+	// at most 2s later.
+	_, agentLog := startProcess(t, env, nuonBinary(t), "agent", "--repo", url, "--install", "acme", "--trust", trust,
+		"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--artifacts", layoutDir,
+		"--insecure-skip-artifact-verification", "--interval", "500ms", "--max-backoff", "2s",
+		"--health-interval", healthEvery.String())
+	status := func() schemas.Status {
+		var st schemas.Status
+		out, err := gittest.Run(bare, nil, "show", schemas.StatusRef("acme")+":"+schemas.StatusFile)
+		if err == nil {
+			_ = json.Unmarshal([]byte(out), &st)
 		}
-		out := nuon(t, env, 0, "agent", "--once", "--repo", url, "--install", "acme", "--trust", trust,
-			"--key", filepath.Join(keys, "acme"), "--workdir", filepath.Join(work, "acme"), "--artifacts", layoutDir,
-			"--insecure-skip-artifact-verification", "--health-interval", healthEvery.String(), "-o", "json")
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatal(err)
-		}
-		return rep.Status
+		return st
+	}
+	ready := func() bool {
+		st := status()
+		return st.Phase == schemas.InstallReady && st.Components["settings"].Phase == schemas.PhaseApplied
 	}
 	configMap := func(s *kubetest.Server) error {
 		cs, err := kubernetes.NewForConfig(s.Config())
@@ -135,26 +140,26 @@ components:
 		_, err = cs.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
 		return err
 	}
-	if st := agent(); st.Phase != schemas.InstallReady || st.Components["settings"].Phase != schemas.PhaseApplied {
-		t.Fatalf("first apply: %s %+v", st.Phase, st.Components["settings"])
-	}
+	waitFor(t, "the first apply", 3*time.Minute, agentLog.String, ready)
 	if err := configMap(kube1); err != nil {
 		t.Fatal(err)
 	}
-	// Within the health interval, nothing is checked again: Ready stands.
 	before := gittest.Git(t, bare, "rev-parse", schemas.StatusRef("acme"))
-	if st := agent(); st.Phase != schemas.InstallReady {
-		t.Fatalf("before the cluster went: %s", st.Phase)
-	}
 
-	// The cluster goes.
+	// The cluster goes: within one health interval (and the pass that
+	// notices, and its push) the status stops saying Ready.
 	if err := kube1.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(healthEvery + 100*time.Millisecond)
-	st := agent()
+	gone := time.Now()
+	waitFor(t, "the status to stop saying Ready", time.Minute, agentLog.String, func() bool { return !ready() })
+	t.Logf("not Ready %v after the cluster went (health interval %v)", time.Since(gone).Round(time.Millisecond), healthEvery)
+	if d := time.Since(gone); d > healthEvery+5*time.Second {
+		t.Errorf("the status said Ready %v after the cluster went; health interval %v", d, healthEvery)
+	}
+	st := status()
 	settings := st.Components["settings"]
-	if st.Phase == schemas.InstallReady || settings.Phase != schemas.PhaseFailed || !strings.Contains(settings.Error, "health check failed") {
+	if st.Phase != schemas.InstallDegraded || settings.Phase != schemas.PhaseFailed || !strings.Contains(settings.Error, "health check failed") {
 		t.Fatalf("after the cluster went: install %s, settings %+v", st.Phase, settings)
 	}
 	if after := gittest.Git(t, bare, "rev-parse", schemas.StatusRef("acme")); after == before {
@@ -167,9 +172,7 @@ components:
 	// A new, empty cluster in its place: the component is applied again.
 	kube2 := startKube()
 	useKube(kube2)
-	if st := agent(); st.Phase != schemas.InstallReady || st.Components["settings"].Phase != schemas.PhaseApplied {
-		t.Fatalf("after a new cluster: %s %+v", st.Phase, st.Components["settings"])
-	}
+	waitFor(t, "the install to be Ready again", 3*time.Minute, agentLog.String, ready)
 	if err := configMap(kube2); err != nil {
 		t.Errorf("the ConfigMap in the new cluster: %v", err)
 	}
