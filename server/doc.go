@@ -103,7 +103,9 @@
 //     ref from), moves its own ref compare-and-swap, and renders at once
 //     (Sync): the answer names the install's new desired commit, and the
 //     agent finds the request at its next poll, with no PollInterval on
-//     the path. A read replica answers 421 and names the writer.
+//     the path. A read replica checks the signature and forwards the
+//     request unchanged to the writer, which checks it again and files
+//     it, as with a status push (TestOperatorThroughReplica).
 //
 // Measured (cmd/nuon BenchmarkLogsThroughServer, the real binaries on
 // loopback, the sample tenant, a server that checks main once an hour):

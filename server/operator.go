@@ -239,14 +239,16 @@ type Filed struct {
 // main, not filed before, on top of requests.Ref as it is; then renders
 // at once so the install's next poll finds it.
 func (o *operator) file(w http.ResponseWriter, r *http.Request, who signature.AllowedSigner) {
+	if o.s.writer != nil {
+		// A replica files nothing: the writer checks the signature again
+		// (with its own replay cache) and files, as with a status push.
+		o.s.forward(w, r, "operator "+requests.KeyID(who.Key))
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, requests.MaxSubmission+1))
 	if err != nil {
 		o.s.metrics.refused(reasonBodyDigest)
 		http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if o.s.writer != nil {
-		http.Error(w, "nuon: this is a read replica: file requests at the writer ("+o.s.cfg.Writer+")", http.StatusMisdirectedRequest)
 		return
 	}
 	status, res, err := o.fileSigned(r.Context(), data, who)

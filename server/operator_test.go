@@ -348,3 +348,33 @@ func TestOperatorScope(t *testing.T) {
 		t.Errorf("globex: %d %s", code, body)
 	}
 }
+
+// TestOperatorThroughReplica: an operator reads through a read replica
+// and files through it: the replica checks the signature and forwards the
+// request unchanged to the writer, which checks it again and files it;
+// the same HTTP request replayed to either is refused.
+func TestOperatorThroughReplica(t *testing.T) {
+	e := newEnv(t)
+	w := writer(t, e)
+	_, r := replica(t, e, w.URL, time.Hour)
+	waitUntil(t, "the replica to be ready", func() bool { c, _ := getStatus(t, r.URL+"/readyz"); return c == 200 })
+	op, _ := loadKey(t, "operator")
+	sub, h := newRequest(t, op, "support", "acme", "r-1", plumbing.ZeroHash)
+	body, _ := json.Marshal(sub)
+	u := r.URL + server.OperatorPath + "/requests"
+	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+	if err := operatorSigner(op).Sign(req); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := send(t, req.Method, u, req.Header, body); code != http.StatusOK {
+		t.Fatalf("file through the replica: %d %s", code, out)
+	}
+	if got := e.serverRef(requests.Ref); got != h.String() {
+		t.Errorf("the writer's %s = %q, want %s", requests.Ref, got, h)
+	}
+	for _, target := range []string{u, w.URL + server.OperatorPath + "/requests"} {
+		if code, out := send(t, req.Method, target, req.Header, body); code != http.StatusUnauthorized {
+			t.Errorf("replayed to %s: %d %s", target, code, out)
+		}
+	}
+}
