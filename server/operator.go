@@ -345,7 +345,15 @@ func (o *operator) fileSigned(ctx context.Context, data []byte, who signature.Al
 			lease += head.String()
 		}
 		if err := gitEnv(ctx, o.s.cfg.Dir, o.s.upstreamEnv, "push", "--quiet", lease, o.s.cfg.Upstream, objs.Commit.String()+":"+requests.Ref); err != nil {
-			return http.StatusConflict, nil, upstreamError("file the request on", o.s.cfg.Upstream, o.s.cfg.UpstreamAuth, err)
+			if msg := err.Error(); strings.Contains(msg, "stale info") || strings.Contains(msg, "rejected") {
+				// Filed upstream by someone else since the last fetch:
+				// fetch now, so the operator's next try builds on it.
+				if err := o.s.Sync(ctx); err != nil {
+					o.s.log.Error("follow main after a refused request push", "error", err)
+				}
+				return http.StatusConflict, nil, fmt.Errorf("%s moved upstream: fetch it and file on top", requests.Ref)
+			}
+			return http.StatusBadGateway, nil, upstreamError("file the request on", o.s.cfg.Upstream, o.s.cfg.UpstreamAuth, err)
 		}
 	}
 	old := head.String()

@@ -378,3 +378,40 @@ func TestOperatorThroughReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorFileRaceUpstream: a request filed on the upstream directly
+// (nuon logs --repo) that the server has not fetched yet: the server's
+// push is refused by its lease, it fetches, and says to file on top; the
+// next try on the new tip is filed, and neither request is lost.
+func TestOperatorFileRaceUpstream(t *testing.T) {
+	e := newEnv(t)
+	op, _ := loadKey(t, "operator")
+	direct, h1 := newRequest(t, op, "support", "acme", "r-1", plumbing.ZeroHash)
+	up, err := gitrepo.Open(e.upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := requests.Rebuild(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Batch.Flush(up.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, e.upstream, "update-ref", requests.Ref, h1.String())
+
+	stale, _ := newRequest(t, op, "support", "acme", "r-2", plumbing.ZeroHash)
+	if code, body := e.postRequest(op, stale); code != http.StatusConflict || !strings.Contains(body, "file on top") {
+		t.Fatalf("on a stale tip: %d %s", code, body)
+	}
+	if got := e.serverRef(requests.Ref); got != h1.String() {
+		t.Fatalf("the server did not fetch the upstream's request: %q", got)
+	}
+	again, h2 := newRequest(t, op, "support", "acme", "r-2", h1)
+	if code, body := e.postRequest(op, again); code != http.StatusOK {
+		t.Fatalf("on the new tip: %d %s", code, body)
+	}
+	if got := strings.TrimSpace(gittest.Git(t, e.upstream, "rev-parse", requests.Ref)); got != h2.String() {
+		t.Errorf("upstream's %s = %s, want %s", requests.Ref, got, h2)
+	}
+}
