@@ -76,8 +76,9 @@ type pass struct {
 	gate *customerGate
 }
 
-// Reconcile runs one pass of the loop: poll, status, recover, expiry,
-// fetch, verify, customer, apply, then write and push the status. A refused or
+// Reconcile runs one pass of the loop: poll, status, recover, sandbox,
+// expiry, fetch, verify, customer, apply, then drift checks, health checks
+// and requests, then write and push the status. A refused or
 // expired desired commit is recorded in the status and is not an error; an
 // error is something to retry (the remote, the disk), and Run backs off.
 // The report and the error hold no secret.
