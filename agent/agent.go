@@ -90,6 +90,10 @@ type Config struct {
 	// the time, so the fleet can tell a quiet install from a dead one
 	// (fleet.StateUnreachable). Default 10m; negative turns it off.
 	Heartbeat time.Duration
+	// HealthInterval is how often each applied component's health is
+	// checked again (step_health.go), so that Ready means checked
+	// recently; default Heartbeat (10m), negative turns it off.
+	HealthInterval time.Duration
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
 	// Failed components are retried 4 intervals after a pass in which
 	// they failed, doubling while they keep failing, up to MaxBackoff.
@@ -214,6 +218,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = cfg.Heartbeat
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Minute

@@ -290,6 +290,7 @@ func (s *Server) routes() {
 	if s.cfg.Mode == ModeWriter && s.cfg.ReplicaToken != "" {
 		s.replicaRoutes()
 	}
+	s.operatorRoutes()
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)

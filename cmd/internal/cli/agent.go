@@ -38,7 +38,7 @@ type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
 	requestTrust, tfCLIConfig, secretsFile                string
 	once, serverAuth                                      bool
-	interval, maxBackoff, heartbeat                       time.Duration
+	interval, maxBackoff, heartbeat, healthInterval       time.Duration
 	concurrency, driftConcurrency                         int
 	jobCommand                                            string
 	metricsAddr                                           string
@@ -194,6 +194,7 @@ container or by hand:
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.IntVar(&o.driftConcurrency, "drift-concurrency", 2, "most drift checks running at once")
 	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without a status commit; 0 sends no heartbeat")
+	f.DurationVar(&o.healthInterval, "health-interval", 0, "how often each applied component's health is checked again (kstatus of its Kubernetes objects, terraform.health), so Ready means checked recently; a check that cannot reach them or finds them gone turns the component Failed until it is re-applied; 0: the --heartbeat interval; negative: off")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	f.StringVar(&o.sandboxDir, "sandbox-dir", "", "the sandbox's state directory, as nuon install create left it (terraform.tfstate, outputs.json); default WORKDIR/components/sandbox")
@@ -307,6 +308,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Concurrency:      o.concurrency,
 		DriftConcurrency: o.driftConcurrency,
 		Heartbeat:        heartbeatOrOff(o.heartbeat),
+		HealthInterval:   o.healthInterval,
 		Interval:         o.interval,
 		MaxBackoff:       o.maxBackoff,
 		Logger:           log,
