@@ -329,3 +329,40 @@ func (a *Agent) verifyRecorded(h plumbing.Hash) (*Desired, error) {
 	c := a.checks(Applied{})
 	return verify(a.store, h, c.Install, c.judge(a.store), Applied{})
 }
+
+// NewRootChecks is how a verifier outside the agent (nuon verify) judges
+// a desired commit by the root: held is the newest version it trusts, and
+// the floor is the time of the commit the install applied last.
+func NewRootChecks(st storer.EncodedObjectStorer, held *trust.Root, applied Applied) *RootChecks {
+	return &RootChecks{Held: held, Floor: commitTime(st, applied.Commit)}
+}
+
+// ReadRootFiles reads the versions of the trust root a commit's tree
+// holds under trust/root, path to content (each at most 1 MiB); none when
+// it holds no such folder.
+func ReadRootFiles(st storer.EncodedObjectStorer, commit plumbing.Hash) (map[string][]byte, error) {
+	c, err := gitobj.ReadCommit(st, commit)
+	if err != nil {
+		return nil, err
+	}
+	t, err := gitobj.ReadTree(st, c.TreeHash)
+	if err != nil {
+		return nil, err
+	}
+	e, err := t.FindEntry(trust.Dir)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files, err := gitobj.ReadFiles(st, e.Hash, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", trust.Dir, err)
+	}
+	out := make(map[string][]byte, len(files))
+	for name, data := range files {
+		out[trust.Dir+"/"+name] = data
+	}
+	return out, nil
+}
