@@ -33,18 +33,18 @@ const (
 
 // Files and folders in the install's directory.
 const (
-	KeyFile      = "agent.key" // and agent.key.pub
-	TrustFile    = "trust"
+	KeyFile   = "agent.key" // and agent.key.pub
+	TrustFile = "trust"
 	// TrustRootFile is the version of the trust root the install was
 	// given at creation: the agent's --trust-root.
 	TrustRootFile = "trust-root.json"
-	SandboxDir   = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
-	ModuleDir    = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
-	OutputsFile  = "sandbox/outputs.json"
-	RuntimeDir   = "sandbox/run" // the local sandbox's processes
-	AgentDir     = "agent"       // the agent's workdir
-	AgentPIDFile = "agent.pid"
-	AgentLogFile = "agent.log"
+	SandboxDir    = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
+	ModuleDir     = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
+	OutputsFile   = "sandbox/outputs.json"
+	RuntimeDir    = "sandbox/run" // the local sandbox's processes
+	AgentDir      = "agent"       // the agent's workdir
+	AgentPIDFile  = "agent.pid"
+	AgentLogFile  = "agent.log"
 )
 
 // Event is the end of one phase.
