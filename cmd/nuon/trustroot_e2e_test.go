@@ -231,7 +231,7 @@ func TestTrustRootDrillWithTheBinaries(t *testing.T) {
 	}
 	expires := time.Now().UTC().Add(4 * time.Second).Truncate(time.Second)
 	short := trusttest.Version{Version: 5, Expires: expires, RootKeys: []string{"root-1", "root-2", "root-3"}, Threshold: 2,
-		Render: []trusttest.RenderKey{{Name: "render-c"}},
+		Render:  []trusttest.RenderKey{{Name: "render-c"}},
 		Revoked: []trusttest.Revoked{{Name: "render-a", At: retiredAt}, {Name: "render-b", At: leak}}}
 	if len(v4.Revocations) != 2 {
 		t.Fatalf("version 4 has %d revocations, want 2", len(v4.Revocations))
