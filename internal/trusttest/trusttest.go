@@ -82,6 +82,14 @@ type Version struct {
 	Threshold int
 	Render    []RenderKey
 	Revoked   []Revoked
+	// Builders are the builders role's keys (threshold 1), by name and
+	// authorized_keys line (ECDSA keys made by the test, for instance).
+	Builders []NamedKey
+}
+
+// NamedKey is a key given by its authorized_keys line.
+type NamedKey struct {
+	Name, Key string
 }
 
 // Content is v as the signed content of a file.
@@ -99,6 +107,12 @@ func (v Version) Content(tb testing.TB) schemas.TrustRoot {
 	for _, k := range v.Render {
 		c.Roles.Render.Keys = append(c.Roles.Render.Keys, schemas.TrustKey{Name: k.Name, Key: Key(tb, k.Name).AuthorizedKey(),
 			NotBefore: stamp(k.NotBefore), NotAfter: stamp(k.NotAfter)})
+	}
+	if len(v.Builders) > 0 {
+		c.Roles.Builders = &schemas.TrustRole{Threshold: 1}
+		for _, k := range v.Builders {
+			c.Roles.Builders.Keys = append(c.Roles.Builders.Keys, schemas.TrustKey{Name: k.Name, Key: k.Key})
+		}
 	}
 	for _, r := range v.Revoked {
 		c.Revocations = append(c.Revocations, schemas.TrustRevocation{Fingerprint: Fingerprint(tb, r.Name), RevokedAt: stamp(r.At), Reason: "leaked"})
