@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/in-toto/in-toto-golang/in_toto"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
-	"github.com/in-toto/in-toto-golang/in_toto"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"golang.org/x/crypto/ssh"
 
