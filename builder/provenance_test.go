@@ -33,24 +33,23 @@ import (
 func TestProvenanceCosignAccepts(t *testing.T) {
 	v := newVendor(t, "")
 	ctx := context.Background()
-	a := v.build(t, fixtures, "network")[0]
-	ref, err := name.NewDigest(a.Ref())
-	if err != nil {
-		t.Fatal(err)
-	}
 	sv, pub := newKey(t, "builder")
 	p := builder.Provenance{BuilderID: "https://ci.example.com/builder-1",
-		Source:  builder.Source{Repository: "git+https://git.example.com/vendor/shop", Ref: "refs/heads/main", Commit: strings.Repeat("c", 40)},
-		Started: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC), Finished: time.Date(2026, 11, 26, 12, 1, 0, 0, time.UTC)}
-	st, err := p.Statement(a)
+		Source: builder.Source{Repository: "git+https://git.example.com/vendor/shop", Ref: "refs/heads/main", Commit: strings.Repeat("c", 40)}}
+	targets, err := builder.Targets(v.app, fixtures, nil, []string{"network"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := builder.Envelope(st, sv)
+	arts, err := builder.Build(ctx, targets, builder.Options{Client: v.client, Signer: v.key, Provenance: &p, BuilderKey: sv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := builder.Attest(ctx, v.client, ref, env); err != nil {
+	a := arts[0]
+	if !strings.HasSuffix(a.Provenance, ".att") {
+		t.Errorf("artifact's provenance tag %q", a.Provenance)
+	}
+	ref, err := name.NewDigest(a.Ref())
+	if err != nil {
 		t.Fatal(err)
 	}
 	ro, err := v.client.Remote(ctx, ref.Context(), false)
