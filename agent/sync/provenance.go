@@ -2,16 +2,22 @@ package sync
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"path"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	provenancev1 "github.com/in-toto/attestation/go/predicates/provenance/v1"
 	attestationv1 "github.com/in-toto/attestation/go/v1"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -182,4 +188,96 @@ func VerifyProvenance(envelope []byte, digest string, p ProvenancePolicy) (*Veri
 		}
 	}
 	return v, nil
+}
+
+// ProvenanceConfig asks a Syncer to copy only artifacts whose SLSA
+// provenance (the sha256-<hex>.att tag beside the artifact in the vendor
+// registry, as nuon build writes it) passes VerifyProvenance.
+type ProvenanceConfig struct {
+	// Root returns the trust root in force (its builders role); called
+	// for every artifact, so that a rotated root applies at once.
+	Root func() *trust.Root
+	// Sources are the source repositories and refs allowed.
+	Sources []Source
+	// Target is the install, for scopes.
+	Target trust.Target
+	// Now is when builder keys are judged. A provenance signature carries
+	// no time of its own, so it is judged when the agent checks it: a
+	// builder key revoked or past its window stops every artifact not
+	// yet copied, while what was copied and verified before stays.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// DssePayloadType is the media type of a layer holding a DSSE envelope.
+const DssePayloadType = "application/vnd.dsse.envelope.v1+json"
+
+// maxAttestations and maxEnvelope bound what is read of an .att manifest.
+const (
+	maxAttestations = 16
+	maxEnvelope     = 1 << 20
+)
+
+// checkProvenance reads the attestations of the artifact d in repo and
+// returns nil when one of them is provenance VerifyProvenance accepts.
+func (r *syncRun) checkProvenance(ctx context.Context, repo name.Repository, d v1.Hash) error {
+	pc := r.s.cfg.Provenance
+	root := pc.Root()
+	if root == nil {
+		return fmt.Errorf("%w: %s: no trust root names the builders", ErrProvenance, d)
+	}
+	now := time.Now
+	if pc.Now != nil {
+		now = pc.Now
+	}
+	policy := ProvenancePolicy{Root: root, At: now(), Target: pc.Target, Sources: pc.Sources}
+	tag := repo.Tag(d.Algorithm + "-" + d.Hex + ".att")
+	raw, err := r.s.cfg.Client.Get(ctx, tag)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("%w: %s has no provenance (%s)", ErrProvenance, repo.Digest(d.String()), tag.TagStr())
+	}
+	if err != nil {
+		return fmt.Errorf("provenance of %s: %w", d, err)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw.Raw))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrProvenance, tag, err)
+	}
+	var problems []error
+	for i, l := range m.Layers {
+		if i >= maxAttestations {
+			break
+		}
+		if l.MediaType != DssePayloadType || l.Size > maxEnvelope || l.Size < 0 {
+			continue
+		}
+		rc, err := r.s.cfg.Client.Blob(ctx, repo, l)
+		if err != nil {
+			return fmt.Errorf("provenance of %s: %w", d, err)
+		}
+		env, err := io.ReadAll(io.LimitReader(rc, maxEnvelope+1))
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("provenance of %s: %w", d, err)
+		}
+		if _, err := VerifyProvenance(env, d.String(), policy); err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		return nil
+	}
+	if len(problems) == 0 {
+		return fmt.Errorf("%w: %s holds no DSSE envelope", ErrProvenance, tag)
+	}
+	return errors.Join(problems...)
+}
+
+// provenance is checkProvenance when the Syncer asks for provenance, nil
+// otherwise.
+func (r *syncRun) provenance(ctx context.Context, repo name.Repository, d v1.Hash) error {
+	if r.s.cfg.Provenance == nil {
+		return nil
+	}
+	return r.checkProvenance(ctx, repo, d)
 }
