@@ -32,6 +32,7 @@ import (
 	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
+	"nuon.dev/nuon/trust"
 )
 
 type agentOptions struct {
@@ -224,7 +225,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	// through the same redactor here. The agent names unusable secrets.
 	red, _ := redact.FromEnviron(os.Environ())
 	partsLog := slog.New(red.Handler(log.Handler()))
-	trust, root, err := loadRenderTrust(o.trust, o.trustRoot)
+	renderTrust, root, err := loadRenderTrust(o.trust, o.trustRoot)
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,15 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return err
 	}
 	met := metrics.New()
-	syncer, err := o.sync.syncer(partsLog, met.Copied)
+	// The syncer judges provenance by the root the agent holds, which
+	// moves as the agent follows the chain.
+	var running *agent.Agent
+	syncer, err := o.sync.syncer(partsLog, met.Copied, func() *trust.Root {
+		if running == nil {
+			return root
+		}
+		return running.Root()
+	})
 	if err != nil {
 		return err
 	}
@@ -289,7 +298,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	a, err := agent.New(agent.Config{
 		Install:   o.install,
 		Remote:    met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
-		Trust:     trust,
+		Trust:     renderTrust,
 		TrustRoot: root,
 		Key:       key,
 		Workdir:   workdir,
@@ -322,6 +331,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	running = a
 	if o.kube.err != nil {
 		return o.kube.err
 	}

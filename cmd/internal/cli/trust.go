@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/agent/sync"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
@@ -477,4 +479,30 @@ func (o *verifyOptions) heldRoot(ctx context.Context, repo *gitrepo.Repo, given 
 		return nil, fmt.Errorf("trust root on %s: %w", o.source, err)
 	}
 	return held, nil
+}
+
+// ProvenanceSourceHelp describes the agent's --provenance-source.
+const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable; none: provenance is not required"
+
+// provenanceConfig is the syncer's provenance policy from the
+// --provenance-source flags; nil without any.
+func provenanceConfig(flags []string, root func() *trust.Root) (*sync.ProvenanceConfig, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	if root() == nil {
+		return nil, fmt.Errorf("--provenance-source: the builders are named by the trust root: give --trust-root")
+	}
+	pc := &sync.ProvenanceConfig{Root: root}
+	for _, f := range flags {
+		repo, ref, ok := strings.Cut(f, "=")
+		if !ok || repo == "" || ref == "" {
+			return nil, fmt.Errorf("--provenance-source %q: want REPO=REF", f)
+		}
+		if _, err := path.Match(ref, ""); err != nil {
+			return nil, fmt.Errorf("--provenance-source %q: %w", f, err)
+		}
+		pc.Sources = append(pc.Sources, sync.Source{Repository: repo, Ref: ref})
+	}
+	return pc, nil
 }
