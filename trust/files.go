@@ -4,7 +4,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"testing/fstest"
 	"time"
 )
 
@@ -12,16 +11,17 @@ import (
 // (a rendered install's tree, or main's): only the files under Dir are
 // read, and a tree with none gives no versions and no error.
 func LoadFiles(files map[string][]byte) ([]*Root, error) {
-	fsys := fstest.MapFS{}
+	var fs []file
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		if strings.HasPrefix(name, Dir+"/") {
-			fsys[name] = &fstest.MapFile{Data: files[name], Mode: 0o644}
+			// A file in a folder under Dir is refused as a stray file.
+			fs = append(fs, file{name: name, data: files[name]})
 		}
 	}
-	if len(fsys) == 0 {
+	if len(fs) == 0 {
 		return nil, nil
 	}
-	return Load(fsys)
+	return load(fs)
 }
 
 // InForce is the version that judges a signature, given held, the newest
