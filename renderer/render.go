@@ -301,6 +301,7 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 	}
 	r.refs = prev.installRefs()
 	for _, step := range []func(context.Context) error{
+		r.loadTrust,
 		r.readPrevious,
 		r.loadSource,
 		r.loadRequests,
@@ -377,12 +378,17 @@ type renderRun struct {
 	// read (TrailerRollouts).
 	rollouts     map[string]*schemas.RolloutState
 	rolloutWords []string
+	// root are the trust root's files on main (trust/root/<n>.json),
+	// carried into every install's tree; nil when main has none.
+	root map[string][]byte
+	// rootWarnings are what loadTrust found, before the result exists.
+	rootWarnings []string
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
 	r.prevTrees, r.prevIssued = emptyDir(schemas.InstallsDir), emptyDir(schemas.IssuedDir)
 	r.prevCount = -1
-	r.result = &Result{Source: r.source, Objects: r.batch}
+	r.result = &Result{Source: r.source, Objects: r.batch, Warnings: r.rootWarnings}
 	if r.prev.Rendered.IsZero() {
 		return nil
 	}
@@ -661,6 +667,7 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	if data, ok := r.requests[id]; ok {
 		files[schemas.RequestsFile] = data
 	}
+	r.addRoot(files)
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
@@ -787,14 +794,23 @@ func orNone(h plumbing.Hash) string {
 // install's tree.
 func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
 	var top, comps []gitobj.Entry
+	var nested map[string]plumbing.Hash
 	for name, data := range files {
 		h := b.Add(plumbing.BlobObject, data)
 		if rest, ok := strings.CutPrefix(name, schemas.ComponentsDir+"/"); ok {
 			comps = append(comps, gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
 			continue
 		}
+		if strings.Contains(name, "/") {
+			if nested == nil {
+				nested = map[string]plumbing.Hash{}
+			}
+			nested[name] = h
+			continue
+		}
 		top = append(top, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
 	}
+	top = append(top, nestedEntries(b, nested)...)
 	if len(comps) > 0 {
 		top = append(top, gitobj.Entry{Name: schemas.ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
 	}

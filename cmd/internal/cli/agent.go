@@ -32,11 +32,13 @@ import (
 	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
+	"nuon.dev/nuon/trust"
 )
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
 	requestTrust, tfCLIConfig, secretsFile                string
+	trustRoot                                             string
 	once, serverAuth                                      bool
 	interval, maxBackoff, heartbeat, healthInterval       time.Duration
 	concurrency, driftConcurrency                         int
@@ -180,7 +182,8 @@ container or by hand:
 	f := cmd.Flags()
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
-	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (deprecated: give --trust-root instead; one of them is required)")
+	f.StringVar(&o.trustRoot, "trust-root", os.Getenv(EnvTrustRoot), TrustRootHelp)
 	f.StringVar(&o.requestTrust, "request-trust", os.Getenv(EnvRequestTrust), "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug), like trust/requests on main; without it every request is refused (default $"+EnvRequestTrust+")")
 	f.StringVar(&o.tfCLIConfig, "tf-cli-config", TerraformConfigDefault(), TerraformConfigHelp)
 	f.StringVar(&o.secretsFile, "secrets-file", os.Getenv(EnvSecretsFile), SecretsFileHelp)
@@ -204,7 +207,7 @@ container or by hand:
 	o.kube.flags(f)
 	o.sync.flags(f)
 	o.customer.flags(f)
-	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
+	for _, n := range []string{"repo", "install", "key", "workdir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -223,9 +226,9 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	// through the same redactor here. The agent names unusable secrets.
 	red, _ := redact.FromEnviron(os.Environ())
 	partsLog := slog.New(red.Handler(log.Handler()))
-	trust, err := signature.LoadAllowedSigners(o.trust)
+	renderTrust, root, err := loadRenderTrust(o.trust, o.trustRoot)
 	if err != nil {
-		return fmt.Errorf("--trust: %w", err)
+		return err
 	}
 	var requestTrust *signature.AllowedSigners
 	if o.requestTrust != "" {
@@ -268,7 +271,15 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return err
 	}
 	met := metrics.New()
-	syncer, err := o.sync.syncer(partsLog, met.Copied)
+	// The syncer judges provenance by the root the agent holds, which
+	// moves as the agent follows the chain.
+	var running *agent.Agent
+	syncer, err := o.sync.syncer(partsLog, met.Copied, func() *trust.Root {
+		if running == nil {
+			return root
+		}
+		return running.Root()
+	})
 	if err != nil {
 		return err
 	}
@@ -286,11 +297,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		remoteOpts = append(remoteOpts, agent.WithRequestSigner(&request.Signer{Install: o.install, Key: key}))
 	}
 	a, err := agent.New(agent.Config{
-		Install: o.install,
-		Remote:  met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
-		Trust:   trust,
-		Key:     key,
-		Workdir: workdir,
+		Install:   o.install,
+		Remote:    met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
+		Trust:     renderTrust,
+		TrustRoot: root,
+		Key:       key,
+		Workdir:   workdir,
 		Runner: met.Runner(o.kube.runner(&jobs.Local{
 			Command: o.kube.jobArgs(o.sync.jobArgs(tfArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat}, o.tfCLIConfig))),
 			Logger:  partsLog,
@@ -321,6 +333,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	running = a
 	if o.kube.err != nil {
 		return o.kube.err
 	}
