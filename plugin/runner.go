@@ -71,13 +71,13 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 	if err != nil {
 		return nil, err
 	}
-	out, exit, err := r.exec(ctx, req, in, granted)
-	if err != nil {
-		return nil, err
-	}
 	name := r.Path
 	if req.Job != nil {
 		name = req.Job.Plugin
+	}
+	out, exit, err := r.exec(ctx, name, req, in, granted)
+	if err != nil {
+		return nil, err
 	}
 	resp, perr := ParseResponse(req, out)
 	if perr != nil {
@@ -100,7 +100,7 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 
 // exec runs the process with in on its stdin and returns its stdout and
 // exit code.
-func (r *Runner) exec(ctx context.Context, req *schemas.PluginRequest, in []byte, granted schemas.PluginCapabilities) ([]byte, int, error) {
+func (r *Runner) exec(ctx context.Context, name string, req *schemas.PluginRequest, in []byte, granted schemas.PluginCapabilities) ([]byte, int, error) {
 	maxResp := r.MaxResponse
 	if maxResp <= 0 {
 		maxResp = DefaultMaxResponse
@@ -164,10 +164,10 @@ func (r *Runner) exec(ctx context.Context, req *schemas.PluginRequest, in []byte
 	killGroup(cmd, syscall.SIGKILL)
 
 	if tooLarge {
-		return nil, 0, fmt.Errorf("plugin %s %s: more than %d bytes on stdout: %w", r.Path, req.Operation, maxResp, ErrTooLarge)
+		return nil, 0, fmt.Errorf("plugin %s %s: more than %d bytes on stdout: %w", name, req.Operation, maxResp, ErrTooLarge)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("plugin %s %s: stopped: %w", r.Path, req.Operation, err)
+		return nil, 0, fmt.Errorf("plugin %s %s: stopped: %w", name, req.Operation, err)
 	}
 	var ee *exec.ExitError
 	switch {
@@ -176,9 +176,9 @@ func (r *Runner) exec(ctx context.Context, req *schemas.PluginRequest, in []byte
 	case errors.As(waitErr, &ee) && ee.Exited():
 		return stdout.buf.Bytes(), ee.ExitCode(), nil
 	case errors.As(waitErr, &ee):
-		return nil, 0, fmt.Errorf("plugin %s %s: %s: %w", r.Path, req.Operation, ee.ProcessState, ErrProtocol)
+		return nil, 0, fmt.Errorf("plugin %s %s: %s: %w", name, req.Operation, ee.ProcessState, ErrProtocol)
 	}
-	return nil, 0, fmt.Errorf("plugin %s %s: %w", r.Path, req.Operation, waitErr)
+	return nil, 0, fmt.Errorf("plugin %s %s: %w", name, req.Operation, waitErr)
 }
 
 func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
