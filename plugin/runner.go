@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -75,7 +76,7 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 	if req.Job != nil {
 		name = req.Job.Plugin
 	}
-	out, exit, err := r.exec(ctx, name, req, in, granted)
+	out, exit, err := r.exec(ctx, name+" "+req.Operation, in, granted, req.WorkDir)
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +99,17 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 	return resp, nil
 }
 
+// Exec runs the plugin once with stdin as its input, whatever it is, and
+// returns its stdout and exit code, with the Runner's bounds, environment
+// and process group. It is for test kits that send what a job never
+// would; a job uses Call.
+func (r *Runner) Exec(ctx context.Context, stdin []byte, granted schemas.PluginCapabilities, workDir string) ([]byte, int, error) {
+	return r.exec(ctx, r.Path, stdin, granted, workDir)
+}
+
 // exec runs the process with in on its stdin and returns its stdout and
-// exit code.
-func (r *Runner) exec(ctx context.Context, name string, req *schemas.PluginRequest, in []byte, granted schemas.PluginCapabilities) ([]byte, int, error) {
+// exit code; what names the plugin and operation in errors.
+func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schemas.PluginCapabilities, workDir string) ([]byte, int, error) {
 	maxResp := r.MaxResponse
 	if maxResp <= 0 {
 		maxResp = DefaultMaxResponse
@@ -122,9 +131,19 @@ func (r *Runner) exec(ctx context.Context, name string, req *schemas.PluginReque
 		logw = io.Discard
 	}
 
-	cmd := exec.Command(r.Path, r.Args...)
-	cmd.Env = Environ(environ, granted, req.WorkDir)
-	cmd.Dir = req.WorkDir
+	path := r.Path
+	if strings.ContainsRune(path, filepath.Separator) && !filepath.IsAbs(path) {
+		// The process runs in its work directory; a relative path
+		// means one relative to the job's.
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, 0, err
+		}
+		path = abs
+	}
+	cmd := exec.Command(path, r.Args...)
+	cmd.Env = Environ(environ, granted, workDir)
+	cmd.Dir = workDir
 	cmd.Stdin = bytes.NewReader(in)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var overflow sync.Once
@@ -164,10 +183,10 @@ func (r *Runner) exec(ctx context.Context, name string, req *schemas.PluginReque
 	killGroup(cmd, syscall.SIGKILL)
 
 	if tooLarge {
-		return nil, 0, fmt.Errorf("plugin %s %s: more than %d bytes on stdout: %w", name, req.Operation, maxResp, ErrTooLarge)
+		return nil, 0, fmt.Errorf("plugin %s: more than %d bytes on stdout: %w", what, maxResp, ErrTooLarge)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("plugin %s %s: stopped: %w", name, req.Operation, err)
+		return nil, 0, fmt.Errorf("plugin %s: stopped: %w", what, err)
 	}
 	var ee *exec.ExitError
 	switch {
@@ -176,9 +195,9 @@ func (r *Runner) exec(ctx context.Context, name string, req *schemas.PluginReque
 	case errors.As(waitErr, &ee) && ee.Exited():
 		return stdout.buf.Bytes(), ee.ExitCode(), nil
 	case errors.As(waitErr, &ee):
-		return nil, 0, fmt.Errorf("plugin %s %s: %s: %w", name, req.Operation, ee.ProcessState, ErrProtocol)
+		return nil, 0, fmt.Errorf("plugin %s: %s: %w", what, ee.ProcessState, ErrProtocol)
 	}
-	return nil, 0, fmt.Errorf("plugin %s %s: %w", name, req.Operation, waitErr)
+	return nil, 0, fmt.Errorf("plugin %s: %w", what, waitErr)
 }
 
 func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
