@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -217,3 +218,10 @@ func Check(m *schemas.PluginManifest, op string, granted schemas.PluginCapabilit
 	}
 	return nil
 }
+
+// nameRE is a plugin's name: a lower-case DNS label, as the manifest's
+// schema says.
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidName tells whether name can name a plugin.
+func ValidName(name string) bool { return nameRE.MatchString(name) }

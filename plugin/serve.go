@@ -127,7 +127,7 @@ func (s *Server) serve(ctx context.Context, stdin io.Reader, stderr io.Writer) *
 		StateDir:  req.StateDir,
 		Artifacts: dirSource(req.Artifacts),
 		Log:       stderr,
-		Logger:    slog.New(slog.NewTextHandler(stderr, nil)).With("plugin", m.Name, "job", req.Job.ID),
+		Logger:    slog.New(slog.NewTextHandler(stderr, nil)),
 	}
 	if err := s.call(ctx, &req, env, resp); err != nil {
 		code := schemas.PluginFailed
