@@ -54,8 +54,10 @@ stderr: stdout carries the response alone.`,
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: cli.JobPlugins,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := toolcache.CheckTerraformConfig(tfConfig, "--tf-cli-config"); err != nil {
-				return err
+			if args[0] == schemas.TypeTerraform {
+				if err := toolcache.CheckTerraformConfig(tfConfig, "--tf-cli-config"); err != nil {
+					return err
+				}
 			}
 			p, ok := plugins(kubeconfig, tfConfig)[args[0]]
 			if !ok {

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"nuon.dev/nuon/internal/testenv"
+	"nuon.dev/nuon/plugin"
+	"nuon.dev/nuon/plugin/plugintest"
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/terraform"
+	"nuon.dev/nuon/schemas"
+)
+
+func zonefilePlugin() string {
+	return filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "zonefile")
+}
+
+// TestPluginTestE2E runs `nuon plugin test` on the vendor plugin in the
+// fixtures and on a built-in served by the same binary.
+func TestPluginTestE2E(t *testing.T) {
+	zones := t.TempDir()
+	job := filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json")
+	out := nuon(t, nil, 0, "plugin", "test", "--env", "NUON_ZONE_DIR="+zones, "--job", job, zonefilePlugin())
+	if !strings.Contains(out, "plugin zonefile 0.3.0, protocol 1") || !strings.Contains(out, "13 checks, 0 failed") {
+		t.Errorf("nuon plugin test:\n%s", out)
+	}
+	var rep plugintest.Report
+	out = nuon(t, nil, 0, "plugin", "test", "-o", "json", "--env", "NUON_ZONE_DIR="+zones, "--job", job, zonefilePlugin())
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Failed() != 0 || len(rep.Results) != 13 {
+		t.Errorf("nuon plugin test -o json: %v\n%s", err, out)
+	}
+	// Without the variable its manifest asks for, every operation fails
+	// and the command says so.
+	out = nuon(t, []string{"NUON_ZONE_DIR="}, 1, "plugin", "test", "--job", job, zonefilePlugin())
+	if !strings.Contains(out, "NUON_ZONE_DIR is not set") {
+		t.Errorf("nuon plugin test without NUON_ZONE_DIR:\n%s", out)
+	}
+	// The built-ins pass the protocol's own checks (their operations need
+	// artifacts the kit has not got).
+	out = nuon(t, nil, 1, "plugin", "test", "-o", "json", nuonBinary(t), "plugin", "serve", "manifests")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if strings.Contains(r.Check, "999") || strings.Contains(r.Check, "not JSON") || strings.Contains(r.Check, "not declared") || r.Check == "handshake" {
+			if !r.OK {
+				t.Errorf("manifests plugin: %s: %s", r.Check, r.Message)
+			}
+		}
+	}
+	if rep.Plugin == nil || rep.Plugin.Name != "manifests" {
+		t.Errorf("manifests plugin: %+v", rep.Plugin)
+	}
+}
+
+// TestPluginServeE2E: `nuon plugin serve` answers a handshake with the
+// built-in's manifest and exits with the protocol's codes.
+func TestPluginServeE2E(t *testing.T) {
+	serve := func(t *testing.T, name, stdin string) (string, int) {
+		cmd := exec.Command(nuonBinary(t), "plugin", "serve", name)
+		cmd.Stdin = strings.NewReader(stdin)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return stdout.String(), code
+	}
+	out, code := serve(t, "helm", `{"apiVersion":"nuon.dev/v1","kind":"PluginRequest","protocol":1,"protocols":[1],"operation":"handshake"}`)
+	if code != 0 {
+		t.Fatalf("handshake: exit %d\n%s", code, out)
+	}
+	var resp schemas.PluginResponse
+	if err := json.Unmarshal([]byte(out), &resp); err != nil || resp.Plugin == nil {
+		t.Fatalf("handshake: %v\n%s", err, out)
+	}
+	want := []string{"apply", "destroy", "drift", "health", "debug"}
+	if diff := cmp.Diff(want, resp.Plugin.Operations); diff != "" || resp.Plugin.Name != "helm" {
+		t.Errorf("helm manifest %s (-want +got operations):\n%s", resp.Plugin.Name, diff)
+	}
+	if out, code = serve(t, "helm", "{"); code != plugin.ExitInvalid || !strings.Contains(out, `"code":"invalid"`) {
+		t.Errorf("a broken request: exit %d\n%s", code, out)
+	}
+	if _, code = serve(t, "docker", "{}"); code != 1 {
+		t.Errorf("an unknown built-in: exit %d", code)
+	}
+}
+
+// TestJobRunVendorPluginE2E runs a job of the vendor plugin with `nuon
+// job run --plugin-process`: applied when its capability is granted,
+// refused before it runs when not.
+func TestJobRunVendorPluginE2E(t *testing.T) {
+	zones := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, op string, debug []string, grant ...string) (*schemas.JobResult, string) {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		m["operation"], m["stateDir"], m["resultFile"] = op, filepath.Join(dir, "state"), filepath.Join(dir, "result.json")
+		if debug != nil {
+			m["debug"] = map[string]any{"command": debug}
+		} else {
+			delete(m, "debug")
+		}
+		b, _ := json.Marshal(m)
+		manifest := filepath.Join(dir, "manifest.json")
+		if err := os.WriteFile(manifest, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"job", "run", "--plugin-process", "zonefile=" + zonefilePlugin()}
+		for _, g := range grant {
+			args = append(args, "--plugin-grant", g)
+		}
+		cmd := exec.Command(nuonBinary(t), append(args, manifest)...)
+		cmd.Env = append(os.Environ(), "NUON_ZONE_DIR="+zones)
+		log, _ := cmd.CombinedOutput()
+		raw, err := os.ReadFile(filepath.Join(dir, "result.json"))
+		if err != nil {
+			t.Fatalf("no result: %v\n%s", err, log)
+		}
+		var res schemas.JobResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatal(err)
+		}
+		return &res, string(log)
+	}
+	zone := filepath.Join(zones, "acme.shop.internal.zone")
+
+	res, log := run(t, schemas.OpUpdate, nil)
+	if !strings.Contains(res.Error, "needs env NUON_ZONE_DIR: capability not granted") {
+		t.Errorf("ungranted: error %q\n%s", res.Error, log)
+	}
+	if _, err := os.Stat(zone); !os.IsNotExist(err) {
+		t.Errorf("the zone file exists after a refused job: %v", err)
+	}
+
+	res, log = run(t, schemas.OpUpdate, nil, "zonefile=env:NUON_ZONE_DIR")
+	if res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+		t.Fatalf("apply: %+v\n%s", res, log)
+	}
+	b, _ := os.ReadFile(zone)
+	if !strings.Contains(string(b), "api\t60\tIN\tA\t10.0.0.10") || !strings.Contains(string(b), "; nuon begin acme/dns") {
+		t.Errorf("zone file:\n%s", b)
+	}
+	res, log = run(t, schemas.OpDebug, []string{"records"}, "zonefile=env:NUON_ZONE_DIR")
+	if res.Answer == nil || !strings.Contains(res.Answer.Output, "www\t300\tIN\tCNAME") || res.Answer.Command[0] != "records" {
+		t.Errorf("debug: %+v\n%s", res, log)
+	}
+	res, log = run(t, schemas.OpDebug, []string{"cat", "/etc/shadow"}, "zonefile=env:NUON_ZONE_DIR")
+	if !res.Refused || res.Answer != nil || !strings.Contains(res.Error, "zonefile answers only 'records'") {
+		t.Errorf("refused debug: %+v\n%s", res, log)
+	}
+	res, log = run(t, schemas.OpDelete, nil, "zonefile=env:NUON_ZONE_DIR")
+	if res.Error != "" || !res.Changed {
+		t.Errorf("delete: %+v\n%s", res, log)
+	}
+}
+
+func TestProcessPluginsFlags(t *testing.T) {
+	tests := []struct {
+		name          string
+		specs, grants []string
+		want          string
+		wantProcess   []string
+	}{
+		{name: "built-in", specs: []string{"terraform"}, wantProcess: []string{"terraform"}},
+		{name: "vendor", specs: []string{"zonefile=/opt/zonefile"}, grants: []string{"zonefile=network,env:A"}, wantProcess: []string{"zonefile"}},
+		{name: "unknown built-in", specs: []string{"docker"}, want: `no built-in plugin "docker"`},
+		{name: "bad name", specs: []string{"Zone=/x"}, want: "want NAME=PATH"},
+		{name: "unknown capability", specs: []string{"z=/x"}, grants: []string{"z=root"}, want: `unknown capability "root"`},
+		{name: "grant without name", grants: []string{"network"}, want: "want NAME=CAPABILITY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := plugins("", "")
+			p := processPlugins{specs: tt.specs, grants: tt.grants}
+			err := p.apply(ps, "", "/tf")
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("apply = %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range tt.wantProcess {
+				if _, ok := ps[name].(*plugin.Process); !ok {
+					t.Errorf("%s is %T", name, ps[name])
+				}
+			}
+			if tt.name == "vendor" {
+				g := ps["zonefile"].(*plugin.Process).Granted
+				if !g.Network || len(g.Env) != 1 || g.Env[0] != "A" || g.Secrets {
+					t.Errorf("grant = %+v", g)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPluginRoundTrip measures what running a built-in plugin behind
+// the protocol costs a job: a handshake and a health request, each a
+// nuon process of its own (`nuon plugin serve terraform`), against the
+// same call in the job process. Terraform's health without a check
+// answers without running terraform, so the difference is the protocol's
+// and the processes' own cost.
+func BenchmarkPluginRoundTrip(b *testing.B) {
+	cfg := testenv.TerraformConfig(b)
+	job := &schemas.Job{APIVersion: schemas.APIVersion, Kind: schemas.KindJob, ID: "network-health-1", Install: "acme",
+		Component: "network", Operation: schemas.OpHealth, Plugin: schemas.TypeTerraform, Version: "1.0.0", Generation: 1,
+		Commit: strings.Repeat("a", 40), Timeout: "1m", StateDir: b.TempDir(), ResultFile: filepath.Join(b.TempDir(), "r.json")}
+	env := reconciler.Env{StateDir: job.StateDir}
+	ctx := context.Background()
+	b.Run("in-process", func(b *testing.B) {
+		p := &terraform.Plugin{CLIConfig: cfg}
+		for b.Loop() {
+			if _, err := p.Health(ctx, job, env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protocol", func(b *testing.B) {
+		bin := nuonBinary(b)
+		for b.Loop() {
+			// A new Process per job, as each job process makes one.
+			p := &plugin.Process{Runner: plugin.Runner{Path: bin, Args: []string{"plugin", "serve", "terraform", "--tf-cli-config", cfg}},
+				Granted: plugin.BuiltinGrant(schemas.TypeTerraform)}
+			h, err := p.Health(ctx, job, env)
+			if err != nil || h.Status != schemas.HealthUnknown {
+				b.Fatal(h, err)
+			}
+		}
+	})
+}
