@@ -26,6 +26,12 @@ type Process struct {
 	Runner Runner
 	// Granted are the capabilities the job grants the plugin.
 	Granted schemas.PluginCapabilities
+	// Manifest, when set, is the plugin's manifest as the job knows it
+	// already, and there is no handshake: a built-in served by the job's
+	// own binary, or a plugin whose manifest came with its artifact,
+	// pinned by digest. The plugin still answers in Manifest's newest
+	// protocol this side speaks, or its response is refused.
+	Manifest *schemas.PluginManifest
 
 	once     sync.Once
 	manifest *schemas.PluginManifest
@@ -44,6 +50,13 @@ var (
 // the protocol version agreed.
 func (p *Process) Handshake(ctx context.Context) (*schemas.PluginManifest, int, error) {
 	p.once.Do(func() {
+		if p.Manifest != nil {
+			p.manifest, p.protocol = p.Manifest, Negotiate(Protocols, p.Manifest.Protocols)
+			if p.protocol == 0 {
+				p.err = fmt.Errorf("plugin %s speaks protocols %v; this job speaks %v: %w", p.Manifest.Name, p.Manifest.Protocols, Protocols, ErrVersion)
+			}
+			return
+		}
 		dir, err := os.MkdirTemp("", "nuon-plugin-handshake-")
 		if err != nil {
 			p.err = err

@@ -72,6 +72,9 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 	if err != nil {
 		return nil, err
 	}
+	if err := schemas.ValidateJSON(schemas.SchemaPluginRequest, in); err != nil {
+		return nil, fmt.Errorf("plugin request %s: %w", req.Operation, err)
+	}
 	name := r.Path
 	if req.Job != nil {
 		name = req.Job.Plugin

@@ -240,7 +240,13 @@ func (p *processPlugins) apply(ps map[string]reconciler.Plugin, kubeconfig, tfCo
 			if kubeconfig != "" {
 				args = append(args, "--kubeconfig", kubeconfig)
 			}
-			ps[name] = &plugin.Process{Runner: plugin.Runner{Path: exe, Args: args}, Granted: plugin.BuiltinGrant(name)}
+			// The built-in's manifest is this binary's own: no handshake.
+			m, err := plugin.Builtin(name)
+			if err != nil {
+				return err
+			}
+			m.Operations = plugin.Operations(ps[name])
+			ps[name] = &plugin.Process{Runner: plugin.Runner{Path: exe, Args: args}, Granted: plugin.BuiltinGrant(name), Manifest: &m}
 			continue
 		}
 		if !plugin.ValidName(name) || path == "" {

@@ -238,16 +238,34 @@ func BenchmarkPluginRoundTrip(b *testing.B) {
 			}
 		}
 	})
-	b.Run("protocol", func(b *testing.B) {
-		bin := nuonBinary(b)
-		for b.Loop() {
-			// A new Process per job, as each job process makes one.
-			p := &plugin.Process{Runner: plugin.Runner{Path: bin, Args: []string{"plugin", "serve", "terraform", "--tf-cli-config", cfg}},
-				Granted: plugin.BuiltinGrant(schemas.TypeTerraform)}
-			h, err := p.Health(ctx, job, env)
-			if err != nil || h.Status != schemas.HealthUnknown {
-				b.Fatal(h, err)
+	bin := nuonBinary(b)
+	args := []string{"plugin", "serve", "terraform", "--tf-cli-config", cfg}
+	manifest, err := plugin.Builtin(schemas.TypeTerraform)
+	if err != nil {
+		b.Fatal(err)
+	}
+	manifest.Operations = plugin.Operations(&terraform.Plugin{})
+	for _, bc := range []struct {
+		name     string
+		manifest *schemas.PluginManifest
+	}{
+		// As `nuon job run --plugin-process terraform` runs it: the
+		// manifest is the binary's own, one process per job.
+		{"protocol", &manifest},
+		// As a plugin the job knows nothing of: a handshake first, two
+		// processes per job.
+		{"protocol-handshake", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				// A new Process per job, as each job process makes one.
+				p := &plugin.Process{Runner: plugin.Runner{Path: bin, Args: args},
+					Granted: plugin.BuiltinGrant(schemas.TypeTerraform), Manifest: bc.manifest}
+				h, err := p.Health(ctx, job, env)
+				if err != nil || h.Status != schemas.HealthUnknown {
+					b.Fatal(h, err)
+				}
 			}
-		}
-	})
+		})
+	}
 }
