@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -257,6 +259,12 @@ func BenchmarkPluginRoundTrip(b *testing.B) {
 		{"protocol-handshake", nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			// The plugin processes' CPU time: on a busy machine their
+			// wall time is mostly waiting for a core.
+			before := childCPU()
+			defer func() {
+				b.ReportMetric(float64((childCPU()-before).Microseconds())/1000/float64(b.N), "child-cpu-ms/op")
+			}()
 			for b.Loop() {
 				// A new Process per job, as each job process makes one.
 				p := &plugin.Process{Runner: plugin.Runner{Path: bin, Args: args},
@@ -268,4 +276,14 @@ func BenchmarkPluginRoundTrip(b *testing.B) {
 			}
 		})
 	}
+}
+
+// childCPU is the user and system time of this process's finished
+// children.
+func childCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
