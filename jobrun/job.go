@@ -119,10 +119,10 @@ func runJob(ctx context.Context, manifestPath string, plugins map[string]reconci
 	return written, nil
 }
 
-// decodeJob reads the manifest. A job for a vendor's plugin, which this
-// process runs behind the plugin protocol (a *plugin.Process), may name a
-// component type the job schema does not list; it is checked against
-// the schema otherwise.
+// decodeJob reads the manifest. A job for a vendor's plugin, one this
+// process has besides the built-ins (a *plugin.Process, or one it refuses
+// to run), may name a component type the job schema does not list; it is
+// checked against the schema otherwise.
 func decodeJob(manifestPath string, data []byte, plugins map[string]reconciler.Plugin) (*schemas.Job, error) {
 	job, err := schemas.DecodeJob(manifestPath, data)
 	if err == nil {
@@ -132,7 +132,7 @@ func decodeJob(manifestPath string, data []byte, plugins map[string]reconciler.P
 	if perr != nil {
 		return nil, err
 	}
-	if _, ok := plugins[vendor.Plugin].(*plugin.Process); !ok {
+	if _, ok := plugins[vendor.Plugin]; !ok {
 		return nil, err
 	}
 	return vendor, nil

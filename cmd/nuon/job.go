@@ -88,9 +88,11 @@ before the plugin runs.`,
 				return err
 			}
 			ps := plugins(kubeconfig, tfConfig)
-			if err := procs.apply(ps, kubeconfig, tfConfig); err != nil {
+			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg)
+			if err != nil {
 				return err
 			}
+			defer cleanup()
 			if pod {
 				return jobrun.PodMain(cmd.Context(), args[0], ps, src, g.Stdout, jobrun.WithStdio())
 			}

@@ -1,17 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
@@ -33,7 +39,81 @@ speaks, its operations (plan, apply, destroy, drift, health, debug) and the
 capabilities it needs (network, secrets, cloudRole, writableState, env
 variables). A job that does not grant them does not run the plugin.`,
 	}
-	cmd.AddCommand(newPluginServeCmd(g), newPluginTestCmd(g))
+	cmd.AddCommand(newPluginServeCmd(g), newPluginTestCmd(g), newPluginReleaseCmd(g))
+	return cmd
+}
+
+func newPluginReleaseCmd(g *cli.Globals) *cobra.Command {
+	var repository, key, output string
+	var reg cli.RegistryOptions
+	cmd := &cobra.Command{
+		Use:   "release DIR --repository REPO --key cosign.key",
+		Short: "Package a plugin directory as an OCI artifact, push it and sign it",
+		Long: `Release packages the plugin directory DIR as one OCI artifact: its config is
+DIR/plugin.json, the plugin's manifest (schemas/plugin-manifest.schema.json),
+its one layer the directory, with an executable for each platform the
+manifest's executables name (media types ` + plugin.ConfigMediaType + `
+and ` + plugin.ContentMediaType + `). It pushes it to REPO, tagged with the
+plugin's version, and signs it with the vendor's cosign key as every artifact
+is signed (password in COSIGN_PASSWORD). It prints the reference by digest,
+which is what pins the plugin: a job fetches it by digest and runs it only when
+the signature verifies.`,
+		Example: `  nuon plugin release fixtures/plugins/zonefile \
+      --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key
+
+  nuon job run --plugin-artifact zonefile=registry.example/acme/plugins/zonefile@sha256:… \
+      --plugin-key cosign.pub --plugin-grant zonefile=env:NUON_ZONE_DIR manifest.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cli.CheckOutput(output); err != nil {
+				return err
+			}
+			if repository == "" || key == "" {
+				return errors.New("--repository and --key are required")
+			}
+			repo, err := name.NewRepository(repository)
+			if err != nil {
+				return fmt.Errorf("--repository: %w", err)
+			}
+			sv, err := builder.LoadKey(key, []byte(os.Getenv("COSIGN_PASSWORD")))
+			if err != nil {
+				return err
+			}
+			img, m, err := plugin.Package(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := reg.Client()
+			if err != nil {
+				return err
+			}
+			d, err := img.Digest()
+			if err != nil {
+				return err
+			}
+			ref := repo.Digest(d.String())
+			p, err := c.NewPusher(cmd.Context(), repo)
+			if err != nil {
+				return err
+			}
+			if err := p.Push(cmd.Context(), repo.Tag(m.Version), img); err != nil {
+				return fmt.Errorf("push %s: %w", ref, err)
+			}
+			if _, err := builder.Sign(cmd.Context(), c, ref, sv); err != nil {
+				return err
+			}
+			if output == "json" {
+				return json.NewEncoder(g.Stdout).Encode(map[string]string{"name": m.Name, "version": m.Version, "ref": ref.String(), "digest": d.String()})
+			}
+			fmt.Fprintln(g.Stdout, ref.String())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&repository, "repository", "", "the repository to push to (required)")
+	f.StringVar(&key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
+	f.StringVarP(&output, "output", "o", "text", "output format: text (the reference) or json")
+	reg.Flags(f)
 	return cmd
 }
 
@@ -182,8 +262,10 @@ func printReport(g *cli.Globals, rep *plugintest.Report) {
 // runs behind the protocol, as processes of their own, instead of in the
 // job process.
 type processPlugins struct {
-	specs  []string
-	grants []string
+	specs     []string
+	grants    []string
+	artifacts []string
+	key       string
 }
 
 // envProcessPlugins is the default of --plugin-process, so that an agent
@@ -196,11 +278,19 @@ func (p *processPlugins) register(f *pflag.FlagSet) {
 		def = strings.Split(v, ",")
 	}
 	f.StringSliceVar(&p.specs, "plugin-process", def, "run plugin NAME as its own process behind the plugin protocol: a built-in served by this binary (NAME), or an executable (NAME=PATH); default $"+envProcessPlugins)
+	f.StringArrayVar(&p.artifacts, "plugin-artifact", nil, "run plugin NAME from its released artifact, pinned by digest (NAME=REPO@sha256:…), fetched only when --plugin-key verifies its signature (repeatable)")
+	f.StringVar(&p.key, "plugin-key", "", "the vendor's cosign public key that --plugin-artifact's signatures must verify with")
 	f.StringArrayVar(&p.grants, "plugin-grant", nil, "capabilities granted to an executable plugin: NAME=network,secrets,cloudRole,writableState,env:VAR (repeatable); a built-in gets what it needs")
 }
 
 // apply replaces or adds the plugins --plugin-process names.
 func (p *processPlugins) apply(ps map[string]reconciler.Plugin, kubeconfig, tfConfig string) error {
+	return p.applyFetch(context.Background(), ps, kubeconfig, tfConfig, nil, "")
+}
+
+// applyFetch is apply, and adds the plugins --plugin-artifact names,
+// fetched through c into dir.
+func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, c *oci.Client, dir string) error {
 	grants := map[string]schemas.PluginCapabilities{}
 	for _, g := range p.grants {
 		name, list, ok := strings.Cut(g, "=")
@@ -254,5 +344,69 @@ func (p *processPlugins) apply(ps map[string]reconciler.Plugin, kubeconfig, tfCo
 		}
 		ps[name] = &plugin.Process{Runner: plugin.Runner{Path: path}, Granted: grants[name]}
 	}
+	if len(p.artifacts) == 0 {
+		return nil
+	}
+	if p.key == "" {
+		return errors.New("--plugin-artifact needs --plugin-key, the vendor's public key")
+	}
+	v, err := oci.LoadPublicKey(p.key)
+	if err != nil {
+		return err
+	}
+	for _, spec := range p.artifacts {
+		pname, refStr, ok := strings.Cut(spec, "=")
+		ref, err := name.NewDigest(refStr)
+		if !ok || !plugin.ValidName(pname) || err != nil {
+			return fmt.Errorf("--plugin-artifact %q: want NAME=REPO@sha256:…", spec)
+		}
+		if c == nil {
+			return errors.New("--plugin-artifact: no registry client")
+		}
+		// A plugin that cannot be fetched fails the job with why, in its
+		// result, as a plugin that fails does.
+		f, err := plugin.Fetch(ctx, c, ref, v, filepath.Join(dir, pname), "")
+		switch {
+		case err != nil:
+			ps[pname] = refusedPlugin{err}
+		case f.Manifest.Name != pname:
+			ps[pname] = refusedPlugin{fmt.Errorf("plugin %s: the artifact %s is plugin %s", pname, ref, f.Manifest.Name)}
+		default:
+			ps[pname] = f.Process(grants[pname])
+		}
+	}
 	return nil
 }
+
+// run is apply for `nuon job run`: it fetches artifacts through the
+// job's registry options into a directory of the job's own, which the
+// returned function removes.
+func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions) (func(), error) {
+	if len(p.artifacts) == 0 {
+		return func() {}, p.apply(ps, kubeconfig, tfConfig)
+	}
+	c, _, err := reg.Client()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nuon-plugins-")
+	if err != nil {
+		return nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	if err := p.applyFetch(ctx, ps, kubeconfig, tfConfig, c, dir); err != nil {
+		cleanup()
+		return nil, err
+	}
+	return cleanup, nil
+}
+
+// refusedPlugin is a plugin the job process would not run: each
+// operation fails with why.
+type refusedPlugin struct{ err error }
+
+func (r refusedPlugin) Apply(context.Context, *schemas.Job, reconciler.Env) (*schemas.JobResult, error) {
+	return nil, r.err
+}
+
+func (r refusedPlugin) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }

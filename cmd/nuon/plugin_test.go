@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
 
+	"nuon.dev/nuon/internal/oci/ocitest"
 	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
@@ -101,52 +103,54 @@ func TestPluginServeE2E(t *testing.T) {
 	}
 }
 
+// runZoneJob runs the zonefile sample job, operation op, with `nuon job
+// run` and the flags args, and returns its result and output.
+func runZoneJob(t *testing.T, zones, op string, debug []string, args ...string) (*schemas.JobResult, string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	m["operation"], m["stateDir"], m["resultFile"] = op, filepath.Join(dir, "state"), filepath.Join(dir, "result.json")
+	if debug != nil {
+		m["debug"] = map[string]any{"command": debug}
+	} else {
+		delete(m, "debug")
+	}
+	b, _ := json.Marshal(m)
+	manifest := filepath.Join(dir, "manifest.json")
+	if err := os.WriteFile(manifest, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(nuonBinary(t), append(append([]string{"job", "run"}, args...), manifest)...)
+	cmd.Env = append(os.Environ(), "NUON_ZONE_DIR="+zones)
+	log, _ := cmd.CombinedOutput()
+	raw, err := os.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatalf("no result: %v\n%s", err, log)
+	}
+	var res schemas.JobResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	return &res, string(log)
+}
+
 // TestJobRunVendorPluginE2E runs a job of the vendor plugin with `nuon
 // job run --plugin-process`: applied when its capability is granted,
 // refused before it runs when not.
 func TestJobRunVendorPluginE2E(t *testing.T) {
 	zones := t.TempDir()
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(t *testing.T, op string, debug []string, grant ...string) (*schemas.JobResult, string) {
-		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		m["operation"], m["stateDir"], m["resultFile"] = op, filepath.Join(dir, "state"), filepath.Join(dir, "result.json")
-		if debug != nil {
-			m["debug"] = map[string]any{"command": debug}
-		} else {
-			delete(m, "debug")
-		}
-		b, _ := json.Marshal(m)
-		manifest := filepath.Join(dir, "manifest.json")
-		if err := os.WriteFile(manifest, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args := []string{"job", "run", "--plugin-process", "zonefile=" + zonefilePlugin()}
-		for _, g := range grant {
-			args = append(args, "--plugin-grant", g)
-		}
-		cmd := exec.Command(nuonBinary(t), append(args, manifest)...)
-		cmd.Env = append(os.Environ(), "NUON_ZONE_DIR="+zones)
-		log, _ := cmd.CombinedOutput()
-		raw, err := os.ReadFile(filepath.Join(dir, "result.json"))
-		if err != nil {
-			t.Fatalf("no result: %v\n%s", err, log)
-		}
-		var res schemas.JobResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			t.Fatal(err)
-		}
-		return &res, string(log)
-	}
+	exe := []string{"--plugin-process", "zonefile=" + zonefilePlugin()}
+	grant := append(exe, "--plugin-grant", "zonefile=env:NUON_ZONE_DIR")
 	zone := filepath.Join(zones, "acme.shop.internal.zone")
 
-	res, log := run(t, schemas.OpUpdate, nil)
+	res, log := runZoneJob(t, zones, schemas.OpUpdate, nil, exe...)
 	if !strings.Contains(res.Error, "needs env NUON_ZONE_DIR: capability not granted") {
 		t.Errorf("ungranted: error %q\n%s", res.Error, log)
 	}
@@ -154,7 +158,7 @@ func TestJobRunVendorPluginE2E(t *testing.T) {
 		t.Errorf("the zone file exists after a refused job: %v", err)
 	}
 
-	res, log = run(t, schemas.OpUpdate, nil, "zonefile=env:NUON_ZONE_DIR")
+	res, log = runZoneJob(t, zones, schemas.OpUpdate, nil, grant...)
 	if res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
 		t.Fatalf("apply: %+v\n%s", res, log)
 	}
@@ -162,17 +166,70 @@ func TestJobRunVendorPluginE2E(t *testing.T) {
 	if !strings.Contains(string(b), "api\t60\tIN\tA\t10.0.0.10") || !strings.Contains(string(b), "; nuon begin acme/dns") {
 		t.Errorf("zone file:\n%s", b)
 	}
-	res, log = run(t, schemas.OpDebug, []string{"records"}, "zonefile=env:NUON_ZONE_DIR")
+	res, log = runZoneJob(t, zones, schemas.OpDebug, []string{"records"}, grant...)
 	if res.Answer == nil || !strings.Contains(res.Answer.Output, "www\t300\tIN\tCNAME") || res.Answer.Command[0] != "records" {
 		t.Errorf("debug: %+v\n%s", res, log)
 	}
-	res, log = run(t, schemas.OpDebug, []string{"cat", "/etc/shadow"}, "zonefile=env:NUON_ZONE_DIR")
+	res, log = runZoneJob(t, zones, schemas.OpDebug, []string{"cat", "/etc/shadow"}, grant...)
 	if !res.Refused || res.Answer != nil || !strings.Contains(res.Error, "zonefile answers only 'records'") {
 		t.Errorf("refused debug: %+v\n%s", res, log)
 	}
-	res, log = run(t, schemas.OpDelete, nil, "zonefile=env:NUON_ZONE_DIR")
+	res, log = runZoneJob(t, zones, schemas.OpDelete, nil, grant...)
 	if res.Error != "" || !res.Changed {
 		t.Errorf("delete: %+v\n%s", res, log)
+	}
+}
+
+// TestPluginReleaseE2E is the vendor plugin's whole chain: released
+// (packaged, pushed, signed with the vendor's cosign key), then run by a
+// job from its artifact pinned by digest, and refused when the signature
+// is by another key or the digest is not there.
+func TestPluginReleaseE2E(t *testing.T) {
+	host := ocitest.InProcess(t)
+	keys := filepath.Join(repoRoot(), "fixtures", "keys")
+	out := nuon(t, []string{"COSIGN_PASSWORD="}, 0, "plugin", "release", "-o", "json",
+		"--repository", host+"/acme/plugins/zonefile", "--key", filepath.Join(keys, "cosign.key"),
+		filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile"))
+	var rel struct{ Name, Version, Ref, Digest string }
+	if err := json.Unmarshal([]byte(out), &rel); err != nil || rel.Name != "zonefile" || !strings.HasSuffix(rel.Ref, "@"+rel.Digest) {
+		t.Fatalf("nuon plugin release: %v\n%s", err, out)
+	}
+	// Released again, nothing changes: the same digest, already signed.
+	if again := nuon(t, []string{"COSIGN_PASSWORD="}, 0, "plugin", "release", "--repository", host+"/acme/plugins/zonefile",
+		"--key", filepath.Join(keys, "cosign.key"), filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile")); strings.TrimSpace(again) != rel.Ref {
+		t.Errorf("released again: %s, first %s", again, rel.Ref)
+	}
+
+	other, err := cosign.GenerateKeyPair(func(bool) ([]byte, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPub := filepath.Join(t.TempDir(), "other.pub")
+	if err := os.WriteFile(otherPub, other.PublicBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zones := t.TempDir()
+	zone := filepath.Join(zones, "acme.shop.internal.zone")
+	grant := []string{"--plugin-grant", "zonefile=env:NUON_ZONE_DIR"}
+	run := func(ref, pub string) (*schemas.JobResult, string) {
+		return runZoneJob(t, zones, schemas.OpUpdate, nil, append([]string{"--plugin-artifact", "zonefile=" + ref, "--plugin-key", pub}, grant...)...)
+	}
+
+	res, log := run(rel.Ref, otherPub)
+	if !strings.Contains(res.Error, "signature") {
+		t.Errorf("signed by another key: %+v\n%s", res, log)
+	}
+	missing := host + "/acme/plugins/zonefile@sha256:" + strings.Repeat("0", 64)
+	res, log = run(missing, filepath.Join(keys, "cosign.pub"))
+	if res.Error == "" || !strings.Contains(res.Error, "has no sha256-") {
+		t.Errorf("a digest that is not there: %+v\n%s", res, log)
+	}
+	if _, err := os.Stat(zone); !os.IsNotExist(err) {
+		t.Errorf("the zone file exists after refused jobs: %v", err)
+	}
+	res, log = run(rel.Ref, filepath.Join(keys, "cosign.pub"))
+	if res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+		t.Fatalf("apply from the artifact: %+v\n%s", res, log)
 	}
 }
 
