@@ -106,3 +106,42 @@ func TestProcessWithoutWritableState(t *testing.T) {
 		t.Errorf("state directory touched by a refused plugin: %v", err)
 	}
 }
+
+// BenchmarkProcess measures what a small Go plugin (the test binary
+// serving notes) costs behind the protocol, handshake excluded: one
+// process per operation, with the job's network and with a network
+// namespace of its own, against the same call in process.
+func BenchmarkProcess(b *testing.B) {
+	ctx := context.Background()
+	job := testJob(b, "notes", schemas.OpHealth, map[string]any{"text": "hello"})
+	env := reconciler.Env{StateDir: job.StateDir}
+	if err := os.MkdirAll(job.StateDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("in-process", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := (notes{}).Health(ctx, job, env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, bc := range []struct {
+		name    string
+		granted schemas.PluginCapabilities
+	}{
+		{"process", schemas.PluginCapabilities{WritableState: true, Network: true}},
+		{"process-own-network", schemas.PluginCapabilities{WritableState: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := notesProcess(b, bc.granted)
+			if _, _, err := p.Handshake(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := p.Health(ctx, job, env); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

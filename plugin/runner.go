@@ -38,7 +38,8 @@ const (
 // request's work directory), LANG=C.UTF-8 and NUON_PLUGIN_PROTOCOL, then
 // only what is granted: NUON_SECRET_* with the secrets capability, AWS_*
 // with cloudRole, each variable named in env. It runs in its own process
-// group; when ctx ends the group gets SIGTERM, then SIGKILL after
+// group, and in a network namespace of its own unless it is granted the
+// network; when ctx ends the group gets SIGTERM, then SIGKILL after
 // KillGrace, and whatever the group left behind is killed when the
 // plugin exits.
 type Runner struct {
@@ -56,6 +57,24 @@ type Runner struct {
 	MaxLog int64
 	// KillGrace is between SIGTERM and SIGKILL. Default: DefaultKillGrace.
 	KillGrace time.Duration
+	// SharedNetwork runs a plugin that is not granted the network in the
+	// job's network all the same, where network namespaces are not
+	// allowed. Default: such a plugin gets a network namespace of its
+	// own, with nothing in it but a loopback that is down.
+	SharedNetwork bool
+}
+
+// isolateNetwork starts the process in a new network namespace: as root
+// directly, otherwise inside a new user namespace that maps the job's own
+// user and group, so that nothing but the network changes.
+func isolateNetwork(a *syscall.SysProcAttr) {
+	a.Cloneflags |= syscall.CLONE_NEWNET
+	if os.Geteuid() != 0 {
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Geteuid(), HostID: os.Geteuid(), Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getegid(), HostID: os.Getegid(), Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+	}
 }
 
 // Call sends req to a new plugin process and returns its response, with
@@ -149,6 +168,9 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 	cmd.Dir = workDir
 	cmd.Stdin = bytes.NewReader(in)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !granted.Network && !r.SharedNetwork {
+		isolateNetwork(cmd.SysProcAttr)
+	}
 	var overflow sync.Once
 	tooLarge := false
 	stdout := &boundedBuffer{max: maxResp, full: func() {
@@ -162,6 +184,10 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 	cmd.WaitDelay = grace + time.Second
 
 	if err := cmd.Start(); err != nil {
+		if cmd.SysProcAttr.Cloneflags&syscall.CLONE_NEWNET != 0 {
+			return nil, 0, fmt.Errorf("start plugin %s in a network namespace of its own (it is not granted the network): %w; "+
+				"where namespaces are not allowed, grant it network or set the runner's SharedNetwork", r.Path, err)
+		}
 		return nil, 0, fmt.Errorf("start plugin %s: %w", r.Path, err)
 	}
 	done := make(chan struct{})

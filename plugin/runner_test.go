@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,5 +223,49 @@ func TestRefusedDebugCommand(t *testing.T) {
 	err := p.Debug(context.Background(), job, reconciler.Env{StateDir: job.StateDir}, debugcmd.Command{}, &bytes.Buffer{})
 	if !errors.Is(err, debugcmd.ErrRefused) || !strings.Contains(err.Error(), "exit 4") {
 		t.Errorf("debug = %v, want a refusal", err)
+	}
+}
+
+// TestRunnerNetwork: a plugin not granted the network cannot reach a
+// server the job can; granted it, it can.
+func TestRunnerNetwork(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	// Perl is the only tool at hand that opens a TCP connection.
+	body := handshakeOK + fmt.Sprintf(`got=$(perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:%d", Timeout => 2) or do { print "refused: $!"; exit }; print scalar <$s>' | tr -d '\n"')
+printf '{"apiVersion":"nuon.dev/v1","kind":"PluginResponse","protocol":1,"operation":"apply","outputs":{"got":"%%s"}}' "$got"`, port)
+	for _, tt := range []struct {
+		name    string
+		granted schemas.PluginCapabilities
+		want    string
+	}{
+		{"not granted", schemas.PluginCapabilities{}, "refused: Network is unreachable"},
+		{"granted", schemas.PluginCapabilities{Network: true}, "hello"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			job := testJob(t, "sh", schemas.OpUpdate, nil)
+			p := &Process{Runner: Runner{Path: script(t, body)}, Granted: tt.granted}
+			res, err := p.Apply(context.Background(), job, reconciler.Env{StateDir: job.StateDir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Outputs["got"]; got != tt.want {
+				t.Errorf("the plugin got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
