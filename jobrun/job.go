@@ -2,6 +2,7 @@ package jobrun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -119,6 +120,9 @@ func runJob(ctx context.Context, manifestPath string, plugins map[string]reconci
 	return written, nil
 }
 
+// builtinTypes are the component types the job schema lists.
+var builtinTypes = []string{schemas.TypeTerraform, schemas.TypeHelm, schemas.TypeManifests, schemas.TypeImage}
+
 // decodeJob reads the manifest. A job for a vendor's plugin, one this
 // process has besides the built-ins (a *plugin.Process, or one it refuses
 // to run), may name a component type the job schema does not list; it is
@@ -129,10 +133,21 @@ func decodeJob(manifestPath string, data []byte, plugins map[string]reconciler.P
 		return job, nil
 	}
 	vendor, perr := plugin.DecodeJob(manifestPath, data)
-	if perr != nil {
+	if perr != nil || slices.Contains(builtinTypes, vendor.Plugin) {
 		return nil, err
 	}
 	if _, ok := plugins[vendor.Plugin]; !ok {
+		return nil, err
+	}
+	// Every other rule of a job holds for a vendor's plugin's too: check
+	// it as the job of a built-in.
+	probe := *vendor
+	probe.Plugin = schemas.TypeTerraform
+	b, mErr := json.Marshal(&probe)
+	if mErr != nil {
+		return nil, mErr
+	}
+	if _, err := schemas.DecodeJob(manifestPath, b); err != nil {
 		return nil, err
 	}
 	return vendor, nil
