@@ -184,7 +184,7 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 	cmd.WaitDelay = grace + time.Second
 
 	if err := cmd.Start(); err != nil {
-		if cmd.SysProcAttr.Cloneflags&syscall.CLONE_NEWNET != 0 {
+		if cmd.SysProcAttr.Cloneflags&syscall.CLONE_NEWNET != 0 && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC)) {
 			return nil, 0, fmt.Errorf("start plugin %s in a network namespace of its own (it is not granted the network): %w; "+
 				"where namespaces are not allowed, grant it network or set the runner's SharedNetwork", r.Path, err)
 		}
