@@ -57,9 +57,14 @@
 // more than it is granted is refused before any request that could change
 // anything is sent (ErrNotGranted). The process gets a clean environment:
 // PATH, LANG, HOME and TMPDIR in its scratch directory,
-// NUON_PLUGIN_PROTOCOL, and only the variables granted. Network is a
-// declaration the job checks, not a sandbox the process runner enforces:
-// the Kubernetes runner's NetworkPolicy is where it is enforced.
+// NUON_PLUGIN_PROTOCOL, and only the variables granted. A plugin not
+// granted the network runs in a network namespace of its own, with
+// nothing in it (as root directly, otherwise inside a user namespace that
+// maps the job's own user); where namespaces are not allowed the job
+// fails unless the runner's SharedNetwork says otherwise. writableState
+// is enforced by handing the plugin a directory of its own; a plugin may
+// still write where the job's user may, which a container runner (a
+// read-only root filesystem) closes.
 //
 // # Bounds
 //
@@ -90,11 +95,13 @@
 //
 // # Measured
 //
-// A built-in behind the protocol costs a job one more nuon process: on
-// this project's 2-core machine, BenchmarkPluginRoundTrip (cmd/nuon)
-// measured 34 ms of that process's CPU per job with the manifest known
-// (68 ms with a handshake: two processes), against 0.03–0.2 ms for the
-// same call in the job process; wall time was 69 ms at a load of 13 on two
-// cores. Most of it is the start of a 160 MB binary (package
-// initialisation alone ~30 ms).
+// A built-in behind the protocol costs a job one more nuon process.
+// BenchmarkPluginRoundTrip (cmd/nuon), on this project's 2-core machine
+// while it ran at a load of 13 to 17: 34–43 ms of that process's CPU per
+// job with the manifest known (69–86 ms wall, mostly waiting for a core),
+// 68–86 ms with a handshake (two processes), against 0.03–0.08 ms for the
+// same call in the job process. Most of it is starting a 160 MB binary
+// (package initialisation alone ~30 ms). A small Go plugin
+// (BenchmarkProcess) costs 35–50 ms wall at that load; its own network
+// namespace adds nothing measurable.
 package plugin
