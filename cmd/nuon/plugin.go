@@ -266,6 +266,7 @@ type processPlugins struct {
 	grants    []string
 	artifacts []string
 	key       string
+	shared    bool
 }
 
 // envProcessPlugins is the default of --plugin-process, so that an agent
@@ -280,6 +281,7 @@ func (p *processPlugins) register(f *pflag.FlagSet) {
 	f.StringSliceVar(&p.specs, "plugin-process", def, "run plugin NAME as its own process behind the plugin protocol: a built-in served by this binary (NAME), or an executable (NAME=PATH); default $"+envProcessPlugins)
 	f.StringArrayVar(&p.artifacts, "plugin-artifact", nil, "run plugin NAME from its released artifact, pinned by digest (NAME=REPO@sha256:…), fetched only when --plugin-key verifies its signature (repeatable)")
 	f.StringVar(&p.key, "plugin-key", "", "the vendor's cosign public key that --plugin-artifact's signatures must verify with")
+	f.BoolVar(&p.shared, "plugin-shared-network", false, "run plugins not granted the network in the job's network all the same, where network namespaces are not allowed (default: a namespace of their own, with nothing in it)")
 	f.StringArrayVar(&p.grants, "plugin-grant", nil, "capabilities granted to an executable plugin: NAME=network,secrets,cloudRole,writableState,env:VAR (repeatable); a built-in gets what it needs")
 }
 
@@ -342,7 +344,7 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 		if !plugin.ValidName(name) || path == "" {
 			return fmt.Errorf("--plugin-process %q: want NAME=PATH with NAME a plugin name", spec)
 		}
-		ps[name] = &plugin.Process{Runner: plugin.Runner{Path: path}, Granted: grants[name]}
+		ps[name] = &plugin.Process{Runner: plugin.Runner{Path: path, SharedNetwork: p.shared}, Granted: grants[name]}
 	}
 	if len(p.artifacts) == 0 {
 		return nil
@@ -372,7 +374,9 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 		case f.Manifest.Name != pname:
 			ps[pname] = refusedPlugin{fmt.Errorf("plugin %s: the artifact %s is plugin %s", pname, ref, f.Manifest.Name)}
 		default:
-			ps[pname] = f.Process(grants[pname])
+			fp := f.Process(grants[pname])
+			fp.Runner.SharedNetwork = p.shared
+			ps[pname] = fp
 		}
 	}
 	return nil

@@ -237,11 +237,13 @@ func TestProcessPluginsFlags(t *testing.T) {
 	tests := []struct {
 		name          string
 		specs, grants []string
+		shared        bool
 		want          string
 		wantProcess   []string
 	}{
 		{name: "built-in", specs: []string{"terraform"}, wantProcess: []string{"terraform"}},
 		{name: "vendor", specs: []string{"zonefile=/opt/zonefile"}, grants: []string{"zonefile=network,env:A"}, wantProcess: []string{"zonefile"}},
+		{name: "vendor, shared network", specs: []string{"zonefile=/opt/zonefile"}, shared: true, wantProcess: []string{"zonefile"}},
 		{name: "unknown built-in", specs: []string{"docker"}, want: `no built-in plugin "docker"`},
 		{name: "bad name", specs: []string{"Zone=/x"}, want: "want NAME=PATH"},
 		{name: "unknown capability", specs: []string{"z=/x"}, grants: []string{"z=root"}, want: `unknown capability "root"`},
@@ -250,7 +252,7 @@ func TestProcessPluginsFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ps := plugins("", "")
-			p := processPlugins{specs: tt.specs, grants: tt.grants}
+			p := processPlugins{specs: tt.specs, grants: tt.grants, shared: tt.shared}
 			err := p.apply(ps, "", "/tf")
 			if tt.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -271,6 +273,9 @@ func TestProcessPluginsFlags(t *testing.T) {
 				if !g.Network || len(g.Env) != 1 || g.Env[0] != "A" || g.Secrets {
 					t.Errorf("grant = %+v", g)
 				}
+			}
+			if tt.name == "vendor, shared network" && !ps["zonefile"].(*plugin.Process).Runner.SharedNetwork {
+				t.Error("--plugin-shared-network did not reach the runner")
 			}
 		})
 	}
