@@ -165,7 +165,7 @@ stderr: stdout carries the response alone.`,
 }
 
 func newPluginTestCmd(g *cli.Globals) *cobra.Command {
-	var jobFile, output string
+	var jobFile, output, artifacts string
 	var env []string
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -183,7 +183,7 @@ schemas and rules (package plugin/plugintest):
                             the declared ones on the sample job (--job), in a
                             state directory of the kit's own: the second apply
                             changes nothing, drift after apply finds nothing,
-                            health after apply is Ready
+                            health after apply is not Failed
   an operation in protocol 999  unsupported
 
 The plugin gets the capabilities its manifest asks for, drawn from this
@@ -192,14 +192,17 @@ command's environment and --env. It exits 1 when a check fails.`,
   nuon plugin test --env NUON_ZONE_DIR=/tmp/zones \
       --job fixtures/plugins/zonefile/job.json fixtures/plugins/zonefile/zonefile
 
-  # a built-in, served by this binary
-  nuon plugin test --job job.json $(command -v nuon) plugin serve terraform`,
+  # a built-in, served by this binary, its module from an OCI image layout
+  nuon plugin test --job network.json --artifacts ./artifacts $(command -v nuon) plugin serve terraform`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
 			k := plugintest.Kit{Path: args[0], Args: args[1:], Environ: os.Environ(), Timeout: timeout}
+			if artifacts != "" {
+				k.Artifacts = oci.Layout{Path: artifacts}
+			}
 			for _, kv := range env {
 				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 					return fmt.Errorf("--env %q: want NAME=VALUE", kv)
@@ -237,6 +240,7 @@ command's environment and --env. It exits 1 when a check fails.`,
 	f := cmd.Flags()
 	f.SetInterspersed(false)
 	f.StringVar(&jobFile, "job", "", "the sample job manifest (JSON) to run the operations with; its plugin may be any plugin's name")
+	f.StringVar(&artifacts, "artifacts", "", "an OCI image layout holding the sample job's artifacts, by the digests it pins")
 	f.StringArrayVar(&env, "env", nil, "NAME=VALUE added to the environment the plugin's grants are drawn from (repeatable)")
 	f.DurationVar(&timeout, "timeout", plugintest.DefaultTimeout, "bound on each call to the plugin")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")

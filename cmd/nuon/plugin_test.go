@@ -349,3 +349,43 @@ func childCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestPluginTestBuiltinE2E runs the test kit against the built-in
+// terraform plugin served by this binary, with the sample network module
+// from an OCI image layout: every check passes, real terraform included.
+func TestPluginTestBuiltinE2E(t *testing.T) {
+	tf := testenv.TerraformConfig(t)
+	dir := filepath.Join(repoRoot(), "fixtures", "modules", "network")
+	layoutPath, digests := moduleLayout(t, dir)
+	d := digests[dir].String()
+	job := map[string]any{
+		"apiVersion": "nuon.dev/v1", "kind": "Job", "id": "network-update-1", "install": "acme", "component": "network",
+		"operation": "update", "plugin": "terraform", "version": "1.0.0", "generation": 1, "commit": strings.Repeat("a", 40),
+		"artifacts": []map[string]any{{"name": "module", "local": "registry.example/acme/shop/network@" + d, "digest": d}},
+		"inputs":    map[string]any{"name": "shop-acme", "cidr": "10.1.0.0/16"},
+		"timeout":   "5m", "stateDir": "/unused", "resultFile": "/unused/result.json",
+	}
+	b, _ := json.Marshal(job)
+	jobFile := filepath.Join(t.TempDir(), "network.json")
+	if err := os.WriteFile(jobFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := nuon(t, []string{"TF_CLI_CONFIG_FILE=" + tf, "NUON_TF_CLI_CONFIG=" + tf}, 0, "plugin", "test", "-o", "json",
+		"--job", jobFile, "--artifacts", layoutPath, nuonBinary(t), "plugin", "serve", "terraform")
+	var rep plugintest.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string]bool{}
+	for _, r := range rep.Results {
+		checks[r.Check] = r.OK
+		if !r.OK {
+			t.Errorf("%s: %s", r.Check, r.Message)
+		}
+	}
+	for _, c := range []string{"apply", "apply again changes nothing", "drift after apply finds nothing", "health after apply", "destroy"} {
+		if !checks[c] {
+			t.Errorf("check %q did not pass (or run)", c)
+		}
+	}
+}

@@ -14,8 +14,9 @@
 //   - an operation the manifest does not declare: unsupported (exit 3);
 //   - the declared operations on the sample job, each in a state of the
 //     kit's own: plan, apply, apply again (must change nothing), drift
-//     (must find nothing), health (Ready), debug (when the sample has a
-//     command), destroy, drift again (should find what is gone);
+//     (must find nothing), health (not Failed), debug (when the sample
+//     has a command), destroy, drift again (what is gone, or a failure
+//     saying there is nothing to check), destroy again;
 //   - a request in a protocol version the plugin did not agree to:
 //     unsupported.
 //
@@ -57,6 +58,9 @@ type Kit struct {
 	Environ []string
 	// Timeout bounds each call. Default: DefaultTimeout.
 	Timeout time.Duration
+	// Artifacts gives the sample job's artifacts (an OCI image layout
+	// for `nuon plugin test --artifacts`). Default: none.
+	Artifacts reconciler.ArtifactSource
 }
 
 // Result is one check.
@@ -285,7 +289,11 @@ func (r *run) operations(ctx context.Context) {
 	var log strings.Builder
 	p := &plugin.Process{Runner: r.runner(&log), Granted: r.granted()}
 	_ = os.MkdirAll(filepath.Join(r.work, "state"), 0o700)
-	env := reconciler.Env{StateDir: filepath.Join(r.work, "state"), Artifacts: noArtifacts{}}
+	var src reconciler.ArtifactSource = noArtifacts{}
+	if r.kit.Artifacts != nil {
+		src = r.kit.Artifacts
+	}
+	env := reconciler.Env{StateDir: filepath.Join(r.work, "state"), Artifacts: src}
 	step := func(check, op string, judge func(*schemas.PluginResponse) (string, error)) {
 		if !has(op) {
 			return
@@ -296,6 +304,12 @@ func (r *run) operations(ctx context.Context) {
 		defer cancel()
 		env.Log = &log
 		resp, err := p.Do(cctx, op, r.job(op), env)
+		if err != nil && mayFail[check] && errors.Is(err, plugin.ErrFailed) {
+			// About a component that is gone, a plugin may answer that
+			// there is nothing to check.
+			r.add(check, start, nil, "failed, which is allowed here: "+err.Error())
+			return
+		}
 		if err != nil {
 			r.add(check, start, withLog(err, &log), "")
 			return
@@ -330,7 +344,7 @@ func (r *run) operations(ctx context.Context) {
 		if resp.Health == nil {
 			return "", errors.New("a health response with no health")
 		}
-		if resp.Health.Status != schemas.HealthReady && has(schemas.PluginApply) {
+		if resp.Health.Status == schemas.HealthFailed && has(schemas.PluginApply) {
 			return "", fmt.Errorf("health right after apply is %s: %s", resp.Health.Status, resp.Health.Message)
 		}
 		return summary(resp), nil
@@ -347,6 +361,10 @@ func (r *run) operations(ctx context.Context) {
 	step("drift after destroy", schemas.PluginDrift, any)
 	step("destroy again", schemas.PluginDestroy, any)
 }
+
+// mayFail are the checks where an operation may fail with code failed:
+// a drift check of a component that was destroyed.
+var mayFail = map[string]bool{"drift after destroy": true}
 
 // summary says in a few words what a response holds.
 func summary(resp *schemas.PluginResponse) string {
