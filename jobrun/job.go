@@ -246,15 +246,13 @@ func unsupported(job *schemas.Job) error {
 // A refused command gets no answer, and an error wrapping
 // debugcmd.ErrRefused that says why. writeResult redacts the answer.
 func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	var cmd debugcmd.Command
-	var err error
 	_, builtin := debugcmd.Allowed[job.Plugin]
 	if _, process := d.(*plugin.Process); process && !builtin {
 		// A vendor's plugin has an allow-list of its own, which it
 		// applies to the words; the job process bounds the answer.
 		return runVendorDebug(ctx, d, job, env)
 	}
-	cmd, err = debugcmd.Parse(job.Plugin, job.Debug.Command)
+	cmd, err := debugcmd.Parse(job.Plugin, job.Debug.Command)
 	if err != nil {
 		return nil, err
 	}
