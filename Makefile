@@ -59,8 +59,19 @@ demo-down: ## stop what demo-up left running (DEMO_DIR keeps the repository and 
 demo-guide: build tf-providers kube-binaries registry ## run every step of docs/operators-guide.md, in order, against a fresh demo-up (TestOperatorsGuide with NUON_GUIDE_WALKTHROUGH=1; ~4 min, steps timed in its log)
 	NUON_GUIDE_WALKTHROUGH=1 $(GO) test -count=1 -timeout 20m -run '^TestOperatorsGuide$$' -v ./cmd/nuon
 
+# The stock cosign CLI, built from the Go module cache at the version
+# go.mod requires, so a test can prove that `cosign verify-attestation`
+# accepts the provenance nuon build writes.
+COSIGN_VERSION := v2.6.5
+COSIGN := $(CACHE)/cosign/$(COSIGN_VERSION)/cosign
+export NUON_COSIGN := $(COSIGN)
+
+.PHONY: cosign
+cosign: ## build the cosign CLI for the provenance compatibility test (cached in $(CACHE); a few minutes the first time)
+	@test -x $(COSIGN) || GOBIN=$(dir $(COSIGN)) $(GO) install github.com/sigstore/cosign/v2/cmd/cosign@$(COSIGN_VERSION)
+
 .PHONY: test
-test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium cosign ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
 	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
 	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
@@ -21,6 +22,7 @@ import (
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
 )
 
 // Config configures an agent. Install, Remote, Trust, Key, Workdir and
@@ -30,7 +32,15 @@ type Config struct {
 	Install string
 	// Remote is the tenant repository.
 	Remote Remote
-	// Trust holds the keys allowed to sign desired state.
+	// TrustRoot is the version of the trust root the install was given
+	// at creation (version 1, from nuon install create): the agent follows
+	// the chain from it, or from the newer version it kept in its workdir
+	// (RootFile), and judges desired state by the render keys of the
+	// version in force. Either TrustRoot or Trust is required.
+	TrustRoot *trust.Root
+	// Trust holds the keys allowed to sign desired state when TrustRoot
+	// is nil: an allowed_signers file, which can neither rotate nor
+	// revoke a key (deprecated).
 	Trust *signature.AllowedSigners
 	// RequestTrust holds the operator keys trusted for requests (logs,
 	// debug commands). The agent verifies every request's own signature
@@ -91,6 +101,10 @@ type Config struct {
 	// the time, so the fleet can tell a quiet install from a dead one
 	// (fleet.StateUnreachable). Default 10m; negative turns it off.
 	Heartbeat time.Duration
+	// HealthInterval is how often each applied component's health is
+	// checked again (step_health.go), so that Ready means checked
+	// recently; default Heartbeat (10m), negative turns it off.
+	HealthInterval time.Duration
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
 	// Failed components are retried 4 intervals after a pass in which
 	// they failed, doubling while they keep failing, up to MaxBackoff.
@@ -183,6 +197,9 @@ type Agent struct {
 	// customer is what the agent keeps of the customer's policy between
 	// passes (see customerGate).
 	customer customerMemory
+	// root is the version of the trust root the agent holds (see
+	// Config.TrustRoot); nil when it judges by Config.Trust.
+	root atomic.Pointer[trust.Root]
 }
 
 // jobRetry is the schedule failing jobs retry on: 4 intervals after the
@@ -200,8 +217,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: no install id")
 	case cfg.Remote == nil:
 		return nil, errors.New("agent: no remote")
-	case cfg.Trust == nil:
-		return nil, errors.New("agent: no trust file")
+	case cfg.Trust == nil && cfg.TrustRoot == nil:
+		return nil, errors.New("agent: no trust root and no trust file")
 	case cfg.Key == nil:
 		return nil, errors.New("agent: no signing key")
 	case cfg.Workdir == "":
@@ -220,6 +237,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = cfg.Heartbeat
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Minute
@@ -265,6 +285,16 @@ func New(cfg Config) (*Agent, error) {
 		log:     log,
 		red:     red,
 		checked: map[string]time.Time{},
+	}
+	if cfg.TrustRoot != nil {
+		held, err := openRoot(cfg.Workdir, cfg.TrustRoot)
+		if err != nil {
+			return nil, err
+		}
+		a.root.Store(held)
+		log.Info("desired state is judged by the trust root", "version", held.Version, "expires", held.Expires.UTC().Format(time.RFC3339))
+	} else {
+		log.Warn("deprecated: desired state is judged by an allowed_signers file, which cannot rotate or revoke a key; give the agent the trust root's version 1 (--trust-root, trust/root/1.json on main)")
 	}
 	a.loadChecked()
 	return a, nil

@@ -16,6 +16,7 @@ import (
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
 )
 
 // ErrRefused marks a desired commit the agent will not apply. It is final
@@ -65,6 +66,9 @@ type Desired struct {
 	Approvals []schemas.SignedApproval
 	// Policies are the Rego policies on plans (policies/*.rego), by path.
 	Policies map[string]string
+	// Root is the version of the trust root in force for the commit, for
+	// an agent that follows the root (Checks.Root); nil otherwise.
+	Root *trust.Root
 }
 
 // Expired reports whether d is past its expiry at now.
@@ -82,8 +86,12 @@ var ErrStale = errors.New("stale: the desired state is past its expiry")
 type Checks struct {
 	// Install is the install the state must name.
 	Install string
-	// Trust holds the keys allowed to sign desired state.
+	// Trust holds the keys allowed to sign desired state, when Root is
+	// nil (the allowed_signers file, deprecated).
 	Trust *signature.AllowedSigners
+	// Root, when set, judges the signature by the trust root instead of
+	// Trust (see rootJudge).
+	Root *RootChecks
 	// Applied is the rollback baseline: the install's own verified
 	// status (VerifiedStatus.Applied), never an unverified number.
 	Applied Applied
@@ -97,7 +105,7 @@ type Checks struct {
 // and `nuon verify` both call it. A failure is a *Refusal; an expired
 // commit returns its Desired with an error that is ErrStale.
 func Check(st storer.EncodedObjectStorer, commit plumbing.Hash, c Checks) (*Desired, error) {
-	d, err := Verify(st, commit, c.Install, c.Trust, c.Applied)
+	d, err := verify(st, commit, c.Install, c.judge(st), c.Applied)
 	if err != nil {
 		return nil, err
 	}
@@ -118,15 +126,29 @@ type Applied struct {
 // state, and that it is not older than what was applied. Every failure is a
 // *Refusal.
 func Verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string, trust *signature.AllowedSigners, applied Applied) (*Desired, error) {
+	return verify(st, commit, install, allowedJudge(trust), applied)
+}
+
+// judge is how c judges the signature: by the trust root when it has one,
+// by the allowed_signers file otherwise.
+func (c Checks) judge(st storer.EncodedObjectStorer) judge {
+	if c.Root != nil {
+		return rootJudge(st, *c.Root, c.Now)
+	}
+	return allowedJudge(c.Trust)
+}
+
+// verify is Verify with the signature judged by judge.
+func verify(st storer.EncodedObjectStorer, commit plumbing.Hash, install string, judge judge, applied Applied) (*Desired, error) {
 	c, err := gitobj.ReadCommit(st, commit)
 	if err != nil {
 		return nil, refuse(commit, err, "unreadable commit: %v", err)
 	}
-	signer, err := trust.VerifyCommit(c)
+	signer, root, err := judge(c)
 	if err != nil {
 		return nil, refuse(commit, err, "signature: %v", err)
 	}
-	d := &Desired{Commit: commit, Signer: signer, Components: map[string]*schemas.ComponentState{}}
+	d := &Desired{Commit: commit, Signer: signer, Root: root, Components: map[string]*schemas.ComponentState{}}
 	id, _ := schemas.Trailer(c.Message, schemas.TrailerInstall)
 	if id != install {
 		return nil, refuse(commit, nil, "the commit is for install %q, not %q", id, install)

@@ -174,6 +174,20 @@
 // ref reset to it) takes that older generation as its baseline; keep the
 // workdir on a persistent volume.
 //
+// # Trust in the desired state
+//
+// An agent given the trust root (Config.TrustRoot, version 1 from nuon
+// install create) judges each desired commit by the render role of the
+// version in force: the newest the chain reaches from the version it holds
+// through the versions the commit carries (trust.InForce), never older,
+// never expired. The key must be inside its window and not revoked at the
+// commit's time, but never earlier than the time of the commit applied
+// last (trust.SignedAt), so a leaked key cannot backdate under an applied
+// state. The newest version verified is kept in the workdir (RootFile) and
+// outlives a restart. An agent given only an allowed_signers file
+// (Config.Trust, deprecated) trusts its keys forever, and says so in its
+// log.
+//
 // # Freshness
 //
 // A desired commit may carry Nuon-Expires (schemas.TrailerExpires), under

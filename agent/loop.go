@@ -76,8 +76,9 @@ type pass struct {
 	gate *customerGate
 }
 
-// Reconcile runs one pass of the loop: poll, status, recover, expiry,
-// fetch, verify, customer, apply, then write and push the status. A refused or
+// Reconcile runs one pass of the loop: poll, status, recover, sandbox,
+// expiry, fetch, verify, customer, apply, then drift checks, health checks
+// and requests, then write and push the status. A refused or
 // expired desired commit is recorded in the status and is not an error; an
 // error is something to retry (the remote, the disk), and Run backs off.
 // The report and the error hold no secret.
@@ -92,6 +93,7 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		{"poll", p.poll},
 		{"status", p.status},
 		{"recover", p.recover},
+		{"sandbox", p.sandbox},
 		{"expiry", p.expiry},
 		{"fetch", p.fetch},
 		{"verify", p.verify},
@@ -102,6 +104,10 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 		// Between renders the install is still operated: drift checks
 		// run on their schedules, whatever the desired ref did.
 		err = p.drift(ctx)
+	}
+	if err == nil {
+		// And their health is checked again, so Ready stays true.
+		err = p.health(ctx)
 	}
 	if err == nil {
 		// Operators' requests that came with the desired state.

@@ -179,12 +179,12 @@ func (p *pass) current(ctx context.Context) *Desired {
 	if h.IsZero() {
 		return nil
 	}
-	d, err := Verify(a.store, h, a.cfg.Install, a.cfg.Trust, Applied{})
+	d, err := a.verifyRecorded(h)
 	if err != nil && h == p.desiredHead && a.store.HasEncodedObject(h) != nil {
 		// A fresh workdir that adopted the remote status has not fetched
 		// the desired commit it names.
 		if ferr := a.cfg.Remote.Fetch(ctx, a.store, h); ferr == nil {
-			d, err = Verify(a.store, h, a.cfg.Install, a.cfg.Trust, Applied{})
+			d, err = a.verifyRecorded(h)
 		}
 	}
 	if err != nil {

@@ -17,7 +17,7 @@ func (p *pass) verify(context.Context) (outcome, error) {
 	a := p.agent
 	st := &p.rec.Status
 	applied := Applied{Generation: st.Generation, Commit: hashOf(st.Desired)}
-	d, err := Check(a.store, p.desiredHead, Checks{Install: a.cfg.Install, Trust: a.cfg.Trust, Applied: applied, Now: a.cfg.Now()})
+	d, err := Check(a.store, p.desiredHead, a.checks(applied))
 	var ref *Refusal
 	switch {
 	case errors.As(err, &ref):
@@ -27,6 +27,9 @@ func (p *pass) verify(context.Context) (outcome, error) {
 		p.note("Refused %s: %s", short(p.desiredHead), ref.Reason)
 		return refused, nil
 	case errors.Is(err, ErrStale):
+		if err := a.keepRoot(d.Root); err != nil {
+			return proceed, err
+		}
 		p.accept(d)
 		if !st.Stale {
 			st.Stale = true
@@ -35,6 +38,9 @@ func (p *pass) verify(context.Context) (outcome, error) {
 		}
 		return stale, nil
 	case err != nil:
+		return proceed, err
+	}
+	if err := a.keepRoot(d.Root); err != nil {
 		return proceed, err
 	}
 	p.accept(d)

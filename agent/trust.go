@@ -1,18 +1,25 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
 )
 
 // maxStatusWalk bounds how many commits of a status ref's history
@@ -147,4 +154,215 @@ func isAncestor(st storer.EncodedObjectStorer, anc, from plumbing.Hash) bool {
 		queue = append(queue, c.ParentHashes...)
 	}
 	return false
+}
+
+// RootFile is where, in its workdir, the agent keeps the newest version
+// of the trust root it has verified. The version it was given at install
+// creation (Config.TrustRoot) is only the start of the chain: once a
+// newer version is verified, a restart resumes from this file, never from
+// the older given one, so a rolled-back root stays refused.
+const RootFile = "trust-root.json"
+
+// openRoot returns the version the agent holds: the newest of the given
+// one (checked to be signed by a threshold of its own root keys) and the
+// one kept in the workdir.
+func openRoot(workdir string, given *trust.Root) (*trust.Root, error) {
+	if err := trust.SelfSigned(given); err != nil {
+		return nil, fmt.Errorf("agent trust root: %w", err)
+	}
+	path := filepath.Join(workdir, RootFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return given, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent trust root: %w", err)
+	}
+	kept, err := trust.Parse(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("agent trust root kept in the workdir: %w", err)
+	}
+	if kept.Version < given.Version {
+		return given, nil
+	}
+	return kept, nil
+}
+
+// keepRoot makes r the version the agent holds when it is newer, and
+// writes it to the workdir (atomically: a crash leaves the old or the new
+// file, never half of one).
+func (a *Agent) keepRoot(r *trust.Root) error {
+	held := a.root.Load()
+	if r == nil || held == nil || r.Version <= held.Version {
+		return nil
+	}
+	data, err := r.Encoded()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(a.cfg.Workdir, RootFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("keep trust root: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("keep trust root: %w", err)
+	}
+	a.root.Store(r)
+	a.log.Info("trust root moved", "from", held.Version, "to", r.Version, "expires", r.Expires.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// Root is the version of the trust root the agent holds; nil when it
+// judges desired state by an allowed_signers file (Config.Trust).
+func (a *Agent) Root() *trust.Root { return a.root.Load() }
+
+// judge decides whose signature a desired commit carries and whether
+// that key may sign desired state; it returns the signer and, for an
+// agent that follows the trust root, the version in force after the
+// commit (nil otherwise).
+type judge func(c *object.Commit) (signature.Verified, *trust.Root, error)
+
+// allowedJudge judges by an allowed_signers file: any key listed there
+// signs desired state, forever (the behaviour before the trust root).
+func allowedJudge(as *signature.AllowedSigners) judge {
+	return func(c *object.Commit) (signature.Verified, *trust.Root, error) {
+		v, err := as.VerifyCommit(c)
+		return v, nil, err
+	}
+}
+
+// RootChecks is how a desired commit is judged by the trust root.
+type RootChecks struct {
+	// Held is the newest version the verifier already trusts.
+	Held *trust.Root
+	// Floor is the earliest time a signature is judged at: the time of
+	// the commit the install applied last (see trust.SignedAt). Zero when
+	// nothing was applied.
+	Floor time.Time
+}
+
+// rootJudge judges a desired commit by the trust root:
+//
+//   - the version in force is the newest the chain reaches from held
+//     through the versions the commit's tree carries (trust/root/<n>.json,
+//     as the renderer copies them from main); a version there that does
+//     not chain refuses the commit, older ones change nothing, and the
+//     version in force must not have expired at now;
+//   - the signature must verify, by whatever key made it;
+//   - that key must be one of the render role's keys of the version in
+//     force, inside its window and not revoked, at the time the commit
+//     claims but never before floor (trust.SignedAt), for the install's
+//     channel; the render role's threshold must be 1 or less, since a
+//     commit carries one signature.
+func rootJudge(st storer.EncodedObjectStorer, rc RootChecks, now time.Time) judge {
+	return func(c *object.Commit) (signature.Verified, *trust.Root, error) {
+		files, err := gitobj.ReadFiles(st, c.TreeHash, 0)
+		if err != nil {
+			return signature.Verified{}, nil, fmt.Errorf("unreadable tree: %w", err)
+		}
+		carried, err := trust.LoadFiles(files)
+		if err != nil {
+			return signature.Verified{}, nil, fmt.Errorf("trust root carried by the commit: %w", err)
+		}
+		inForce, err := trust.InForce(rc.Held, carried, now)
+		if err != nil {
+			return signature.Verified{}, nil, err
+		}
+		if c.PGPSignature == "" {
+			return signature.Verified{}, nil, signature.ErrUnsigned
+		}
+		sig, err := sshsig.Unarmor([]byte(c.PGPSignature))
+		if err != nil {
+			return signature.Verified{}, nil, fmt.Errorf("%w: malformed SSH signature: %v", signature.ErrInvalid, err)
+		}
+		as := &signature.AllowedSigners{Signers: []signature.AllowedSigner{{Key: sig.PublicKey}}}
+		v, err := as.VerifyCommit(c)
+		if err != nil {
+			return signature.Verified{}, nil, err
+		}
+		var state struct {
+			Channel string `json:"channel"`
+		}
+		_ = json.Unmarshal(files[schemas.InstallStateFile], &state)
+		target := trust.Target{Channel: state.Channel}
+		at := trust.SignedAt(c.Committer.When, rc.Floor)
+		if err := inForce.Meets(trust.RoleRender, []string{v.Fingerprint}, at, target); err != nil {
+			return signature.Verified{}, nil, fmt.Errorf("%w (judged by %s)", err, inForce)
+		}
+		k, err := inForce.Authorize(trust.RoleRender, v.Fingerprint, at, target)
+		if err != nil {
+			return signature.Verified{}, nil, err
+		}
+		v.Principal = k.Name
+		return v, inForce, nil
+	}
+}
+
+// commitTime is the committer time of h in st; zero when h is zero or
+// not there.
+func commitTime(st storer.EncodedObjectStorer, h plumbing.Hash) time.Time {
+	if h.IsZero() {
+		return time.Time{}
+	}
+	c, err := gitobj.ReadCommit(st, h)
+	if err != nil {
+		return time.Time{}
+	}
+	return c.Committer.When
+}
+
+// checks are the Checks of a desired commit against applied, by the
+// trust root the agent holds or by its allowed_signers file.
+func (a *Agent) checks(applied Applied) Checks {
+	c := Checks{Install: a.cfg.Install, Trust: a.cfg.Trust, Applied: applied, Now: a.cfg.Now()}
+	if held := a.root.Load(); held != nil {
+		c.Root = &RootChecks{Held: held, Floor: commitTime(a.store, applied.Commit)}
+	}
+	return c
+}
+
+// verifyRecorded verifies again a desired commit the agent recorded as
+// applied (after a restart): judged at its own time, it stays valid
+// whatever was rotated or revoked since.
+func (a *Agent) verifyRecorded(h plumbing.Hash) (*Desired, error) {
+	c := a.checks(Applied{})
+	return verify(a.store, h, c.Install, c.judge(a.store), Applied{})
+}
+
+// NewRootChecks is how a verifier outside the agent (nuon verify) judges
+// a desired commit by the root: held is the newest version it trusts, and
+// the floor is the time of the commit the install applied last.
+func NewRootChecks(st storer.EncodedObjectStorer, held *trust.Root, applied Applied) *RootChecks {
+	return &RootChecks{Held: held, Floor: commitTime(st, applied.Commit)}
+}
+
+// ReadRootFiles reads the versions of the trust root a commit's tree
+// holds under trust/root, path to content (each at most 1 MiB); none when
+// it holds no such folder.
+func ReadRootFiles(st storer.EncodedObjectStorer, commit plumbing.Hash) (map[string][]byte, error) {
+	c, err := gitobj.ReadCommit(st, commit)
+	if err != nil {
+		return nil, err
+	}
+	t, err := gitobj.ReadTree(st, c.TreeHash)
+	if err != nil {
+		return nil, err
+	}
+	e, err := t.FindEntry(trust.Dir)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files, err := gitobj.ReadFiles(st, e.Hash, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", trust.Dir, err)
+	}
+	out := make(map[string][]byte, len(files))
+	for name, data := range files {
+		out[trust.Dir+"/"+name] = data
+	}
+	return out, nil
 }

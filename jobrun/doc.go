@@ -23,6 +23,15 @@
 // debug.maxBytes (and debug.timeout, within the job's timeout) and is
 // redacted like every other output before it goes into the result.
 //
+// A plugin may also run behind the plugin protocol (package plugin), as a
+// process of its own: a *plugin.Process in the plugins map is one. The
+// built-ins run that way with `nuon job run --plugin-process NAME`, served
+// by the same binary (`nuon plugin serve NAME`); a vendor's plugin with
+// --plugin-process NAME=PATH, and its jobs may then name a component type
+// the job schema does not list. Its stderr is the job's log, redacted like
+// the rest; a debug command for a vendor's plugin is parsed by the plugin
+// against its own allow-list, and its answer bounded here.
+//
 // The agent side, which starts these processes and waits for them, is
 // package agent/jobs; the two share only the manifest and result formats
 // of package schemas. Keeping them apart keeps the plugins and their

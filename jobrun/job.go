@@ -2,6 +2,7 @@ package jobrun
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/internal/debugcmd"
 	"nuon.dev/nuon/internal/redact"
+	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
@@ -103,7 +105,7 @@ func runJob(ctx context.Context, manifestPath string, plugins map[string]reconci
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	job, err := schemas.DecodeJob(manifestPath, data)
+	job, err := decodeJob(manifestPath, data, plugins)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +118,39 @@ func runJob(ctx context.Context, manifestPath string, plugins map[string]reconci
 		return written, fmt.Errorf("job %s: %w", job.ID, runErr)
 	}
 	return written, nil
+}
+
+// builtinTypes are the component types the job schema lists.
+var builtinTypes = []string{schemas.TypeTerraform, schemas.TypeHelm, schemas.TypeManifests, schemas.TypeImage}
+
+// decodeJob reads the manifest. A job for a vendor's plugin, one this
+// process has besides the built-ins (a *plugin.Process, or one it refuses
+// to run), may name a component type the job schema does not list; it is
+// checked against the schema otherwise.
+func decodeJob(manifestPath string, data []byte, plugins map[string]reconciler.Plugin) (*schemas.Job, error) {
+	job, err := schemas.DecodeJob(manifestPath, data)
+	if err == nil {
+		return job, nil
+	}
+	vendor, perr := plugin.DecodeJob(manifestPath, data)
+	if perr != nil || slices.Contains(builtinTypes, vendor.Plugin) {
+		return nil, err
+	}
+	if _, ok := plugins[vendor.Plugin]; !ok {
+		return nil, err
+	}
+	// Every other rule of a job holds for a vendor's plugin's too: check
+	// it as the job of a built-in.
+	probe := *vendor
+	probe.Plugin = schemas.TypeTerraform
+	b, mErr := json.Marshal(&probe)
+	if mErr != nil {
+		return nil, mErr
+	}
+	if _, err := schemas.DecodeJob(manifestPath, b); err != nil {
+		return nil, err
+	}
+	return vendor, nil
 }
 
 // execute runs the job's plugin and returns what it reported. Its errors
@@ -211,6 +246,12 @@ func unsupported(job *schemas.Job) error {
 // A refused command gets no answer, and an error wrapping
 // debugcmd.ErrRefused that says why. writeResult redacts the answer.
 func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	_, builtin := debugcmd.Allowed[job.Plugin]
+	if _, process := d.(*plugin.Process); process && !builtin {
+		// A vendor's plugin has an allow-list of its own, which it
+		// applies to the words; the job process bounds the answer.
+		return runVendorDebug(ctx, d, job, env)
+	}
 	cmd, err := debugcmd.Parse(job.Plugin, job.Debug.Command)
 	if err != nil {
 		return nil, err
@@ -230,6 +271,24 @@ func runDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env 
 		return nil, err
 	}
 	return &schemas.JobResult{Answer: out.Answer(cmd, nil)}, nil
+}
+
+// runVendorDebug is runDebug for a vendor's plugin, which parses the
+// command's words against its own allow-list.
+func runVendorDebug(ctx context.Context, d reconciler.Debugger, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if t, err := time.ParseDuration(job.Debug.Timeout); err == nil && t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	out := debugcmd.NewLimit(job.Debug.EffectiveMaxBytes())
+	env.Logger.Info("debug command", "command", strings.Join(job.Debug.Command, " "))
+	if err := d.Debug(ctx, job, env, debugcmd.Command{}, out); err != nil && !errors.Is(err, debugcmd.ErrLimit) {
+		return nil, err
+	}
+	a := out.Answer(debugcmd.Command{}, nil)
+	a.Command = slices.Clone(job.Debug.Command)
+	return &schemas.JobResult{Answer: a}, nil
 }
 
 // writeResult writes the job's result file: what the plugin reported,

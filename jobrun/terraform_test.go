@@ -19,15 +19,26 @@ import (
 // TestTerraformOperations runs the real terraform plugin through the job
 // process: an apply, a drift check with nothing to find and one after a
 // hand edit, a debug command whose answer holds a secret (redacted) and
-// a refused one.
+// a refused one. It does so twice: with the plugin in the job process,
+// and with the plugin in a process of its own behind the plugin protocol
+// (this test binary serving it, as `nuon plugin serve terraform` does).
 func TestTerraformOperations(t *testing.T) {
 	cfg := testenv.TerraformConfig(t)
 	if _, err := exec.LookPath("terraform"); err != nil {
 		t.Fatalf("terraform: %v", err)
 	}
+	t.Run("in process", func(t *testing.T) {
+		testTerraformOperations(t, &terraform.Plugin{CLIConfig: cfg})
+	})
+	t.Run("plugin protocol", func(t *testing.T) {
+		testTerraformOperations(t, servedTerraform(t, cfg))
+	})
+}
+
+func testTerraformOperations(t *testing.T, tf reconciler.Plugin) {
 	const license = "lic-SECRET-7f3a9c"
 	t.Setenv("NUON_SECRET_LICENSE", license)
-	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{CLIConfig: cfg}}
+	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: tf}
 	artifacts := dirArtifacts{root: filepath.Join("..", "fixtures", "modules")}
 	stateDir, dataDir := t.TempDir(), t.TempDir()
 

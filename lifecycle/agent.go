@@ -82,13 +82,20 @@ func startAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	if err != nil {
 		return "", "", fmt.Errorf("registry password: %w", err)
 	}
-	args := []string{"agent", "--repo", o.Repo, "--install", o.ID,
-		"--trust", o.path(TrustFile), "--key", o.path(KeyFile), "--workdir", o.path(AgentDir),
+	args := []string{"agent", "--repo", o.Repo, "--install", o.ID}
+	// The trust root given at creation, when there is one; otherwise the
+	// allowed_signers file of the render key (deprecated).
+	if fileExists(o.path(TrustRootFile)) {
+		args = append(args, "--trust-root", o.path(TrustRootFile))
+	} else {
+		args = append(args, "--trust", o.path(TrustFile))
+	}
+	args = append(args, "--key", o.path(KeyFile), "--workdir", o.path(AgentDir),
 		"--registry", outs.Registry.URL, "--registry-ca", outs.Registry.CAFile,
 		"--registry-username", outs.Registry.Username, "--kubeconfig", outs.Cluster.Kubeconfig,
 		// The hand-over: the agent's sandbox jobs keep their state where
 		// the sandbox phase left it.
-		"--sandbox-dir", o.path(SandboxDir)}
+		"--sandbox-dir", o.path(SandboxDir))
 	// The sandbox's inputs that are paths of this machine, which the
 	// install file does not hold.
 	args = append(args, o.agentSandboxInputs()...)

@@ -14,6 +14,7 @@ import (
 
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/trust"
 )
 
 // keys makes the install's key pair unless it exists, and writes the
@@ -52,6 +53,18 @@ func keys(_ context.Context, o *Options, st *state) (string, string, error) {
 		result = Done
 	}
 
+	if o.TrustRoot != "" {
+		changed, err := keepTrustRoot(o)
+		if err != nil {
+			return "", "", err
+		}
+		if changed {
+			result = Done
+		}
+		if o.RenderKey == "" {
+			return result, pub, nil
+		}
+	}
 	render, err := os.ReadFile(o.RenderKey)
 	if err != nil {
 		return "", "", fmt.Errorf("render key: %w", err)
@@ -80,4 +93,22 @@ func writeIfChanged(p string, b []byte, mode os.FileMode) (bool, error) {
 		return false, nil
 	}
 	return true, atomicfile.Write(p, b, mode)
+}
+
+// keepTrustRoot copies the trust root's version given to create into the
+// install's directory, once it is checked to be signed by a threshold of
+// its own root keys.
+func keepTrustRoot(o *Options) (bool, error) {
+	data, err := os.ReadFile(o.TrustRoot)
+	if err != nil {
+		return false, fmt.Errorf("trust root: %w", err)
+	}
+	r, err := trust.Parse(o.TrustRoot, data)
+	if err != nil {
+		return false, fmt.Errorf("trust root: %w", err)
+	}
+	if err := trust.SelfSigned(r); err != nil {
+		return false, fmt.Errorf("trust root: %w", err)
+	}
+	return writeIfChanged(o.path(TrustRootFile), data, 0o644)
 }

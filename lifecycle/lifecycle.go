@@ -33,15 +33,18 @@ const (
 
 // Files and folders in the install's directory.
 const (
-	KeyFile      = "agent.key" // and agent.key.pub
-	TrustFile    = "trust"
-	SandboxDir   = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
-	ModuleDir    = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
-	OutputsFile  = "sandbox/outputs.json"
-	RuntimeDir   = "sandbox/run" // the local sandbox's processes
-	AgentDir     = "agent"       // the agent's workdir
-	AgentPIDFile = "agent.pid"
-	AgentLogFile = "agent.log"
+	KeyFile   = "agent.key" // and agent.key.pub
+	TrustFile = "trust"
+	// TrustRootFile is the version of the trust root the install was
+	// given at creation: the agent's --trust-root.
+	TrustRootFile = "trust-root.json"
+	SandboxDir    = "sandbox"        // its state (terraform.tfstate) and outputs; the agent's --sandbox-dir
+	ModuleDir     = "sandbox/module" // the local sandbox's module and its .terraform, as the agent's terraform jobs lay it out
+	OutputsFile   = "sandbox/outputs.json"
+	RuntimeDir    = "sandbox/run" // the local sandbox's processes
+	AgentDir      = "agent"       // the agent's workdir
+	AgentPIDFile  = "agent.pid"
+	AgentLogFile  = "agent.log"
 )
 
 // Event is the end of one phase.
@@ -82,6 +85,13 @@ type Options struct {
 	// RenderKey is the render public key file the agent trusts; required
 	// by Create's keys phase.
 	RenderKey string
+	// TrustRoot is the trust root's version 1 file (trust/root/1.json on
+	// main): the keys phase copies it into the install's directory
+	// (TrustRootFile), checked to be signed by a threshold of its own
+	// root keys, and the agent follows the chain from it; RenderKey is
+	// then not needed. Default: none, the agent trusts RenderKey alone
+	// (deprecated).
+	TrustRoot string
 	// Commit writes installs/<id>.yaml on main instead of the branch
 	// nuon/install/<id>.
 	Commit bool
@@ -251,8 +261,8 @@ func (o *Options) defaults(create bool) error {
 	if create && o.Channel == "" && o.runs("install-file") {
 		return fmt.Errorf("install %s: the install file needs its channel: set --channel", o.ID)
 	}
-	if create && o.RenderKey == "" && o.runs("keys") {
-		return fmt.Errorf("install %s: the agent's trust file needs the render public key: set --render-key", o.ID)
+	if create && o.RenderKey == "" && o.TrustRoot == "" && o.runs("keys") {
+		return fmt.Errorf("install %s: the agent needs the trust root (--trust-root trust/root/1.json) or the render public key (--render-key, deprecated)", o.ID)
 	}
 	if err := toolcache.CheckTerraformConfig(o.TFCLIConfig, "--tf-cli-config"); err != nil {
 		return fmt.Errorf("install %s: %w", o.ID, err)

@@ -26,7 +26,7 @@ func TestCreateErrorsNameTheFix(t *testing.T) {
 		{"no channel", func(o *Options) { o.Channel = "" },
 			[]string{"install acme: the install file needs its channel: set --channel"}},
 		{"no render key", func(o *Options) { o.RenderKey = "" },
-			[]string{"install acme: the agent's trust file needs the render public key: set --render-key"}},
+			[]string{"install acme: the agent needs the trust root (--trust-root trust/root/1.json) or the render public key (--render-key, deprecated)"}},
 		{"terraform config missing", func(o *Options) { o.TFCLIConfig = "/nonexistent/terraformrc" },
 			[]string{"install acme: terraform CLI configuration /nonexistent/terraformrc: not a file", "--tf-cli-config", "$NUON_TF_CLI_CONFIG", "make tf-providers"}},
 		// --phase agent needs neither the channel nor the render key: it

@@ -60,6 +60,9 @@ type Outputs struct {
 // apply changes nothing.
 func (o *Options) terraform() (*tfexec.Terraform, error) {
 	dir := o.path(ModuleDir)
+	if pids := reapOrphans(dir); len(pids) > 0 {
+		o.Logger.Info("stopped processes a killed run left in the sandbox module", "install", o.ID, "pids", pids)
+	}
 	if err := sandboxes.Extract(sandboxes.Local, dir); err != nil {
 		return nil, err
 	}

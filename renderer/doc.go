@@ -86,6 +86,18 @@
 // in nuon.yaml, a channel or a release concerns every install and fails
 // the render, moving no ref.
 //
+// # The trust root
+//
+// When main holds trust/root/<n>.json (package trust), the render checks
+// that the versions chain from version 1 and copies every one, as written,
+// into each install's tree: an agent given version 1 follows the chain
+// through them. A root that does not chain fails the render; an expired
+// newest version, or a render key the newest version does not authorize,
+// is a warning. A new version changes every install's tree, so each gets
+// exactly one commit; an unchanged root changes nothing. The root's render
+// keys, retired and revoked ones included, also count as the renderer's
+// own for its history (see loadTrust).
+//
 // # Freshness
 //
 // With a freshness bound in nuon.yaml (schemas.Freshness), every

@@ -66,6 +66,11 @@ type Options struct {
 	// itself links no policy engine. Nil: policies are rendered unchecked
 	// (the agent blocks the changes of a policy it cannot compile).
 	CheckPolicies func(files map[string]string) error
+	// Rollouts are the tips of the channels' rollout refs
+	// (schemas.RolloutRef), by channel: an install of a channel with a
+	// rollout gets the pins its rollout state gives it (renderer/rollout.go).
+	// Nil: main's pins.
+	Rollouts map[string]plumbing.Hash
 	// MaxFileSize bounds each source file, in bytes; default
 	// schemas.DefaultMaxFileSize.
 	MaxFileSize int64
@@ -305,11 +310,13 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 	}
 	r.refs = prev.installRefs()
 	for _, step := range []func(context.Context) error{
+		r.loadTrust,
 		r.readPrevious,
 		r.loadSource,
 		r.loadRequests,
 		r.loadApprovals,
 		r.loadPolicies,
+		r.loadRollouts,
 		r.renderInstalls,
 		r.writeRendered,
 	} {
@@ -383,12 +390,21 @@ type renderRun struct {
 	// policies are the Rego policies on plans, by their path in an
 	// install's tree.
 	policies map[string]string
+	// rollouts are the channels' rollout states, rolloutWords the refs
+	// read (TrailerRollouts).
+	rollouts     map[string]*schemas.RolloutState
+	rolloutWords []string
+	// root are the trust root's files on main (trust/root/<n>.json),
+	// carried into every install's tree; nil when main has none.
+	root map[string][]byte
+	// rootWarnings are what loadTrust found, before the result exists.
+	rootWarnings []string
 }
 
 func (r *renderRun) readPrevious(context.Context) error {
 	r.prevTrees, r.prevIssued = emptyDir(schemas.InstallsDir), emptyDir(schemas.IssuedDir)
 	r.prevCount = -1
-	r.result = &Result{Source: r.source, Objects: r.batch}
+	r.result = &Result{Source: r.source, Objects: r.batch, Warnings: r.rootWarnings}
 	if r.prev.Rendered.IsZero() {
 		return nil
 	}
@@ -660,7 +676,7 @@ func (r *renderRun) renderInstalls(ctx context.Context) error {
 // in the repository already. It returns the install's issued record after
 // the render.
 func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult, plumbing.Hash, issued, error) {
-	files, err := installFiles(r.src, id, in)
+	files, err := installFiles(r.src, id, r.rolloutInstall(id, in))
 	if err != nil {
 		return InstallResult{}, plumbing.ZeroHash, issued{}, err
 	}
@@ -673,6 +689,7 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	for name, src := range r.policies {
 		files[name] = []byte(src)
 	}
+	r.addRoot(files)
 	objs := gitobj.NewBatch()
 	tree := writeFiles(objs, files)
 	res := InstallResult{ID: id, Tree: tree.String()}
@@ -740,6 +757,7 @@ func (r *renderRun) renderInstall(id string, in schemas.Install) (InstallResult,
 	}
 	var msg strings.Builder
 	fmt.Fprintf(&msg, "nuon: render %s generation %d\n\nRendered from main at %s.\n", id, gen, short(r.source))
+	msg.WriteString(r.rolloutNote(id, in))
 	if replaced != "" {
 		fmt.Fprintf(&msg, "Replaces %s\n", replaced)
 	}
@@ -797,19 +815,26 @@ func orNone(h plumbing.Hash) string {
 // writeFiles adds an install's blobs and trees to b and returns the
 // install's tree.
 func writeFiles(b *gitobj.Batch, files Files) plumbing.Hash {
-	// Files sit at the top or one folder down (components/, policies/).
-	var top []gitobj.Entry
-	dirs := map[string][]gitobj.Entry{}
+	var top, comps []gitobj.Entry
+	var nested map[string]plumbing.Hash
 	for name, data := range files {
 		h := b.Add(plumbing.BlobObject, data)
-		if dir, rest, ok := strings.Cut(name, "/"); ok {
-			dirs[dir] = append(dirs[dir], gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
+		if rest, ok := strings.CutPrefix(name, schemas.ComponentsDir+"/"); ok {
+			comps = append(comps, gitobj.Entry{Name: rest, Mode: filemode.Regular, Hash: h})
+			continue
+		}
+		if strings.Contains(name, "/") {
+			if nested == nil {
+				nested = map[string]plumbing.Hash{}
+			}
+			nested[name] = h
 			continue
 		}
 		top = append(top, gitobj.Entry{Name: name, Mode: filemode.Regular, Hash: h})
 	}
-	for dir, entries := range dirs {
-		top = append(top, gitobj.Entry{Name: dir, Mode: filemode.Dir, Hash: b.Tree(entries)})
+	top = append(top, nestedEntries(b, nested)...)
+	if len(comps) > 0 {
+		top = append(top, gitobj.Entry{Name: schemas.ComponentsDir, Mode: filemode.Dir, Hash: b.Tree(comps)})
 	}
 	return b.Tree(top)
 }
@@ -899,7 +924,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 		// source with this one, and would otherwise read those files, or
 		// render every install, again each time.
 		read := len(r.ids) > 0 && src != r.source.String()
-		if d == digest && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered && !read {
+		if d == digest && r.prevRollouts() == r.rolloutTrailer() && f == strconv.Itoa(Format) && at == renewAt && n == strconv.Itoa(r.total) && pc.Hash == r.prev.Rendered && !read {
 			return nil
 		}
 	}
@@ -917,6 +942,9 @@ func (r *renderRun) writeRendered(context.Context) error {
 	fmt.Fprintf(&b, "%s: %s\n%s: %d\n%s: %d\n", TrailerInstallRefs, digest, TrailerFormat, Format, TrailerRendered, r.total)
 	if renewAt != "" {
 		fmt.Fprintf(&b, "%s: %s\n", TrailerRenewAt, renewAt)
+	}
+	if rs := r.rolloutTrailer(); rs != "" {
+		fmt.Fprintf(&b, "%s: %s\n", TrailerRollouts, rs)
 	}
 	r.batch.Merge(trees)
 	// The first parent continues the renderer's own history; a rendered

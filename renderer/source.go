@@ -373,7 +373,7 @@ func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir} {
+	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir, trustTop} {
 		if entryOf(cur, name) != entryOf(old, name) {
 			return nil, false
 		}

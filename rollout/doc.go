@@ -2,12 +2,12 @@
 // channel's installs: in ordered waves, each given the change only when
 // the waves before it have proven it healthy.
 //
-// Today the package declares and assigns waves; `nuon render --dry-run`
-// shows them. Nothing holds an install back yet: the rollout controller
-// (run by the tenant server, deciding from installs' signed status and
-// recording each decision as a signed commit on a rollout ref) enforces
-// them, and it is not yet built. Until then every install of a channel
-// takes a change at once, with or without a rollout.
+// The package declares and assigns waves (`nuon render --dry-run` shows
+// them), and decides (Decide) from installs' signed status when the next
+// wave opens, halts or rolls back. The tenant server runs the decisions
+// (server/rollout.go) and records each as a signed commit on the
+// channel's rollout ref; the renderer gives each install the pins that
+// ref says (renderer/rollout.go).
 //
 // # The policy
 //
@@ -120,8 +120,8 @@
 // Structural mistakes (an unknown field, onFailure: retry, percent: 0)
 // fail the channel's schema, so every nuon render refuses them. The rest
 // are reported by Parse and Assign, which nuon render --dry-run runs (run
-// it on every pull request); the rollout controller will refuse a policy
-// they refuse.
+// it on every pull request); the rollout controller refuses a policy they
+// refuse, and moves nothing on any channel until main is fixed.
 //
 // Parse reports, each at its file, line and field: shares that do not
 // add up (percent waves over 100 %, rest not last, rest after 100 %),
@@ -134,4 +134,91 @@
 // could never hold an install), a wave with some installs but fewer than
 // its minHealthy, installs in no wave, and, through Fleet, installs on an
 // unknown channel.
+//
+// The controller also refuses to start a rollout to a version that has
+// no release record on main (the error names the channel file and the
+// component), and whoever reads a rollout ref refuses a commit the tenant
+// server's key did not sign (ErrUnsigned): the render fails and nothing
+// moves.
+//
+// # The rollout ref
+//
+// Each channel with a rollout has a ref, refs/heads/nuon/rollouts/<name>
+// (schemas.RolloutRef). Each commit on it is one decision of the
+// controller, signed by the tenant server's render key (Commit); its tree
+// holds rollout.json (schemas.RolloutState): the from-pins and to-pins,
+// the waves opened with their installs, the per-install pins of a
+// rollback, the decision, its reason and its evidence — for each install
+// the status commit it rests on and its outcome (healthy, failed with
+// the failing components' errors, deferred with why, waiting). Whoever
+// reads the ref checks the signature first (Read). The server refuses a
+// push of the ref from any install key (an install may push its own
+// status ref only). `nuon rollout status` shows it.
+//
+// A render is a pure function of main and the rollout refs (Pins): an
+// install of a channel with a rollout state gets, in order, its rollback
+// pins if it was rolled back; the to-pins if its wave opened or the
+// rollout finished; otherwise the pins it had before (from-pins). An
+// install's own versions (installs/<id>.yaml) win over both. A rollout
+// ref of a channel that declares no rollout on main is ignored. Each
+// install commit a rollout moved says which rollout and decision did.
+//
+// # Decisions
+//
+// Decide is a pure function of the policy, the wave assignment, the
+// current state, the installs' latest verified statuses and the time:
+//
+//   - first sight of a channel: a baseline of its pins, nothing moves;
+//   - the pins on main differ from the state's to-pins: a new rollout
+//     starts, wave 1 (the first non-empty one) opens;
+//   - the open wave passes when every install of it not deferred is
+//     healthy on the new pins — a status signed by its own key that
+//     names its current desired commit, which renders the to-pins, as
+//     both desired and applied, the install Ready and every component
+//     Applied and, where it reports health, Ready; health reported for an
+//     older desired commit never counts — and at least minHealthy are,
+//     the bake time has passed since the last of them turned healthy, the
+//     failures are within the budget, and the deferred ones, if any, were
+//     waited for deferred.wait (then: proceed); the next non-empty wave
+//     opens in the same decision, or the rollout finishes;
+//   - failures over the budget: halted (onFailure: halt) or rolled back
+//     (onFailure: rollback: the wave's installs get their from-pins);
+//   - deferred installs past deferred.wait with then: halt: halted.
+//
+// Deferred (held by the customer, waiting for a window, stale desired
+// state, unreachable: no status commit for twice its heartbeat interval)
+// is never failed. TestDecideRandom checks on random fleets and reports
+// that no install outside the opened waves has the new pins and that no
+// wave passes with a failure past its budget or an install not heard from.
+//
+// # A new pin while a rollout runs
+//
+// It supersedes the rollout: a new rollout starts from wave 1 with the
+// new pins as to-pins, and each install's from-pins are the pins it had
+// under the superseded rollout (the old to-pins for the installs of its
+// opened waves, its rollback pins if rolled back, the old from-pins for
+// the rest). So a fix pinned after a halt reaches the canary first again,
+// and the installs that never got the bad version go straight from the
+// old one to the fix.
+//
+// So a halted or rolled back rollout resumes by a new pin: the fixed
+// version (or the old one, to bring the opened waves back) starts its own
+// rollout from wave 1. Operators' pause, resume and abort requests are not
+// built yet.
+//
+// An install added to the channel while a rollout runs is in no opened
+// wave: it gets the from-pins until the rollout finishes, then the
+// to-pins. A channel that gets its first rollout policy in the same
+// commit as a pin change has no rollout state yet: that change reaches
+// every install at once, and the controller's baseline follows it.
+//
+// # Cost
+//
+// The controller (server/rollout.go) reads an install's status only when
+// its status ref moves and the install is in an open wave; a push of any
+// other install costs a map lookup. A decision that opens a wave or rolls
+// one back renders only the installs it moves (renderer/rollout.go); one
+// that starts or finishes a rollout renders the channel. Each evaluation
+// judges the open wave from what it holds in memory, so its CPU grows
+// with the open wave's size, not with the fleet's.
 package rollout

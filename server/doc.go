@@ -38,7 +38,82 @@
 // burst of hooks makes one check of main at once and at most one more
 // each HookInterval. Operators open /fleet with the view token; a login
 // goes on only to a path under /fleet, cleaned (safeNext). Replicas read
-// /replica/ with the replica token.
+// /replica/ with the replica token. Operators' keys read and file
+// requests under /operator (see Operators).
+//
+// # URLs
+//
+// Every URL the server answers; anything else is 404.
+//
+//	GET  <any path>/info/refs?service=git-upload-pack   an install's poll (its key)
+//	POST <any path>/git-upload-pack                     an install's fetch (its key)
+//	GET  <any path>/info/refs?service=git-receive-pack  an install's push, advertisement (its key)
+//	POST <any path>/git-receive-pack                    an install's status push (its key)
+//	GET  /operator/info/refs?service=git-upload-pack    an operator's read of the branches (operator key)
+//	POST /operator/git-upload-pack                      an operator's fetch (operator key)
+//	POST /operator/requests                             an operator files a request (operator key)
+//	POST /hooks/main                                    the git host's webhook (HookSecret)
+//	GET  /healthz, /readyz                              liveness, readiness (open)
+//	GET  /metrics                                       Prometheus (open)
+//	GET  /fleet, /fleet/installs/{id}, /fleet/static/   the fleet view (ViewToken; only with one)
+//	GET, POST /fleet/login                              the fleet view's sign-in
+//	GET  /replica/version, /replica/info/refs           a replica's refresh (ReplicaToken; writer only)
+//	POST /replica/git-upload-pack
+//
+// Agents use any path for the repository (e.g. /tenant.git) followed by
+// a smart-HTTP endpoint; /operator, /hooks, /fleet, /replica, /healthz,
+// /readyz and /metrics are taken.
+//
+// # Operators
+//
+// An operator (nuon status, logs, debug and requests with --server) signs
+// every request as an agent does (package internal/signature/request),
+// with a key that trust/requests on main lists, under the key id
+// requests.KeyID gives it ("op" and 40 hex digits of the key's SHA-256).
+// The key table is that file on the main the server follows, read again
+// when main moves; a request by a key it does not list is answered 401
+// (counted as operator_key). Operators' and installs' keys are checked by
+// two verifiers on disjoint paths: an operator's key opens nothing under
+// an install's path (its key id names no install, or the install's key
+// does not verify it), an install's key nothing under /operator.
+//
+// An operator may
+//
+//   - read every branch (refs/heads/: main, the rendered, install, status
+//     and requests refs) with git upload-pack under /operator; the archive
+//     and the server's other refs are hidden (uploadpack.hideRefs). The
+//     CLI's code that reads a repository reads the server the same way;
+//   - file a request: POST /operator/requests with the request's file and
+//     its raw commit (schemas.SignedRequest as JSON), exactly as
+//     requests.File made it. The server rebuilds the commit's tree from
+//     the file (requests.Rebuild: one file, at the path its trailer names,
+//     at most one parent) and checks it as the renderer does
+//     (requests.Verify) but with the HTTP request's key alone, so the
+//     request is the sender's own and its requester is the key's
+//     principal; its deadline must not have passed; with a trust root on
+//     main (trust/root/), the key must be one of the operators role's
+//     keys and both scopes must match the install's labels and channel and
+//     the request's kind (403, ErrOutOfScope); the install must be on main
+//     (404). A request whose file path is already on the requests ref
+//     (a replay, the same request twice) is answered 409
+//     (operator_request_filed), as is one whose parent is not the ref's
+//     tip ("file on top": the CLI fetches and files again). The server
+//     then pushes it to the Upstream first (--force-with-lease on the tip
+//     it checked: the upstream is where the server's next fetch reads the
+//     ref from), moves its own ref compare-and-swap, and renders at once
+//     (Sync): the answer names the install's new desired commit, and the
+//     agent finds the request at its next poll, with no PollInterval on
+//     the path. A read replica checks the signature and forwards the
+//     request unchanged to the writer, which checks it again and files
+//     it, as with a status push (TestOperatorThroughReplica).
+//
+// Measured (cmd/nuon BenchmarkLogsThroughServer, the real binaries on
+// loopback, the sample tenant, a server that checks main once an hour):
+// `nuon logs` through the server, from the command's start to the answer
+// printed, took 30.4 s a request (3 requests) with the agent's default
+// 30 s interval (±10% jitter): the request waits for the agent's next
+// poll and nothing else; with a 2 s interval, 2.2 s
+// (TestOperatorCLIThroughServer).
 //
 // # Limits
 //

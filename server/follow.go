@@ -36,6 +36,10 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.mirror.run(ctx, s.cfg.MirrorDelay) }()
 		defer wg.Wait()
 	}
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() { defer rwg.Done(); s.rollouts.run(ctx) }()
+	defer rwg.Wait()
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	var hooked time.Time // when a webhook last started a check

@@ -204,8 +204,10 @@ type fleetCollector struct{ v *view }
 var (
 	installsDesc = prometheus.NewDesc("nuon_server_installs",
 		"Installs by state (the agent's reported phase, Stale, or Unreported before the first status).", []string{"state"}, nil)
-	staleDesc = prometheus.NewDesc("nuon_server_installs_status_stale",
-		"Installs whose newest status is older than the view's stale age (ViewStaleAfter), or that never reported.", nil, nil)
+	// Quiet, as the fleet view says it: Stale means a desired state past
+	// its signed expiry, never an old status.
+	quietDesc = prometheus.NewDesc("nuon_server_installs_status_quiet",
+		"Installs whose newest status is older than the view's quiet age (ViewStaleAfter), or that never reported.", nil, nil)
 	ageDesc = prometheus.NewDesc("nuon_server_status_age_seconds",
 		"Age of each install's newest status commit, as a histogram over the fleet.", nil, nil)
 	statusAgeBuckets = []float64{30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
@@ -213,7 +215,7 @@ var (
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- installsDesc
-	ch <- staleDesc
+	ch <- quietDesc
 	ch <- ageDesc
 }
 
@@ -228,16 +230,16 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	buckets := make(map[float64]uint64, len(statusAgeBuckets))
 	var count uint64
 	var sum float64
-	stale := 0
+	quiet := 0
 	for _, in := range snap.installs {
 		states[in.State()]++
 		if in.Status == nil {
-			stale++
+			quiet++
 			continue
 		}
 		age := now.Sub(in.Status.Time).Seconds()
 		if age > c.v.s.cfg.ViewStaleAfter.Seconds() {
-			stale++
+			quiet++
 		}
 		count++
 		sum += age
@@ -250,6 +252,6 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(installsDesc, prometheus.GaugeValue, float64(n), st)
 	}
-	ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(stale))
+	ch <- prometheus.MustNewConstMetric(quietDesc, prometheus.GaugeValue, float64(quiet))
 	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
 }

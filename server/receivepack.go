@@ -260,6 +260,7 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		return
 	}
 	s.refs.set(own, c.new)
+	s.rollouts.statusChanged(install)
 	s.log.Info("status pushed", "install", install, "ref", own, "commit", c.new.String())
 	if s.mirror != nil {
 		s.mirror.add(own)

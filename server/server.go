@@ -188,6 +188,8 @@ type Server struct {
 	// archived are the installs archived and gone from main (loadArchived).
 	archivedMu sync.RWMutex
 	archived   map[string]bool
+
+	rollouts *rollouts // the rollout controller (rollout.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -258,6 +260,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
+	s.rollouts = newRollouts(s)
 	s.routes()
 	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", gitproto.Redact(cfg.Upstream), "upstream_auth", cfg.UpstreamAuth, "mode", cfg.Mode)
 	return s, nil
@@ -287,6 +290,7 @@ func (s *Server) routes() {
 	if s.cfg.Mode == ModeWriter && s.cfg.ReplicaToken != "" {
 		s.replicaRoutes()
 	}
+	s.operatorRoutes()
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)

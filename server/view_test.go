@@ -491,7 +491,7 @@ func TestFleetMetrics(t *testing.T) {
 		`nuon_server_installs{state="Ready"}`:             1,
 		`nuon_server_installs{state="Failed"}`:            1,
 		`nuon_server_installs{state="Unreported"}`:        1,
-		`nuon_server_installs_status_stale`:               2, // globex (20m) and initech (never)
+		`nuon_server_installs_status_quiet`:               2, // globex (20m) and initech (never)
 		`nuon_server_status_age_seconds_count`:            2,
 		`nuon_server_status_age_seconds_bucket{le="120"}`: 1,
 	} {

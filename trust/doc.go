@@ -127,12 +127,19 @@
 // # Signatures in git
 //
 // A signature that lives in git (a rendered commit, a request, an
-// approval) is judged by the root in force where it sits in history — the
-// newest root version reachable from the commit's first parent, never one
-// the commit itself introduces — and at the time of its commit. So a
-// routine rotation or a later revocation does not invalidate what was
-// signed and applied before it: revokedAt separates the signatures made
-// before (still good) from those made at or after (refused everywhere).
+// approval) is judged by the root in force where it sits in history, and
+// at the time of its commit. For a rendered commit, the root in force is
+// InForce: the newest version the chain reaches from the verifier's own
+// (the agent's kept version, or the one it was given) through the
+// versions the commit's tree carries (the renderer copies trust/root from
+// main into every install's tree). A version the commit carries counts
+// only through the chain, signed by a threshold of root keys, so carrying
+// one gives the signer nothing the root keys did not sign; older versions
+// it carries are ignored, so dropping or replacing newer ones (a rollback)
+// changes nothing for a verifier that has seen them. So a routine rotation
+// or a later revocation does not invalidate what was signed and applied
+// before it: revokedAt separates the signatures made before (still good)
+// from those made at or after (refused everywhere).
 //
 // A commit's time is chosen by whoever signs it, and a leaked key can
 // backdate. SignedAt(claimed, floor) therefore judges a signature at its
@@ -174,8 +181,18 @@
 //
 // nuon trust (init, add-key, revoke, sign, verify) edits, signs and
 // verifies the files on a checkout of main, printing what each change
-// lets or stops. Otherwise not yet wired: the agent, the renderer, the
-// server and nuon verify do not read the root yet; they still use the allowed_signers trust file,
-// the vendor key and trust/requests. The approvals and rotation work will
-// move them onto it.
+// lets or stops. The renderer checks that main's versions chain from
+// version 1 (a root that does not chain fails the render), warns of an
+// expired newest version or a render key it does not authorize, and
+// copies every version into each install's tree: a new version gives each
+// install exactly one new commit, an unchanged root none. The agent is
+// given version 1 once (nuon install create --trust-root, the agent's
+// --trust-root or $NUON_TRUST_ROOT), keeps the newest version it verified
+// in its workdir (trust-root.json) and judges each desired commit by the
+// render role of the version in force (agent.Checks.Root); nuon verify
+// --trust-root judges the same way, walking main's versions too. Agents
+// given only --trust keep the allowed_signers behaviour, with a
+// deprecation warning. Not yet read from the root: the vendor's artifact
+// key (--vendor-key), builders (provenance), operators (trust/requests),
+// approvers and the server's key.
 package trust

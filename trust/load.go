@@ -22,33 +22,54 @@ func Load(fsys fs.FS) ([]*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", Dir, err)
 	}
+	var files []file
+	for _, e := range entries {
+		name := path.Join(Dir, e.Name())
+		f := file{name: name, dir: e.IsDir()}
+		if !f.dir {
+			f.data, f.err = fs.ReadFile(fsys, name)
+		}
+		files = append(files, f)
+	}
+	return load(files)
+}
+
+// file is one entry under Dir, read.
+type file struct {
+	name string
+	dir  bool
+	data []byte
+	err  error
+}
+
+// load parses every file as Load does.
+func load(files []file) ([]*Root, error) {
 	var roots []*Root
 	var ps schemas.Problems
-	for _, e := range entries {
-		file := path.Join(Dir, e.Name())
-		v, ok := versionOf(e.Name())
-		if !ok || e.IsDir() {
-			ps = append(ps, schemas.Problem{File: file, Message: "not a root version: files here are named <version>.json (1.json, 2.json, …)"})
+	for _, f := range files {
+		base := path.Base(f.name)
+		v, ok := versionOf(base)
+		if !ok || f.dir || path.Dir(f.name) != Dir {
+			ps = append(ps, schemas.Problem{File: f.name, Message: "not a root version: files here are named <version>.json (1.json, 2.json, …)"})
 			continue
 		}
-		data, err := fs.ReadFile(fsys, file)
-		if err != nil {
-			ps = append(ps, schemas.Problem{File: file, Message: err.Error()})
+		if f.err != nil {
+			ps = append(ps, schemas.Problem{File: f.name, Message: f.err.Error()})
 			continue
 		}
-		r, err := Parse(file, data)
+		r, err := Parse(f.name, f.data)
 		var fps schemas.Problems
 		switch {
 		case errors.As(err, &fps):
 			ps = append(ps, fps...)
 			continue
 		case err != nil:
-			ps = append(ps, schemas.Problem{File: file, Message: err.Error()})
+			ps = append(ps, schemas.Problem{File: f.name, Message: err.Error()})
 			continue
 		}
 		if r.Version != v {
-			ps = append(ps, schemas.Problem{File: file, Field: "signed.version",
-				Message: fmt.Sprintf("file %s holds version %d", e.Name(), r.Version)})
+			ps = append(ps, schemas.Problem{File: f.name, Field: "signed.version",
+				Message: fmt.Sprintf("file %s holds version %d", base, r.Version)})
 			continue
 		}
 		roots = append(roots, r)

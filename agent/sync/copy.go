@@ -42,7 +42,7 @@ func (r *syncRun) once(ctx context.Context, a schemas.Artifact) error {
 		}
 		// Present but not verified by this agent yet: check the copy of
 		// the signature that travelled with it.
-		if _, err := c.VerifySignature(ctx, local.Context(), d, s.cfg.Key); err == nil {
+		if _, err := c.VerifySignature(ctx, local.Context(), d, s.cfg.Key); err == nil && r.provenance(ctx, src.Context(), d) == nil {
 			s.setVerified(d.String())
 			log.Debug("artifact present and signed", "local", a.Local)
 			return nil
@@ -56,6 +56,9 @@ func (r *syncRun) once(ctx context.Context, a schemas.Artifact) error {
 	}
 	sigs, err := c.VerifySignature(ctx, src.Context(), d, s.cfg.Key)
 	if err != nil {
+		return err
+	}
+	if err := r.provenance(ctx, src.Context(), d); err != nil {
 		return err
 	}
 	p, err := r.pusher(ctx, local.Context())

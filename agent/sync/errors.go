@@ -63,7 +63,7 @@ func IsRefusal(err error) bool {
 func classify(name, source string, err error) *Error {
 	e := &Error{Artifact: name, Source: source, Err: err}
 	switch {
-	case errors.Is(err, oci.ErrUnsigned), errors.Is(err, oci.ErrBadSignature), errors.Is(err, oci.ErrDigestMismatch):
+	case errors.Is(err, oci.ErrUnsigned), errors.Is(err, oci.ErrBadSignature), errors.Is(err, oci.ErrDigestMismatch), errors.Is(err, ErrProvenance):
 		e.Refused = true
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 	default:

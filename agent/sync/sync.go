@@ -52,6 +52,10 @@ type Config struct {
 	Progress time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Provenance, when set, copies only artifacts whose SLSA provenance
+	// is signed by a builder of the trust root, names the digest and
+	// comes from an allowed source (see ProvenanceConfig). Default: none.
+	Provenance *ProvenanceConfig
 	// Copied, when set, is told the bytes read from the vendor registry
 	// by each artifact copy, finished or not (metrics); it must not block.
 	Copied func(bytes int64)

@@ -18,6 +18,8 @@ import (
 
 type buildOptions struct {
 	app, src, key, tag, output string
+	builderKey, builderID      string
+	source                     builder.Source
 	dirs                       map[string]string
 	registry                   cli.RegistryOptions
 }
@@ -53,6 +55,13 @@ verify --key cosign.pub --insecure-ignore-tlog' accepts it, and so does every
 install's agent. The key's password is read from COSIGN_PASSWORD. A rebuild of
 unchanged sources pushes nothing and keeps the signature.
 
+With --builder-key, each artifact also gets a SLSA v1 provenance statement
+(builder id, source repository, ref and commit, build parameters, the
+artifact's digest) as an in-toto statement in a DSSE envelope signed with that
+key (a key of the trust root's builders role), stored as 'cosign attest'
+stores it (the sha256-<digest>.att tag): 'cosign verify-attestation --key
+builder.pub --type slsaprovenance1 --insecure-ignore-tlog' accepts it.
+
 Registry credentials come from the docker config file, as for docker and
 crane, from --registry-username (password in NUON_REGISTRY_PASSWORD), or for
 Amazon ECR from the AWS configuration.`,
@@ -84,6 +93,11 @@ Amazon ECR from the AWS configuration.`,
 	f.StringVar(&o.key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
 	f.StringVar(&o.tag, "tag", "", "also tag every artifact with TAG")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.builderKey, "builder-key", "", "cosign private key of this builder (a key of the trust root's builders role; password in COSIGN_PASSWORD): write signed SLSA v1 provenance for each artifact")
+	f.StringVar(&o.builderID, "builder-id", "", "the builder's id in the provenance (with --builder-key; required then)")
+	f.StringVar(&o.source.Repository, "source-repo", "", "the source repository's URI, e.g. git+https://git.example.com/acme/shop (with --builder-key; required then)")
+	f.StringVar(&o.source.Ref, "source-ref", "", "the ref built, e.g. refs/tags/v2.5.0 (with --builder-key; required then)")
+	f.StringVar(&o.source.Commit, "source-commit", "", "the commit the ref named (with --builder-key; required then)")
 	o.registry.Flags(f)
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
@@ -111,7 +125,17 @@ func runBuild(ctx context.Context, g *cli.Globals, o *buildOptions, names []stri
 	if err != nil {
 		return err
 	}
-	arts, err := builder.Build(ctx, targets, builder.Options{Client: client, Signer: key, Tag: o.tag, Logger: g.Logger()})
+	bo := builder.Options{Client: client, Signer: key, Tag: o.tag, Logger: g.Logger()}
+	if o.builderKey != "" {
+		if o.builderID == "" || o.source.Repository == "" || o.source.Ref == "" || o.source.Commit == "" {
+			return fmt.Errorf("--builder-key: provenance needs --builder-id, --source-repo, --source-ref and --source-commit")
+		}
+		if bo.BuilderKey, err = builder.LoadKey(o.builderKey, []byte(os.Getenv("COSIGN_PASSWORD"))); err != nil {
+			return fmt.Errorf("--builder-key: %w", err)
+		}
+		bo.Provenance = &builder.Provenance{BuilderID: o.builderID, Source: o.source}
+	}
+	arts, err := builder.Build(ctx, targets, bo)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func newJobCmd(g *cli.Globals) *cobra.Command {
 	var artifacts, kubeconfig, tfConfig string
 	var pod bool
 	var reg cli.RegistryOptions
+	var procs processPlugins
 	run := &cobra.Command{
 		Use:   "run MANIFEST",
 		Short: "Run one job manifest in this process",
@@ -86,16 +87,23 @@ before the plugin runs.`,
 			if err != nil {
 				return err
 			}
-			if pod {
-				return jobrun.PodMain(cmd.Context(), args[0], plugins(kubeconfig, tfConfig), src, g.Stdout, jobrun.WithStdio())
+			ps := plugins(kubeconfig, tfConfig)
+			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg)
+			if err != nil {
+				return err
 			}
-			return jobrun.Main(cmd.Context(), args[0], plugins(kubeconfig, tfConfig), src, g.Stdout, jobrun.WithStdio())
+			defer cleanup()
+			if pod {
+				return jobrun.PodMain(cmd.Context(), args[0], ps, src, g.Stdout, jobrun.WithStdio())
+			}
+			return jobrun.Main(cmd.Context(), args[0], ps, src, g.Stdout, jobrun.WithStdio())
 		},
 	}
 	run.Flags().StringVar(&artifacts, "artifacts", "", cli.ArtifactsHelp)
 	reg.Flags(run.Flags())
 	run.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
 	run.Flags().StringVar(&tfConfig, "tf-cli-config", cli.TerraformConfigDefault(), cli.TerraformConfigHelp)
+	procs.register(run.Flags())
 	run.Flags().BoolVar(&pod, "pod", false, "running in a Kubernetes Job's pod: also print the result as the last line and as the termination message")
 	cmd.AddCommand(run)
 	return cmd

@@ -32,6 +32,7 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 			cli.NewVerifyCmd(g),
 			cli.NewAgentCmd(g),
 			newJobCmd(g),
+			newPluginCmd(g),
 			cli.NewStatusCmd(g),
 			cli.NewLogsCmd(g),
 			cli.NewDebugCmd(g),
@@ -43,6 +44,7 @@ writes signed status to refs/heads/nuon/status/<id>.`,
 			newReleaseCmd(g),
 			newServerCmd(g),
 			newInstallCmd(g),
+			newRolloutCmd(g),
 		}
 	})
 }

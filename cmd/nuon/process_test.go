@@ -165,7 +165,7 @@ type serverTenant struct {
 
 // newServerTenant builds the binaries and commits the sample tenant. It
 // needs terraform (testenv.TerraformConfig).
-func newServerTenant(t *testing.T) *serverTenant {
+func newServerTenant(t testing.TB) *serverTenant {
 	t.Helper()
 	st := &serverTenant{
 		work:  t.TempDir(),

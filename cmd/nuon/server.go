@@ -83,6 +83,14 @@ the command line). Scripts send it as "Authorization: Bearer TOKEN"; a
 browser signs in once on /fleet/login and keeps an HttpOnly session cookie.
 An install's key never opens it.
 
+Operators' commands (nuon status, logs, debug, requests with --server URL
+and --key) come in on /operator, each request signed with an operator key
+that trust/requests on main lists: they read every branch (git smart HTTP,
+read-only), and file a request with POST /operator/requests, which the
+server checks as the renderer does, files (upstream first), and renders at
+once, so the install's agent finds it at its next poll. An install's key
+opens nothing there, and an operator's key nothing of the installs'.
+
 Beyond one machine: one writer (the default --mode writer) owns the
 repository, renders and accepts pushes; with --replica-token-file it also
 serves its whole repository, read-only, to read replicas. A replica

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -65,6 +66,7 @@ type options struct {
 	cacheDir string
 	auth     transport.AuthMethod
 	creds    *gitauth.Auth
+	sign     func(*http.Request)
 }
 
 // WithCacheDir sets where mirrors of remote repositories are kept; default
@@ -78,6 +80,12 @@ func WithAuth(a transport.AuthMethod) Option { return func(o *options) { o.auth 
 // options every command shares (gitauth); default none. The agent's Remote
 // takes the same.
 func WithCredentials(a *gitauth.Auth) Option { return func(o *options) { o.creds = a } }
+
+// WithRequestAuth calls sign on every HTTP request to an http(s) remote
+// before it is sent, in place of the credentials' header: a tenant
+// server's operator endpoint wants each request signed (package
+// internal/signature/request). Default none.
+func WithRequestAuth(sign func(*http.Request)) Option { return func(o *options) { o.sign = sign } }
 
 // Open opens a local repository (bare or not) or prepares the local mirror
 // of a remote one. Call Fetch before reading a mirror.
@@ -120,6 +128,9 @@ func Open(location string, opts ...Option) (*Repo, error) {
 	if o.auth == nil && speaksProto(location) {
 		if repo.proto, err = o.creds.Client(location, nil, nil); err != nil {
 			return nil, err
+		}
+		if o.sign != nil {
+			repo.proto.Auth = o.sign
 		}
 	}
 	return repo, nil

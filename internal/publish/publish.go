@@ -77,6 +77,17 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	// The channels' rollout refs (refs/heads/nuon/rollouts/<channel>):
+	// an install of a channel with a rollout gets the pins its state
+	// gives it.
+	rolloutRefs, err := repo.RefList(schemas.RolloutRefPrefix)
+	if err != nil {
+		return nil, err
+	}
+	rollouts := make(map[string]plumbing.Hash, len(rolloutRefs))
+	for _, ref := range rolloutRefs {
+		rollouts[strings.TrimPrefix(ref.Name, schemas.RolloutRefPrefix)] = ref.Hash
+	}
 	// The objects go to a pack file as the installs are rendered: at
 	// 100,000 installs, kept in memory until the end they were most of
 	// the render's peak.
@@ -88,6 +99,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	res, err := renderer.Render(ctx, repo.Storer(), source, prev, renderer.Options{
 		Objects:   objs,
 		Requests:  reqs,
+		Rollouts:  rollouts,
 		Approvals: approvals,
 		// Policies that do not compile fail the render at their line.
 		CheckPolicies: plans.Check,

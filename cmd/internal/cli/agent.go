@@ -32,13 +32,15 @@ import (
 	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
+	"nuon.dev/nuon/trust"
 )
 
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
 	requestTrust, tfCLIConfig, secretsFile                string
+	trustRoot                                             string
 	once, serverAuth                                      bool
-	interval, maxBackoff, heartbeat                       time.Duration
+	interval, maxBackoff, heartbeat, healthInterval       time.Duration
 	concurrency, driftConcurrency                         int
 	jobCommand                                            string
 	metricsAddr                                           string
@@ -180,7 +182,8 @@ container or by hand:
 	f := cmd.Flags()
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
-	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (deprecated: give --trust-root instead; one of them is required)")
+	f.StringVar(&o.trustRoot, "trust-root", os.Getenv(EnvTrustRoot), TrustRootHelp)
 	f.StringVar(&o.requestTrust, "request-trust", os.Getenv(EnvRequestTrust), "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug), like trust/requests on main; without it every request is refused (default $"+EnvRequestTrust+")")
 	f.StringVar(&o.tfCLIConfig, "tf-cli-config", TerraformConfigDefault(), TerraformConfigHelp)
 	f.StringVar(&o.secretsFile, "secrets-file", os.Getenv(EnvSecretsFile), SecretsFileHelp)
@@ -194,6 +197,7 @@ container or by hand:
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.IntVar(&o.driftConcurrency, "drift-concurrency", 2, "most drift checks running at once")
 	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without a status commit; 0 sends no heartbeat")
+	f.DurationVar(&o.healthInterval, "health-interval", 0, "how often each applied component's health is checked again (kstatus of its Kubernetes objects, terraform.health), so Ready means checked recently; a check that cannot reach them or finds them gone turns the component Failed until it is re-applied; 0: the --heartbeat interval; negative: off")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	f.StringVar(&o.sandboxDir, "sandbox-dir", "", "the sandbox's state directory, as nuon install create left it (terraform.tfstate, outputs.json); default WORKDIR/components/sandbox")
@@ -203,7 +207,7 @@ container or by hand:
 	o.kube.flags(f)
 	o.sync.flags(f)
 	o.customer.flags(f)
-	for _, n := range []string{"repo", "install", "trust", "key", "workdir"} {
+	for _, n := range []string{"repo", "install", "key", "workdir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -222,9 +226,9 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	// through the same redactor here. The agent names unusable secrets.
 	red, _ := redact.FromEnviron(os.Environ())
 	partsLog := slog.New(red.Handler(log.Handler()))
-	trust, err := signature.LoadAllowedSigners(o.trust)
+	renderTrust, root, err := loadRenderTrust(o.trust, o.trustRoot)
 	if err != nil {
-		return fmt.Errorf("--trust: %w", err)
+		return err
 	}
 	var requestTrust *signature.AllowedSigners
 	if o.requestTrust != "" {
@@ -267,7 +271,15 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		return err
 	}
 	met := metrics.New()
-	syncer, err := o.sync.syncer(partsLog, met.Copied)
+	// The syncer judges provenance by the root the agent holds, which
+	// moves as the agent follows the chain.
+	var running *agent.Agent
+	syncer, err := o.sync.syncer(partsLog, met.Copied, func() *trust.Root {
+		if running == nil {
+			return root
+		}
+		return running.Root()
+	})
 	if err != nil {
 		return err
 	}
@@ -285,11 +297,12 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		remoteOpts = append(remoteOpts, agent.WithRequestSigner(&request.Signer{Install: o.install, Key: key}))
 	}
 	a, err := agent.New(agent.Config{
-		Install: o.install,
-		Remote:  met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
-		Trust:   trust,
-		Key:     key,
-		Workdir: workdir,
+		Install:   o.install,
+		Remote:    met.Remote(agent.NewRemote(o.repo, remoteOpts...)),
+		Trust:     renderTrust,
+		TrustRoot: root,
+		Key:       key,
+		Workdir:   workdir,
 		Runner: met.Runner(o.kube.runner(&jobs.Local{
 			Command: o.kube.jobArgs(o.sync.jobArgs(tfArgs([]string{exe, "job", "run", "--artifacts", artifacts, "--log-format", g.LogFormat}, o.tfCLIConfig))),
 			Logger:  partsLog,
@@ -307,6 +320,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		Concurrency:      o.concurrency,
 		DriftConcurrency: o.driftConcurrency,
 		Heartbeat:        heartbeatOrOff(o.heartbeat),
+		HealthInterval:   o.healthInterval,
 		Interval:         o.interval,
 		MaxBackoff:       o.maxBackoff,
 		Logger:           log,
@@ -319,6 +333,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+	running = a
 	if o.kube.err != nil {
 		return o.kube.err
 	}

@@ -16,6 +16,7 @@ import (
 	"nuon.dev/nuon/agent/sync"
 	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/trust"
 )
 
 // registryPasswordEnv holds the password of --registry-username; a
@@ -94,11 +95,14 @@ type syncOptions struct {
 	vendorKey string
 	insecure  bool
 	registry  RegistryOptions
+	// provenance are the --provenance-source flags, REPO=REF.
+	provenance []string
 }
 
 func (s *syncOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&s.vendorKey, "vendor-key", "", "the vendor's cosign public key (cosign.pub): verify and copy artifacts into the install registry before each job; without it no component with artifacts is applied")
 	f.BoolVar(&s.insecure, "insecure-skip-artifact-verification", false, "development only: without --vendor-key, deploy artifacts nobody verified (the status says artifacts: Unverified)")
+	f.StringArrayVar(&s.provenance, "provenance-source", nil, ProvenanceSourceHelp)
 	s.registry.Flags(f)
 }
 
@@ -110,7 +114,7 @@ func (s *syncOptions) jobArgs(argv []string) []string {
 // syncer returns the agent's Syncer; nil (no sync) without --vendor-key,
 // when the agent refuses every artifact unless --insecure-skip-artifact-
 // verification says otherwise.
-func (s *syncOptions) syncer(log *slog.Logger, copied func(int64)) (agent.Syncer, error) {
+func (s *syncOptions) syncer(log *slog.Logger, copied func(int64), root func() *trust.Root) (agent.Syncer, error) {
 	switch {
 	case s.vendorKey != "" && s.insecure:
 		return nil, errors.New("--vendor-key and --insecure-skip-artifact-verification contradict each other: verify with the key, or drop it")
@@ -129,7 +133,11 @@ func (s *syncOptions) syncer(log *slog.Logger, copied func(int64)) (agent.Syncer
 	if err != nil {
 		return nil, err
 	}
-	sy, err := sync.New(sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log, Copied: copied})
+	cfg := sync.Config{Client: c, Key: key, Repositories: ecrs, Logger: log, Copied: copied}
+	if cfg.Provenance, err = provenanceConfig(s.provenance, root); err != nil {
+		return nil, err
+	}
+	sy, err := sync.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -28,27 +28,30 @@ import (
 
 // requestOptions are the flags nuon logs and nuon debug share.
 type requestOptions struct {
-	repo, key, cacheDir, output, component string
-	noWait                                 bool
-	deadline, poll                         time.Duration
+	tenantFlags
+	output, component string
+	noWait            bool
+	deadline, poll    time.Duration
 	// now reads the clock; time.Now in the commands.
 	now func() time.Time
 }
 
 func (o *requestOptions) flags(cmd *cobra.Command) {
+	o.tenantFlags.flags(cmd, "your operator key (OpenSSH ed25519 private key), listed in trust/requests on main; signs the request, and with --server every HTTP request (required)")
 	f := cmd.Flags()
-	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
-	f.StringVar(&o.key, "key", "", "your operator key (OpenSSH ed25519 private key), listed in trust/requests on main (required)")
 	f.BoolVar(&o.noWait, "no-wait", false, "print the request id and return; 'nuon requests' shows its state later")
 	f.DurationVar(&o.deadline, "deadline", 15*time.Minute, "how long the request stays valid; the agent refuses it after that (at most 24h)")
-	f.DurationVar(&o.poll, "poll", 5*time.Second, "how often to look for the answer in the install's status ref")
+	f.DurationVar(&o.poll, "poll", time.Second, "how often to look for the answer in the install's status ref")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the answer) or json (the request's state and answer)")
-	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
-	_ = cmd.MarkFlagRequired("key")
 }
 
-const requestsHelp = `The request is a commit on refs/heads/nuon/requests signed with --key, an
+const requestsHelp = `With --server (or $NUON_SERVER) the command goes through the tenant server: the
+server checks the request as the renderer would (and the key's scope in the
+trust root, when main has one), files it, renders the install at once and
+answers; every HTTP request is signed with --key, no token. With --repo it
+pushes to the repository itself and the request waits for the next render.
+
+The request is a commit on refs/heads/nuon/requests signed with --key, an
 operator key that trust/requests on main lists (an allowed_signers file,
 reviewed like any change to main, separate from the render key); the requester
 is that key's principal. The next render puts it into the install's desired
@@ -66,13 +69,14 @@ func NewLogsCmd(g *Globals) *cobra.Command {
 	var since time.Duration
 	var tail int
 	cmd := &cobra.Command{
-		Use:   "logs INSTALL COMPONENT --repo REPO --key KEY [--since D] [--tail N]",
+		Use:   "logs INSTALL COMPONENT (--server URL | --repo REPO) --key KEY [--since D] [--tail N]",
 		Short: "Ask an install for a component's logs, as a signed request",
 		Long: `Logs files a request for the end of COMPONENT's last job log in INSTALL and
 prints the answer.
 
 ` + requestsHelp,
-		Example: `  nuon logs acme api --repo https://git.example.com/vendor/tenant.git --key ~/.ssh/nuon_operator --tail 200
+		Example: `  nuon logs acme api --server https://nuon.example.com --key ~/.ssh/nuon_operator --tail 200
+  nuon logs acme api --repo https://git.example.com/vendor/tenant.git --key ~/.ssh/nuon_operator --tail 200
   nuon logs acme api --repo ./tenant.git --key op.key --since 30m --no-wait`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -83,7 +87,7 @@ prints the answer.
 			if since > 0 {
 				r.Logs.Since = since.String()
 			}
-			return fileRequest(cmd.Context(), g, o, r)
+			return fileRequest(cmd, g, o, r)
 		},
 	}
 	o.flags(cmd)
@@ -96,7 +100,7 @@ prints the answer.
 func NewDebugCmd(g *Globals) *cobra.Command {
 	o := &requestOptions{now: time.Now}
 	cmd := &cobra.Command{
-		Use:   "debug INSTALL --component NAME --repo REPO --key KEY -- COMMAND...",
+		Use:   "debug INSTALL --component NAME (--server URL | --repo REPO) --key KEY -- COMMAND...",
 		Short: "Run one read-only debug command in an install, as a signed request",
 		Long: `Debug files a request to run COMMAND with the plugin of --component in INSTALL
 and prints the answer. COMMAND is a list of words checked against the plugin's
@@ -113,7 +117,8 @@ rendered state; before the first render, a command no plugin allows). The
 agent checks again and refuses with the reason what reaches it otherwise.
 
 ` + requestsHelp,
-		Example: `  nuon debug acme --component api --repo ./tenant.git --key op.key -- get pods -n shop
+		Example: `  nuon debug acme --component api --server https://nuon.example.com --key op.key -- get pods -n shop
+  nuon debug acme --component api --repo ./tenant.git --key op.key -- get pods -n shop
   nuon debug acme --component network --repo ./tenant.git --key op.key -- state list`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,7 +133,7 @@ agent checks again and refuses with the reason what reaches it otherwise.
 				return err
 			}
 			r := &schemas.Request{Type: schemas.RequestDebug, Install: args[0], Component: o.component, Command: args[1:]}
-			return fileRequest(cmd.Context(), g, o, r)
+			return fileRequest(cmd, g, o, r)
 		},
 	}
 	o.flags(cmd)
@@ -137,14 +142,18 @@ agent checks again and refuses with the reason what reaches it otherwise.
 	return cmd
 }
 
-// fileRequest completes r, commits it on requests.Ref, and waits for the
-// answer unless --no-wait.
-func fileRequest(ctx context.Context, g *Globals, o *requestOptions, r *schemas.Request) error {
+// fileRequest completes r, commits it on requests.Ref (through the
+// tenant server with --server), and waits for the answer unless --no-wait.
+func fileRequest(cmd *cobra.Command, g *Globals, o *requestOptions, r *schemas.Request) error {
+	ctx := cmd.Context()
+	if o.key == "" {
+		return fmt.Errorf("give --key (or $%s): your operator key, listed in %s on main", EnvOperatorKey, requests.TrustFile)
+	}
 	key, err := signature.LoadSigner(o.key)
 	if err != nil {
-		return err
+		return fmt.Errorf("--key: %w", err)
 	}
-	repo, err := g.OpenRepo(o.repo, o.cacheDir)
+	repo, signer, err := o.open(cmd, g)
 	if err != nil {
 		return err
 	}
@@ -180,6 +189,23 @@ func fileRequest(ctx context.Context, g *Globals, o *requestOptions, r *schemas.
 		}
 		if err := b.Flush(repo.Storer()); err != nil {
 			return err
+		}
+		if signer != nil {
+			start := time.Now()
+			a, err := submit(ctx, o.server, signer, repo, h)
+			if errors.Is(err, errMoved) && attempt < 5 {
+				if err := repo.Fetch(ctx, requests.Ref); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("file request %s: %w", r.ID, err)
+			}
+			if a.Desired != "" {
+				fmt.Fprintf(g.Stderr, "request %s filed and rendered into %s's desired state %s in %s\n", r.ID, r.Install, shortID(a.Desired), time.Since(start).Round(time.Millisecond))
+			}
+			break
 		}
 		err = repo.Apply(ctx, []gitrepo.Update{{Name: plumbing.ReferenceName(requests.Ref), Old: head, New: h}})
 		if errors.Is(err, gitrepo.ErrStale) && attempt < 5 {
@@ -362,23 +388,28 @@ func printAnswer(w io.Writer, output string, a answered) error {
 
 // NewRequestsCmd is nuon requests.
 func NewRequestsCmd(g *Globals) *cobra.Command {
-	var repoLoc, install, output, cacheDir string
+	var tf tenantFlags
+	var install, output string
 	cmd := &cobra.Command{
-		Use:   "requests --repo REPO [--install ID]",
+		Use:   "requests (--server URL --key KEY | --repo REPO) [--install ID]",
 		Short: "List operators' requests (logs, debug) and where each stands",
 		Long: `Requests lists the requests filed on refs/heads/nuon/requests, newest first,
 with their state: pending (not answered yet), answered, refused (by the agent,
 or dropped by the renderer because trust/requests on main does not list the
 key that signed it) or expired (its deadline passed unanswered). Answers are
-in each install's status ref: git show refs/heads/nuon/status/<id>:answers/<request>.txt`,
-		Example: `  nuon requests --repo ./tenant.git
+in each install's status ref: git show refs/heads/nuon/status/<id>:answers/<request>.txt
+
+With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+request signed with --key, an operator key that trust/requests on main lists.`,
+		Example: `  nuon requests --server https://nuon.example.com --key ~/.ssh/nuon_operator --install acme
+  nuon requests --repo ./tenant.git
   nuon requests --repo https://git.example.com/vendor/tenant.git --install acme -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(output); err != nil {
 				return err
 			}
-			repo, err := g.OpenRepo(repoLoc, cacheDir)
+			repo, _, err := tf.open(cmd, g)
 			if err != nil {
 				return err
 			}
@@ -406,12 +437,10 @@ in each install's status ref: git show refs/heads/nuon/status/<id>:answers/<requ
 			return tw.Flush()
 		},
 	}
+	tf.flags(cmd, "with --server: your operator key, listed in trust/requests on main")
 	f := cmd.Flags()
-	f.StringVar(&repoLoc, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&install, "install", "", "only this install's requests")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
 	return cmd
 }
 

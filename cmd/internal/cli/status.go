@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,13 +16,14 @@ import (
 )
 
 type statusOptions struct {
-	repo, install, output, cacheDir, source string
+	tenantFlags
+	install, output, source string
 }
 
 func NewStatusCmd(g *Globals) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status --repo REPO [--install ID]",
+		Use:   "status (--server URL --key KEY | --repo REPO) [--install ID]",
 		Short: "Show what every install's agent reported",
 		Long: `Status reads every refs/heads/nuon/status/<id> (or one, with --install) and
 shows each install's desired and applied commits, generation, phase and failing
@@ -40,29 +40,33 @@ older than twice the heartbeat interval its agent announced: the agent is gone,
 and the rest of the row is only what it last said. The last column lists what
 needs a look: failing components, unhealthy ones ("health Progressing"), drift
 found by scheduled drift checks ("drift 2", "drift 1 corrected"), and kinds of
-operations the install's own settings turned off.`,
-		Example: `  nuon status --repo ./tenant.git
+operations the install's own settings turned off.
+
+With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+request signed with --key, an operator key that trust/requests on main lists;
+with --repo, the repository itself.`,
+		Example: `  nuon status --server https://nuon.example.com --key ~/.ssh/nuon_operator
+  nuon status --repo ./tenant.git
   nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
 				return err
 			}
-			return runStatus(cmd.Context(), g, o)
+			return runStatus(cmd, g, o)
 		},
 	}
+	o.tenantFlags.flags(cmd, "with --server: your operator key, listed in trust/requests on main")
 	f := cmd.Flags()
-	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "show only this install")
 	f.StringVar(&o.source, "source", "refs/heads/main", "where installs/<id>.yaml (with each agent's key) is read")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
 	return cmd
 }
 
-func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
-	repo, err := g.OpenRepo(o.repo, o.cacheDir)
+func runStatus(cmd *cobra.Command, g *Globals, o *statusOptions) error {
+	ctx := cmd.Context()
+	repo, _, err := o.open(cmd, g)
 	if err != nil {
 		return err
 	}

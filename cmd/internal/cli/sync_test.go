@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"nuon.dev/nuon/trust"
 )
 
 // TestSyncerFlags: without --vendor-key there is no Syncer (the agent
@@ -13,11 +15,11 @@ import (
 func TestSyncerFlags(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, s := range []syncOptions{{}, {insecure: true}} {
-		if sy, err := s.syncer(log, nil); sy != nil || err != nil {
+		if sy, err := s.syncer(log, nil, func() *trust.Root { return nil }); sy != nil || err != nil {
 			t.Errorf("%+v: syncer %v, %v", s, sy, err)
 		}
 	}
-	_, err := (&syncOptions{vendorKey: "cosign.pub", insecure: true}).syncer(log, nil)
+	_, err := (&syncOptions{vendorKey: "cosign.pub", insecure: true}).syncer(log, nil, func() *trust.Root { return nil })
 	if err == nil || !strings.Contains(err.Error(), "contradict") {
 		t.Errorf("--vendor-key with --insecure-skip-artifact-verification: %v", err)
 	}

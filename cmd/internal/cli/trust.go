@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/agent"
+	"nuon.dev/nuon/agent/sync"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
@@ -407,4 +412,97 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// EnvTrustRoot is the default of --trust-root (the agent's and nuon
+// verify's).
+const EnvTrustRoot = "NUON_TRUST_ROOT"
+
+// TrustRootHelp describes --trust-root.
+var TrustRootHelp = "the trust root's version 1 (trust/root/1.json on main), given once at install creation: desired state is judged by the render keys of the newest version the chain reaches from it (default $" + EnvTrustRoot + ")"
+
+// loadRenderTrust reads what judges desired state: the trust root's
+// version given by --trust-root, or else the allowed_signers file of
+// --trust (deprecated, kept for agents created before the root).
+func loadRenderTrust(trustFile, rootFile string) (*signature.AllowedSigners, *trust.Root, error) {
+	switch {
+	case rootFile != "":
+		data, err := os.ReadFile(rootFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trust-root: %w", err)
+		}
+		r, err := trust.Parse(rootFile, data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trust-root: %w", err)
+		}
+		if err := trust.SelfSigned(r); err != nil {
+			return nil, nil, fmt.Errorf("--trust-root: %w", err)
+		}
+		return nil, r, nil
+	case trustFile != "":
+		as, err := signature.LoadAllowedSigners(trustFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trust: %w", err)
+		}
+		return as, nil, nil
+	}
+	return nil, nil, fmt.Errorf("no render trust: give --trust-root FILE (trust/root/1.json on main, or $%s), or the deprecated --trust allowed_signers file", EnvTrustRoot)
+}
+
+// heldRoot is the newest version of the trust root nuon verify trusts:
+// the chain from given through the versions on --source, when it is a ref
+// the repository has. A version there that does not chain is an error:
+// main is the vendor's own record of the root.
+func (o *verifyOptions) heldRoot(ctx context.Context, repo *gitrepo.Repo, given *trust.Root) (*trust.Root, error) {
+	if !strings.HasPrefix(o.source, "refs/") {
+		return given, nil
+	}
+	if err := repo.Fetch(ctx, o.source); err != nil {
+		return nil, err
+	}
+	src, err := repo.Resolve(o.source)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", o.source, err)
+	}
+	files, err := agent.ReadRootFiles(repo.Storer(), src)
+	if err != nil {
+		return nil, fmt.Errorf("trust root on %s: %w", o.source, err)
+	}
+	roots, err := trust.LoadFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("trust root on %s: %w", o.source, err)
+	}
+	// Expiry is judged with the commit (a refusal, as the agent's), not
+	// here: the zero time is before any.
+	held, err := trust.Chain(given, roots, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("trust root on %s: %w", o.source, err)
+	}
+	return held, nil
+}
+
+// ProvenanceSourceHelp describes the agent's --provenance-source.
+const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable; none: provenance is not required"
+
+// provenanceConfig is the syncer's provenance policy from the
+// --provenance-source flags; nil without any.
+func provenanceConfig(flags []string, root func() *trust.Root) (*sync.ProvenanceConfig, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	if root() == nil {
+		return nil, fmt.Errorf("--provenance-source: the builders are named by the trust root: give --trust-root")
+	}
+	pc := &sync.ProvenanceConfig{Root: root}
+	for _, f := range flags {
+		repo, ref, ok := strings.Cut(f, "=")
+		if !ok || repo == "" || ref == "" {
+			return nil, fmt.Errorf("--provenance-source %q: want REPO=REF", f)
+		}
+		if _, err := path.Match(ref, ""); err != nil {
+			return nil, fmt.Errorf("--provenance-source %q: %w", f, err)
+		}
+		pc.Sources = append(pc.Sources, sync.Source{Repository: repo, Ref: ref})
+	}
+	return pc, nil
 }

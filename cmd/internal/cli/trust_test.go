@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"nuon.dev/nuon/trust"
 )
 
 // writeTestKey writes an ed25519 key pair made from name as name and
@@ -96,5 +98,32 @@ func TestTrustCommands(t *testing.T) {
 		if !strings.Contains(out, step.want) {
 			t.Fatalf("nuon trust %s:\n%s\nwant %q", strings.Join(step.args, " "), out, step.want)
 		}
+	}
+}
+
+// TestProvenanceSourceFlags: --provenance-source needs the trust root
+// (which names the builders) and REPO=REF with a valid pattern.
+func TestProvenanceSourceFlags(t *testing.T) {
+	none := func() *trust.Root { return nil }
+	some := func() *trust.Root { return &trust.Root{} }
+	if pc, err := provenanceConfig(nil, none); pc != nil || err != nil {
+		t.Errorf("no flags: %v, %v; want no policy", pc, err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		root  func() *trust.Root
+		want  string
+	}{
+		{[]string{"git+https://x/shop=refs/tags/v*"}, none, "give --trust-root"},
+		{[]string{"git+https://x/shop"}, some, "want REPO=REF"},
+		{[]string{"git+https://x/shop=refs/tags/[v"}, some, "syntax error in pattern"},
+	} {
+		if _, err := provenanceConfig(tc.flags, tc.root); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.flags, err, tc.want)
+		}
+	}
+	pc, err := provenanceConfig([]string{"git+https://x/shop=refs/tags/v*", "git+https://x/ops=refs/heads/main"}, some)
+	if err != nil || len(pc.Sources) != 2 || pc.Sources[1].Ref != "refs/heads/main" {
+		t.Errorf("two sources: %+v, %v", pc, err)
 	}
 }

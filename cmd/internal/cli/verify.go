@@ -16,25 +16,32 @@ import (
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/fleet"
 	"nuon.dev/nuon/internal/gitrepo"
-	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 )
 
 type verifyOptions struct {
 	repo, install, trust, output, cacheDir, source, agentKey string
+	trustRoot                                                string
 	now                                                      func() time.Time
 }
 
 func NewVerifyCmd(g *Globals) *cobra.Command {
 	o := &verifyOptions{now: time.Now}
 	cmd := &cobra.Command{
-		Use:   "verify --repo REPO --install ID --trust FILE",
+		Use:   "verify --repo REPO --install ID --trust-root FILE",
 		Short: "Check an install's desired state as its agent would, before anything is applied",
 		Long: `Verify reads refs/heads/nuon/installs/<ID> and runs exactly the checks the
 agent runs before it applies anything (the same function):
 
-  - the commit is signed by a key in FILE (git's allowed_signers format, the
-    file 'git verify-commit' reads through gpg.ssh.allowedSignersFile);
+  - with --trust-root (version 1 of the trust root, as the agent was given
+    it): the trust root in force is the newest version the chain reaches
+    from it through the versions on --source and those the commit carries
+    (trust/root/<n>.json), not expired; the commit is signed by one of its
+    render keys, inside the key's window and not revoked, judged at the
+    commit's time but never before the commit the install applied last;
+  - with --trust (deprecated): the commit is signed by a key in FILE (git's
+    allowed_signers format, the file 'git verify-commit' reads through
+    gpg.ssh.allowedSignersFile);
   - it names install ID in its trailers and in install.json, and its files
     are well-formed;
   - its generation is newer than what the install's agent applied, read from
@@ -46,7 +53,8 @@ agent runs before it applies anything (the same function):
 
 It exits 0 when the agent would apply the state and 1, with the reason, when
 it would refuse it or find it stale.`,
-		Example: `  nuon verify --repo ./tenant.git --install acme --trust allowed_signers
+		Example: `  nuon verify --repo ./tenant.git --install acme --trust-root trust/root/1.json
+  nuon verify --repo ./tenant.git --install acme --trust allowed_signers
   nuon verify --repo https://git.example.com/vendor/tenant.git --install acme \
       --trust allowed_signers --output json
   # the install's key from a file rather than from main
@@ -62,12 +70,13 @@ it would refuse it or find it stale.`,
 	f := cmd.Flags()
 	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.install, "install", "", "install id (required)")
-	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (required)")
+	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (deprecated: give --trust-root; one of them is required)")
+	f.StringVar(&o.trustRoot, "trust-root", os.Getenv(EnvTrustRoot), TrustRootHelp)
 	f.StringVar(&o.source, "source", schemas.MainRef, "where installs/<id>.yaml (with the agent's key) is read")
 	f.StringVar(&o.agentKey, "agent-key", "", "the install's public key (authorized_keys line) instead of agentKey on --source")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	for _, n := range []string{"repo", "install", "trust"} {
+	for _, n := range []string{"repo", "install"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
@@ -91,10 +100,13 @@ type verifyReport struct {
 	AppliedStatus string `json:"appliedStatus,omitempty"`
 	// Forged names a status commit the install's key did not sign.
 	Forged *schemas.Forged `json:"forgedStatus,omitempty"`
+	// Root is the version of the trust root in force for the commit
+	// (with --trust-root).
+	Root int64 `json:"trustRoot,omitempty"`
 }
 
 func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
-	trust, err := signature.LoadAllowedSigners(o.trust)
+	trust, root, err := loadRenderTrust(o.trust, o.trustRoot)
 	if err != nil {
 		return err
 	}
@@ -137,7 +149,15 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 		rep.Reason = fmt.Sprintf("no desired state: %s does not exist", desiredRef)
 	} else {
 		rep.Commit = head.String()
-		d, err := agent.Check(repo.Storer(), head, agent.Checks{Install: o.install, Trust: trust, Applied: applied, Now: o.now()})
+		checks := agent.Checks{Install: o.install, Trust: trust, Applied: applied, Now: o.now()}
+		if root != nil {
+			held, err := o.heldRoot(ctx, repo, root)
+			if err != nil {
+				return err
+			}
+			checks.Root = agent.NewRootChecks(repo.Storer(), held, applied)
+		}
+		d, err := agent.Check(repo.Storer(), head, checks)
 		var ref *agent.Refusal
 		switch {
 		case errors.As(err, &ref):
@@ -150,6 +170,9 @@ func runVerify(ctx context.Context, g *Globals, o *verifyOptions) error {
 		default:
 			rep.Verified, rep.Generation, rep.Source = true, d.Generation, d.Source
 			rep.Signer, rep.Key = d.Signer.Principal, d.Signer.Fingerprint
+			if d.Root != nil {
+				rep.Root = d.Root.Version
+			}
 			if !d.Expires.IsZero() {
 				rep.Expires = &d.Expires
 			}

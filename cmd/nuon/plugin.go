@@ -1,0 +1,420 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"nuon.dev/nuon/builder"
+	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/internal/toolcache"
+	"nuon.dev/nuon/plugin"
+	"nuon.dev/nuon/plugin/plugintest"
+	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/schemas"
+)
+
+func newPluginCmd(g *cli.Globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plugin",
+		Short: "Run and test plugins: component types behind the plugin protocol",
+		Long: `A plugin applies one component type as its own process: the job hands it one
+request on stdin (schemas/plugin-request.schema.json) and reads one response
+on stdout (schemas/plugin-response.schema.json); the plugin logs on stderr and
+exits 0 (done), 1 (failed), 2 (invalid request), 3 (unsupported operation or
+protocol) or 4 (refused). A handshake comes first: the plugin states its
+manifest (schemas/plugin-manifest.schema.json) with the protocol versions it
+speaks, its operations (plan, apply, destroy, drift, health, debug) and the
+capabilities it needs (network, secrets, cloudRole, writableState, env
+variables). A job that does not grant them does not run the plugin.`,
+	}
+	cmd.AddCommand(newPluginServeCmd(g), newPluginTestCmd(g), newPluginReleaseCmd(g))
+	return cmd
+}
+
+func newPluginReleaseCmd(g *cli.Globals) *cobra.Command {
+	var repository, key, output string
+	var reg cli.RegistryOptions
+	cmd := &cobra.Command{
+		Use:   "release DIR --repository REPO --key cosign.key",
+		Short: "Package a plugin directory as an OCI artifact, push it and sign it",
+		Long: `Release packages the plugin directory DIR as one OCI artifact: its config is
+DIR/plugin.json, the plugin's manifest (schemas/plugin-manifest.schema.json),
+its one layer the directory, with an executable for each platform the
+manifest's executables name (media types ` + plugin.ConfigMediaType + `
+and ` + plugin.ContentMediaType + `). It pushes it to REPO, tagged with the
+plugin's version, and signs it with the vendor's cosign key as every artifact
+is signed (password in COSIGN_PASSWORD). It prints the reference by digest,
+which is what pins the plugin: a job fetches it by digest and runs it only when
+the signature verifies.`,
+		Example: `  nuon plugin release fixtures/plugins/zonefile \
+      --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key
+
+  nuon job run --plugin-artifact zonefile=registry.example/acme/plugins/zonefile@sha256:… \
+      --plugin-key cosign.pub --plugin-grant zonefile=env:NUON_ZONE_DIR manifest.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cli.CheckOutput(output); err != nil {
+				return err
+			}
+			if repository == "" || key == "" {
+				return errors.New("--repository and --key are required")
+			}
+			repo, err := name.NewRepository(repository)
+			if err != nil {
+				return fmt.Errorf("--repository: %w", err)
+			}
+			sv, err := builder.LoadKey(key, []byte(os.Getenv("COSIGN_PASSWORD")))
+			if err != nil {
+				return err
+			}
+			img, m, err := plugin.Package(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := reg.Client()
+			if err != nil {
+				return err
+			}
+			d, err := img.Digest()
+			if err != nil {
+				return err
+			}
+			ref := repo.Digest(d.String())
+			p, err := c.NewPusher(cmd.Context(), repo)
+			if err != nil {
+				return err
+			}
+			if err := p.Push(cmd.Context(), repo.Tag(m.Version), img); err != nil {
+				return fmt.Errorf("push %s: %w", ref, err)
+			}
+			if _, err := builder.Sign(cmd.Context(), c, ref, sv); err != nil {
+				return err
+			}
+			if output == "json" {
+				return json.NewEncoder(g.Stdout).Encode(map[string]string{"name": m.Name, "version": m.Version, "ref": ref.String(), "digest": d.String()})
+			}
+			fmt.Fprintln(g.Stdout, ref.String())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&repository, "repository", "", "the repository to push to (required)")
+	f.StringVar(&key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
+	f.StringVarP(&output, "output", "o", "text", "output format: text (the reference) or json")
+	reg.Flags(f)
+	return cmd
+}
+
+func newPluginServeCmd(g *cli.Globals) *cobra.Command {
+	var kubeconfig, tfConfig string
+	cmd := &cobra.Command{
+		Use:   "serve NAME",
+		Short: "Serve a built-in plugin (terraform, helm, manifests) on stdin and stdout",
+		Long: `Serve answers one plugin request on stdin with the built-in plugin NAME, on
+stdout, and exits with the protocol's exit code. ` + "`nuon job run --plugin-process NAME`" + `
+runs the built-ins this way, each job in a process of its own with only the
+environment its manifest asks for.
+
+Anything the plugin, its libraries or its tools write to stdout goes to
+stderr: stdout carries the response alone.`,
+		Example: `  echo '{"apiVersion":"nuon.dev/v1","kind":"PluginRequest","protocol":1,"protocols":[1],"operation":"handshake"}' |
+    nuon plugin serve terraform`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: cli.JobPlugins,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == schemas.TypeTerraform {
+				if err := toolcache.CheckTerraformConfig(tfConfig, "--tf-cli-config"); err != nil {
+					return err
+				}
+			}
+			p, ok := plugins(kubeconfig, tfConfig)[args[0]]
+			if !ok {
+				return fmt.Errorf("no built-in plugin %q (built-in: %s)", args[0], strings.Join(cli.JobPlugins, ", "))
+			}
+			m, err := plugin.Builtin(args[0])
+			if err != nil {
+				return err
+			}
+			stdout, restore, err := plugin.ProtectStdout()
+			if err != nil {
+				return err
+			}
+			defer restore()
+			s := &plugin.Server{Manifest: m, Plugin: p}
+			if code := s.Serve(cmd.Context(), cmd.InOrStdin(), stdout, g.Stderr); code != plugin.ExitOK {
+				return cli.ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for the helm and manifests plugins (default: KUBECONFIG, ~/.kube/config, in-cluster)")
+	cmd.Flags().StringVar(&tfConfig, "tf-cli-config", cli.TerraformConfigDefault(), cli.TerraformConfigHelp)
+	return cmd
+}
+
+func newPluginTestCmd(g *cli.Globals) *cobra.Command {
+	var jobFile, output, artifacts string
+	var env []string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "test PATH [ARGS...]",
+		Short: "Check a plugin executable against the protocol with the test kit",
+		Long: `Test runs the plugin at PATH through the protocol the way a job does, and a
+few ways a job never would, and checks each answer against the protocol's
+schemas and rules (package plugin/plugintest):
+
+  handshake                 a manifest that validates, protocol 1 agreed
+  handshake in protocol 999 refused as unsupported (exit 3)
+  a request that is not JSON refused as invalid (exit 2), with a response
+  undeclared operations     unsupported (exit 3)
+  plan, apply, apply again, drift, health, debug, destroy, drift, destroy
+                            the declared ones on the sample job (--job), in a
+                            state directory of the kit's own: the second apply
+                            changes nothing, drift after apply finds nothing,
+                            health after apply is not Failed
+  an operation in protocol 999  unsupported
+
+The plugin gets the capabilities its manifest asks for, drawn from this
+command's environment and --env. It exits 1 when a check fails.`,
+		Example: `  mkdir -p /tmp/zones
+  nuon plugin test --env NUON_ZONE_DIR=/tmp/zones \
+      --job fixtures/plugins/zonefile/job.json fixtures/plugins/zonefile/zonefile
+
+  # a built-in, served by this binary, its module from an OCI image layout
+  nuon plugin test --job network.json --artifacts ./artifacts $(command -v nuon) plugin serve terraform`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cli.CheckOutput(output); err != nil {
+				return err
+			}
+			k := plugintest.Kit{Path: args[0], Args: args[1:], Environ: os.Environ(), Timeout: timeout}
+			if artifacts != "" {
+				k.Artifacts = oci.Layout{Path: artifacts}
+			}
+			for _, kv := range env {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+				}
+			}
+			k.Environ = append(k.Environ, env...)
+			if jobFile != "" {
+				data, err := os.ReadFile(jobFile)
+				if err != nil {
+					return err
+				}
+				if k.Job, err = plugin.DecodeJob(jobFile, data); err != nil {
+					return err
+				}
+			}
+			rep, err := k.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(g.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printReport(g, rep)
+			}
+			if rep.Failed() > 0 {
+				return cli.ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false)
+	f.StringVar(&jobFile, "job", "", "the sample job manifest (JSON) to run the operations with; its plugin may be any plugin's name")
+	f.StringVar(&artifacts, "artifacts", "", "an OCI image layout holding the sample job's artifacts, by the digests it pins")
+	f.StringArrayVar(&env, "env", nil, "NAME=VALUE added to the environment the plugin's grants are drawn from (repeatable)")
+	f.DurationVar(&timeout, "timeout", plugintest.DefaultTimeout, "bound on each call to the plugin")
+	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func printReport(g *cli.Globals, rep *plugintest.Report) {
+	if m := rep.Plugin; m != nil {
+		fmt.Fprintf(g.Stdout, "plugin %s %s, protocol %d\n", m.Name, m.Version, rep.Protocol)
+	}
+	for _, r := range rep.Results {
+		mark := "ok  "
+		if !r.OK {
+			mark = "FAIL"
+		}
+		msg := strings.ReplaceAll(strings.TrimSpace(r.Message), "\n", "\n       ")
+		fmt.Fprintf(g.Stdout, "%s %-34s %6s  %s\n", mark, r.Check, r.Duration.Round(time.Millisecond), msg)
+	}
+	fmt.Fprintf(g.Stdout, "%d checks, %d failed\n", len(rep.Results), rep.Failed())
+}
+
+// processPlugins is `nuon job run --plugin-process`: which plugins a job
+// runs behind the protocol, as processes of their own, instead of in the
+// job process.
+type processPlugins struct {
+	specs     []string
+	grants    []string
+	artifacts []string
+	key       string
+	shared    bool
+}
+
+// envProcessPlugins is the default of --plugin-process, so that an agent
+// whose environment sets it runs every job's plugins that way.
+const envProcessPlugins = "NUON_PLUGIN_PROCESS"
+
+func (p *processPlugins) register(f *pflag.FlagSet) {
+	var def []string
+	if v := os.Getenv(envProcessPlugins); v != "" {
+		def = strings.Split(v, ",")
+	}
+	f.StringSliceVar(&p.specs, "plugin-process", def, "run plugin NAME as its own process behind the plugin protocol: a built-in served by this binary (NAME), or an executable (NAME=PATH); default $"+envProcessPlugins)
+	f.StringArrayVar(&p.artifacts, "plugin-artifact", nil, "run plugin NAME from its released artifact, pinned by digest (NAME=REPO@sha256:…), fetched only when --plugin-key verifies its signature (repeatable)")
+	f.StringVar(&p.key, "plugin-key", "", "the vendor's cosign public key that --plugin-artifact's signatures must verify with")
+	f.BoolVar(&p.shared, "plugin-shared-network", false, "run plugins not granted the network in the job's network all the same, where network namespaces are not allowed (default: a namespace of their own, with nothing in it)")
+	f.StringArrayVar(&p.grants, "plugin-grant", nil, "capabilities granted to an executable plugin: NAME=network,secrets,cloudRole,writableState,env:VAR (repeatable); a built-in gets what it needs")
+}
+
+// apply replaces or adds the plugins --plugin-process names.
+func (p *processPlugins) apply(ps map[string]reconciler.Plugin, kubeconfig, tfConfig string) error {
+	return p.applyFetch(context.Background(), ps, kubeconfig, tfConfig, nil, "")
+}
+
+// applyFetch is apply, and adds the plugins --plugin-artifact names,
+// fetched through c into dir.
+func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, c *oci.Client, dir string) error {
+	grants := map[string]schemas.PluginCapabilities{}
+	for _, g := range p.grants {
+		name, list, ok := strings.Cut(g, "=")
+		if !ok {
+			return fmt.Errorf("--plugin-grant %q: want NAME=CAPABILITY,…", g)
+		}
+		c := grants[name]
+		for _, cap := range strings.Split(list, ",") {
+			switch {
+			case cap == "network":
+				c.Network = true
+			case cap == "secrets":
+				c.Secrets = true
+			case cap == "cloudRole":
+				c.CloudRole = true
+			case cap == "writableState":
+				c.WritableState = true
+			case strings.HasPrefix(cap, "env:") && len(cap) > 4:
+				c.Env = append(c.Env, cap[4:])
+			default:
+				return fmt.Errorf("--plugin-grant %q: unknown capability %q (network, secrets, cloudRole, writableState, env:VAR)", g, cap)
+			}
+		}
+		grants[name] = c
+	}
+	for _, spec := range p.specs {
+		name, path, external := strings.Cut(spec, "=")
+		if !external {
+			if !slices.Contains(cli.JobPlugins, name) {
+				return fmt.Errorf("--plugin-process %q: no built-in plugin %q; name an executable with %s=PATH", spec, name, name)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			args := []string{"plugin", "serve", name, "--tf-cli-config", tfConfig}
+			if kubeconfig != "" {
+				args = append(args, "--kubeconfig", kubeconfig)
+			}
+			// The built-in's manifest is this binary's own: no handshake.
+			m, err := plugin.Builtin(name)
+			if err != nil {
+				return err
+			}
+			m.Operations = plugin.Operations(ps[name])
+			ps[name] = &plugin.Process{Runner: plugin.Runner{Path: exe, Args: args}, Granted: plugin.BuiltinGrant(name), Manifest: &m}
+			continue
+		}
+		if !plugin.ValidName(name) || path == "" {
+			return fmt.Errorf("--plugin-process %q: want NAME=PATH with NAME a plugin name", spec)
+		}
+		ps[name] = &plugin.Process{Runner: plugin.Runner{Path: path, SharedNetwork: p.shared}, Granted: grants[name]}
+	}
+	if len(p.artifacts) == 0 {
+		return nil
+	}
+	if p.key == "" {
+		return errors.New("--plugin-artifact needs --plugin-key, the vendor's public key")
+	}
+	v, err := oci.LoadPublicKey(p.key)
+	if err != nil {
+		return err
+	}
+	for _, spec := range p.artifacts {
+		pname, refStr, ok := strings.Cut(spec, "=")
+		ref, err := name.NewDigest(refStr)
+		if !ok || !plugin.ValidName(pname) || err != nil {
+			return fmt.Errorf("--plugin-artifact %q: want NAME=REPO@sha256:…", spec)
+		}
+		if c == nil {
+			return errors.New("--plugin-artifact: no registry client")
+		}
+		// A plugin that cannot be fetched fails the job with why, in its
+		// result, as a plugin that fails does.
+		f, err := plugin.Fetch(ctx, c, ref, v, filepath.Join(dir, pname), "")
+		switch {
+		case err != nil:
+			ps[pname] = refusedPlugin{err}
+		case f.Manifest.Name != pname:
+			ps[pname] = refusedPlugin{fmt.Errorf("plugin %s: the artifact %s is plugin %s", pname, ref, f.Manifest.Name)}
+		default:
+			fp := f.Process(grants[pname])
+			fp.Runner.SharedNetwork = p.shared
+			ps[pname] = fp
+		}
+	}
+	return nil
+}
+
+// run is apply for `nuon job run`: it fetches artifacts through the
+// job's registry options into a directory of the job's own, which the
+// returned function removes.
+func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions) (func(), error) {
+	if len(p.artifacts) == 0 {
+		return func() {}, p.apply(ps, kubeconfig, tfConfig)
+	}
+	c, _, err := reg.Client()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nuon-plugins-")
+	if err != nil {
+		return nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	if err := p.applyFetch(ctx, ps, kubeconfig, tfConfig, c, dir); err != nil {
+		cleanup()
+		return nil, err
+	}
+	return cleanup, nil
+}
+
+// refusedPlugin is a plugin the job process would not run: each
+// operation fails with why.
+type refusedPlugin struct{ err error }
+
+func (r refusedPlugin) Apply(context.Context, *schemas.Job, reconciler.Env) (*schemas.JobResult, error) {
+	return nil, r.err
+}
+
+func (r refusedPlugin) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }

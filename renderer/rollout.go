@@ -1,0 +1,251 @@
+package renderer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/rollout"
+	"nuon.dev/nuon/schemas"
+)
+
+// TrailerRollouts records, on a rendered commit, the rollout refs the
+// render read (Options.Rollouts) as "channel=commit" words, sorted: the
+// next render compares them with its own to know whether the installs of
+// a channel need rendering again although main did not change.
+const TrailerRollouts = "Nuon-Rollouts"
+
+// loadRollouts reads the rollout state of each channel in
+// Options.Rollouts, each commit verified as signed by a key of
+// Options.Trust (the server's render key): a state that does not verify
+// or parse fails the render, and nothing moves. A state applies only to a
+// channel that declares a rollout on main; a channel without one renders
+// as if no rollout ref existed.
+//
+// When the rollout refs differ from those the previous render read, an
+// incremental render becomes a full one: a decision changes the pins of
+// installs whose files did not change.
+func (r *renderRun) loadRollouts(context.Context) error {
+	if len(r.opts.Rollouts) == 0 {
+		return nil
+	}
+	r.rollouts = map[string]*schemas.RolloutState{}
+	for _, ch := range slices.Sorted(maps.Keys(r.opts.Rollouts)) {
+		tip := r.opts.Rollouts[ch]
+		c, ok := r.src.Channels[ch]
+		if tip.IsZero() || !ok || c.Rollout == nil {
+			continue
+		}
+		s, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
+		if err != nil {
+			return err
+		}
+		r.rollouts[ch] = s
+		r.rolloutWords = append(r.rolloutWords, ch+"="+tip.String())
+	}
+	if r.changed == nil || r.rolloutTrailer() == r.prevRollouts() {
+		return nil
+	}
+	affected, ok := r.rolloutDelta()
+	if !ok {
+		return r.openSource()
+	}
+	return r.openAlso(affected)
+}
+
+// rolloutDelta returns the installs whose pins differ between the rollout
+// states the previous render read and this render's. An install a state
+// does not name (in an opened wave, rolled back, or with from-pins of its
+// own) has the state's default pins: the to-pins once it finished, the
+// from-pins before. When the default pins of a channel's two states are
+// the same — a wave opened, a wave rolled back, a rollout started or
+// superseded — only the installs either names can differ, and those whose
+// pins do are returned. ok is false when the defaults differ (a rollout
+// finished), or a state the previous render read cannot be read again:
+// every install is rendered.
+func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
+	prev := map[string]plumbing.Hash{}
+	for _, w := range strings.Fields(r.prevRollouts()) {
+		ch, tip, found := strings.Cut(w, "=")
+		if !found || !plumbing.IsHash(tip) {
+			return nil, false
+		}
+		prev[ch] = plumbing.NewHash(tip)
+	}
+	channels := map[string]bool{}
+	for ch := range prev {
+		channels[ch] = true
+	}
+	for ch := range r.rollouts {
+		channels[ch] = true
+	}
+	set := map[string]bool{}
+	for ch := range channels {
+		cur := r.rollouts[ch]
+		tip, had := prev[ch]
+		if cur != nil && had && r.opts.Rollouts[ch] == tip {
+			continue
+		}
+		if cur == nil || !had {
+			return nil, false
+		}
+		old, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
+		if err != nil || !maps.Equal(defaultPins(old), defaultPins(cur)) {
+			return nil, false
+		}
+		for _, s := range []*schemas.RolloutState{old, cur} {
+			for _, id := range named(s) {
+				if !maps.Equal(rollout.Pins(old, id), rollout.Pins(cur, id)) {
+					set[id] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), true
+}
+
+// defaultPins are the pins of an install s does not name.
+func defaultPins(s *schemas.RolloutState) map[string]string {
+	if s.Phase == schemas.RolloutFinished {
+		return s.To
+	}
+	return s.From
+}
+
+// named are the installs s names: in its opened waves, rolled back, or
+// with from-pins of their own.
+func named(s *schemas.RolloutState) []string {
+	var out []string
+	for _, w := range s.Waves {
+		out = append(out, w.Installs...)
+	}
+	for id := range s.Rollback {
+		out = append(out, id)
+	}
+	for id := range s.FromInstalls {
+		out = append(out, id)
+	}
+	return out
+}
+
+// openAlso adds installs to an incremental render: the source is opened
+// again with their files beside those of the installs whose file changed.
+// An id main has no file for is left out.
+func (r *renderRun) openAlso(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cur, err := commitTree(r.st, r.source)
+	if err != nil {
+		return err
+	}
+	dir := entryOf(cur, schemas.InstallsDir)
+	if dir.hash.IsZero() {
+		return nil
+	}
+	es, err := parseTree(r.st, dir.hash, maxSourceTree)
+	if err != nil {
+		return err
+	}
+	want := maps.Clone(r.changed)
+	for _, id := range ids {
+		want[id] = true
+	}
+	var only []treeEntry
+	for _, e := range es {
+		if id, ok := strings.CutSuffix(e.name, ".yaml"); ok && want[id] {
+			only = append(only, e)
+			r.changed[id] = true
+		}
+	}
+	fsys, err := sourceFS(r.st, r.source, true, only)
+	if err != nil {
+		return err
+	}
+	fsys.cache = r.opts.Cache
+	if err := r.open(fsys); err != nil {
+		return err
+	}
+	r.ids = slices.Sorted(maps.Keys(r.changed))
+	return nil
+}
+
+// rolloutTrailer is this render's TrailerRollouts value.
+func (r *renderRun) rolloutTrailer() string { return strings.Join(r.rolloutWords, " ") }
+
+// prevRollouts is the previous rendered commit's TrailerRollouts value.
+func (r *renderRun) prevRollouts() string {
+	if r.prevCommit == nil {
+		return ""
+	}
+	v, _ := schemas.Trailer(r.prevCommit.Message, TrailerRollouts)
+	return v
+}
+
+// rolloutInstall returns in with the pins its channel's rollout gives
+// install id (rollout.Pins): versions the install's own file pins keep
+// theirs.
+func (r *renderRun) rolloutInstall(id string, in schemas.Install) schemas.Install {
+	s := r.rollouts[in.Channel]
+	if s == nil {
+		return in
+	}
+	pins := rollout.Pins(s, id)
+	if len(pins) == 0 {
+		return in
+	}
+	versions := maps.Clone(in.Versions)
+	if versions == nil {
+		versions = map[string]string{}
+	}
+	for c, v := range pins {
+		if c == schemas.SandboxComponent {
+			if in.Sandbox.Version == "" {
+				in.Sandbox.Version = v
+			}
+			continue
+		}
+		if _, own := versions[c]; !own {
+			versions[c] = v
+		}
+	}
+	in.Versions = versions
+	return in
+}
+
+// RolloutRefs are the rollout refs of a repository's refs, by channel:
+// what Options.Rollouts takes.
+func RolloutRefs(refs map[string]plumbing.Hash) map[string]plumbing.Hash {
+	out := map[string]plumbing.Hash{}
+	for name, h := range refs {
+		if ch, ok := strings.CutPrefix(name, schemas.RolloutRefPrefix); ok && ch != "" && !strings.Contains(ch, "/") {
+			out[ch] = h
+		}
+	}
+	return out
+}
+
+// rolloutNote is the line of an install commit's message that says which
+// rollout decision gave the install its pins; empty for an install whose
+// channel has no rollout state.
+func (r *renderRun) rolloutNote(id string, in schemas.Install) string {
+	s := r.rollouts[in.Channel]
+	if s == nil {
+		return ""
+	}
+	d := s.Decision
+	what := "from-pins"
+	switch {
+	case s.Rollback[id] != nil:
+		what = "rolled back"
+	case s.Phase == schemas.RolloutFinished || rollout.InOpenWave(s, id):
+		what = "new pins"
+	}
+	return fmt.Sprintf("Pins of rollout %d of channel %s (%s), after decision %s at %s: %s.\n",
+		s.Rollout, s.Channel, s.Phase, d.Kind, d.At.UTC().Format(time.RFC3339), what)
+}

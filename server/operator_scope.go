@@ -1,0 +1,110 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"testing/fstest"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"golang.org/x/crypto/ssh"
+	"gopkg.in/yaml.v3"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
+)
+
+// ErrOutOfScope marks a request for an install, or of a kind, that the
+// operator's key may not ask for.
+var ErrOutOfScope = errors.New("request outside the key's scope")
+
+// inScope judges req against the trust root on main, when main has one
+// (trust/root/): the key that signed it must be one of the operators
+// role's keys, valid now, and both the role's scope and the key's own
+// must match the install's labels and channel and the request's kind.
+// Without a root, trust/requests is the whole of an operator's trust and
+// names no scope: every install on main.
+func (o *operator) inScope(req *schemas.Request, who signature.AllowedSigner) error {
+	main := o.s.keys.mainCommit()
+	root, err := mainRoot(o.s.cfg.Dir, main, o.s.cfg.Now)
+	if err != nil {
+		return fmt.Errorf("%w: the trust root on main does not verify, so no scope can be checked: %w", ErrOutOfScope, err)
+	}
+	if root == nil {
+		return nil
+	}
+	file := path.Join(schemas.InstallsDir, req.Install+".yaml")
+	data, err := readMainFile(o.s.cfg.Dir, main, file)
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrOutOfScope, file, err)
+	}
+	var in struct {
+		Channel string            `yaml:"channel"`
+		Labels  map[string]string `yaml:"labels"`
+	}
+	if err := yaml.Unmarshal(data, &in); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrOutOfScope, file, err)
+	}
+	t := trust.Target{Labels: in.Labels, Channel: in.Channel, RequestKind: req.Type}
+	if _, err := root.Authorize(trust.RoleOperators, ssh.FingerprintSHA256(who.Key), o.s.cfg.Now(), t); err != nil {
+		return fmt.Errorf("%w: %s to %s: %w", ErrOutOfScope, req.Type, req.Install, err)
+	}
+	return nil
+}
+
+// mainRoot is the newest version of the trust root on main that the
+// chain from version 1 reaches, nil when main has no trust/root/.
+func mainRoot(dir string, main plumbing.Hash, now func() time.Time) (*trust.Root, error) {
+	if main.IsZero() {
+		return nil, nil
+	}
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := object.GetCommit(repo.Storer(), main)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := tree.Tree(trust.Dir)
+	if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fsys := fstest.MapFS{}
+	for _, e := range sub.Entries {
+		f, err := sub.TreeEntryFile(&e)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: not a file", trust.Dir, e.Name)
+		}
+		s, err := f.Contents()
+		if err != nil {
+			return nil, err
+		}
+		fsys[path.Join(trust.Dir, e.Name)] = &fstest.MapFile{Data: []byte(s)}
+	}
+	versions, err := trust.Load(fsys)
+	if err != nil {
+		return nil, err
+	}
+	var pinned *trust.Root
+	for _, v := range versions {
+		if v.Version == 1 {
+			pinned = v
+		}
+	}
+	if pinned == nil {
+		return nil, fmt.Errorf("no %s", trust.FileName(1))
+	}
+	return trust.Chain(pinned, versions, now())
+}
