@@ -85,8 +85,9 @@ func (s *Server) Sync(ctx context.Context) error {
 // sync is one step of Sync; it returns what happened as a metrics result.
 func (s *Server) sync(ctx context.Context) (string, error) {
 	if s.cfg.Upstream != "" {
-		// Operators' requests too (a pattern, so a missing ref is no
-		// error): a new one renders its install again. And the archive
+		// Operators' requests and approvers' approvals too (patterns,
+		// so a missing ref is no error): a new one renders its install
+		// again. And the archive
 		// (nuon install delete), whose installs the server retires.
 		if err := s.fetchUpstream(ctx); err != nil {
 			return "", err
@@ -106,8 +107,9 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		// the next check; the mirror holds the refs back meanwhile.
 		s.log.Error("retire archived installs", "error", err)
 	}
-	reqs, _ := revParse(ctx, s.cfg.Dir, requests.Ref) // zero: none filed
-	if (main == s.rendered && reqs == s.renderedRequests) || s.cfg.RenderKey == nil {
+	reqs, _ := revParse(ctx, s.cfg.Dir, requests.Ref)          // zero: none filed
+	apprs, _ := revParse(ctx, s.cfg.Dir, schemas.ApprovalsRef) // zero: none filed
+	if (main == s.rendered && reqs == s.renderedRequests && apprs == s.renderedApprovals) || s.cfg.RenderKey == nil {
 		return resultUnchanged, nil
 	}
 	start := time.Now()
@@ -132,7 +134,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 			s.metrics.renders.WithLabelValues(resultError).Inc()
 			return "", fmt.Errorf("render %s: %w", main, err)
 		}
-		s.rendered, s.renderedRequests = main, reqs
+		s.rendered, s.renderedRequests, s.renderedApprovals = main, reqs, apprs
 		for _, w := range res.Warnings {
 			s.log.Warn("render: "+w, "commit", main.String())
 		}

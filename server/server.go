@@ -184,6 +184,9 @@ type Server struct {
 	// renderedRequests is the requests.Ref tip of that render: a new
 	// request renders again, so it reaches its install.
 	renderedRequests plumbing.Hash
+	// renderedApprovals is the schemas.ApprovalsRef tip of that render:
+	// a new approval renders its install again.
+	renderedApprovals plumbing.Hash
 
 	// archived are the installs archived and gone from main (loadArchived).
 	archivedMu sync.RWMutex

@@ -22,8 +22,9 @@ import (
 const stagingDir = "nuon-upstream.git"
 
 // upstreamRefs are the refs the server takes from the upstream: main, the
-// operators' requests and the archive (nuon install delete).
-var upstreamRefs = []string{schemas.MainRef, requests.Ref + "*", schemas.ArchiveRefPrefix + "*"}
+// operators' requests, the approvers' approvals (nuon approve) and the
+// archive (nuon install delete).
+var upstreamRefs = []string{schemas.MainRef, requests.Ref + "*", schemas.ApprovalsRef + "*", schemas.ArchiveRefPrefix + "*"}
 
 // fetchUpstream brings main, the operators' requests and the archive from
 // the upstream into Dir. git fetch into Dir itself cost some 2.5 s at

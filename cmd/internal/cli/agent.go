@@ -30,6 +30,7 @@ import (
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/internal/toolcache"
+	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/stack"
 	"nuon.dev/nuon/trust"
@@ -38,7 +39,7 @@ import (
 type agentOptions struct {
 	repo, install, trust, key, workdir, artifacts, output string
 	requestTrust, tfCLIConfig, secretsFile                string
-	trustRoot                                             string
+	trustRoot, approvalTrust                              string
 	once, serverAuth                                      bool
 	interval, maxBackoff, heartbeat, healthInterval       time.Duration
 	concurrency, driftConcurrency                         int
@@ -134,6 +135,8 @@ container or by hand:
                   NUON_SECRET_NAME in the agent's environment work too)
   --request-trust ($NUON_REQUEST_TRUST)  the operator keys trusted for logs and
                   debug requests; without it every request is refused
+  --approval-trust ($NUON_APPROVAL_TRUST) the approvers' keys (trust/approvals
+                  on main); without it a plan that needs approval waits
 
 ` + gitauth.Help,
 		Example: `  nuon agent --repo https://git.example.com/vendor/tenant.git --install acme \
@@ -184,6 +187,7 @@ container or by hand:
 	f.StringVar(&o.install, "install", "", "install id this agent serves (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of trusted render keys (deprecated: give --trust-root instead; one of them is required)")
 	f.StringVar(&o.trustRoot, "trust-root", os.Getenv(EnvTrustRoot), TrustRootHelp)
+	f.StringVar(&o.approvalTrust, "approval-trust", os.Getenv(EnvApprovalTrust), "the approvers' keys (a file shaped like trust/approvals on main) trusted to approve saved plans of components with approval settings; without it such plans wait for ever, the status saying why (default $"+EnvApprovalTrust+")")
 	f.StringVar(&o.requestTrust, "request-trust", os.Getenv(EnvRequestTrust), "allowed_signers file of operator keys trusted for requests (nuon logs, nuon debug), like trust/requests on main; without it every request is refused (default $"+EnvRequestTrust+")")
 	f.StringVar(&o.tfCLIConfig, "tf-cli-config", TerraformConfigDefault(), TerraformConfigHelp)
 	f.StringVar(&o.secretsFile, "secrets-file", os.Getenv(EnvSecretsFile), SecretsFileHelp)
@@ -237,6 +241,10 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		}
 	} else if !o.once {
 		log.Warn("no operator keys are trusted for requests: every logs and debug request will be refused; start the agent with --request-trust FILE (or $"+EnvRequestTrust+"), an allowed_signers file like trust/requests on main", "install", o.install)
+	}
+	approvers, err := loadApprovers(o.approvalTrust, renderTrust, root, requestTrust)
+	if err != nil {
+		return err
 	}
 	key, err := signature.LoadSigner(o.key)
 	if err != nil {
@@ -316,6 +324,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		SandboxInputs:    sandboxInputs,
 		AssumeRole:       assumeRole(o.install, o.stsEndpoint),
 		RequestTrust:     requestTrust,
+		Approvers:        approvers,
 		Sync:             syncer,
 		Concurrency:      o.concurrency,
 		DriftConcurrency: o.driftConcurrency,
@@ -393,6 +402,44 @@ func jobBinary(flag string) (string, error) {
 	// Not here: fine for the Kubernetes runner, whose jobs run nuon from
 	// the job image; the local runner reports it when a job starts.
 	return "nuon", nil
+}
+
+// EnvApprovalTrust is the default of the agent's --approval-trust.
+const EnvApprovalTrust = "NUON_APPROVAL_TRUST"
+
+// loadApprovers reads the approvers' keys of --approval-trust and keeps
+// the render and request keys out of them: an approval signed by a key
+// that may render or file requests is refused, whatever file lists it.
+func loadApprovers(file string, render *signature.AllowedSigners, root *trust.Root, requests *signature.AllowedSigners) (*policy.Approvers, error) {
+	if file == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--approval-trust: %w", err)
+	}
+	as, err := policy.ParseApprovers(file, data)
+	if err != nil {
+		return nil, fmt.Errorf("--approval-trust: %w", err)
+	}
+	if render != nil {
+		for _, s := range render.Signers {
+			as.Exclude("render", s.Key)
+		}
+	}
+	if root != nil {
+		if rk := root.Role(trust.RoleRender); rk != nil {
+			for _, k := range rk.Keys {
+				as.Exclude("render", k.PublicKey)
+			}
+		}
+	}
+	if requests != nil {
+		for _, s := range requests.Signers {
+			as.Exclude("request", s.Key)
+		}
+	}
+	return as, nil
 }
 
 // EnvRequestTrust is the default of the agent's --request-trust.
