@@ -34,9 +34,16 @@ the new version applied and healthy for the wave's bake time; it halts (or
 rolls back) a wave whose failures exceed its budget. Each decision is a commit
 signed by the server's render key on refs/heads/nuon/rollouts/<channel>, with
 its reason and evidence: 'git log refs/heads/nuon/rollouts/<channel>' is the
-rollout's history.`,
+rollout's history. An operator pauses, resumes or aborts a rollout with a
+signed request (nuon rollout pause|resume|abort).`,
 	}
-	cmd.AddCommand(newRolloutStatusCmd(g))
+	cmd.AddCommand(newRolloutStatusCmd(g),
+		newRolloutControlCmd(g, schemas.RolloutPause, "Pause a channel's rollout: no further wave opens",
+			"Pause the running rollout of CHANNEL: the controller opens and judges no wave\nuntil it is resumed. Installs already given the new version keep it."),
+		newRolloutControlCmd(g, schemas.RolloutResume, "Resume a paused rollout where it stood",
+			"Resume the paused rollout of CHANNEL: its open wave is judged again and the\nnext opens when it proves healthy, as before the pause."),
+		newRolloutControlCmd(g, schemas.RolloutAbort, "Abort a channel's rollout for good",
+			"Abort the rollout of CHANNEL (running, paused, halted or rolled back): no wave\nopens again and every install keeps what it has. A new pin on main starts a\nnew rollout from wave 1."))
 	return cmd
 }
 
