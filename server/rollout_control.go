@@ -141,6 +141,14 @@ func (r *rollouts) control(ctx context.Context, data []byte, who signature.Allow
 	}
 	s.log.Info("rollout decision", "channel", req.Channel, "decision", next.Decision.Kind, "by", next.Decision.By, "request", commit.String(), "commit", tip.String())
 	c.state, c.tip = next, tip
+	if next.Phase == schemas.RolloutRunning {
+		// Resumed: statuses pushed while it was paused were not read.
+		if k := rollout.Opened(next); k > 0 {
+			for _, id := range next.Waves[k-1].Installs {
+				r.readStatus(repo.Storer(), id)
+			}
+		}
+	}
 	r.decisions.WithLabelValues(next.Decision.Kind).Inc()
 	r.gauges()
 	if s.mirror != nil {

@@ -1,0 +1,209 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/requests"
+	"nuon.dev/nuon/rollout"
+	"nuon.dev/nuon/schemas"
+)
+
+// rolloutRequest builds a signed rollout request, signed by key as
+// requester, created at created; it returns the submission and its
+// commit.
+func rolloutRequest(t *testing.T, key *signature.Signer, requester, channel, action, id string, created time.Time) (schemas.SignedRequest, string) {
+	t.Helper()
+	created = created.UTC().Truncate(time.Second)
+	r := &schemas.RolloutRequest{APIVersion: schemas.APIVersion, Kind: schemas.KindRolloutRequest, ID: id, Channel: channel,
+		Action: action, Reason: "testing " + action, Requester: requester, Created: created, Deadline: created.Add(10 * time.Minute)}
+	b := gitobj.NewBatch()
+	h, err := requests.FileRollout(b, r, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, raw, ok := b.Get(h)
+	if !ok {
+		t.Fatal("no commit in the batch")
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	return schemas.SignedRequest{File: string(data) + "\n", Commit: string(raw)}, h.String()
+}
+
+// postRollout sends sub to the server signed over HTTP with key.
+func (e *env) postRollout(key *signature.Signer, sub schemas.SignedRequest) (int, string) {
+	e.t.Helper()
+	body, _ := json.Marshal(sub)
+	req, _ := http.NewRequest(http.MethodPost, e.http.URL+requests.RolloutPath, bytes.NewReader(body))
+	if err := operatorSigner(key).Sign(req); err != nil {
+		e.t.Fatal(err)
+	}
+	return send(e.t, req.Method, req.URL.String(), req.Header, body)
+}
+
+// rolloutState is stable's rollout.json on the server now.
+func (e *env) rolloutState() schemas.RolloutState {
+	e.t.Helper()
+	var s schemas.RolloutState
+	if err := json.Unmarshal([]byte(e.mustGit(e.dir, "show", schemas.RolloutRef("stable")+":"+schemas.RolloutStateFile)), &s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// startCanary gives stable a canary wave (acme) baking bake and a rest
+// wave (initech), moves stable to database 1.1.0 and waits for acme to
+// get it.
+func startCanary(t *testing.T, e *env, bake string) {
+	t.Helper()
+	e.pushMain("stable rolls out in waves", func(work string) {
+		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n      bake: "+bake+"\n    - name: rest\n      rest: true\n")
+		appendFile(t, filepath.Join(work, "installs", "acme.yaml"), "labels: {ring: canary}\n")
+	})
+	e.waitDecision(schemas.DecisionBaseline)
+	before := e.serverRef(schemas.InstallRef("acme"))
+	e.pushMain("stable: database 1.1.0", func(work string) {
+		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.0.0", "database: 1.1.0")
+	})
+	e.waitDecision(schemas.DecisionStarted)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.serverRef(schemas.InstallRef("acme")) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("acme's desired ref did not move after the wave opened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reportHealthy pushes a status of acme, signed by its key, saying its
+// current desired commit is applied and healthy.
+func (e *env) reportHealthy(install string) {
+	e.t.Helper()
+	desired := e.serverRef(schemas.InstallRef(install))
+	status, _ := json.Marshal(schemas.Status{APIVersion: schemas.APIVersion, Kind: "Status", Install: install, Desired: desired, Applied: desired,
+		Phase: schemas.InstallReady, Components: map[string]schemas.ComponentStatus{"database": {Phase: schemas.PhaseApplied}}})
+	local := localRepo(e.t)
+	c := e.statusCommit(local, install, "", e.keyFiles[install], string(status))
+	e.mustGit(local, "push", "--quiet", e.proxy(install, e.keys[install]), c+":"+schemas.StatusRef(install))
+}
+
+// TestRolloutPauseResumeAbort: an operator pauses a running rollout with
+// a signed request; its canary proves healthy past the bake time, and
+// still no wave opens; a replay of the pause is refused; resume opens the
+// rest wave; abort stops the rollout with every install keeping what it
+// has, and a new pin starts a new rollout. Each is a decision commit that
+// names the operator, the key and the request commit.
+func TestRolloutPauseResumeAbort(t *testing.T) {
+	e := newEnv(t)
+	op, _ := loadKey(t, "operator")
+	startCanary(t, e, "1s")
+	initechBefore := e.serverRef(schemas.InstallRef("initech"))
+
+	pause, pauseCommit := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-pause-1", time.Now())
+	code, out := e.postRollout(op, pause)
+	if code != http.StatusOK || !strings.Contains(out, `"phase":"paused"`) {
+		t.Fatalf("pause: %d %s", code, out)
+	}
+	s := e.rolloutState()
+	if s.Phase != schemas.RolloutPaused || s.Decision.Kind != schemas.DecisionPaused || s.Decision.Request == nil ||
+		s.Decision.Request.Commit != pauseCommit || s.Decision.Request.Principal != "support" || s.Decision.Request.Key != requests.KeyID(op.PublicKey()) {
+		t.Fatalf("paused state: %+v %+v", s.Phase, s.Decision)
+	}
+	// The kept request verifies again against trust/requests.
+	trustReq := signature.AllowedSigners{Signers: []signature.AllowedSigner{{Principals: []string{"support"}, Key: op.PublicKey()}}}
+	if r, _, err := requests.VerifyRollout(s.Decision.Request.Signed, &trustReq); err != nil || r.Action != schemas.RolloutPause {
+		t.Fatalf("kept request: %v", err)
+	}
+	msg := e.mustGit(e.dir, "log", "-1", "--format=%G? %B", schemas.RolloutRef("stable"))
+	if !strings.Contains(msg, "nuon: rollout stable: paused wave 1 (canary)") || !strings.Contains(msg, rollout.TrailerRolloutRequest+": "+pauseCommit) ||
+		!strings.Contains(msg, "support paused the rollout (was running): testing pause") {
+		t.Errorf("pause commit: %s", msg)
+	}
+
+	// Healthy past its bake: a paused rollout opens nothing.
+	e.reportHealthy("acme")
+	time.Sleep(1500 * time.Millisecond)
+	for range 3 {
+		if _, err := e.srv.EvaluateRollouts(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.rolloutState(); got.Phase != schemas.RolloutPaused || got.Decision.Kind != schemas.DecisionPaused {
+		t.Fatalf("a paused rollout decided %s", got.Decision.Kind)
+	}
+	if e.serverRef(schemas.InstallRef("initech")) != initechBefore {
+		t.Fatal("initech moved while the rollout was paused")
+	}
+
+	// The same request again, and a second pause: refused, nothing moves.
+	tip := e.serverRef(schemas.RolloutRef("stable"))
+	if code, out := e.postRollout(op, pause); code != http.StatusConflict || !strings.Contains(out, "carried out already") {
+		t.Errorf("replayed pause: %d %s", code, out)
+	}
+	again, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-pause-2", time.Now())
+	if code, out := e.postRollout(op, again); code != http.StatusConflict || !strings.Contains(out, "only a running rollout pauses") {
+		t.Errorf("second pause: %d %s", code, out)
+	}
+	if e.serverRef(schemas.RolloutRef("stable")) != tip {
+		t.Fatal("a refused request moved the rollout ref")
+	}
+
+	resume, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutResume, "r-resume-1", time.Now())
+	if code, out := e.postRollout(op, resume); code != http.StatusOK || !strings.Contains(out, `"phase":"running"`) {
+		t.Fatalf("resume: %d %s", code, out)
+	}
+	e.waitDecision(schemas.DecisionPassed)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.serverRef(schemas.InstallRef("initech")) == initechBefore {
+		if time.Now().After(deadline) {
+			t.Fatal("initech did not move after resume")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	initechNew := e.serverRef(schemas.InstallRef("initech"))
+	// The replayed pause is still refused after the resume.
+	if code, out := e.postRollout(op, pause); code != http.StatusConflict || !strings.Contains(out, "carried out already") {
+		t.Errorf("pause replayed after resume: %d %s", code, out)
+	}
+
+	abort, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutAbort, "r-abort-1", time.Now())
+	if code, out := e.postRollout(op, abort); code != http.StatusOK || !strings.Contains(out, `"phase":"aborted"`) {
+		t.Fatalf("abort: %d %s", code, out)
+	}
+	e.reportHealthy("initech")
+	for range 3 {
+		if _, err := e.srv.EvaluateRollouts(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = e.rolloutState()
+	if s.Phase != schemas.RolloutAborted || s.Decision.Kind != schemas.DecisionAborted {
+		t.Fatalf("after abort: %s %s", s.Phase, s.Decision.Kind)
+	}
+	if e.serverRef(schemas.InstallRef("initech")) != initechNew {
+		t.Fatal("an aborted rollout moved initech")
+	}
+	resume2, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutResume, "r-resume-2", time.Now())
+	if code, out := e.postRollout(op, resume2); code != http.StatusConflict || !strings.Contains(out, "only a paused rollout resumes") {
+		t.Errorf("resume of an aborted rollout: %d %s", code, out)
+	}
+
+	// A new pin starts a new rollout from wave 1.
+	e.pushMain("stable: database back to 1.0.0", func(work string) {
+		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.1.0", "database: 1.0.0")
+	})
+	started := e.waitDecision(schemas.DecisionStarted)
+	if started.Rollout != s.Rollout+1 || started.Decision.Wave != 1 || started.Phase != schemas.RolloutRunning {
+		t.Fatalf("new rollout after abort: rollout %d wave %d %s", started.Rollout, started.Decision.Wave, started.Phase)
+	}
+	if e.serverRef(schemas.InstallRef("initech")) != initechNew {
+		t.Fatal("the new rollout moved initech, outside its first wave")
+	}
+}
