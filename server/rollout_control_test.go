@@ -207,3 +207,71 @@ func TestRolloutPauseResumeAbort(t *testing.T) {
 		t.Fatal("the new rollout moved initech, outside its first wave")
 	}
 }
+
+// TestRolloutControlAttacks: rollout requests that must be refused, each
+// with its reason, the rollout ref and every install ref unmoved.
+func TestRolloutControlAttacks(t *testing.T) {
+	e := newEnv(t)
+	op, _ := loadKey(t, "operator")
+	startCanary(t, e, "1h")
+	tip := e.serverRef(schemas.RolloutRef("stable"))
+	refs := map[string]string{}
+	for _, id := range []string{"acme", "initech", "globex"} {
+		refs[id] = e.serverRef(schemas.InstallRef(id))
+	}
+	now := time.Now()
+	good, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-good", now)
+	byInstall, _ := rolloutRequest(t, e.keys["acme"], "support", "stable", schemas.RolloutPause, "r-acme", now)
+	asOther, _ := rolloutRequest(t, op, "someone-else", "stable", schemas.RolloutPause, "r-other", now)
+	expired, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-old", now.Add(-time.Hour))
+	future, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-future", now.Add(time.Hour))
+	beta, _ := rolloutRequest(t, op, "support", "beta", schemas.RolloutPause, "r-beta", now)
+	nosuch, _ := rolloutRequest(t, op, "support", "nosuch", schemas.RolloutPause, "r-nosuch", now)
+	swapped := good
+	swapped.File = strings.Replace(good.File, `"pause"`, `"abort"`, 1)
+	otherChannel, _ := rolloutRequest(t, op, "support", "beta", schemas.RolloutAbort, "r-good", now)
+	moved := good
+	moved.File = otherChannel.File
+	logs, _ := newRequest(t, op, "support", "acme", "r-logs", [20]byte{})
+
+	for _, tc := range []struct {
+		name string
+		key  *signature.Signer
+		sub  schemas.SignedRequest
+		code int
+		want string
+	}{
+		{"untrusted key", e.keys["render"], good, http.StatusUnauthorized, "not trusted for requests"},
+		{"install key", e.keys["acme"], byInstall, http.StatusUnauthorized, "not trusted for requests"},
+		{"signed by another key", op, byInstall, http.StatusForbidden, "not signed by a trusted operator key"},
+		{"requester is not the signer", op, asOther, http.StatusForbidden, `requester "someone-else" but signed by "support"`},
+		{"expired", op, expired, http.StatusForbidden, "expired"},
+		{"created in the future", op, future, http.StatusForbidden, "in the future"},
+		{"channel without a rollout", op, beta, http.StatusNotFound, "channel beta has no rollout"},
+		{"unknown channel", op, nosuch, http.StatusNotFound, "channel nosuch has no rollout"},
+		{"file swapped under the commit", op, swapped, http.StatusBadRequest, "is not the tree of"},
+		{"file of another request", op, moved, http.StatusBadRequest, "is not the tree of"},
+		{"an install's request", op, logs, http.StatusBadRequest, "is not rollouts/<channel>/<id>.json"},
+		{"not JSON", op, schemas.SignedRequest{File: "x", Commit: "tree 0\n"}, http.StatusBadRequest, "invalid request"},
+	} {
+		code, out := e.postRollout(tc.key, tc.sub)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %d %s, want %d %q", tc.name, code, strings.TrimSpace(out), tc.code, tc.want)
+		}
+	}
+	if got := e.serverRef(schemas.RolloutRef("stable")); got != tip {
+		t.Fatalf("a refused request moved the rollout ref to %s", got)
+	}
+	for id, before := range refs {
+		if got := e.serverRef(schemas.InstallRef(id)); got != before {
+			t.Fatalf("%s moved", id)
+		}
+	}
+	// The good one, once; its replay, refused.
+	if code, out := e.postRollout(op, good); code != http.StatusOK {
+		t.Fatalf("good: %d %s", code, out)
+	}
+	if code, out := e.postRollout(op, good); code != http.StatusConflict || !strings.Contains(out, "carried out already") {
+		t.Fatalf("replay: %d %s", code, out)
+	}
+}
