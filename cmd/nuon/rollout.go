@@ -212,6 +212,9 @@ func printRollouts(w io.Writer, rs []rolloutStatus) {
 		}
 		s := r.State
 		fmt.Fprintf(w, "channel %s: rollout %d %s, %s → %s (%s)\n", r.Channel, s.Rollout, strings.ToUpper(s.Phase), pinsText(s.From), pinsText(s.To), shortHash(r.Commit))
+		if d := s.Decision; d.Request != nil && (s.Phase == schemas.RolloutPaused || s.Phase == schemas.RolloutAborted) {
+			fmt.Fprintf(w, "%s by %s (key %s, request %s) at %s\n", s.Phase, d.Request.Principal, d.Request.Key, shortHash(d.Request.Commit), d.At.UTC().Format(time.RFC3339))
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "WAVE\tNAME\tINSTALLS\tOPENED\tPASSED")
 		for j, wv := range s.Waves {
