@@ -235,8 +235,12 @@
 // An install added to the channel while a rollout runs is in no opened
 // wave: it gets the from-pins until the rollout finishes, then the
 // to-pins. A channel that gets its first rollout policy in the same
-// commit as a pin change has no rollout state yet: that change reaches
-// every install at once, and the controller's baseline follows it.
+// commit as a pin change has no rollout state yet: the tenant server,
+// before it renders that commit, writes the baseline from the channel's
+// pins on the main it rendered before (server/rollout_first.go), so every
+// install keeps those and the change rolls out from wave 1. A server that
+// starts on such a commit (nothing rendered before it), or a channel new
+// on main, baselines main's own pins.
 //
 // # Cost
 //
