@@ -2,18 +2,24 @@ package server_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
 )
 
 // rolloutRequest builds a signed rollout request, signed by key as
@@ -273,5 +279,83 @@ func TestRolloutControlAttacks(t *testing.T) {
 	}
 	if code, out := e.postRollout(op, good); code != http.StatusConflict || !strings.Contains(out, "carried out already") {
 		t.Fatalf("replay: %d %s", code, out)
+	}
+}
+
+// pushScopedRoot commits a trust root (version 1, a fresh root key) whose
+// operators role holds the operator key with scope, and has the server
+// follow it.
+func (e *env) pushScopedRoot(op *signature.Signer, scope *schemas.TrustScope) {
+	t := e.t
+	t.Helper()
+	_, rootPriv, _ := ed25519.GenerateKey(rand.Reader)
+	rootKey, err := ssh.NewSignerFromKey(rootPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := func(k ssh.PublicKey) string { return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) }
+	tr := schemas.TrustRoot{
+		APIVersion: schemas.APIVersion, Kind: schemas.KindTrustRoot, Version: 1,
+		Expires: time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339),
+		Root:    schemas.TrustRootRole{Threshold: 1, Keys: []schemas.TrustRootKey{{Name: "root-1", Key: auth(rootKey.PublicKey())}}},
+		Roles: schemas.TrustRoles{
+			Render:    schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "render", Key: auth(e.keys["render"].PublicKey())}}},
+			Operators: &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "support", Key: auth(op.PublicKey()), Scope: scope}}},
+		},
+	}
+	raw, err := trust.Encode(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := trust.Parse(trust.FileName(1), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = trust.Sign(r, rootKey); err != nil {
+		t.Fatal(err)
+	}
+	e.pushMain("trust root with a scoped operator", func(work string) {
+		if err := os.MkdirAll(filepath.Join(work, trust.Dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, trust.FileName(1)), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.mustGit(work, "add", ".")
+	})
+}
+
+// TestRolloutControlScope: with a trust root on main, a rollout request
+// must be within the operator key's scope: a scope of other channels, of
+// request kinds (which cannot name "rollout" yet) or of install labels (a
+// rollout moves a whole channel) refuses it; a scope of its channel
+// allows it.
+func TestRolloutControlScope(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		scope *schemas.TrustScope
+		code  int
+		want  string
+	}{
+		{"another channel", &schemas.TrustScope{Channels: []string{"beta"}}, http.StatusForbidden, "outside the key's scope"},
+		{"logs only", &schemas.TrustScope{RequestKinds: []string{"logs"}}, http.StatusForbidden, "outside the key's scope"},
+		{"tier gold installs", &schemas.TrustScope{InstallLabels: map[string]string{"tier": "gold"}}, http.StatusForbidden, "outside the key's scope"},
+		{"channel stable", &schemas.TrustScope{Channels: []string{"stable"}}, http.StatusOK, `"phase":"paused"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			op, _ := loadKey(t, "operator")
+			startCanary(t, e, "1h")
+			e.pushScopedRoot(op, tc.scope)
+			tip := e.serverRef(schemas.RolloutRef("stable"))
+			sub, _ := rolloutRequest(t, op, "support", "stable", schemas.RolloutPause, "r-scope", time.Now())
+			code, out := e.postRollout(op, sub)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Fatalf("%d %s, want %d %q", code, out, tc.code, tc.want)
+			}
+			if moved := e.serverRef(schemas.RolloutRef("stable")) != tip; moved != (tc.code == http.StatusOK) {
+				t.Fatalf("rollout ref moved: %v", moved)
+			}
+		})
 	}
 }
