@@ -203,14 +203,44 @@
 //
 // So a halted or rolled back rollout resumes by a new pin: the fixed
 // version (or the old one, to bring the opened waves back) starts its own
-// rollout from wave 1. Operators' pause, resume and abort requests are not
-// built yet.
+// rollout from wave 1.
+//
+// # Operators: pause, resume, abort
+//
+// An operator whose key trust/requests on main lists sends a signed
+// rollout request (nuon rollout pause|resume|abort CHANNEL; a
+// schemas.RolloutRequest in a commit of its own, package requests) to the
+// tenant server, which carries it out with Control as a decision on the
+// channel's rollout ref. The decision names the operator, the key and the
+// request commit (Nuon-Rollout-Request trailer) and keeps the signed
+// request, so the ref's log says who moved what and anyone can check the
+// signature again.
+//
+//   - pause (running only): Decide decides nothing on a paused rollout —
+//     no wave is judged or opens; the installs of opened waves keep the
+//     new pins;
+//   - resume (paused only): the rollout runs again from where it stood;
+//     its open wave is judged on the statuses it has, including those
+//     pushed while it was paused;
+//   - abort (running, paused, halted or rolled back): the rollout stops
+//     for good, every install keeping the pins it has (rollback pins
+//     included). Only a new pin on main starts a new rollout, from
+//     wave 1, superseding it as above.
+//
+// A request not signed by the key of the HTTP request, for a channel with
+// no rollout, past its deadline, in the server's future, or carried out
+// before (the same request commit on the ref's recent history) is refused
+// and nothing moves. A new pin while paused supersedes the paused rollout.
 //
 // An install added to the channel while a rollout runs is in no opened
 // wave: it gets the from-pins until the rollout finishes, then the
 // to-pins. A channel that gets its first rollout policy in the same
-// commit as a pin change has no rollout state yet: that change reaches
-// every install at once, and the controller's baseline follows it.
+// commit as a pin change has no rollout state yet: the tenant server,
+// before it renders that commit, writes the baseline from the channel's
+// pins on the main it rendered before (server/rollout_first.go), so every
+// install keeps those and the change rolls out from wave 1. A server that
+// starts on such a commit (nothing rendered before it), or a channel new
+// on main, baselines main's own pins.
 //
 // # Cost
 //

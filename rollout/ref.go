@@ -20,6 +20,10 @@ import (
 // "<channel> <rollout> <kind> <wave>".
 const TrailerRollout = "Nuon-Rollout"
 
+// TrailerRolloutRequest names, on a decision an operator asked for, the
+// request commit and the key that signed it: "<commit> <key id>".
+const TrailerRolloutRequest = "Nuon-Rollout-Request"
+
 // maxStateSize bounds rollout.json: at 100,000 installs every id is listed
 // once, with the pins of a superseded rollout's installs at most.
 const maxStateSize = 64 << 20
@@ -47,6 +51,9 @@ func Commit(b *gitobj.Batch, parent plumbing.Hash, s *schemas.RolloutState, sign
 	fmt.Fprintf(&msg, "\n\n%s\n\nDecided by %s at %s.\n\n%s: %s %d %s %d\n", d.Reason, d.By, d.At.UTC().Format(time.RFC3339), TrailerRollout, s.Channel, s.Rollout, d.Kind, d.Wave)
 	if s.Source != "" {
 		fmt.Fprintf(&msg, "%s: %s\n", schemas.TrailerSource, s.Source)
+	}
+	if d.Request != nil {
+		fmt.Fprintf(&msg, "%s: %s %s\n", TrailerRolloutRequest, d.Request.Commit, d.Request.Key)
 	}
 	var parents []plumbing.Hash
 	if !parent.IsZero() {

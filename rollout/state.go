@@ -78,7 +78,7 @@ func ParseState(file, channel string, data []byte) (*schemas.RolloutState, error
 			return nil, bad("waves", "a running rollout has an open wave")
 		}
 	}
-	if len(s.Rollback) > 0 && s.Phase != schemas.RolloutRolledBack {
+	if len(s.Rollback) > 0 && s.Phase != schemas.RolloutRolledBack && s.Phase != schemas.RolloutAborted {
 		return nil, bad("rollback", "only a rolled back rollout rolls installs back, not a %s one", s.Phase)
 	}
 	return &s, nil

@@ -36,6 +36,14 @@ const (
 	// RolloutFinished: every wave opened and passed; the To pins are the
 	// channel's.
 	RolloutFinished = "finished"
+	// RolloutPaused: an operator paused it (nuon rollout pause): no wave
+	// opens or is judged until one resumes it. Opened installs keep what
+	// they have.
+	RolloutPaused = "paused"
+	// RolloutAborted: an operator aborted it (nuon rollout abort): no
+	// wave opens again; every install keeps the pins it has. Only a new
+	// pin on main starts a new rollout.
+	RolloutAborted = "aborted"
 )
 
 // Decisions of the rollout controller (RolloutDecision.Kind).
@@ -53,6 +61,11 @@ const (
 	DecisionRolledBack = "rolled-back"
 	// DecisionFinished records the last wave proven healthy.
 	DecisionFinished = "finished"
+	// DecisionPaused, DecisionResumed and DecisionAborted are an
+	// operator's signed requests (RolloutDecision.Request names it).
+	DecisionPaused  = "paused"
+	DecisionResumed = "resumed"
+	DecisionAborted = "aborted"
 )
 
 // RolloutState is rollout.json, the state of a channel's current rollout
@@ -108,6 +121,22 @@ type RolloutDecision struct {
 	Reason string `json:"reason"`
 	// Evidence are the installs' statuses the decision rests on.
 	Evidence []RolloutEvidence `json:"evidence,omitempty"`
+	// Request is the operator's signed request a pause, resume or abort
+	// carries out.
+	Request *RolloutRequestRef `json:"request,omitempty"`
+}
+
+// RolloutRequestRef names an operator's rollout request in the decision
+// that carried it out: the request's id, the key that signed it (its
+// principal and requests.KeyID), and the request commit, whose file and
+// raw bytes are kept so that anyone can verify the signature again.
+type RolloutRequestRef struct {
+	ID        string `json:"id"`
+	Principal string `json:"principal"`
+	Key       string `json:"key"`
+	Commit    string `json:"commit"`
+	// Signed is the request as the operator signed it.
+	Signed SignedRequest `json:"signed"`
 }
 
 // Outcomes of an install in a wave (RolloutEvidence.Outcome).

@@ -52,6 +52,7 @@
 //	GET  /operator/info/refs?service=git-upload-pack    an operator's read of the branches (operator key)
 //	POST /operator/git-upload-pack                      an operator's fetch (operator key)
 //	POST /operator/requests                             an operator files a request (operator key)
+//	POST /operator/rollouts                             an operator pauses, resumes or aborts a rollout (operator key; server/rollout_control.go)
 //	POST /hooks/main                                    the git host's webhook (HookSecret)
 //	GET  /healthz, /readyz                              liveness, readiness (open)
 //	GET  /metrics                                       Prometheus (open)

@@ -112,6 +112,9 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 	if (main == s.rendered && reqs == s.renderedRequests && apprs == s.renderedApprovals) || s.cfg.RenderKey == nil {
 		return resultUnchanged, nil
 	}
+	// A channel's first rollout policy holds back the pins it came with
+	// (server/rollout_first.go).
+	s.baselineFirstRollouts(ctx, main)
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		repo, err := gitrepo.Open(s.cfg.Dir)

@@ -126,8 +126,9 @@ func (s *Server) operatorRoutes() {
 	s.mux.HandleFunc("GET "+OperatorPath+"/info/refs", o.authed(o.advertise))
 	s.mux.HandleFunc("POST "+OperatorPath+"/git-upload-pack", o.authed(o.uploadPack))
 	s.mux.HandleFunc("POST "+OperatorPath+"/requests", o.authed(o.file))
+	s.mux.HandleFunc("POST "+requests.RolloutPath, o.authed(o.controlRollout))
 	s.mux.HandleFunc(OperatorPath+"/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack and POST requests", http.StatusNotFound)
+		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack, POST requests and POST rollouts", http.StatusNotFound)
 	})
 }
 

@@ -63,6 +63,9 @@ type rollouts struct {
 	statuses map[string]statusSeen
 	// pins are the versions each desired commit renders, by commit.
 	pins map[plumbing.Hash]map[string]string
+	// syncMain is the main the server last rendered (guarded by
+	// Server.renderMu, not mu): see baselineFirstRollouts.
+	syncMain plumbing.Hash
 	// refused is a main commit whose rollouts could not be read (a
 	// policy Parse or Assign refuses): reported once, then left alone.
 	refused plumbing.Hash

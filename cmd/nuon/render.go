@@ -60,9 +60,12 @@ rendered state: paste it into a pull request. For each channel that
 declares a rollout it also prints the channel's waves and the installs in
 each (with --output json, under "rollouts"), and refuses a rollout whose
 waves cannot be assigned (a selector that matches no install, overlapping
-waves, installs in no wave) with the channel file's line. Waves are
-declared and shown; the rollout controller, not yet built, will enforce
-them: today every install of a channel takes a change at once.`,
+waves, installs in no wave) with the channel file's line. The rollout
+controller in nuon server enforces the waves: it writes each decision to
+refs/heads/nuon/rollouts/<channel>, and every render, this one included,
+gives an install the pins that ref holds for it (nuon rollout status shows
+them). A channel with a rollout but no rollout ref yet, as when nuon render
+runs without a server, renders its pins to every install.`,
 		Example: `  # render main of a local repository
   nuon render --repo ./tenant.git --key render.key
 
@@ -266,7 +269,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*r
 // which, in the order they would take a change.
 func printWaves(w io.Writer, all []*rollout.Waves) {
 	for _, ws := range all {
-		fmt.Fprintf(w, "\nrollout of channel %s (declared; enforced by the rollout controller, not yet built)\n", ws.Channel)
+		fmt.Fprintf(w, "\nrollout of channel %s (enforced by the rollout controller in nuon server)\n", ws.Channel)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  WAVE\tNAME\tSIZE\tBAKE\tMIN HEALTHY\tBUDGET\tON FAILURE\tINSTALLS")
 		for _, wave := range ws.Waves {

@@ -34,9 +34,16 @@ the new version applied and healthy for the wave's bake time; it halts (or
 rolls back) a wave whose failures exceed its budget. Each decision is a commit
 signed by the server's render key on refs/heads/nuon/rollouts/<channel>, with
 its reason and evidence: 'git log refs/heads/nuon/rollouts/<channel>' is the
-rollout's history.`,
+rollout's history. An operator pauses, resumes or aborts a rollout with a
+signed request (nuon rollout pause|resume|abort).`,
 	}
-	cmd.AddCommand(newRolloutStatusCmd(g))
+	cmd.AddCommand(newRolloutStatusCmd(g),
+		newRolloutControlCmd(g, schemas.RolloutPause, "Pause a channel's rollout: no further wave opens",
+			"Pause the running rollout of CHANNEL: the controller opens and judges no wave\nuntil it is resumed. Installs already given the new version keep it."),
+		newRolloutControlCmd(g, schemas.RolloutResume, "Resume a paused rollout where it stood",
+			"Resume the paused rollout of CHANNEL: its open wave is judged again and the\nnext opens when it proves healthy, as before the pause."),
+		newRolloutControlCmd(g, schemas.RolloutAbort, "Abort a channel's rollout for good",
+			"Abort the rollout of CHANNEL (running, paused, halted or rolled back): no wave\nopens again and every install keeps what it has. A new pin on main starts a\nnew rollout from wave 1."))
 	return cmd
 }
 
@@ -205,6 +212,9 @@ func printRollouts(w io.Writer, rs []rolloutStatus) {
 		}
 		s := r.State
 		fmt.Fprintf(w, "channel %s: rollout %d %s, %s → %s (%s)\n", r.Channel, s.Rollout, strings.ToUpper(s.Phase), pinsText(s.From), pinsText(s.To), shortHash(r.Commit))
+		if d := s.Decision; d.Request != nil && (s.Phase == schemas.RolloutPaused || s.Phase == schemas.RolloutAborted) {
+			fmt.Fprintf(w, "%s by %s (key %s, request %s) at %s\n", s.Phase, d.Request.Principal, d.Request.Key, shortHash(d.Request.Commit), d.At.UTC().Format(time.RFC3339))
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "WAVE\tNAME\tINSTALLS\tOPENED\tPASSED")
 		for j, wv := range s.Waves {

@@ -125,6 +125,20 @@ func TestRolloutStatus(t *testing.T) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
 	}
+	// An operator aborts it: status says who, with the key and request.
+	ref := schemas.RolloutRequestRef{ID: "r-1", Principal: "support", Key: "op" + strings.Repeat("1", 40), Commit: strings.Repeat("b", 40),
+		Signed: schemas.SignedRequest{File: "{}", Commit: "tree 0"}}
+	aborted, err := rollout.Control(halted, schemas.RolloutAbort, "engine 1.1.0 is withdrawn", ref, at.Add(6*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRollout(t, rt.dir, "render", aborted)
+	out, _, err = status("stable", "--history", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "rollout-status-aborted.txt", out)
+
 	writeRollout(t, rt.dir, "acme", halted)
 	if _, _, err := status(); err == nil || !strings.Contains(err.Error(), "refs/heads/nuon/rollouts/stable: commit") || !strings.Contains(err.Error(), "not signed by the tenant server's key") {
 		t.Errorf("a rollout ref an install's key signed: %v", err)
