@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nuon.dev/nuon/builder"
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/oci/ocitest"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// buildAgentWorld is a tenant whose main trusts fixtures/keys/ci for
+// builds, a source repository holding the fixtures' component sources,
+// a real registry and a build agent running the real nuon binary.
+type buildAgentWorld struct {
+	tenant, source, commit string
+	agent                  *builder.Agent
+	ci                     *signature.Signer
+	now                    time.Time
+}
+
+func newBuildAgentWorld(t *testing.T) *buildAgentWorld {
+	t.Helper()
+	root := repoRoot()
+	vendor := ocitest.Start(t, ocitest.Options{})
+	dir := t.TempDir()
+
+	main := filepath.Join(dir, "main")
+	if err := os.CopyFS(main, os.DirFS(filepath.Join(root, "fixtures", "tenant"))); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(main, "releases"))
+	app, _ := os.ReadFile(filepath.Join(main, "nuon.yaml"))
+	os.WriteFile(filepath.Join(main, "nuon.yaml"), []byte(strings.ReplaceAll(string(app), "registry.vendor.example", vendor.Host)), 0o644)
+	trust, _ := os.ReadFile(filepath.Join(root, "fixtures", "keys", "builds.allowed"))
+	os.WriteFile(filepath.Join(main, "trust", "builds"), trust, 0o644)
+	tenant := filepath.Join(dir, "tenant.git")
+	gittest.InitBare(t, tenant)
+	gittest.CommitDir(t, tenant, "main", main, "shop")
+
+	src := filepath.Join(dir, "src")
+	for _, d := range []string{"modules", "charts", "manifests", "images"} {
+		if err := os.CopyFS(filepath.Join(src, d), os.DirFS(filepath.Join(root, "fixtures", d))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	source := filepath.Join(dir, "shop.git")
+	gittest.InitBare(t, source)
+	gittest.CommitDir(t, source, "main", src, "shop sources")
+	commit := gittest.Git(t, source, "rev-parse", "main")
+
+	repo, err := gitrepo.Open(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := signature.LoadSigner(filepath.Join(root, "fixtures", "keys", "ci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	return &buildAgentWorld{
+		tenant: tenant, source: source, commit: commit, ci: ci, now: now,
+		agent: &builder.Agent{
+			Tenant:  repo,
+			Exe:     nuonBinary(t),
+			WorkDir: t.TempDir(),
+			Key:     filepath.Join(root, "fixtures", "keys", "cosign.key"),
+			Env:     []string{"COSIGN_PASSWORD="},
+			Release: builder.ReleaseOptions{Name: "nuon build-agent", Email: "builds@vendor.example", Now: time.Now},
+		},
+	}
+}
+
+func (w *buildAgentWorld) request(t *testing.T, id, component, commit string) schemas.SignedBuildRequest {
+	t.Helper()
+	sub, err := builder.SignRequest(schemas.BuildRequest{
+		ID: id, Component: component, Repository: w.source, Commit: commit, Version: "3.0.0",
+		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour),
+	}, w.ci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// TestBuildAgent builds a request into a release commit on main with the
+// real nuon binary as the child and a real registry.
+func TestBuildAgent(t *testing.T) {
+	w := newBuildAgentWorld(t)
+	before := gittest.Git(t, w.tenant, "rev-parse", "main")
+	start := time.Now()
+	res, err := w.agent.Build(context.Background(), w.request(t, "b-network-1", "network", w.commit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("build request → release commit: %s", time.Since(start))
+	if res.Release.Commit == "" || res.Release.Commit == before {
+		t.Fatalf("no release commit: %+v", res.Release)
+	}
+	if got := gittest.Git(t, w.tenant, "rev-parse", "main"); got != res.Release.Commit {
+		t.Errorf("main is %s, the release said %s", got, res.Release.Commit)
+	}
+	rel := gittest.Git(t, w.tenant, "show", "main:releases/network.yaml")
+	if !strings.Contains(rel, "3.0.0") || !strings.Contains(rel, res.Artifacts[0].Digest) {
+		t.Errorf("releases/network.yaml does not record 3.0.0 at %s:\n%s", res.Artifacts[0].Digest, rel)
+	}
+	// The build's directory is gone; only the ledger is left.
+	entries, _ := os.ReadDir(w.agent.WorkDir)
+	if len(entries) != 1 || entries[0].Name() != "taken" {
+		t.Errorf("work dir after the build holds %v, want the ledger alone", entries)
+	}
+}
+
+// TestBuildAgentRefuses: each bad request is refused with a clear message
+// and builds nothing: main does not move, nothing is pushed.
+func TestBuildAgentRefuses(t *testing.T) {
+	w := newBuildAgentWorld(t)
+	ctx := context.Background()
+	if _, err := w.agent.Build(ctx, w.request(t, "taken-once", "network", w.commit)); err != nil {
+		t.Fatal(err)
+	}
+	root := repoRoot()
+	stranger, err := signature.LoadSigner(filepath.Join(root, "fixtures", "keys", "operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerSub, err := builder.SignRequest(schemas.BuildRequest{
+		ID: "stranger", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.1",
+		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour)}, stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := w.request(t, "tampered", "network", w.commit)
+	tampered.Request = []byte(strings.Replace(string(tampered.Request), `"3.0.0"`, `"9.9.9"`, 1))
+	impostor, err := builder.SignRequest(schemas.BuildRequest{
+		ID: "impostor", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.2",
+		Requester: "someone-else", Created: w.now, Expires: w.now.Add(time.Hour)}, w.ci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := builder.SignRequest(schemas.BuildRequest{
+		ID: "expired", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.3",
+		Requester: "vendor-ci", Created: w.now.Add(-2 * time.Hour), Expires: w.now.Add(-time.Hour)}, w.ci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sub  schemas.SignedBuildRequest
+		want string
+	}{
+		{"unknown component", w.request(t, "unknown", "payments", w.commit), `no component "payments"`},
+		{"missing commit", w.request(t, "missing", "network", strings.Repeat("ab", 20)), "does not exist in"},
+		{"untrusted key", strangerSub, "not trusted"},
+		{"tampered", tampered, "does not match"},
+		{"requester is not the signer", impostor, `names requester "someone-else"`},
+		{"expired", expired, "expired"},
+		{"replayed", w.request(t, "taken-once", "network", w.commit), "replay"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := gittest.Git(t, w.tenant, "rev-parse", "main")
+			_, err := w.agent.Build(ctx, tc.sub)
+			if !errors.Is(err, builder.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a refusal saying %q", err, tc.want)
+			}
+			if after := gittest.Git(t, w.tenant, "rev-parse", "main"); after != before {
+				t.Errorf("main moved from %s to %s on a refused request", before, after)
+			}
+		})
+	}
+	if _, err := w.agent.Build(ctx, w.request(t, "missing", "network", w.commit)); !errors.Is(err, builder.ErrReplayed) {
+		t.Errorf("a request id refused for its commit was taken again: %v", err)
+	}
+}
+
+// TestBuildAgentParallel builds every component of the sample app at once
+// against one agent: each in its own process and directory, all released.
+func TestBuildAgentParallel(t *testing.T) {
+	w := newBuildAgentWorld(t)
+	comps := []string{"network", "database", "api", "api-image", "dashboards"}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(comps))
+	for i, c := range comps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = w.agent.Build(context.Background(), w.request(t, "par-"+c, c, w.commit))
+		}()
+	}
+	wg.Wait()
+	t.Logf("parallel builds of %d components → releases: %s", len(comps), time.Since(start))
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%s: %v", comps[i], err)
+		}
+	}
+	for _, c := range comps {
+		if rel := gittest.Git(t, w.tenant, "show", "main:releases/"+c+".yaml"); !strings.Contains(rel, "3.0.0") {
+			t.Errorf("releases/%s.yaml lacks 3.0.0:\n%s", c, rel)
+		}
+	}
+}
