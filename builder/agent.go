@@ -16,10 +16,18 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
+)
+
+// ErrRefused marks a build request the agent will not build (see
+// buildreq.ErrRefused); ErrReplayed one whose ID was taken before.
+var (
+	ErrRefused  = buildreq.ErrRefused
+	ErrReplayed = buildreq.ErrReplayed
 )
 
 // Agent is the build agent: it takes signed build requests, builds each
@@ -91,7 +99,7 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	if err != nil {
 		return nil, err
 	}
-	req, err := VerifyRequest(sub, trusted, now())
+	req, err := buildreq.VerifyRequest(sub, trusted, now())
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +107,7 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	if !knownComponent(app, req.Component) {
 		return nil, fmt.Errorf("%w: build request %s: no component %q in %s on main", ErrRefused, req.ID, req.Component, schemas.AppFile)
 	}
-	if err := (Ledger{Dir: filepath.Join(a.WorkDir, "taken")}).Take(req.ID); err != nil {
+	if err := (buildreq.Ledger{Dir: filepath.Join(a.WorkDir, "taken")}).Take(req.ID); err != nil {
 		return nil, err
 	}
 	src := filepath.Join(dir, "src")

@@ -84,3 +84,42 @@ func (r BuildRequest) Validate() error {
 
 // ErrBuildRequestExpired marks a request past its Expires.
 var ErrBuildRequestExpired = errors.New("build request expired")
+
+// BuildAgentTrustFile lists, in ssh allowed_signers form, the build
+// agents' keys: the keys that may take build requests from the tenant
+// server and answer them.
+const BuildAgentTrustFile = "trust/build-agents"
+
+// States of a build request on the tenant server.
+const (
+	BuildQueued    = "queued"
+	BuildRunning   = "building"
+	BuildSucceeded = "succeeded"
+	BuildFailed    = "failed"
+)
+
+// BuildStatus is what the tenant server knows of one build request
+// (GET /builds/requests/ID): its state, who took it, and the outcome.
+type BuildStatus struct {
+	ID        string     `json:"id"`
+	State     string     `json:"state"`
+	Component string     `json:"component"`
+	Commit    string     `json:"commit"`
+	Version   string     `json:"version"`
+	Requester string     `json:"requester"`
+	Agent     string     `json:"agent,omitempty"`
+	Filed     time.Time  `json:"filed"`
+	Started   *time.Time `json:"started,omitempty"`
+	Finished  *time.Time `json:"finished,omitempty"`
+	// Error says why the build failed or was refused by the agent.
+	Error string `json:"error,omitempty"`
+	// Result is the build agent's report of a finished build.
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// BuildOutcome is the build agent's answer to a build request: Error when
+// it failed or refused, else Result.
+type BuildOutcome struct {
+	Error  string          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}

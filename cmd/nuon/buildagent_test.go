@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"nuon.dev/nuon/builder"
+	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci/ocitest"
@@ -43,6 +46,8 @@ func newBuildAgentWorld(t *testing.T) *buildAgentWorld {
 	os.WriteFile(filepath.Join(main, "nuon.yaml"), []byte(strings.ReplaceAll(string(app), "registry.vendor.example", vendor.Host)), 0o644)
 	trust, _ := os.ReadFile(filepath.Join(root, "fixtures", "keys", "builds.allowed"))
 	os.WriteFile(filepath.Join(main, "trust", "builds"), trust, 0o644)
+	agents, _ := os.ReadFile(filepath.Join(root, "fixtures", "keys", "build-agents.allowed"))
+	os.WriteFile(filepath.Join(main, "trust", "build-agents"), agents, 0o644)
 	tenant := filepath.Join(dir, "tenant.git")
 	gittest.InitBare(t, tenant)
 	gittest.CommitDir(t, tenant, "main", main, "shop")
@@ -82,7 +87,7 @@ func newBuildAgentWorld(t *testing.T) *buildAgentWorld {
 
 func (w *buildAgentWorld) request(t *testing.T, id, component, commit string) schemas.SignedBuildRequest {
 	t.Helper()
-	sub, err := builder.SignRequest(schemas.BuildRequest{
+	sub, err := buildreq.SignRequest(schemas.BuildRequest{
 		ID: id, Component: component, Repository: w.source, Commit: commit, Version: "3.0.0",
 		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour),
 	}, w.ci)
@@ -133,7 +138,7 @@ func TestBuildAgentRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strangerSub, err := builder.SignRequest(schemas.BuildRequest{
+	strangerSub, err := buildreq.SignRequest(schemas.BuildRequest{
 		ID: "stranger", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.1",
 		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour)}, stranger)
 	if err != nil {
@@ -141,13 +146,13 @@ func TestBuildAgentRefuses(t *testing.T) {
 	}
 	tampered := w.request(t, "tampered", "network", w.commit)
 	tampered.Request = []byte(strings.Replace(string(tampered.Request), `"3.0.0"`, `"9.9.9"`, 1))
-	impostor, err := builder.SignRequest(schemas.BuildRequest{
+	impostor, err := buildreq.SignRequest(schemas.BuildRequest{
 		ID: "impostor", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.2",
 		Requester: "someone-else", Created: w.now, Expires: w.now.Add(time.Hour)}, w.ci)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired, err := builder.SignRequest(schemas.BuildRequest{
+	expired, err := buildreq.SignRequest(schemas.BuildRequest{
 		ID: "expired", Component: "network", Repository: w.source, Commit: w.commit, Version: "3.0.3",
 		Requester: "vendor-ci", Created: w.now.Add(-2 * time.Hour), Expires: w.now.Add(-time.Hour)}, w.ci)
 	if err != nil {
@@ -208,5 +213,83 @@ func TestBuildAgentParallel(t *testing.T) {
 		if rel := gittest.Git(t, w.tenant, "show", "main:releases/"+c+".yaml"); !strings.Contains(rel, "3.0.0") {
 			t.Errorf("releases/%s.yaml lacks 3.0.0:\n%s", c, rel)
 		}
+	}
+}
+
+// TestBuildRemote runs it all as processes: nuon server in front of the
+// tenant, nuon build-agent polling it, and vendor CI filing requests with
+// nuon build --remote and waiting for the answer.
+func TestBuildRemote(t *testing.T) {
+	w := newBuildAgentWorld(t)
+	keys := filepath.Join(repoRoot(), "fixtures", "keys")
+	env := append(e2eEnv(t), "COSIGN_PASSWORD=")
+	srv := startServer(t, w.agent.Exe, env, "--repo", w.tenant, "--render-key", filepath.Join(keys, "render"), "--poll-interval", "200ms")
+	srv.waitReady(t, 30*time.Second)
+	_, agentLog := startProcess(t, env, w.agent.Exe, "build-agent", "--server", srv.url, "--key", filepath.Join(keys, "build-agent"),
+		"--repo", w.tenant, "--cosign-key", filepath.Join(keys, "cosign.key"), "--work-dir", t.TempDir(), "--parallel", "5")
+	remote := func(code int, key string, extra ...string) string {
+		t.Helper()
+		return nuon(t, env, code, append([]string{"build", "--remote", "--server", srv.url, "--key", filepath.Join(keys, key),
+			"--source-repository", w.source, "--requester", "vendor-ci", "--version", "4.0.0"}, extra...)...)
+	}
+	start := time.Now()
+	out := remote(0, "ci", "network", "--commit", w.commit, "--request-id", "net-1", "-o", "json")
+	t.Logf("nuon build --remote → release commit: %s", time.Since(start))
+	var st schemas.BuildStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.State != schemas.BuildSucceeded || st.Agent != "build-agent-1" {
+		t.Fatalf("answer %s: %v\n%s", out, err, agentLog.String())
+	}
+	var res builder.BuildResult
+	if err := json.Unmarshal(st.Result, &res); err != nil || res.Release == nil || res.Release.Commit == "" {
+		t.Fatalf("result %s: %v", st.Result, err)
+	}
+	if main := gittest.Git(t, w.tenant, "rev-parse", "main"); main != res.Release.Commit {
+		t.Errorf("main is %s, the answer says %s", main, res.Release.Commit)
+	}
+
+	// Every component at once.
+	comps := []string{"database", "api", "api-image", "dashboards"}
+	start = time.Now()
+	var wg sync.WaitGroup
+	for _, c := range comps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			remote(0, "ci", c, "--commit", w.commit, "--request-id", "par-"+c)
+		}()
+	}
+	wg.Wait()
+	t.Logf("nuon build --remote of %d components at once → releases: %s", len(comps), time.Since(start))
+	for _, c := range comps {
+		if rel := gittest.Git(t, w.tenant, "show", "main:releases/"+c+".yaml"); !strings.Contains(rel, "4.0.0") {
+			t.Errorf("releases/%s.yaml lacks 4.0.0:\n%s", c, rel)
+		}
+	}
+
+	// Bad input: refused with a clear message, main unchanged.
+	before := gittest.Git(t, w.tenant, "rev-parse", "main")
+	for _, tc := range []struct {
+		name, key string
+		args      []string
+		want      string
+	}{
+		{"unknown component", "ci", []string{"payments", "--commit", w.commit}, `no component "payments"`},
+		{"missing commit", "ci", []string{"network", "--commit", strings.Repeat("cd", 20), "--version", "4.0.1"}, "does not exist in"},
+		{"untrusted key", "operator", []string{"network", "--commit", w.commit}, "not trusted for builds"},
+		{"build agent's key files nothing", "build-agent", []string{"network", "--commit", w.commit}, "trust/builds on main does not list it"},
+		{"replayed", "ci", []string{"network", "--commit", w.commit, "--request-id", "net-1"}, "replay"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(w.agent.Exe, append([]string{"build", "--remote", "--server", srv.url, "--key", filepath.Join(keys, tc.key),
+				"--source-repository", w.source, "--requester", "vendor-ci", "--version", "4.0.0"}, tc.args...)...)
+			cmd.Env = append(os.Environ(), env...)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("got %v:\n%s\nwant a refusal saying %q", err, out, tc.want)
+			}
+		})
+	}
+	if after := gittest.Git(t, w.tenant, "rev-parse", "main"); after != before {
+		t.Errorf("main moved from %s to %s on refused requests", before, after)
 	}
 }

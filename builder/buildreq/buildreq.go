@@ -1,4 +1,8 @@
-package builder
+// Package buildreq signs and verifies build requests: the signed records
+// vendor CI files with the tenant server (nuon build --remote) and the
+// build agent builds (nuon build-agent). It is small on purpose: the
+// server checks requests with it without linking the builder.
+package buildreq
 
 import (
 	"bytes"
@@ -9,7 +13,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -71,6 +78,10 @@ func VerifyRequest(sub schemas.SignedBuildRequest, trusted *signature.AllowedSig
 	}
 	return &r, nil
 }
+
+// KeyID is the key id a build requester's or a build agent's HTTP
+// requests are signed under (as an operator's: requests.KeyID).
+func KeyID(pub ssh.PublicKey) string { return requests.KeyID(pub) }
 
 // Ledger remembers the build request IDs a build agent took, one file per
 // ID in a directory, so that a replayed request builds nothing even after
