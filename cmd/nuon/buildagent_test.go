@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,7 @@ type buildAgentWorld struct {
 	now                    time.Time
 }
 
-func newBuildAgentWorld(t *testing.T) *buildAgentWorld {
+func newBuildAgentWorld(t testing.TB) *buildAgentWorld {
 	t.Helper()
 	root := repoRoot()
 	vendor := ocitest.Start(t, ocitest.Options{})
@@ -85,10 +86,14 @@ func newBuildAgentWorld(t *testing.T) *buildAgentWorld {
 	}
 }
 
-func (w *buildAgentWorld) request(t *testing.T, id, component, commit string) schemas.SignedBuildRequest {
+func (w *buildAgentWorld) request(t testing.TB, id, component, commit string) schemas.SignedBuildRequest {
+	return w.requestVersion(t, id, component, commit, "3.0.0")
+}
+
+func (w *buildAgentWorld) requestVersion(t testing.TB, id, component, commit, version string) schemas.SignedBuildRequest {
 	t.Helper()
 	sub, err := buildreq.SignRequest(schemas.BuildRequest{
-		ID: id, Component: component, Repository: w.source, Commit: commit, Version: "3.0.0",
+		ID: id, Component: component, Repository: w.source, Commit: commit, Version: version,
 		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour),
 	}, w.ci)
 	if err != nil {
@@ -292,4 +297,43 @@ func TestBuildRemote(t *testing.T) {
 	if after := gittest.Git(t, w.tenant, "rev-parse", "main"); after != before {
 		t.Errorf("main moved from %s to %s on refused requests", before, after)
 	}
+}
+
+// BenchmarkBuildAgent measures a build request to its release commit on
+// main, with the real nuon binary as the build's process and a real
+// registry: one component, and every component of the sample app at once.
+// Each iteration releases a new version; after the first, the registry
+// holds the artifacts already (a rebuild of unchanged sources pushes
+// nothing), so -benchtime=1x gives the cold figure.
+func BenchmarkBuildAgent(b *testing.B) {
+	w := newBuildAgentWorld(b)
+	ctx := context.Background()
+	n := 0
+	b.Run("one", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			if _, err := w.agent.Build(ctx, w.requestVersion(b, fmt.Sprintf("one-%d", n), "network", w.commit, fmt.Sprintf("5.0.%d", n))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	comps := []string{"network", "database", "api", "api-image", "dashboards"}
+	b.Run("all-parallel", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			var wg sync.WaitGroup
+			errs := make([]error, len(comps))
+			for i, c := range comps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[i] = w.agent.Build(ctx, w.requestVersion(b, fmt.Sprintf("all-%d-%s", n, c), c, w.commit, fmt.Sprintf("6.0.%d", n)))
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
