@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/builder/buildreq"
@@ -106,6 +110,8 @@ func (w *buildAgentWorld) requestVersion(t testing.TB, id, component, commit, ve
 // real nuon binary as the child and a real registry.
 func TestBuildAgent(t *testing.T) {
 	w := newBuildAgentWorld(t)
+	// The agent holds the builder key too: every artifact gets provenance.
+	w.agent.BuilderKey, w.agent.BuilderID = w.agent.Key, "https://builds.vendor.example/agent-1"
 	before := gittest.Git(t, w.tenant, "rev-parse", "main")
 	start := time.Now()
 	res, err := w.agent.Build(context.Background(), w.request(t, "b-network-1", "network", w.commit))
@@ -122,6 +128,18 @@ func TestBuildAgent(t *testing.T) {
 	rel := gittest.Git(t, w.tenant, "show", "main:releases/network.yaml")
 	if !strings.Contains(rel, "3.0.0") || !strings.Contains(rel, res.Artifacts[0].Digest) {
 		t.Errorf("releases/network.yaml does not record 3.0.0 at %s:\n%s", res.Artifacts[0].Digest, rel)
+	}
+	repo, err := name.NewRepository(res.Artifacts[0].Repository, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags, err := remote.List(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := strings.Replace(res.Artifacts[0].Digest, ":", "-", 1) + ".att"
+	if !slices.Contains(tags, att) || !slices.Contains(tags, strings.TrimSuffix(att, ".att")+".sig") {
+		t.Errorf("%s has tags %v, want the signature and the provenance %s", repo, tags, att)
 	}
 	// The build's directory is gone; only the ledger is left.
 	entries, _ := os.ReadDir(w.agent.WorkDir)
