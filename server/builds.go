@@ -86,10 +86,14 @@ func (k *buildKeys) current() (*signature.AllowedSigners, map[string]signature.A
 
 // buildJob is one build request the server holds.
 type buildJob struct {
-	sub    schemas.SignedBuildRequest
-	status schemas.BuildStatus
-	done   chan struct{}
+	sub     schemas.SignedBuildRequest
+	status  schemas.BuildStatus
+	expires time.Time
+	done    chan struct{}
 }
+
+// maxBuildQueue bounds the requests waiting for a build agent.
+const maxBuildQueue = 1000
 
 // builds queues build requests for build agents. The queue lives in the
 // server's memory: a restart loses requests not yet answered, and vendor
@@ -183,6 +187,12 @@ func (b *builds) file(w http.ResponseWriter, r *http.Request, who signature.Allo
 		return
 	}
 	b.mu.Lock()
+	b.prune()
+	if len(b.queue) >= maxBuildQueue {
+		b.mu.Unlock()
+		http.Error(w, fmt.Sprintf("nuon: %d build requests are waiting for a build agent: try again later", len(b.queue)), http.StatusServiceUnavailable)
+		return
+	}
 	if _, ok := b.jobs[job.status.ID]; ok {
 		b.mu.Unlock()
 		b.s.metrics.refused(reasonBuildRequest)
@@ -226,9 +236,20 @@ func (b *builds) check(data []byte, who signature.AllowedSigner) (int, *buildJob
 	if !appHas(src.App, req.Component) {
 		return http.StatusNotFound, nil, fmt.Errorf("%w: no component %q in %s on main", buildreq.ErrRefused, req.Component, schemas.AppFile)
 	}
-	return 0, &buildJob{sub: sub, done: make(chan struct{}), status: schemas.BuildStatus{
+	return 0, &buildJob{sub: sub, expires: req.Expires, done: make(chan struct{}), status: schemas.BuildStatus{
 		ID: req.ID, State: schemas.BuildQueued, Component: req.Component, Commit: req.Commit, Version: req.Version,
 		Requester: req.Requester, Filed: b.s.cfg.Now().UTC()}}, nil
+}
+
+// prune forgets answered requests past their expiry: filed again, they
+// are refused as expired, so their ids need no remembering. b.mu is held.
+func (b *builds) prune() {
+	now := b.s.cfg.Now()
+	for id, job := range b.jobs {
+		if job.status.Finished != nil && now.After(job.expires) {
+			delete(b.jobs, id)
+		}
+	}
 }
 
 func appHas(app schemas.App, name string) bool {
