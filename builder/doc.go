@@ -2,7 +2,8 @@
 // of the app as an OCI artifact, pushes it to the vendor registry by
 // digest, signs it with the vendor's cosign key, and records released
 // versions in releases/<component>.yaml on main. `nuon build` and `nuon
-// release` are its commands; vendor CI runs them.
+// release` are its commands; vendor CI runs them, or `nuon build-agent`
+// runs them for vendor CI (see Build requests).
 //
 // # Artifacts
 //
@@ -85,4 +86,32 @@
 // changes nothing; with other digests it fails with ErrConflict: a
 // released version never changes. A release moves no install; a pull
 // request that changes a channel's pin does.
+//
+// # Build requests
+//
+// So that no CI runner holds the registry push credential or the signing
+// keys, `nuon build-agent` (Agent) holds them alone, in the vendor's
+// account, and vendor CI only files build requests: a
+// schemas.BuildRequest (id, component, source repository, full commit,
+// ref, version, requester, created, expires) as JSON bytes with an SSH
+// signature over exactly those bytes (package buildreq), by a key that
+// trust/builds on main lists under the requester's name.
+//
+//	vendor CI ──POST /builds/requests──▶ nuon server ◀──POST /builds/next (long poll)── nuon build-agent
+//	          ◀─GET /builds/requests/ID─┘             ──POST /builds/requests/ID/result─▶
+//
+// The build agent keeps one outbound connection to the server, signing
+// its requests with its own ed25519 key (trust/build-agents on main).
+// Each request it takes is judged again against main (Build): signature
+// and requester (trust/builds), expiry, component of nuon.yaml, an id
+// never taken before (Ledger, one file per id under the work directory,
+// kept across restarts), a commit the source repository holds. Any
+// failure is ErrRefused and builds nothing. A request that passes is
+// built by `nuon build` as a child process in its own process group,
+// with a fresh directory (the source checked out at the commit, nuon.yaml
+// from main) and an environment of PATH, HOME and the credentials alone;
+// it pushes, signs and (with a builder key) writes provenance. The agent
+// then records the release on main (Release) and answers with the
+// digests and the release commit. Several builds run at once (Serve's
+// parallel), none sharing a directory.
 package builder

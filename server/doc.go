@@ -53,6 +53,10 @@
 //	POST /operator/git-upload-pack                      an operator's fetch (operator key)
 //	POST /operator/requests                             an operator files a request (operator key)
 //	POST /operator/rollouts                             an operator pauses, resumes or aborts a rollout (operator key; server/rollout_control.go)
+//	POST /builds/requests                               vendor CI files a build request (key of trust/builds)
+//	GET  /builds/requests/{id}?wait=S                   a build request's state and result (either build key)
+//	POST /builds/next?wait=S                            a build agent takes a request, long poll (key of trust/build-agents)
+//	POST /builds/requests/{id}/result                   the build agent that took it answers (its key)
 //	POST /hooks/main                                    the git host's webhook (HookSecret)
 //	GET  /healthz, /readyz                              liveness, readiness (open)
 //	GET  /metrics                                       Prometheus (open)
@@ -62,8 +66,24 @@
 //	POST /replica/git-upload-pack
 //
 // Agents use any path for the repository (e.g. /tenant.git) followed by
-// a smart-HTTP endpoint; /operator, /hooks, /fleet, /replica, /healthz,
+// a smart-HTTP endpoint; /operator, /builds, /hooks, /fleet, /replica, /healthz,
 // /readyz and /metrics are taken.
+//
+// # Builds
+//
+// Vendor CI files build requests (nuon build --remote) and the build
+// agent (nuon build-agent, package builder) takes them, both through the
+// server, both signing every HTTP request as an operator does under
+// buildreq.KeyID of their keys: vendor CI's keys are trust/builds on
+// main, the build agents' trust/build-agents (allowed_signers files, read
+// again when main moves). A key is good for its own role only. The server
+// checks a filed request (signed over its bytes by the key that signed
+// the HTTP request, whose principal is the requester; not expired; a
+// component of nuon.yaml on main; an id not filed before, else 409) and
+// queues it in memory; POST /builds/next hands the oldest to a build
+// agent, which judges it again against main, builds and answers. The
+// queue does not survive a restart (CI files again under a new id); a
+// replica refuses these URLs (421): builds go to the writer.
 //
 // # Operators
 //

@@ -294,6 +294,7 @@ func (s *Server) routes() {
 		s.replicaRoutes()
 	}
 	s.operatorRoutes()
+	s.buildRoutes()
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)

@@ -1,0 +1,265 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/builder/buildreq"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/schemas"
+)
+
+// ErrRefused marks a build request the agent will not build (see
+// buildreq.ErrRefused); ErrReplayed one whose ID was taken before.
+var (
+	ErrRefused  = buildreq.ErrRefused
+	ErrReplayed = buildreq.ErrReplayed
+)
+
+// Agent is the build agent: it takes signed build requests, builds each
+// in a process of its own (nuon build, with a clean environment and a
+// work directory of its own), and records the release on main. It alone
+// holds the registry credential and the signing keys: they reach the
+// child through Env and the key files, never through the request.
+type Agent struct {
+	// Tenant is the tenant repository: main holds nuon.yaml, the keys
+	// trusted for builds (schemas.BuildTrustFile) and the releases.
+	Tenant *gitrepo.Repo
+	// Exe is the nuon binary run as 'nuon build' for each request.
+	Exe string
+	// WorkDir holds one directory per build (removed after it) and the
+	// ledger of request IDs taken.
+	WorkDir string
+	// Key is the vendor's cosign key file; BuilderKey (optional) the
+	// builder's, for SLSA provenance with BuilderID.
+	Key, BuilderKey, BuilderID string
+	// Env is the whole environment of a build besides PATH and HOME:
+	// COSIGN_PASSWORD, NUON_REGISTRY_PASSWORD, DOCKER_CONFIG and the like.
+	// Nothing else of the agent's environment reaches a build.
+	Env []string
+	// BuildArgs are extra flags for nuon build (--registry-username …).
+	BuildArgs []string
+	// Release signs and authors the release commit.
+	Release ReleaseOptions
+	// Timeout bounds one build's process. Default: 30 minutes.
+	Timeout time.Duration
+	// Now is the clock requests are judged by. Default: time.Now.
+	Now func() time.Time
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// BuildResult is the answer to one build request.
+type BuildResult struct {
+	ID        string         `json:"id"`
+	Component string         `json:"component"`
+	Version   string         `json:"version"`
+	Commit    string         `json:"commit"`
+	Artifacts []Artifact     `json:"artifacts"`
+	Release   *ReleaseResult `json:"release"`
+	// Seconds is the time from taking the request to the release commit.
+	Seconds float64 `json:"seconds"`
+}
+
+// Build judges one signed request against main and, when it passes,
+// builds, pushes, signs and releases it. A refusal wraps ErrRefused and
+// builds nothing. Build is safe to call from several goroutines: each
+// build has its own directory and process.
+func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*BuildResult, error) {
+	start := time.Now()
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	log := a.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir, err := os.MkdirTemp(a.WorkDir, "build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	app, trusted, err := a.readMain(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	req, err := buildreq.VerifyRequest(sub, trusted, now())
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("component", req.Component, "commit", req.Commit, "request", req.ID)
+	if !knownComponent(app, req.Component) {
+		return nil, fmt.Errorf("%w: build request %s: no component %q in %s on main", ErrRefused, req.ID, req.Component, schemas.AppFile)
+	}
+	if err := (buildreq.Ledger{Dir: filepath.Join(a.WorkDir, "taken")}).Take(req.ID); err != nil {
+		return nil, err
+	}
+	src := filepath.Join(dir, "src")
+	if err := checkout(ctx, req.Repository, req.Commit, src); err != nil {
+		return nil, err
+	}
+	log.Info("building")
+	arts, err := a.runBuild(ctx, req, filepath.Join(dir, schemas.AppFile), src)
+	if err != nil {
+		return nil, err
+	}
+	rec := Record{Component: req.Component, Version: req.Version, Artifacts: map[string]schemas.ReleaseArtifact{}}
+	for _, art := range arts {
+		rec.Artifacts[art.Name] = schemas.ReleaseArtifact{Repository: art.Repository, Digest: art.Digest, MediaType: art.MediaType}
+	}
+	rel, err := Release(ctx, a.Tenant, []Record{rec}, a.Release)
+	if err != nil {
+		return nil, fmt.Errorf("build request %s: release: %w", req.ID, err)
+	}
+	log.Info("released", "main", rel.Commit)
+	return &BuildResult{ID: req.ID, Component: req.Component, Version: req.Version, Commit: req.Commit,
+		Artifacts: arts, Release: rel, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// readMain fetches main and returns its app (also written to
+// dir/nuon.yaml for the child) and the keys trusted for builds.
+func (a *Agent) readMain(ctx context.Context, dir string) (schemas.App, *signature.AllowedSigners, error) {
+	if err := a.Tenant.Fetch(ctx, "refs/heads/"); err != nil {
+		return schemas.App{}, nil, err
+	}
+	head, err := a.Tenant.Ref(MainRef)
+	if err != nil {
+		return schemas.App{}, nil, err
+	}
+	if head.IsZero() {
+		return schemas.App{}, nil, fmt.Errorf("%s has no %s", a.Tenant.Location, MainRef)
+	}
+	commit, err := gitobj.ReadCommit(a.Tenant.Storer(), head)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+	}
+	root, err := gitobj.ReadTree(a.Tenant.Storer(), commit.TreeHash)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+	}
+	data, err := readFile(a.Tenant.Storer(), root, schemas.AppFile)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+	}
+	appFile := filepath.Join(dir, schemas.AppFile)
+	if err := os.WriteFile(appFile, data, 0o644); err != nil {
+		return schemas.App{}, nil, err
+	}
+	app, err := LoadApp(appFile)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("main: %w", err)
+	}
+	trustData, err := readFile(a.Tenant.Storer(), root, schemas.BuildTrustFile)
+	if errors.Is(err, object.ErrFileNotFound) {
+		return app, nil, nil
+	}
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+	}
+	trusted, err := signature.ParseAllowedSigners(trustData)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("main: %s: %w", schemas.BuildTrustFile, err)
+	}
+	return app, trusted, nil
+}
+
+func knownComponent(app schemas.App, name string) bool {
+	if name == schemas.SandboxComponent {
+		return app.Sandbox != nil
+	}
+	for _, c := range app.Components {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkout clones repository without a checkout and checks out commit,
+// detached, into dir. A commit the repository lacks is a refusal.
+func checkout(ctx context.Context, repository, commit, dir string) error {
+	if out, err := gitCmd(ctx, "", "clone", "--quiet", "--no-checkout", "--", repository, dir); err != nil {
+		return fmt.Errorf("clone %s: %v: %s", repository, err, out)
+	}
+	if _, err := gitCmd(ctx, dir, "cat-file", "-e", commit+"^{commit}"); err != nil {
+		return fmt.Errorf("%w: commit %s does not exist in %s", ErrRefused, commit, repository)
+	}
+	if out, err := gitCmd(ctx, dir, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit); err != nil {
+		return fmt.Errorf("check out %s: %v: %s", commit, err, out)
+	}
+	return nil
+}
+
+// gitCmd runs git with no configuration but its own.
+func gitCmd(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0"}
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// runBuild runs nuon build for the request as a child process in its own
+// process group, with the agent's Env alone, and reads its report.
+func (a *Agent) runBuild(ctx context.Context, req *schemas.BuildRequest, appFile, src string) ([]Artifact, error) {
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	args := []string{"build", req.Component, "--app", appFile, "--src", src, "--key", a.Key, "-o", "json"}
+	if a.BuilderKey != "" {
+		ref := req.Ref
+		if ref == "" {
+			ref = req.Commit
+		}
+		args = append(args, "--builder-key", a.BuilderKey, "--builder-id", a.BuilderID,
+			"--source-repo", req.Repository, "--source-ref", ref, "--source-commit", req.Commit)
+	}
+	args = append(args, a.BuildArgs...)
+	cmd := exec.CommandContext(ctx, a.Exe, args...)
+	cmd.Dir = filepath.Dir(src)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Dir(src)}, a.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("build request %s: nuon build: %w", req.ID, ctx.Err())
+		}
+		return nil, fmt.Errorf("build request %s: nuon build: %v: %s", req.ID, err, tail(stderr.String(), 2000))
+	}
+	var rep struct {
+		Artifacts []Artifact `json:"artifacts"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Artifacts) == 0 {
+		return nil, fmt.Errorf("build request %s: nuon build wrote no report: %v", req.ID, err)
+	}
+	return rep.Artifacts, nil
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
