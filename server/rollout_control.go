@@ -199,7 +199,7 @@ func rolloutInScope(s *Server, req *schemas.RolloutRequest, who signature.Allowe
 	if root == nil {
 		return nil
 	}
-	t := trust.Target{Channel: req.Channel, RequestKind: "rollout"}
+	t := trust.Target{Channel: req.Channel, RequestKind: trust.KindRollout}
 	if _, err := root.Authorize(trust.RoleOperators, ssh.FingerprintSHA256(who.Key), s.cfg.Now(), t); err != nil {
 		return fmt.Errorf("%w: rollout %s of %s: %w", ErrOutOfScope, req.Action, req.Channel, err)
 	}

@@ -49,6 +49,8 @@ const (
 	KindDebug    = "debug"
 	KindApproval = "approval"
 	KindBuild    = "build"
+	// KindRollout: nuon rollout pause, resume and abort.
+	KindRollout = "rollout"
 )
 
 // Root is one parsed and checked version of the trust root. Parsing checks
