@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"nuon.dev/nuon/fleet"
 	"nuon.dev/nuon/internal/signature/request"
 )
 
@@ -209,12 +210,22 @@ var (
 	ageDesc = prometheus.NewDesc("nuon_server_status_age_seconds",
 		"Age of each install's newest status commit, as a histogram over the fleet.", nil, nil)
 	statusAgeBuckets = []float64{30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
+	contactAgeDesc   = prometheus.NewDesc("nuon_server_contact_age_seconds",
+		"Seconds since each install's last signed contact (a poll, a fetch or a push its key signed), as a histogram over the installs the server has heard from; on a replica, its own and the writer's.", nil, nil)
+	unreachableDesc = prometheus.NewDesc("nuon_server_installs_unreachable",
+		"Installs Unreachable: no signed contact, nor status commit, for longer than twice the heartbeat their status announces.", nil, nil)
+	contactedDesc = prometheus.NewDesc("nuon_server_installs_contacted",
+		"Installs the server knows a signed contact of (since its liveness file began).", nil, nil)
+	contactAgeBuckets = []float64{10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
 )
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- installsDesc
 	ch <- staleDesc
 	ch <- ageDesc
+	ch <- contactAgeDesc
+	ch <- unreachableDesc
+	ch <- contactedDesc
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -252,4 +263,32 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(stale))
 	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
+	ch <- prometheus.MustNewConstMetric(unreachableDesc, prometheus.GaugeValue, float64(states[fleet.StateUnreachable]))
+	c.collectContacts(ch, now)
+}
+
+// collectContacts reports the age of every install's last signed contact
+// (liveness.go): one pass over the table, a histogram, no series per
+// install.
+func (c *fleetCollector) collectContacts(ch chan<- prometheus.Metric, now time.Time) {
+	buckets := make(map[float64]uint64, len(contactAgeBuckets))
+	var count uint64
+	var sum float64
+	c.v.s.live.m.Range(func(_, v any) bool {
+		ns := v.(*contact).at.Load()
+		if ns == 0 {
+			return true
+		}
+		age := max(now.Sub(time.Unix(0, ns)).Seconds(), 0)
+		count++
+		sum += age
+		for _, b := range contactAgeBuckets {
+			if age <= b {
+				buckets[b]++
+			}
+		}
+		return true
+	})
+	ch <- prometheus.MustNewConstMetric(contactedDesc, prometheus.GaugeValue, float64(count))
+	ch <- prometheus.MustNewConstHistogram(contactAgeDesc, count, sum, buckets)
 }

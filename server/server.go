@@ -188,6 +188,12 @@ type Server struct {
 	// archived are the installs archived and gone from main (loadArchived).
 	archivedMu sync.RWMutex
 	archived   map[string]bool
+
+	// live is every install's last signed contact (liveness.go), saved
+	// and exchanged by a loop that Close stops.
+	live               *liveness
+	liveStop, liveDone chan struct{}
+	liveOnce           sync.Once
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -253,6 +259,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Upstream != "" {
 		s.mirror = newMirror(dir, cfg.Upstream, s.upstreamEnv, cfg.UpstreamAuth, s.log, s.metrics)
 	}
+	s.startLiveness()
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
 		s.Close()
 		return nil, err
@@ -266,6 +273,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // Close stops taking pushes once those being written are, and ends the
 // git process the server keeps for reading objects.
 func (s *Server) Close() error {
+	s.stopLiveness()
 	s.pushes.close()
 	s.objects.close()
 	return nil
@@ -287,6 +295,7 @@ func (s *Server) routes() {
 	if s.cfg.Mode == ModeWriter && s.cfg.ReplicaToken != "" {
 		s.replicaRoutes()
 	}
+	s.livenessRoutes()
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)
@@ -326,6 +335,8 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 		return
 	}
+	// A signed request is the install's heartbeat (liveness.go).
+	s.live.record(install, contactOf(endpoint, r), s.cfg.Now())
 	// Verify put a reader in r.Body that fails at the end of a body that
 	// is not the one signed; every handler reads to the end before it
 	// acts, so a mismatch has refused the request. Log and count it.
