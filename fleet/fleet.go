@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -137,6 +138,10 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 	if err != nil {
 		return nil, err
 	}
+	live, err := repo.Refs(schemas.LivenessRefPrefix)
+	if err != nil {
+		return nil, err
+	}
 	rows := []Install{}
 	for name, h := range refs {
 		id := strings.TrimPrefix(name.String(), schemas.StatusRefPrefix)
@@ -146,6 +151,12 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 		row, err := readInstall(repo, id, h, keys[id], now)
 		if err != nil {
 			return nil, err
+		}
+		if l, ok := live[plumbing.ReferenceName(schemas.LivenessRef(id))]; ok {
+			if at, err := ReadLiveness(repo.Storer(), id, l, keys[id]); err == nil {
+				row.Contact, row.ContactKind = &at, ContactHeartbeat
+				row = row.At(now)
+			}
 		}
 		rows = append(rows, row)
 	}
@@ -223,6 +234,36 @@ func (i Install) silence() string {
 		return "no signed contact since " + i.Contact.UTC().Format(time.RFC3339)
 	}
 	return "no status commit since " + i.Time.UTC().Format(time.RFC3339)
+}
+
+// ContactHeartbeat is Install.ContactKind for a beat on the install's
+// liveness ref (a plain git host).
+const ContactHeartbeat = "heartbeat"
+
+// ErrLiveness is a liveness commit that does not count as the install's
+// contact: not signed by its key, not naming it, or not a lone commit.
+var ErrLiveness = errors.New("liveness commit refused")
+
+// ReadLiveness reads the tip of install id's liveness ref (h) and returns
+// its time, verified as a status is: signed by the install's agentKey
+// (key), naming the install in its Nuon-Install trailer, without parents
+// (the ref keeps only its tip, so it carries no history to read). A
+// commit anyone else could have written says nothing of the install.
+func ReadLiveness(st storer.EncodedObjectStorer, id string, h plumbing.Hash, key string) (time.Time, error) {
+	c, err := gitobj.ReadCommit(st, h)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w", id, err)
+	}
+	if len(c.ParentHashes) != 0 {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: %s has parents", id, ErrLiveness, h)
+	}
+	if ok, why := Verify(c, id, key); !ok {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: %s", id, ErrLiveness, why)
+	}
+	if got, _ := schemas.Trailer(c.Message, schemas.TrailerInstall); got != id {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: it names install %q", id, ErrLiveness, got)
+	}
+	return c.Committer.When.UTC(), nil
 }
 
 // Verify says whether the status commit c is signed by key, the agentKey
