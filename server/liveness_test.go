@@ -259,3 +259,24 @@ func TestLivenessReplicas(t *testing.T) {
 		t.Fatalf("an unauthenticated report was merged: %+v", rep)
 	}
 }
+
+// TestLivenessRefRefused: through the server an agent needs no liveness
+// ref, and may not write one: its own liveness ref is refused like any
+// ref but its status, and nothing is written.
+func TestLivenessRefRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := newStatusAgent("acme", e.http.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	h, err := a.commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := plumbing.ReferenceName(schemas.LivenessRef("acme"))
+	err = a.remote.Push(ctx, a.st, ref, plumbing.ZeroHash, h)
+	if err == nil || !strings.Contains(err.Error(), "only its own status ref") {
+		t.Fatalf("push to its liveness ref through the server: %v", err)
+	}
+	if got := e.serverRef(ref.String()); got != "" {
+		t.Fatalf("the server wrote %s = %s", ref, got)
+	}
+}

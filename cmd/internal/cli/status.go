@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"nuon.dev/nuon/fleet"
+	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"nuon.dev/nuon/fleet"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/spf13/cobra"
@@ -18,6 +22,7 @@ import (
 
 type statusOptions struct {
 	repo, install, output, cacheDir, source string
+	server, viewTokenFile                   string
 }
 
 func NewStatusCmd(g *Globals) *cobra.Command {
@@ -40,9 +45,18 @@ older than twice the heartbeat interval its agent announced: the agent is gone,
 and the rest of the row is only what it last said. The last column lists what
 needs a look: failing components, unhealthy ones ("health Progressing"), drift
 found by scheduled drift checks ("drift 2", "drift 1 corrected"), and kinds of
-operations the install's own settings turned off.`,
+operations the install's own settings turned off.
+
+Through a tenant server, agents write no heartbeat commits: every poll is a
+request signed by the install's key, and the server records the last one. With
+--server (the server's URL) and --view-token-file (the operators' token, as
+for its fleet view) the table judges Unreachable from that last signed contact
+too ("no signed contact since …"), read from the server's /fleet/liveness. On a
+plain git host, an agent's heartbeat is the signed tip of
+refs/heads/nuon/liveness/<id>, read and verified with the status.`,
 		Example: `  nuon status --repo ./tenant.git
-  nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json`,
+  nuon status --repo https://git.example.com/vendor/tenant.git --install acme --output json
+  nuon status --repo https://git.example.com/vendor/tenant.git --server https://nuon.example.com --view-token-file /etc/nuon/view-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := CheckOutput(o.output); err != nil {
@@ -57,6 +71,8 @@ operations the install's own settings turned off.`,
 	f.StringVar(&o.source, "source", "refs/heads/main", "where installs/<id>.yaml (with each agent's key) is read")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
+	f.StringVar(&o.server, "server", os.Getenv("NUON_SERVER"), "tenant server (nuon server) whose record of each install's last signed contact judges Unreachable (default $NUON_SERVER)")
+	f.StringVar(&o.viewTokenFile, "view-token-file", os.Getenv("NUON_VIEW_TOKEN_FILE"), "file with the server's operators' token, for --server (default $NUON_VIEW_TOKEN_FILE)")
 	_ = cmd.MarkFlagRequired("repo")
 	return cmd
 }
@@ -79,6 +95,11 @@ func runStatus(ctx context.Context, g *Globals, o *statusOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.server != "" {
+		if rows, err = withContacts(ctx, o, rows); err != nil {
+			return err
+		}
+	}
 	if o.install != "" && len(rows) == 0 {
 		return fmt.Errorf("no status for install %s: %s does not exist", o.install, plumbing.ReferenceName(schemas.StatusRef(o.install)))
 	}
@@ -97,7 +118,7 @@ func printStatus(w io.Writer, rows []fleet.Install) {
 	for _, r := range rows {
 		var failing []string
 		if r.Unreachable {
-			failing = append(failing, "no status commit since "+r.Time.Format(time.RFC3339)+" (heartbeat "+r.HeartbeatEvery+")")
+			failing = append(failing, r.Reason())
 		}
 		for _, c := range r.Components {
 			var notes []string
@@ -178,4 +199,71 @@ func artifactsColumn(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// contactReport is the tenant server's GET /fleet/liveness.
+type contactReport struct {
+	Now      time.Time `json:"now"`
+	Contacts []struct {
+		Install string    `json:"install"`
+		At      time.Time `json:"at"`
+		Kind    string    `json:"kind"`
+	} `json:"contacts"`
+}
+
+// maxContactReport bounds what is read of the server's answer.
+const maxContactReport = 256 << 20
+
+// withContacts adds to rows each install's last signed contact as the
+// tenant server recorded it, and judges each row again at the server's
+// time (a clock here that is off does not make installs Unreachable).
+func withContacts(ctx context.Context, o *statusOptions, rows []fleet.Install) ([]fleet.Install, error) {
+	if o.viewTokenFile == "" {
+		return nil, fmt.Errorf("--server needs --view-token-file (the server's operators' token)")
+	}
+	tok, err := os.ReadFile(o.viewTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--view-token-file: %w", err)
+	}
+	u, err := url.Parse(strings.TrimSuffix(o.server, "/") + "/fleet/liveness")
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil {
+		return nil, fmt.Errorf("--server %q: want http(s)://host[:port] without credentials", o.server)
+	}
+	if o.install != "" {
+		u.RawQuery = url.Values{"install": {o.install}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	req.Header.Set("Accept", "application/json")
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read liveness from %s: %w", u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return nil, fmt.Errorf("read liveness from %s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(b)))
+	}
+	var rep contactReport
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxContactReport)).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("read liveness from %s: %w", u.Redacted(), err)
+	}
+	seen := make(map[string]int, len(rep.Contacts))
+	for i, c := range rep.Contacts {
+		seen[c.Install] = i
+	}
+	for i, r := range rows {
+		if j, ok := seen[r.Install]; ok {
+			c := rep.Contacts[j]
+			if r.Contact == nil || c.At.After(*r.Contact) {
+				at := c.At.UTC()
+				r.Contact, r.ContactKind = &at, c.Kind
+			}
+		}
+		rows[i] = r.At(rep.Now)
+	}
+	return rows, nil
 }
