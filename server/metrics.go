@@ -92,6 +92,13 @@ type metrics struct {
 	retired        *prometheus.CounterVec
 	connsOpen      prometheus.Gauge
 	connsShed      *prometheus.CounterVec
+
+	// Repository maintenance (maintenance.go).
+	maintenanceRuns     *prometheus.CounterVec
+	maintenanceDuration *prometheus.HistogramVec
+	looseObjects        prometheus.Gauge
+	packs               prometheus.Gauge
+	packBytes           prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -163,6 +170,27 @@ func newMetrics() *metrics {
 			Name: "nuon_server_connections_shed_total",
 			Help: "Connections closed at the cap to make room for a new one, by state (idle: between requests, new: no request yet).",
 		}, []string{"state"}),
+		maintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_maintenance_runs_total",
+			Help: "Repository maintenance tasks run (geometric-repack, commit-graph, pack-refs), by task and result (ok, error).",
+		}, []string{"task", "result"}),
+		maintenanceDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nuon_server_maintenance_duration_seconds",
+			Help:    "Time each repository maintenance task took, at the lowest CPU and I/O priority.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"task"}),
+		looseObjects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_loose_objects",
+			Help: "Loose objects in the repository after the last maintenance (git count-objects).",
+		}),
+		packs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_packs",
+			Help: "Packs in the repository after the last maintenance.",
+		}),
+		packBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_pack_bytes",
+			Help: "Bytes of the repository's packs after the last maintenance.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -171,6 +199,7 @@ func newMetrics() *metrics {
 		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
 		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded, m.retired,
 		m.connsOpen, m.connsShed,
+		m.maintenanceRuns, m.maintenanceDuration, m.looseObjects, m.packs, m.packBytes,
 	)
 	// Zero series for the results a dashboard alerts on, so that rate()
 	// works before the first event.

@@ -94,6 +94,11 @@ type Config struct {
 	// before it had one: anyone who reaches it can make the server check
 	// main (bursts coalesce, HookInterval).
 	HookOpen bool
+	// MaintenanceInterval is how often the server maintains its
+	// repository (maintenance.go: geometric repack, commit-graph,
+	// pack-refs, at the lowest priority); default
+	// DefaultMaintenanceInterval, negative: never.
+	MaintenanceInterval time.Duration
 	// HookInterval is the least time between two checks of main that
 	// webhooks start: a burst of hooks makes one check at once and at
 	// most one more when the interval is over. Default
@@ -135,6 +140,9 @@ func (c *Config) defaults() error {
 	}
 	if c.HookInterval <= 0 {
 		c.HookInterval = DefaultHookInterval
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
 	}
 	c.Limits.defaults()
 	return nil
@@ -194,6 +202,8 @@ type Server struct {
 	live               *liveness
 	liveStop, liveDone chan struct{}
 	liveOnce           sync.Once
+
+	maint maintenance // the repository's maintenance loop (maintenance.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -260,6 +270,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.mirror = newMirror(dir, cfg.Upstream, s.upstreamEnv, cfg.UpstreamAuth, s.log, s.metrics)
 	}
 	s.startLiveness()
+	s.startMaintenance(ctx)
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
 		s.Close()
 		return nil, err
@@ -274,6 +285,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // git process the server keeps for reading objects.
 func (s *Server) Close() error {
 	s.stopLiveness()
+	s.stopMaintenance()
 	s.pushes.close()
 	s.objects.close()
 	return nil
