@@ -452,6 +452,14 @@ func (s *Server) livenessRoutes() {
 	}
 }
 
+// LastContact is install id's last signed contact as this server knows
+// it (on a replica, its own and the writer's): when, and what it asked
+// ("poll" or "push"); ok is false when none is known. For the rollout
+// controller and others that judge an install alive.
+func (s *Server) LastContact(id string) (at time.Time, kind string, ok bool) {
+	return s.live.last(id)
+}
+
 // contactOf is the kind of contact a git request is.
 func contactOf(endpoint string, r *http.Request) uint32 {
 	if endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack" {

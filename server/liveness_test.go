@@ -171,7 +171,11 @@ func TestLiveness(t *testing.T) {
 	if n := unreachable(); n != 1 {
 		t.Fatalf("unreachable 25m after the poll: %v, want 1", n)
 	}
-	if page := installPage(t, hs.URL, "acme"); !strings.Contains(page, "no signed contact since "+polled.UTC().Format(time.RFC3339)) {
+	if at, kind, ok := srv.LastContact("acme"); !ok || !at.Equal(polled) || kind != "poll" {
+		t.Fatalf("LastContact = %v %q %v, want the poll at %s", at, kind, ok, polled)
+	}
+	if page := installPage(t, hs.URL, "acme"); !strings.Contains(page, "no signed contact since "+polled.UTC().Format(time.RFC3339)) ||
+		!strings.Contains(page, `id="contact">`+polled.UTC().Format("2006-01-02 15:04:05Z")) {
 		t.Fatalf("install page does not name the poll:\n%s", page)
 	}
 	m := scrape(t, hs.URL+"/metrics")
