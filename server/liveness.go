@@ -461,8 +461,10 @@ func (s *Server) LastContact(id string) (at time.Time, kind string, ok bool) {
 }
 
 // contactOf is the kind of contact a git request is.
+// A poll's query is not parsed (url.Values is an allocation a poll need
+// not make): only info/refs has one.
 func contactOf(endpoint string, r *http.Request) uint32 {
-	if endpoint == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack" {
+	if endpoint == "git-receive-pack" || (endpoint == "info/refs" && strings.Contains(r.URL.RawQuery, "service=git-receive-pack")) {
 		return contactPush
 	}
 	return contactPoll
