@@ -80,3 +80,28 @@ func TestLivenessTable(t *testing.T) {
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// FuzzLivenessFile: whatever the liveness file holds (a damaged disk, an
+// older server), loading it does not panic, and what it takes is only
+// contacts with an install and a time.
+func FuzzLivenessFile(f *testing.F) {
+	f.Add([]byte(`{"version":1,"contacts":[{"install":"acme","at":"2026-11-27T00:00:00Z","kind":"poll"}]}`))
+	f.Add([]byte(`{"version":1,"contacts":[{"install":"","at":"2026-11-27T00:00:00Z"},{"install":"x","at":"0001-01-01T00:00:00Z","kind":"push"}]}`))
+	f.Add([]byte(`{"version":2}`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, livenessFile)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l := newLiveness()
+		if err := l.load(path); err != nil {
+			return
+		}
+		for _, r := range l.since(0) {
+			if r.Install == "" || r.At.IsZero() {
+				t.Fatalf("loaded %+v from %q", r, data)
+			}
+		}
+	})
+}
