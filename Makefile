@@ -125,9 +125,10 @@ registry: ## install docker-registry, htpasswd and openssl for the registry test
 	hack/registry.sh install
 
 .PHONY: bench-fleet
-bench-fleet: ## render 1,000, 10,000 and 100,000 installs cold and re-render one, then re-render one 10 times in-process (NUON_BENCH_FLEET lists the sizes; make bench runs 1,000 and 10,000)
+bench-fleet: ## render 1,000, 10,000 and 100,000 installs cold and re-render one, then re-render one 10 times in-process (NUON_BENCH_FLEET lists the sizes; make bench runs 1,000 and 10,000); then the soak: NUON_BENCH_SOAK_INSTALLS (100,000) installs through the real server for a simulated week, NUON_BENCH_SOAK_CHANGES per mille changing a day: repository growth per install per day, loose objects, maintenance time, poll p99 during maintenance
 	NUON_BENCH_FLEET=$${NUON_BENCH_FLEET:-1000,10000,100000} $(GO) test -run='^$$' -bench='^BenchmarkRenderFleet$$' -benchtime=1x -count=1 -timeout 60m ./renderer
 	NUON_BENCH_FLEET=$${NUON_BENCH_FLEET:-1000,10000,100000} $(GO) test -run='^$$' -bench='^BenchmarkRerender$$' -benchtime=10x -count=1 -timeout 60m ./renderer
+	NUON_BENCH_SOAK_INSTALLS=$${NUON_BENCH_SOAK_INSTALLS:-100000} $(GO) test -run='^$$' -bench='^BenchmarkFleetSoak$$' -benchtime=1x -count=1 -timeout 120m ./server
 
 .PHONY: bench-sync
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts

@@ -96,15 +96,20 @@ type Config struct {
 	// DriftConcurrency bounds the drift checks running at once in the
 	// install, whatever their components' schedules; default 2.
 	DriftConcurrency int
-	// Heartbeat is the longest the agent goes without a status commit:
-	// when nothing else changed for that long it writes one carrying only
-	// the time, so the fleet can tell a quiet install from a dead one
-	// (fleet.StateUnreachable). Default 10m; negative turns it off.
+	// Heartbeat is the longest the agent goes without being heard from,
+	// announced in its status (HeartbeatEvery) so the fleet can tell a
+	// quiet install from a dead one (fleet.StateUnreachable). Where the
+	// heartbeat goes is HeartbeatTo; it is never a status commit. Default
+	// 10m; negative turns it off.
 	Heartbeat time.Duration
 	// HealthInterval is how often each applied component's health is
 	// checked again (step_health.go), so that Ready means checked
 	// recently; default Heartbeat (10m), negative turns it off.
 	HealthInterval time.Duration
+	// HeartbeatTo is HeartbeatRef (default: the install's liveness ref on
+	// a plain git host, tip only) or HeartbeatPolls (a tenant server,
+	// which records every signed poll: no commit at all).
+	HeartbeatTo string
 	// Interval between polls; default 30s. Each wait is jittered by ±10%.
 	// Failed components are retried 4 intervals after a pass in which
 	// they failed, doubling while they keep failing, up to MaxBackoff.
@@ -200,6 +205,8 @@ type Agent struct {
 	// root is the version of the trust root the agent holds (see
 	// Config.TrustRoot); nil when it judges by Config.Trust.
 	root atomic.Pointer[trust.Root]
+	// lastBeat is when the last heartbeat was delivered (HeartbeatRef).
+	lastBeat time.Time
 }
 
 // jobRetry is the schedule failing jobs retry on: 4 intervals after the
@@ -234,6 +241,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 10 * time.Minute
+	}
+	switch cfg.HeartbeatTo {
+	case "":
+		cfg.HeartbeatTo = HeartbeatRef
+	case HeartbeatRef, HeartbeatPolls:
+	default:
+		return nil, fmt.Errorf("agent: heartbeat to %q: want %s or %s", cfg.HeartbeatTo, HeartbeatRef, HeartbeatPolls)
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
@@ -388,4 +402,7 @@ type Report struct {
 	Pushed       bool          `json:"pushed"`
 	// Jobs run in this reconcile.
 	Jobs []*schemas.Job `json:"jobs"`
+	// Heartbeat is the liveness commit this reconcile pushed
+	// (HeartbeatRef), if any; it is not a status commit.
+	Heartbeat plumbing.Hash `json:"heartbeat,omitzero"`
 }

@@ -15,6 +15,7 @@ import (
 
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -168,8 +169,11 @@ func TestDriftVetoed(t *testing.T) {
 	}
 }
 
-// TestHeartbeat: an agent with nothing to do writes no commit until its
-// heartbeat is due, then one carrying only the time.
+// TestHeartbeat: an agent with nothing to do writes no status commit,
+// ever. On a git host its heartbeat, when due, replaces the tip of its
+// liveness ref with one parentless signed commit, so the ref keeps one
+// commit however long the install idles; talking to a tenant server
+// (HeartbeatPolls) it writes nothing at all.
 func TestHeartbeat(t *testing.T) {
 	tn := newTenant(t)
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -178,21 +182,62 @@ func TestHeartbeat(t *testing.T) {
 	if st := a.reconcile(t).Status; st.HeartbeatEvery != "10m0s" || st.Heartbeat != nil {
 		t.Fatalf("first status: heartbeatEvery %q heartbeat %v", st.HeartbeatEvery, st.Heartbeat)
 	}
-	before := tn.git("rev-parse", schemas.StatusRef("acme"))
+	status := tn.git("rev-parse", schemas.StatusRef("acme"))
+	live := schemas.LivenessRef("acme")
 	clk.Set(base.Add(9 * time.Minute))
-	if rep := a.reconcile(t); !rep.Idle {
-		t.Fatal("a poll before the heartbeat was due wrote a commit")
+	if rep := a.reconcile(t); !rep.Idle || !rep.Heartbeat.IsZero() {
+		t.Fatalf("a poll before the heartbeat was due: idle %v heartbeat %s", rep.Idle, rep.Heartbeat)
 	}
-	clk.Set(base.Add(10 * time.Minute))
-	rep := a.reconcile(t)
-	if rep.Idle || rep.Status.Heartbeat == nil || !rep.Status.Heartbeat.Equal(base.Add(10*time.Minute)) {
-		t.Fatalf("heartbeat due: idle %v heartbeat %v", rep.Idle, rep.Status.Heartbeat)
+	var beats []string
+	for i := 1; i <= 3; i++ {
+		clk.Set(base.Add(time.Duration(i) * 10 * time.Minute))
+		rep := a.reconcile(t)
+		if !rep.Idle || rep.Heartbeat.IsZero() {
+			t.Fatalf("heartbeat %d due: idle %v heartbeat %s", i, rep.Idle, rep.Heartbeat)
+		}
+		if got := tn.git("rev-parse", live); got != rep.Heartbeat.String() {
+			t.Fatalf("liveness ref %s, want the beat %s", got, rep.Heartbeat)
+		}
+		if n := tn.git("rev-list", "--count", live); n != "1" {
+			t.Fatalf("liveness ref holds %s commits after beat %d, want 1", n, i)
+		}
+		want := base.Add(time.Duration(i) * 10 * time.Minute).Format("2006-01-02T15:04:05+00:00")
+		if when := tn.git("log", "-1", "--format=%aI", live); when != want {
+			t.Fatalf("beat %d time %s, want %s", i, when, want)
+		}
+		if msg := tn.git("log", "-1", "--format=%B", live); !strings.Contains(msg, schemas.TrailerInstall+": acme") || !strings.Contains(msg, status) {
+			t.Fatalf("beat %d message:\n%s", i, msg)
+		}
+		beats = append(beats, rep.Heartbeat.String())
 	}
-	if got := tn.git("rev-parse", schemas.StatusRef("acme")+"^"); got != before {
-		t.Fatalf("heartbeat commit's parent = %s, want the last status %s", got, before)
+	if got := tn.git("rev-parse", schemas.StatusRef("acme")); got != status {
+		t.Fatalf("heartbeats moved the status ref: %s → %s", status, got)
 	}
-	if when := tn.git("log", "-1", "--format=%aI", schemas.StatusRef("acme")); when != "2030-01-01T00:10:00+00:00" {
-		t.Fatalf("heartbeat commit time %s", when)
+	if beats[0] == beats[1] || beats[1] == beats[2] {
+		t.Fatalf("beats did not replace the tip: %v", beats)
+	}
+
+	// Through a tenant server: no beat, no ref.
+	b := tn.agent("globex", func(c *agent.Config) {
+		c.Now = clk.Now
+		c.Heartbeat = 10 * time.Minute
+		c.HeartbeatTo = agent.HeartbeatPolls
+	})
+	if st := b.reconcile(t).Status; st.HeartbeatEvery != "10m0s" {
+		t.Fatalf("globex announces heartbeat %q, want 10m0s", st.HeartbeatEvery)
+	}
+	gstatus := tn.git("rev-parse", schemas.StatusRef("globex"))
+	for i := 1; i <= 3; i++ {
+		clk.Set(clk.Now().Add(30 * time.Minute))
+		if rep := b.reconcile(t); !rep.Idle || !rep.Heartbeat.IsZero() {
+			t.Fatalf("HeartbeatPolls pass %d: idle %v heartbeat %s", i, rep.Idle, rep.Heartbeat)
+		}
+	}
+	if got := tn.git("rev-parse", schemas.StatusRef("globex")); got != gstatus {
+		t.Fatalf("an idle install through the server moved its status ref: %s → %s", gstatus, got)
+	}
+	if out, err := gittest.Run(tn.bare, nil, "rev-parse", "--verify", "--quiet", schemas.LivenessRef("globex")); err == nil {
+		t.Fatalf("HeartbeatPolls wrote a liveness ref: %s", out)
 	}
 }
 

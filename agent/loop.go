@@ -74,6 +74,11 @@ type pass struct {
 	pushed  bool
 	// gate is what the customer's policy says this pass (customerGate).
 	gate *customerGate
+	// livenessHead is the remote liveness ref (HeartbeatRef); beat says a
+	// heartbeat is due, beatCommit is the one delivered.
+	livenessHead plumbing.Hash
+	beat         bool
+	beatCommit   plumbing.Hash
 }
 
 // Reconcile runs one pass of the loop: poll, status, recover, sandbox,
@@ -124,6 +129,9 @@ func (a *Agent) reconcile(ctx context.Context) (*Report, error) {
 	// Push even when nothing else was due: a status written while the
 	// remote was down is delivered once it is back.
 	err = p.push(ctx)
+	if err == nil {
+		p.liveness(ctx)
+	}
 	return p.report(out, err), err
 }
 
@@ -143,7 +151,7 @@ func (p *pass) run(ctx context.Context, steps []step) (outcome, error) {
 }
 
 func (p *pass) report(out outcome, err error) *Report {
-	rep := &Report{Outcome: out.String(), StatusCommit: p.localHead, Pushed: p.pushed, Jobs: p.jobs}
+	rep := &Report{Outcome: out.String(), StatusCommit: p.localHead, Pushed: p.pushed, Jobs: p.jobs, Heartbeat: p.beatCommit}
 	if err != nil {
 		rep.Outcome = OutcomeFailed
 	}

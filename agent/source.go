@@ -19,6 +19,7 @@ import (
 	"nuon.dev/nuon/internal/gitproto"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/schemas"
 )
 
 // Remote is the agent's one connection to the tenant repository: read two
@@ -223,9 +224,15 @@ func (r goGitRemote) Push(ctx context.Context, st storage.Storer, ref plumbing.R
 	if !old.IsZero() {
 		require = []config.RefSpec{config.RefSpec(old.String() + ":" + ref.String())}
 	}
+	spec := config.RefSpec(ref.String() + ":" + ref.String())
+	if strings.HasPrefix(ref.String(), schemas.LivenessRefPrefix) {
+		// The liveness ref keeps only its tip: each beat replaces it,
+		// still only from the old tip read (RequireRemoteRefs).
+		spec = "+" + spec
+	}
 	err := r.remote(st).PushContext(ctx, &git.PushOptions{
 		RemoteName:        "tenant",
-		RefSpecs:          []config.RefSpec{config.RefSpec(ref.String() + ":" + ref.String())},
+		RefSpecs:          []config.RefSpec{spec},
 		RequireRemoteRefs: require,
 		Auth:              r.auth,
 	})

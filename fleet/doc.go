@@ -20,8 +20,13 @@
 //     failure;
 //   - Stale while the agent reports its desired state past its signed
 //     expiry, and only then;
-//   - Unreachable once the newest status commit is older than twice the
-//     heartbeat interval the agent announced: "no status commit since …".
+//   - Unreachable once the install was not heard from for twice the
+//     heartbeat interval the agent announced (Install.LastSeen): neither a
+//     status commit nor a signed contact, which is the tenant server's
+//     record of its last signed poll or push (Install.Contact, `nuon status
+//     --server`) or, on a plain git host, the verified tip of its liveness
+//     ref (ReadLiveness): "no signed contact since …" or "no status commit
+//     since …".
 //
 // InSync says whether the agent has reported on the desired ref the
 // install has now (SYNCED in the table): an install at generation 1 of 2

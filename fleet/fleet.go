@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -66,6 +67,15 @@ type Install struct {
 	// that (see At).
 	HeartbeatEvery string `json:"heartbeatEvery,omitempty"`
 	Unreachable    bool   `json:"unreachable"`
+	// Contact is the install's last signed contact when something saw
+	// one: a request signed by its key that the tenant server checked (a
+	// poll of its desired ref, a push), or the tip of its liveness ref
+	// on a plain git host (ReadLiveness). ContactKind says which (poll,
+	// push, heartbeat). Nil: only the status commit's time is known. An
+	// install is Unreachable when neither is newer than twice its
+	// heartbeat (see LastSeen).
+	Contact     *time.Time `json:"contact,omitempty"`
+	ContactKind string     `json:"contactKind,omitempty"`
 	// Artifacts is the agent's artifact verification, as its status says:
 	// Verified, Unverified (--insecure-skip-artifact-verification), or
 	// empty from an agent that predates the field.
@@ -76,8 +86,8 @@ type Install struct {
 }
 
 // StateUnreachable is Install.State when the agent's heartbeat is late:
-// its newest status commit is older than twice the heartbeat interval it
-// announced. It says nothing about the desired state (see StateStale);
+// neither its last signed contact nor its newest status commit is newer
+// than twice the heartbeat interval it announced. It says nothing about the desired state (see StateStale);
 // the rest of the row is what the agent last said.
 const StateUnreachable = "Unreachable"
 
@@ -128,6 +138,10 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 	if err != nil {
 		return nil, err
 	}
+	live, err := repo.Refs(schemas.LivenessRefPrefix)
+	if err != nil {
+		return nil, err
+	}
 	rows := []Install{}
 	for name, h := range refs {
 		id := strings.TrimPrefix(name.String(), schemas.StatusRefPrefix)
@@ -137,6 +151,12 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 		row, err := readInstall(repo, id, h, keys[id], now)
 		if err != nil {
 			return nil, err
+		}
+		if l, ok := live[plumbing.ReferenceName(schemas.LivenessRef(id))]; ok {
+			if at, err := ReadLiveness(repo.Storer(), id, l, keys[id]); err == nil {
+				row.Contact, row.ContactKind = &at, ContactHeartbeat
+				row = row.At(now)
+			}
 		}
 		rows = append(rows, row)
 	}
@@ -189,10 +209,61 @@ func (i Install) At(now time.Time) Install {
 	if i.Stale {
 		i.State = StateStale
 	}
-	if every, err := time.ParseDuration(i.HeartbeatEvery); err == nil && every > 0 && now.Sub(i.Time) > lateFactor*every {
+	if every, err := time.ParseDuration(i.HeartbeatEvery); err == nil && every > 0 && now.Sub(i.LastSeen()) > lateFactor*every {
 		i.State, i.Unreachable = StateUnreachable, true
 	}
 	return i
+}
+
+// LastSeen is when the install was last heard from: its last signed
+// contact or its newest status commit, whichever is later. A status push
+// is a signed contact too; the commit's time counts so that a reader who
+// knows no contact (a git host, a server just restarted without its
+// liveness file) judges as before.
+func (i Install) LastSeen() time.Time {
+	if i.Contact != nil && i.Contact.After(i.Time) {
+		return i.Contact.UTC()
+	}
+	return i.Time
+}
+
+// silence says since when an install whose heartbeat is late has been
+// silent, in the words of Reason.
+func (i Install) silence() string {
+	if i.Contact != nil && i.Contact.After(i.Time) {
+		return "no signed contact since " + i.Contact.UTC().Format(time.RFC3339)
+	}
+	return "no status commit since " + i.Time.UTC().Format(time.RFC3339)
+}
+
+// ContactHeartbeat is Install.ContactKind for a beat on the install's
+// liveness ref (a plain git host).
+const ContactHeartbeat = "heartbeat"
+
+// ErrLiveness is a liveness commit that does not count as the install's
+// contact: not signed by its key, not naming it, or not a lone commit.
+var ErrLiveness = errors.New("liveness commit refused")
+
+// ReadLiveness reads the tip of install id's liveness ref (h) and returns
+// its time, verified as a status is: signed by the install's agentKey
+// (key), naming the install in its Nuon-Install trailer, without parents
+// (the ref keeps only its tip, so it carries no history to read). A
+// commit anyone else could have written says nothing of the install.
+func ReadLiveness(st storer.EncodedObjectStorer, id string, h plumbing.Hash, key string) (time.Time, error) {
+	c, err := gitobj.ReadCommit(st, h)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w", id, err)
+	}
+	if len(c.ParentHashes) != 0 {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: %s has parents", id, ErrLiveness, h)
+	}
+	if ok, why := Verify(c, id, key); !ok {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: %s", id, ErrLiveness, why)
+	}
+	if got, _ := schemas.Trailer(c.Message, schemas.TrailerInstall); got != id {
+		return time.Time{}, fmt.Errorf("liveness of %s: %w: it names install %q", id, ErrLiveness, got)
+	}
+	return c.Committer.When.UTC(), nil
 }
 
 // Verify says whether the status commit c is signed by key, the agentKey
@@ -262,7 +333,7 @@ const maxInstallFile = 1 << 20
 func (i Install) Reason() string {
 	switch {
 	case i.State == StateUnreachable:
-		return "no status commit since " + i.Time.UTC().Format(time.RFC3339) + " (heartbeat " + i.HeartbeatEvery + ")"
+		return i.silence() + " (heartbeat " + i.HeartbeatEvery + ")"
 	case i.State == StateStale && i.Expires != nil:
 		return "desired state expired " + i.Expires.UTC().Format(time.RFC3339)
 	case i.State == StateStale:

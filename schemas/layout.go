@@ -30,7 +30,16 @@ const (
 	// gets a new generation beside the earlier ones: nothing is
 	// overwritten (ArchiveGenRef).
 	ArchiveRefPrefix = "refs/nuon/archive/"
+	// LivenessRefPrefix + id is an install's liveness on a plain git host:
+	// one parentless commit signed by the install's key, force-updated at
+	// each heartbeat, so it keeps only its tip and adds no history. An
+	// agent that talks to nuon server writes none: its signed polls are
+	// its liveness.
+	LivenessRefPrefix = "refs/heads/nuon/liveness/"
 )
+
+// LivenessRef is the ref of an install's liveness on a plain git host.
+func LivenessRef(id string) string { return LivenessRefPrefix + id }
 
 // InstallRef is the ref of an install's desired state.
 func InstallRef(id string) string { return InstallRefPrefix + id }

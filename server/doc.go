@@ -52,6 +52,7 @@
 //	GET  /operator/info/refs?service=git-upload-pack    an operator's read of the branches (operator key)
 //	POST /operator/git-upload-pack                      an operator's fetch (operator key)
 //	POST /operator/requests                             an operator files a request (operator key)
+//	GET  /operator/liveness[?install=ID]                every install's last signed contact, for nuon status (operator key)
 //	POST /operator/rollouts                             an operator pauses, resumes or aborts a rollout (operator key; server/rollout_control.go)
 //	POST /builds/requests                               vendor CI files a build request (key of trust/builds)
 //	GET  /builds/requests/{id}?wait=S                   a build request's state and result (either build key)
@@ -475,7 +476,8 @@
 // The words are `nuon status`'s (package fleet): STATE is the install's
 // phase, Held or Waiting while it defers a change for its customer,
 // Stale only while its desired state is past its signed expiry,
-// Unreachable once its heartbeat is late, Unreported before its first
+// Unreachable once its heartbeat is late (its last signed contact, see
+// Liveness), Unreported before its first
 // status; each comes with its reason (fleet.Install.Reason). Synced is
 // the CLI's SYNCED, with the generation reported of the one rendered.
 // Drift reads "drift 2" or "drift 1 corrected". A status older than
@@ -525,6 +527,29 @@
 // was first refreshed from the writer; it stays ready while the writer is
 // down, serving its mirror as it is, and
 // nuon_server_replica_last_refresh_timestamp_seconds says how old that is).
+//
+// # Liveness
+//
+// An install's signed requests are its heartbeat: the server records each
+// install's last signed contact (time, and poll or push) in memory, with
+// no lock on the poll path (liveness.go), and the fleet view, the metrics
+// (nuon_server_contact_age_seconds, nuon_server_installs_unreachable) and
+// `nuon status --server` (GET /operator/liveness, the operator's key) judge
+// Unreachable from it: not heard from for twice the heartbeat the status
+// announces. Agents that talk to the server write no heartbeat commits,
+// so an idle install adds nothing to the repository. Replicas send the
+// writer what they saw and take back the writer's, every PollInterval
+// (POST /replica/liveness, the replica token): the writer holds the
+// fleet's liveness, and a replica too, a poll interval behind. The table
+// is saved to nuon-liveness.json every minute and at Close, and read at
+// start, so a restart does not turn the fleet Unreachable.
+//
+// # Repository maintenance
+//
+// Every MaintenanceInterval (1h) the server repacks its repository
+// itself, with git's own incremental tools at the lowest priority
+// (maintenance.go): geometric repack with a multi-pack index, a split
+// commit-graph, packed refs. Polls, fetches and pushes go on beside it.
 //
 // # Read replicas
 //

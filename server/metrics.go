@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"nuon.dev/nuon/fleet"
 	"nuon.dev/nuon/internal/signature/request"
 )
 
@@ -91,6 +92,13 @@ type metrics struct {
 	retired        *prometheus.CounterVec
 	connsOpen      prometheus.Gauge
 	connsShed      *prometheus.CounterVec
+
+	// Repository maintenance (maintenance.go).
+	maintenanceRuns     *prometheus.CounterVec
+	maintenanceDuration *prometheus.HistogramVec
+	looseObjects        prometheus.Gauge
+	packs               prometheus.Gauge
+	packBytes           prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -162,6 +170,27 @@ func newMetrics() *metrics {
 			Name: "nuon_server_connections_shed_total",
 			Help: "Connections closed at the cap to make room for a new one, by state (idle: between requests, new: no request yet).",
 		}, []string{"state"}),
+		maintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nuon_server_maintenance_runs_total",
+			Help: "Repository maintenance tasks run (geometric-repack, commit-graph, pack-refs), by task and result (ok, error).",
+		}, []string{"task", "result"}),
+		maintenanceDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nuon_server_maintenance_duration_seconds",
+			Help:    "Time each repository maintenance task took, at the lowest CPU and I/O priority.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"task"}),
+		looseObjects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_loose_objects",
+			Help: "Loose objects in the repository after the last maintenance (git count-objects).",
+		}),
+		packs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_packs",
+			Help: "Packs in the repository after the last maintenance.",
+		}),
+		packBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nuon_server_repository_pack_bytes",
+			Help: "Bytes of the repository's packs after the last maintenance.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -170,6 +199,7 @@ func newMetrics() *metrics {
 		m.renders, m.renderDuration, m.renderChanged, m.mainChecks,
 		m.polls, m.fetches, m.pushes, m.pushDuration, m.refusals, m.mirrors, m.replicaSyncs, m.replicaLast, m.forwarded, m.retired,
 		m.connsOpen, m.connsShed,
+		m.maintenanceRuns, m.maintenanceDuration, m.looseObjects, m.packs, m.packBytes,
 	)
 	// Zero series for the results a dashboard alerts on, so that rate()
 	// works before the first event.
@@ -211,12 +241,22 @@ var (
 	ageDesc = prometheus.NewDesc("nuon_server_status_age_seconds",
 		"Age of each install's newest status commit, as a histogram over the fleet.", nil, nil)
 	statusAgeBuckets = []float64{30, 60, 120, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
+	contactAgeDesc   = prometheus.NewDesc("nuon_server_contact_age_seconds",
+		"Seconds since each install's last signed contact (a poll, a fetch or a push its key signed), as a histogram over the installs the server has heard from; on a replica, its own and the writer's.", nil, nil)
+	unreachableDesc = prometheus.NewDesc("nuon_server_installs_unreachable",
+		"Installs Unreachable: no signed contact, nor status commit, for longer than twice the heartbeat their status announces.", nil, nil)
+	contactedDesc = prometheus.NewDesc("nuon_server_installs_contacted",
+		"Installs the server knows a signed contact of (since its liveness file began).", nil, nil)
+	contactAgeBuckets = []float64{10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
 )
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- installsDesc
 	ch <- quietDesc
 	ch <- ageDesc
+	ch <- contactAgeDesc
+	ch <- unreachableDesc
+	ch <- contactedDesc
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -254,4 +294,32 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(quietDesc, prometheus.GaugeValue, float64(quiet))
 	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
+	ch <- prometheus.MustNewConstMetric(unreachableDesc, prometheus.GaugeValue, float64(states[fleet.StateUnreachable]))
+	c.collectContacts(ch, now)
+}
+
+// collectContacts reports the age of every install's last signed contact
+// (liveness.go): one pass over the table, a histogram, no series per
+// install.
+func (c *fleetCollector) collectContacts(ch chan<- prometheus.Metric, now time.Time) {
+	buckets := make(map[float64]uint64, len(contactAgeBuckets))
+	var count uint64
+	var sum float64
+	c.v.s.live.m.Range(func(_, v any) bool {
+		ns := v.(*contact).at.Load()
+		if ns == 0 {
+			return true
+		}
+		age := max(now.Sub(time.Unix(0, ns)).Seconds(), 0)
+		count++
+		sum += age
+		for _, b := range contactAgeBuckets {
+			if age <= b {
+				buckets[b]++
+			}
+		}
+		return true
+	})
+	ch <- prometheus.MustNewConstMetric(contactedDesc, prometheus.GaugeValue, float64(count))
+	ch <- prometheus.MustNewConstHistogram(contactAgeDesc, count, sum, buckets)
 }

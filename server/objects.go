@@ -212,7 +212,10 @@ func createLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []b
 	pool.Put(zw)
 	tmp := filepath.Join(fan, "tmp_obj_"+hex[2:10]+strconv.FormatUint(rand.Uint64(), 36))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if errors.Is(err, os.ErrNotExist) {
+	// git prune-packed (repository maintenance) removes a fan-out
+	// directory it emptied, which can happen between the MkdirAll and the
+	// open: make it again, as git's own object writer does.
+	for try := 0; errors.Is(err, os.ErrNotExist) && try < 5; try++ {
 		if err = os.MkdirAll(fan, 0o755); err == nil {
 			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 		}
@@ -268,7 +271,9 @@ func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 	lock := path + ".lock"
 	open := func() (*os.File, error) { return os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) }
 	f, err := open()
-	if errors.Is(err, os.ErrNotExist) {
+	// git pack-refs (repository maintenance) removes the directories of
+	// the loose refs it packed: make them again, as git does.
+	for try := 0; errors.Is(err, os.ErrNotExist) && try < 5; try++ {
 		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 			f, err = open()
 		}

@@ -127,8 +127,12 @@ func (s *Server) operatorRoutes() {
 	s.mux.HandleFunc("POST "+OperatorPath+"/git-upload-pack", o.authed(o.uploadPack))
 	s.mux.HandleFunc("POST "+OperatorPath+"/requests", o.authed(o.file))
 	s.mux.HandleFunc("POST "+requests.RolloutPath, o.authed(o.controlRollout))
+	// Every install's last signed contact, for nuon status --server.
+	s.mux.HandleFunc("GET "+OperatorPath+"/liveness", o.authed(func(w http.ResponseWriter, r *http.Request, _ signature.AllowedSigner) {
+		s.serveLiveness(w, r)
+	}))
 	s.mux.HandleFunc(OperatorPath+"/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack, POST requests and POST rollouts", http.StatusNotFound)
+		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack, POST requests, POST rollouts and GET liveness", http.StatusNotFound)
 	})
 }
 

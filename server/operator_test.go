@@ -415,3 +415,54 @@ func TestOperatorFileRaceUpstream(t *testing.T) {
 		t.Errorf("upstream's %s = %s, want %s", requests.Ref, got, h2)
 	}
 }
+
+// TestOperatorLiveness: an operator's key reads every install's last
+// signed contact; after acme's agent polls (a request signed by its own
+// key), acme is there and globex, which did not poll, is not; an
+// install's key and an untrusted key read nothing.
+func TestOperatorLiveness(t *testing.T) {
+	e := newEnv(t)
+	op, _ := loadKey(t, "operator")
+	read := func(key *signature.Signer, query string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, e.http.URL+server.OperatorPath+"/liveness"+query, nil)
+		if err := operatorSigner(key).Sign(req); err != nil {
+			t.Fatal(err)
+		}
+		return send(t, req.Method, req.URL.String(), req.Header, nil)
+	}
+	// acme's agent polls its desired ref, signed by acme's key.
+	poll, _ := http.NewRequest(http.MethodGet, e.http.URL+"/tenant.git/info/refs?service=git-upload-pack", nil)
+	poll.Header.Set("Git-Protocol", "version=2")
+	if err := (&request.Signer{Install: "acme", Key: e.keys["acme"]}).Sign(poll); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := send(t, poll.Method, poll.URL.String(), poll.Header, nil); code != http.StatusOK {
+		t.Fatalf("acme's poll: %d %s", code, out)
+	}
+	code, out := read(op, "")
+	if code != http.StatusOK {
+		t.Fatalf("operator's read: %d %s", code, out)
+	}
+	var rep struct {
+		Now      time.Time
+		Contacts []struct{ Install, Kind string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	for _, c := range rep.Contacts {
+		got[c.Install] = c.Kind
+	}
+	if got["acme"] != "poll" || got["globex"] != "" {
+		t.Errorf("contacts %v, want acme's poll and nothing of globex", got)
+	}
+	if code, out := read(op, "?install=globex"); code != http.StatusOK || strings.Contains(out, `"install"`) {
+		t.Errorf("globex alone: %d %s, want no contact", code, out)
+	}
+	for name, key := range map[string]*signature.Signer{"install key": e.keys["acme"], "untrusted": e.keys["render"]} {
+		if code, out := read(key, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s", name, code, out)
+		}
+	}
+}

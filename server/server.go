@@ -94,6 +94,11 @@ type Config struct {
 	// before it had one: anyone who reaches it can make the server check
 	// main (bursts coalesce, HookInterval).
 	HookOpen bool
+	// MaintenanceInterval is how often the server maintains its
+	// repository (maintenance.go: geometric repack, commit-graph,
+	// pack-refs, at the lowest priority); default
+	// DefaultMaintenanceInterval, negative: never.
+	MaintenanceInterval time.Duration
 	// HookInterval is the least time between two checks of main that
 	// webhooks start: a burst of hooks makes one check at once and at
 	// most one more when the interval is over. Default
@@ -135,6 +140,9 @@ func (c *Config) defaults() error {
 	}
 	if c.HookInterval <= 0 {
 		c.HookInterval = DefaultHookInterval
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
 	}
 	c.Limits.defaults()
 	return nil
@@ -193,6 +201,13 @@ type Server struct {
 	archived   map[string]bool
 
 	rollouts *rollouts // the rollout controller (rollout.go)
+	// live is every install's last signed contact (liveness.go), saved
+	// and exchanged by a loop that Close stops.
+	live               *liveness
+	liveStop, liveDone chan struct{}
+	liveOnce           sync.Once
+
+	maint maintenance // the repository's maintenance loop (maintenance.go)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -258,6 +273,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Upstream != "" {
 		s.mirror = newMirror(dir, cfg.Upstream, s.upstreamEnv, cfg.UpstreamAuth, s.log, s.metrics)
 	}
+	s.startLiveness()
+	s.startMaintenance(ctx)
 	if s.view, err = newView(s, cfg.ViewToken); err != nil {
 		s.Close()
 		return nil, err
@@ -272,6 +289,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // Close stops taking pushes once those being written are, and ends the
 // git process the server keeps for reading objects.
 func (s *Server) Close() error {
+	s.stopLiveness()
+	s.stopMaintenance()
 	s.pushes.close()
 	s.objects.close()
 	return nil
@@ -295,6 +314,7 @@ func (s *Server) routes() {
 	}
 	s.operatorRoutes()
 	s.buildRoutes()
+	s.livenessRoutes()
 	// The repository's path is free: agents use any URL ending in the
 	// smart-HTTP endpoints, e.g. https://server/tenant.git.
 	s.mux.HandleFunc("/", s.serveGit)
@@ -334,6 +354,8 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 		return
 	}
+	// A signed request is the install's heartbeat (liveness.go).
+	s.live.record(install, contactOf(endpoint, r), s.cfg.Now())
 	// Verify put a reader in r.Body that fails at the end of a body that
 	// is not the one signed; every handler reads to the end before it
 	// acts, so a mismatch has refused the request. Log and count it.

@@ -339,6 +339,7 @@ func (v *view) update() (*fleetIndex, error) {
 	refs, version := v.s.refs.snapshot()
 	if v.index == nil {
 		v.index = newFleetIndex()
+		v.index.live = v.s.live
 	}
 	v.labels.read(repo.Storer(), main)
 	ids := map[string]bool{}
@@ -360,7 +361,7 @@ func (v *view) update() (*fleetIndex, error) {
 		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
 			continue
 		}
-		changed[id] = newEntry(readViewInstall(rr, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
+		changed[id] = newEntry(readViewInstall(rr, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
 	}
 	for id := range v.index.entries {
 		if !ids[id] {
@@ -404,7 +405,7 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			continue
 		}
 		refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
-		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now)
+		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
 	}
 	v.index.apply(changed)
 }

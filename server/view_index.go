@@ -60,16 +60,31 @@ const (
 	rankReady
 )
 
-func newEntry(in *viewInstall, labels map[string]string, now time.Time) *viewEntry {
+// newEntry makes in's entry as it stands at now. With live (the server's
+// liveness table), the install is Unreachable only when its last signed
+// contact is late too; an entry shown Unreachable is watched, so that its
+// next contact makes the index look again (fleetIndex.advance).
+func newEntry(in *viewInstall, labels map[string]string, now time.Time, live *liveness) *viewEntry {
 	e := &viewEntry{in: in, labels: labels, state: phaseUnreported}
 	if in.Status != nil {
-		row := in.Status.At(now)
+		st := live.withContact(*in.Status)
+		row := st.At(now)
+		if row.Unreachable && live != nil {
+			// Watch first, then read again: a contact in between is
+			// seen here or revives the entry.
+			if at, kind, ok := live.watch(in.ID); ok && (st.Contact == nil || at.After(*st.Contact)) {
+				st.Contact, st.ContactKind = &at, kind
+				if row = st.At(now); !row.Unreachable {
+					live.unwatch(in.ID)
+				}
+			}
+		}
 		e.row, e.state = &row, row.State
 		if e.state == "" {
 			e.state = phaseUnreported
 		}
 		if every, err := time.ParseDuration(row.HeartbeatEvery); err == nil && every > 0 && !row.Unreachable {
-			e.late = row.Time.Add(lateFactor*every + time.Nanosecond)
+			e.late = row.LastSeen().Add(lateFactor*every + time.Nanosecond)
 		}
 	}
 	e.rank = e.stateRank()
@@ -231,6 +246,8 @@ type fleetIndex struct {
 	entries map[string]*viewEntry
 	late    lateHeap
 	now     time.Time // the index's time: states are as they stand at it
+	// live is the server's liveness table (nil: status commits alone).
+	live *liveness
 	// syms numbers every word the filters compare (states, channels,
 	// component names, versions, phases) from 1; it only grows, as
 	// far as the fleet's variety of words.
@@ -321,17 +338,29 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 }
 
 // advance brings the index to now: installs whose heartbeat turned late
-// since become Unreachable, in the order of their deadlines.
+// since become Unreachable, in the order of their deadlines (an install
+// whose signed contact is newer only moves its deadline), and those shown
+// Unreachable that made a signed contact since are not any more.
 func (x *fleetIndex) advance(now time.Time) {
 	if now.After(x.now) {
 		x.now = now
+	}
+	// Installs shown Unreachable that made a signed contact since.
+	if ids := x.live.takeRevived(); len(ids) > 0 {
+		changed := map[string]*viewEntry{}
+		for _, id := range ids {
+			if e := x.entries[id]; e != nil {
+				changed[id] = newEntry(e.in, e.labels, x.now, x.live)
+			}
+		}
+		x.apply(changed)
 	}
 	for len(x.late) > 0 && !x.late[0].late.After(x.now) {
 		e := heap.Pop(&x.late).(*viewEntry)
 		if e.gone {
 			continue
 		}
-		x.apply(map[string]*viewEntry{e.in.ID: newEntry(e.in, e.labels, x.now)})
+		x.apply(map[string]*viewEntry{e.in.ID: newEntry(e.in, e.labels, x.now, x.live)})
 	}
 }
 

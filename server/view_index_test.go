@@ -57,7 +57,7 @@ func TestFleetIndexMoves(t *testing.T) {
 		x := newFleetIndex()
 		changed := map[string]*viewEntry{}
 		for _, in := range ins {
-			changed[in.ID] = newEntry(in, nil, at)
+			changed[in.ID] = newEntry(in, nil, at, nil)
 		}
 		x.apply(changed)
 		x.advance(at)
@@ -98,8 +98,8 @@ func TestFleetIndexMoves(t *testing.T) {
 	next[2] = indexInstall("initech", "stable", schemas.InstallReady, later, "10m0s", ok)
 	next = append(next[:5], next[6:]...)
 	x.apply(map[string]*viewEntry{
-		"globex":  newEntry(next[1], nil, later),
-		"initech": newEntry(next[2], nil, later),
+		"globex":  newEntry(next[1], nil, later, nil),
+		"initech": newEntry(next[2], nil, later, nil),
 		"z00":     nil,
 	})
 	same(t, built(later, next), x)
@@ -111,7 +111,7 @@ func TestFleetIndexMoves(t *testing.T) {
 	// fresh.
 	acme := indexInstall("acme", "stable", schemas.InstallReady, later, "10m0s", ok)
 	next[0] = acme
-	x.apply(map[string]*viewEntry{"acme": newEntry(acme, nil, later)})
+	x.apply(map[string]*viewEntry{"acme": newEntry(acme, nil, later, nil)})
 	end := now.Add(21 * time.Minute) // the old acme would be late; the new one is not
 	x.advance(end)
 	if x.entries["acme"].state != schemas.InstallReady {
@@ -129,7 +129,7 @@ func TestFleetQuery(t *testing.T) {
 	corrected.Corrected = true
 	x := newFleetIndex()
 	add := func(in *viewInstall, labels map[string]string) {
-		x.apply(map[string]*viewEntry{in.ID: newEntry(in, labels, now)})
+		x.apply(map[string]*viewEntry{in.ID: newEntry(in, labels, now, nil)})
 	}
 	add(indexInstall("acme-1", "stable", schemas.InstallReady, now, "", comp("api", "2.4.0", schemas.PhaseApplied)), map[string]string{"region": "eu"})
 	add(indexInstall("acme-2", "beta", schemas.InstallDegraded, now, "", comp("api", "2.3.0", schemas.PhaseFailed)), map[string]string{"region": "us"})

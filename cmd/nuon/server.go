@@ -28,7 +28,7 @@ type serverOptions struct {
 	mode, writer, replicaTokenFile    string
 	hookSecretFile                    string
 	hookOpen                          bool
-	hookInterval                      time.Duration
+	hookInterval, maintenanceInterval time.Duration
 	limits                            server.Limits
 }
 
@@ -168,6 +168,7 @@ serves; /readyz answers 200 once main has been checked since start.`,
 	f.StringVar(&o.hookSecretFile, "hook-secret-file", os.Getenv("NUON_HOOK_SECRET_FILE"), "file with the webhook secret the git host signs /hooks/main with (default $NUON_HOOK_SECRET_FILE)")
 	f.BoolVar(&o.hookOpen, "hook-open", false, "serve /hooks/main without a secret: anyone who reaches it can make the server check main")
 	f.DurationVar(&o.hookInterval, "hook-interval", server.DefaultHookInterval, "least time between two checks of main that webhooks start")
+	f.DurationVar(&o.maintenanceInterval, "maintenance-interval", envDuration("NUON_MAINTENANCE_INTERVAL", server.DefaultMaintenanceInterval), "how often the server repacks its repository (geometric repack, commit-graph, pack-refs, at the lowest priority, never blocking polls or pushes); 0 turns it off (default $NUON_MAINTENANCE_INTERVAL or 1h)")
 	f.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
 	f.DurationVar(&o.limits.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "time a request's body has to arrive (a push is at most 8 MiB of pack)")
 	f.DurationVar(&o.limits.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "time a response waits on a client that does not read it, from its last write")
@@ -239,6 +240,10 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		}
 		cfg.RenderKey = k
 	}
+	cfg.MaintenanceInterval = o.maintenanceInterval
+	if o.maintenanceInterval == 0 {
+		cfg.MaintenanceInterval = -1 // off
+	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -276,4 +281,13 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 		err = nil
 	}
 	return err
+}
+
+// envDuration is the duration in the environment variable name, or def
+// when it is unset or does not parse.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
 }

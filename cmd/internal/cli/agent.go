@@ -69,10 +69,14 @@ Between renders the agent checks each applied component for drift on the
 component's own schedule (drift: {mode, schedule} in nuon.yaml), at most
 --drift-concurrency at once: a read-only drift job whose findings, per
 resource, go into the status; mode correct re-applies the applied spec. A
-check that finds nothing new writes no commit. When nothing changed for
---heartbeat the agent writes a status commit carrying only the time, so
-'nuon status' can tell a quiet install from one whose agent is gone
-(Unreachable). An install's own operations: settings can turn drift checks
+check that finds nothing new writes no commit. The agent announces --heartbeat
+in its status, so 'nuon status' can tell a quiet install from one whose agent
+is gone (Unreachable: not heard from for twice that); a heartbeat is never a
+status commit. Through a tenant server (--server-auth) every signed poll is
+the heartbeat and the server records it: an idle install writes nothing. On a
+plain git host, when nothing changed for --heartbeat, one parentless signed
+commit replaces the tip of refs/heads/nuon/liveness/<ID>, which keeps only that
+commit. An install's own operations: settings can turn drift checks
 off; the status then says so.
 
 Operators' requests ('nuon logs', 'nuon debug') arrive with the desired state.
@@ -200,8 +204,8 @@ container or by hand:
 	f.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Minute, "longest wait after repeated failures")
 	f.IntVar(&o.concurrency, "concurrency", 4, "most jobs running at once")
 	f.IntVar(&o.driftConcurrency, "drift-concurrency", 2, "most drift checks running at once")
-	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without a status commit; 0 sends no heartbeat")
 	f.DurationVar(&o.healthInterval, "health-interval", 0, "how often each applied component's health is checked again (kstatus of its Kubernetes objects, terraform.health), so Ready means checked recently; a check that cannot reach them or finds them gone turns the component Failed until it is re-applied; 0: the --heartbeat interval; negative: off")
+	f.DurationVar(&o.heartbeat, "heartbeat", 10*time.Minute, "longest time without being heard from, announced in the status (through a tenant server every poll counts; on a git host a beat replaces the liveness ref's tip); 0 sends no heartbeat")
 	f.StringVar(&o.jobCommand, "job-command", "", "the nuon binary that runs jobs (default: this binary when it is nuon, else nuon beside it, else nuon on PATH)")
 	f.StringVarP(&o.output, "output", "o", "text", "with --once: print the result as text or json")
 	f.StringVar(&o.sandboxDir, "sandbox-dir", "", "the sandbox's state directory, as nuon install create left it (terraform.tfstate, outputs.json); default WORKDIR/components/sandbox")
@@ -330,6 +334,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 		DriftConcurrency: o.driftConcurrency,
 		Heartbeat:        heartbeatOrOff(o.heartbeat),
 		HealthInterval:   o.healthInterval,
+		HeartbeatTo:      heartbeatTo(o.serverAuth),
 		Interval:         o.interval,
 		MaxBackoff:       o.maxBackoff,
 		Logger:           log,
@@ -468,6 +473,16 @@ func tfArgs(argv []string, file string) []string {
 		file = abs
 	}
 	return append(argv, "--tf-cli-config", file)
+}
+
+// heartbeatTo is where the agent's heartbeat goes: nowhere but its
+// signed polls through a tenant server, which records each; on a plain
+// git host, the tip of its liveness ref.
+func heartbeatTo(serverAuth bool) string {
+	if serverAuth {
+		return agent.HeartbeatPolls
+	}
+	return agent.HeartbeatRef
 }
 
 // heartbeatOrOff maps the flag's 0 (no heartbeat) to the agent's negative.
