@@ -299,6 +299,13 @@ func writeResult(job *schemas.Job, res *schemas.JobResult, runErr error, red *re
 	if res != nil {
 		out.Outputs, out.Sensitive, out.Changed = res.Outputs, res.Sensitive, res.Changed
 		out.Drift, out.Health, out.Answer = redactReports(res, red)
+		if res.Plan != nil {
+			// The plan record rides in the result too: its diff quotes
+			// resources, redacted here as drift is.
+			p := *res.Plan
+			p.Diff = red.String(p.Diff)
+			out.Plan = &p
+		}
 		if res.BrokenLock != nil {
 			l := *res.BrokenLock
 			l.Who = red.String(l.Who)

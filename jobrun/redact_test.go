@@ -38,7 +38,8 @@ var leaky = funcPlugin(func(ctx context.Context, job *schemas.Job, env reconcile
 	if err := cmd.Run(); err != nil {
 		return nil, err
 	}
-	return &schemas.JobResult{Outputs: map[string]any{"echo": "value " + s, "n": []any{s}}},
+	return &schemas.JobResult{Outputs: map[string]any{"echo": "value " + s, "n": []any{s}},
+			Plan: &schemas.PlanRecord{Component: "network", Hash: "sha256:" + strings.Repeat("0", 64), Diff: "~ license = " + s}},
 		fmt.Errorf("terraform apply: variable license: invalid value %q", s)
 })
 
@@ -80,6 +81,9 @@ func TestJobRedacts(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if !strings.Contains(string(res), `"diff": "~ license = `+redact.Marker) {
+		t.Errorf("result's plan record lacks its redacted diff:\n%s", res)
 	}
 	if !strings.Contains(string(res), `"error": "terraform apply: variable license: invalid value \"[redacted]\""`) {
 		t.Errorf("result:\n%s", res)
