@@ -211,15 +211,10 @@ func createLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []b
 	_ = zw.Close()
 	pool.Put(zw)
 	tmp := filepath.Join(fan, "tmp_obj_"+hex[2:10]+strconv.FormatUint(rand.Uint64(), 36))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	// git prune-packed (repository maintenance) removes a fan-out
 	// directory it emptied, which can happen between the MkdirAll and the
-	// open: make it again, as git's own object writer does.
-	for try := 0; errors.Is(err, os.ErrNotExist) && try < 5; try++ {
-		if err = os.MkdirAll(fan, 0o755); err == nil {
-			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		}
-	}
+	// open.
+	f, err := createIn(fan, func() (*os.File, error) { return os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444) })
 	if err != nil {
 		return nil, fmt.Errorf("write object %s: %w", h, err)
 	}
@@ -253,6 +248,25 @@ func writeLoose(dir string, h plumbing.Hash, t plumbing.ObjectType, content []by
 // errRefLocked is a ref whose lock file another writer holds: try again.
 var errRefLocked = errors.New("ref is locked")
 
+// createIn creates a file in dir with open, making dir when it is missing
+// — again and again, as git's own writers do (raceproof_create_file): git
+// prune-packed and pack-refs, run by repository maintenance beside the
+// server, remove the directories they empty, and can do so between the
+// MkdirAll and the open any number of times while they work through a
+// fleet's refs. It gives up after about a second.
+func createIn(dir string, open func() (*os.File, error)) (*os.File, error) {
+	f, err := open()
+	for try := 0; errors.Is(err, os.ErrNotExist) && try < 200; try++ {
+		if try >= 3 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			f, err = open()
+		}
+	}
+	return f, err
+}
+
 // staleLock is the age past which a ref's lock file is taken to be left
 // by a writer that died (git's own hold one for milliseconds).
 const staleLock = 10 * time.Second
@@ -270,14 +284,9 @@ func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 	path := filepath.Join(dir, filepath.FromSlash(name))
 	lock := path + ".lock"
 	open := func() (*os.File, error) { return os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) }
-	f, err := open()
 	// git pack-refs (repository maintenance) removes the directories of
-	// the loose refs it packed: make them again, as git does.
-	for try := 0; errors.Is(err, os.ErrNotExist) && try < 5; try++ {
-		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-			f, err = open()
-		}
-	}
+	// the loose refs it packed.
+	f, err := createIn(filepath.Dir(path), open)
 	// Another writer's lock (git pack-refs, run by git gc): wait for it as
 	// git does (core.filesRefLockTimeout, 100 ms by default).
 	for wait := time.Millisecond; errors.Is(err, os.ErrExist) && wait <= 64*time.Millisecond; wait *= 2 {
