@@ -300,6 +300,9 @@ REACH
 	printf '  %-8s %s\n' vendor "registry $vendor_reg"
 }
 
+# The operator's view goes through nuon server, signed with the operator's key.
+op_status() { "$nuon" status --server "$server_url" --key "$root/fixtures/keys/operator" | sed 's/^/  /'; }
+
 # converge waits until every install's agent reported on its current desired
 # state with every component applied.
 converge() {
@@ -351,8 +354,8 @@ git -C "$demo/tenant.git" show refs/heads/nuon/installs/acme:install.json | pyth
 import json, sys
 print("  apply order: " + " → ".join(json.load(sys.stdin)["components"]))'
 
-step "nuon status"
-"$nuon" status --repo "$demo/tenant.git"
+step "nuon status, read through nuon server with the operator's key (trust/requests on main lists it)"
+op_status
 if command -v kubectl >/dev/null; then
 	step "what acme's helm and manifests jobs applied (kubectl; no kubelet runs the Pods)"
 	kubectl --kubeconfig "$demo/installs/acme/sandbox/run/kube/kubeconfig" get deployments,configmaps,secrets -n shop 2>/dev/null |
@@ -376,7 +379,7 @@ git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname
 
 step "agents: only the stable installs' database job runs"
 converge
-"$nuon" status --repo "$demo/tenant.git"
+op_status
 
 step "the audit log of acme: git log refs/heads/nuon/status/acme"
 git -C "$demo/tenant.git" log --format='  %h %s' refs/heads/nuon/status/acme
@@ -420,8 +423,6 @@ sys.exit(0 if st["decision"]["kind"] == sys.argv[1] and st["to"].get("dashboards
 	return 1
 }
 rollout_status() { "$nuon" rollout status stable --repo "$demo/tenant.git" --trust "$demo/allowed_signers" --history "${1:-5}" | sed 's/^/  /'; }
-# The operator's view goes through nuon server, signed with the operator's key.
-op_status() { "$nuon" status --server "$server_url" --key "$root/fixtures/keys/operator" | sed 's/^/  /'; }
 # dashboards_of prints the dashboards version each install's agent last
 # reported, and how it stands.
 dashboards_of() {
