@@ -31,6 +31,15 @@ case ${1:-} in
 esac
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# act closes the act before it, printing how long it took, and opens the
+# next: the demo tells its story in acts.
+act_name= act_start=$SECONDS
+act() {
+	[[ -n $act_name ]] && printf '\n\033[36m--- %s: %ds\033[0m\n' "$act_name" $((SECONDS - act_start))
+	act_name=$1 act_start=$SECONDS
+	[[ -n $act_name ]] && printf '\n\033[1;36m===== %s\033[0m\n' "$act_name"
+	return 0
+}
 
 # stop_all stops what a demo in $demo left running: each install's agent
 # (its whole session: the agent and its jobs) and sandbox (kube-apiserver,
@@ -76,6 +85,7 @@ demo=$(cd "$demo" && pwd)
 export GIT_AUTHOR_NAME="Vendor Dev" GIT_AUTHOR_EMAIL=dev@vendor.example
 export GIT_COMMITTER_NAME="Vendor Dev" GIT_COMMITTER_EMAIL=dev@vendor.example
 
+act "the fleet: the app built, signed and released; nuon server renders it; three installs converge"
 step "tenant repository at $demo/tenant.git (main = fixtures/tenant)"
 git init --quiet --bare --initial-branch=main "$demo/tenant.git"
 git clone --quiet "$demo/tenant.git" "$demo/main" 2>/dev/null
@@ -204,7 +214,8 @@ cp "$root/fixtures/tenant/trust/requests" "$demo/request_signers"
 step "nuon install create --cloud local, for each install; its agent talks to nuon server"
 agent_flags=(--agent-flag=--server-auth --agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub"
 	--agent-flag=--request-trust="$demo/request_signers"
-	--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn)
+	--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn
+	--agent-flag=--health-interval=10s)
 for id in "${installs[@]}"; do
 	f=$root/fixtures/tenant/installs/$id.yaml
 	echo "  $id:"
@@ -263,10 +274,11 @@ up_env() {
   fleet view         $server_url/fleet  sign in with the token $(cat "$demo/server/view-token")
                      (in \$NUON_VIEW_TOKEN_FILE; this demo's only, on loopback)
   curl -H "Authorization: Bearer \$(cat "\$NUON_VIEW_TOKEN_FILE")" "\$NUON_FLEET_URL"
-  nuon status --repo "\$NUON_REPO"                          what each agent reported (the tenant repository: not yet through the server)
-  nuon logs acme database --repo "\$NUON_REPO" --key "\$NUON_OPERATOR_KEY" --no-wait
-                                                           nuon server renders the request within a second
-  nuon requests --repo "\$NUON_REPO"                        their state; answers in git show nuon/status/acme:answers/ID.txt
+  nuon status                                              what each agent reported, read through nuon server
+                                                           (\$NUON_SERVER_URL, each request signed with \$NUON_OPERATOR_KEY)
+  nuon logs acme database --tail 5                         a signed request, filed through nuon server, which renders
+                                                           it into acme's desired state at once; acme's agent answers
+  nuon requests --install acme                             the requests' state; answers in git show nuon/status/acme:answers/ID.txt
   docs/operators-guide.md                                  the rest: restart, re-point, delete, trust, drift
   kubectl --kubeconfig "\$NUON_ACME_KUBECONFIG" get deployments,configmaps -n shop
   curl --cacert "\$NUON_ACME_REGISTRY_CA" -u "nuon:\$(cat "\$NUON_ACME_REGISTRY_PASSWORD_FILE")" "https://\$NUON_ACME_REGISTRY/v2/_catalog"
@@ -287,6 +299,9 @@ REACH
 	printf '  %-8s pid %s, log %s\n' server "$(cat "$demo/server/server.pid")" "$demo/server/server.log"
 	printf '  %-8s %s\n' vendor "registry $vendor_reg"
 }
+
+# The operator's view goes through nuon server, signed with the operator's key.
+op_status() { "$nuon" status --server "$server_url" --key "$root/fixtures/keys/operator" | sed 's/^/  /'; }
 
 # converge waits until every install's agent reported on its current desired
 # state with every component applied.
@@ -339,14 +354,15 @@ git -C "$demo/tenant.git" show refs/heads/nuon/installs/acme:install.json | pyth
 import json, sys
 print("  apply order: " + " → ".join(json.load(sys.stdin)["components"]))'
 
-step "nuon status"
-"$nuon" status --repo "$demo/tenant.git"
+step "nuon status, read through nuon server with the operator's key (trust/requests on main lists it)"
+op_status
 if command -v kubectl >/dev/null; then
 	step "what acme's helm and manifests jobs applied (kubectl; no kubelet runs the Pods)"
 	kubectl --kubeconfig "$demo/installs/acme/sandbox/run/kube/kubeconfig" get deployments,configmaps,secrets -n shop 2>/dev/null |
 		grep -v kube-root-ca | sed 's/^/  acme: /' || true
 fi
 
+act "a promotion: database 1.1.0 on stable, no rollout policy yet: both stable installs at once"
 step "promotion: a pull request moves database to 1.1.0 on stable"
 sed -i 's/^  database: 1.0.0$/  database: 1.1.0/' "$demo/main/channels/stable.yaml"
 git -C "$demo/main" commit --quiet -am "stable: promote database 1.1.0"
@@ -363,22 +379,140 @@ git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname
 
 step "agents: only the stable installs' database job runs"
 converge
-"$nuon" status --repo "$demo/tenant.git"
+op_status
 
 step "the audit log of acme: git log refs/heads/nuon/status/acme"
 git -C "$demo/tenant.git" log --format='  %h %s' refs/heads/nuon/status/acme
 echo "agent $(cut -d' ' -f1,2 "$demo/installs/acme/agent.key.pub")" > "$demo/acme_signers"
 git -C "$demo/tenant.git" -c gpg.ssh.allowedSignersFile="$demo/acme_signers" verify-commit refs/heads/nuon/status/acme 2>&1 | sed 's/^/  /'
 if [[ $mode == up ]]; then
+	act ""
 	up_env
 	trap - EXIT
 	exit 0
 fi
 
+# ---- change control: a staged rollout (rollout/, server/rollout.go) -------------
+# The demo's own copy of the tenant gets a rollout policy on stable, by a
+# pull request: acme, labelled ring=canary, gets each change of stable's
+# pins first; initech, the rest, only once acme runs it healthy. nuon
+# server's rollout controller decides each step from the installs' signed
+# status and records it, signed, on refs/heads/nuon/rollouts/stable.
+act "change control: a staged rollout on stable halts on a bad release, then a fix finishes"
+
+# rollout_state prints stable's rollout.json as the controller last wrote
+# it (nothing before its first decision).
+rollout_state() { git -C "$demo/tenant.git" show refs/heads/nuon/rollouts/stable:rollout.json 2>/dev/null || true; }
+# decided waits until the controller's last decision on stable is $1 for
+# a rollout to dashboards $2.
+decided() {
+	for _ in $(seq 600); do
+		if rollout_state | python3 -c '
+import json, sys
+try:
+    st = json.load(sys.stdin)
+except ValueError:
+    sys.exit(1)
+sys.exit(0 if st["decision"]["kind"] == sys.argv[1] and st["to"].get("dashboards") == sys.argv[2] else 1)' "$1" "$2"; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	echo "demo: the rollout controller did not decide \"$1\" for dashboards $2 within 5 minutes; its log: $demo/server/server.log" >&2
+	rollout_state >&2
+	return 1
+}
+rollout_status() { "$nuon" rollout status stable --repo "$demo/tenant.git" --trust "$demo/allowed_signers" --history "${1:-5}" | sed 's/^/  /'; }
+# dashboards_of prints the dashboards version each install's agent last
+# reported, and how it stands.
+dashboards_of() {
+	local id
+	for id in "${installs[@]}"; do
+		git -C "$demo/tenant.git" show "refs/heads/nuon/status/$id:status.json" | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["components"].get("dashboards", {})
+err = (": " + c["error"].splitlines()[0][:110]) if c.get("error") else ""
+print("  %-8s dashboards %-6s %s%s" % (sys.argv[1], c.get("version", "-"), c.get("phase", "-"), err))' "$id"
+	done
+}
+
+# A wave passes only on installs healthy on the new version: every
+# component Applied and Ready. The sandboxes run no kubelet, so the API's
+# Pods never run and its Deployment stays Progressing: the demo runs it at
+# 0 replicas, which the Deployment controller reports Ready, and each
+# agent checks its components' health every 10 s (--health-interval).
+step "the demo's API at 0 replicas: no kubelet runs its Pods, and a rollout needs every component Ready"
+git -C "$demo/main" pull --quiet --ff-only
+sed -i 's/^      replicas: 2$/      replicas: 0/' "$demo/main/nuon.yaml"
+git -C "$demo/main" commit --quiet -am "shop: the demo's API at 0 replicas (its sandboxes run no Pods)"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+converge
+
+step "a pull request labels acme ring=canary and gives stable two waves: canary, then the rest"
+git -C "$demo/main" pull --quiet --ff-only
+printf 'labels:\n  ring: canary\n' >>"$demo/main/installs/acme.yaml"
+cat >>"$demo/main/channels/stable.yaml" <<'POLICY'
+# Each change of these pins reaches the canary ring first, the rest
+# only when every canary runs it healthy.
+rollout:
+  waves:
+    - name: canary
+      selector:
+        matchLabels: {ring: canary}
+    - name: rest
+      rest: true
+POLICY
+git -C "$demo/main" commit --quiet -am "stable: changes reach the canary ring (acme) first, then the rest"
+git -C "$demo/main" push --quiet origin HEAD:rollout-policy
+echo "  nuon render --dry-run --source refs/heads/rollout-policy shows the waves:"
+"$nuon" render --repo "$demo/tenant.git" --key "$root/fixtures/keys/render" --source refs/heads/rollout-policy --dry-run |
+	grep -i -A4 'wave' | sed 's/^/    /' || true
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+decided baseline 1.1.0
+echo "  merged; the rollout controller recorded stable's pins as its baseline:"
+rollout_status 1
+
+step "vendor CI releases dashboards 1.3.0 (fixtures/demo/dashboards-1.3.0: a ConfigMap key the API server refuses)"
+build dashboards --dir dashboards="$root/fixtures/demo/dashboards-1.3.0" -o json >"$demo/build-dashboards-1.3.0.json"
+release dashboards 1.3.0 "$demo/build-dashboards-1.3.0.json"
+git -C "$demo/main" pull --quiet --ff-only
+sed -i 's/^  dashboards: .*/  dashboards: 1.3.0/' "$demo/main/channels/stable.yaml"
+git -C "$demo/main" commit --quiet -am "stable: promote dashboards 1.3.0"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+echo "  merged stable: dashboards 1.3.0; the controller opens wave 1 (acme) only; acme's agent fails to apply it, its signed status says so, and the controller halts:"
+decided halted 1.3.0
+rollout_status 3
+step "halted: acme alone got 1.3.0; initech (wave 2) and globex (beta) never did"
+dashboards_of
+echo "  nuon status, through nuon server with the operator's key:"
+op_status
+
+step "vendor CI releases the fix, dashboards 1.3.1; stable pins it: a new rollout, canary first again"
+build dashboards --dir dashboards="$root/fixtures/demo/dashboards-1.3.1" -o json >"$demo/build-dashboards-1.3.1.json"
+release dashboards 1.3.1 "$demo/build-dashboards-1.3.1.json"
+git -C "$demo/main" pull --quiet --ff-only
+sed -i 's/^  dashboards: .*/  dashboards: 1.3.1/' "$demo/main/channels/stable.yaml"
+git -C "$demo/main" commit --quiet -am "stable: promote dashboards 1.3.1, the fix of 1.3.0"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+echo "  acme runs 1.3.1 healthy, so wave 2 opens: initech goes from 1.1.0 straight to 1.3.1, never seeing 1.3.0:"
+decided finished 1.3.1
+rollout_status 4
+converge
+step "finished: every stable install runs dashboards 1.3.1"
+dashboards_of
+op_status
+# ---- end of change control ------------------------------------------------------
+
+act "the end of an install"
 step "nuon install delete initech: nuon server renders it deleted, its agent deletes every component, then its agent and sandbox go; its history stays"
 "$nuon" install delete initech --repo "$demo/tenant.git" --dir "$demo/installs/initech" \
 	--timeout 5m --log-level warn | sed 's/^/  /'
 git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/nuon/archive/initech
 git -C "$demo/tenant.git" log --format='  %h %s' -3 refs/nuon/archive/initech/status
 
-printf '\ndemo state is in %s\n' "$demo"
+act ""
+printf '\nthe demo took %ds; its state is in %s\n' "$SECONDS" "$demo"
