@@ -422,7 +422,7 @@ sys.exit(0 if st["decision"]["kind"] == sys.argv[1] and st["to"].get("dashboards
 	rollout_state >&2
 	return 1
 }
-rollout_status() { "$nuon" rollout status stable --repo "$demo/tenant.git" --trust "$demo/allowed_signers" --history "${1:-5}" | sed 's/^/  /'; }
+rollout_status() { "$nuon" rollout status stable --server "$server_url" --key "$root/fixtures/keys/operator" --trust "$demo/allowed_signers" --history "${1:-5}" | sed 's/^/  /'; }
 # dashboards_of prints the dashboards version each install's agent last
 # reported, and how it stands.
 dashboards_of() {

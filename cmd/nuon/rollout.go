@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,14 +47,15 @@ signed request (nuon rollout pause|resume|abort).`,
 }
 
 type rolloutStatusOptions struct {
-	repo, trust, output, cacheDir, source string
-	history                               int
+	cli.TenantFlags
+	trust, output, source string
+	history               int
 }
 
 func newRolloutStatusCmd(g *cli.Globals) *cobra.Command {
 	o := &rolloutStatusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status [CHANNEL] --repo REPO --trust FILE",
+		Use:   "status [CHANNEL] (--server URL --key KEY | --repo REPO) --trust FILE",
 		Short: "Show each channel's rollout: its waves, phase and last decisions",
 		Long: `Status reads refs/heads/nuon/rollouts/<channel> of every channel that declares a
 rollout on main (or of CHANNEL), checks that the tenant server's render key,
@@ -67,8 +67,13 @@ failing installs, the status commit each failure was read from and the
 failing components' errors.
 
 A rollout ref that a key not in --trust signed is an error: it is not the
-controller's, and neither the server nor the renderer acts on it.`,
-		Example: `  nuon rollout status --repo ./tenant.git --trust render_signers
+controller's, and neither the server nor the renderer acts on it.
+
+With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+request signed with --key, an operator key that trust/requests on main lists;
+with --repo, the repository itself.`,
+		Example: `  nuon rollout status --server https://nuon.example.com --key ~/.ssh/nuon_operator --trust render_signers
+  nuon rollout status --repo ./tenant.git --trust render_signers
   nuon rollout status stable --repo https://git.example.com/vendor/tenant.git \
       --trust render_signers --output json`,
 		Args: cobra.MaximumNArgs(1),
@@ -80,17 +85,15 @@ controller's, and neither the server nor the renderer acts on it.`,
 			if len(args) == 1 {
 				channel = args[0]
 			}
-			return runRolloutStatus(cmd.Context(), g, o, channel)
+			return runRolloutStatus(cmd, g, o, channel)
 		},
 	}
+	o.TenantFlags.Register(cmd, "with --server: your operator key, listed in trust/requests on main")
 	f := cmd.Flags()
-	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&o.trust, "trust", "", "allowed_signers file of the tenant server's render keys (required)")
 	f.StringVar(&o.source, "source", schemas.MainRef, "where channels/ is read")
 	f.IntVar(&o.history, "history", 5, "decisions to show per channel, newest first")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd
 }
@@ -111,12 +114,13 @@ type rolloutDecision struct {
 	schemas.RolloutDecision
 }
 
-func runRolloutStatus(ctx context.Context, g *cli.Globals, o *rolloutStatusOptions, channel string) error {
+func runRolloutStatus(cmd *cobra.Command, g *cli.Globals, o *rolloutStatusOptions, channel string) error {
+	ctx := cmd.Context()
 	trust, err := signature.LoadAllowedSigners(o.trust)
 	if err != nil {
 		return err
 	}
-	repo, err := g.OpenRepo(o.repo, o.cacheDir)
+	repo, _, err := o.Open(cmd, g)
 	if err != nil {
 		return err
 	}

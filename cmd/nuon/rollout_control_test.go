@@ -73,6 +73,13 @@ func TestRolloutPauseCLI(t *testing.T) {
 		!strings.Contains(string(status), a.Request[:12]) || !strings.Contains(string(status), "error rate up") {
 		t.Fatalf("status: %v\n%s", err, status)
 	}
+	// The same through the server, with the operator's key.
+	if via, err := run(op, "rollout", "status", "stable", "--trust", st.trust); err != nil || !strings.Contains(via, "rollout 1 PAUSED") || !strings.Contains(via, "paused by support (key op") {
+		t.Fatalf("status through the server: %v\n%s", err, via)
+	}
+	if via, err := run(filepath.Join(st.keys, "acme"), "rollout", "status", "stable", "--trust", st.trust); err == nil || !strings.Contains(via, "not trusted for requests") {
+		t.Fatalf("status through the server with an install's key: %v\n%s", err, via)
+	}
 
 	for _, tc := range []struct {
 		key  string

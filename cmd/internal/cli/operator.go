@@ -145,3 +145,16 @@ func submit(ctx context.Context, server string, signer *request.Signer, repo *gi
 	}
 	return &a, nil
 }
+
+// TenantFlags are --repo, --server, --key and --cache-dir for commands
+// defined outside this package: the tenant read from the repository, or
+// through the tenant server with an operator's key.
+type TenantFlags struct{ tenantFlags }
+
+// Register adds the flags to cmd; keyHelp describes --key.
+func (t *TenantFlags) Register(cmd *cobra.Command, keyHelp string) { t.tenantFlags.flags(cmd, keyHelp) }
+
+// Open opens the tenant the flags name (see tenantFlags.open).
+func (t *TenantFlags) Open(cmd *cobra.Command, g *Globals) (*gitrepo.Repo, *request.Signer, error) {
+	return t.tenantFlags.open(cmd, g)
+}
