@@ -69,7 +69,7 @@ failing components' errors.
 A rollout ref that a key not in --trust signed is an error: it is not the
 controller's, and neither the server nor the renderer acts on it.
 
-With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+With --server (or $NUON_SERVER_URL) it reads through the tenant server, every HTTP
 request signed with --key, an operator key that trust/requests on main lists;
 with --repo, the repository itself.`,
 		Example: `  nuon rollout status --server https://nuon.example.com --key ~/.ssh/nuon_operator --trust render_signers

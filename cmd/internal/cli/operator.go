@@ -47,7 +47,7 @@ func (t *tenantFlags) flags(cmd *cobra.Command, keyHelp string) {
 }
 
 // useServer says whether the command goes through the tenant server: an
-// explicit --repo wins over $NUON_SERVER.
+// explicit --repo wins over $NUON_SERVER_URL.
 func (t *tenantFlags) useServer(cmd *cobra.Command) (bool, error) {
 	repoSet, serverSet := cmd.Flags().Changed("repo"), cmd.Flags().Changed("server")
 	switch {

@@ -45,7 +45,7 @@ func (o *requestOptions) flags(cmd *cobra.Command) {
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the answer) or json (the request's state and answer)")
 }
 
-const requestsHelp = `With --server (or $NUON_SERVER) the command goes through the tenant server: the
+const requestsHelp = `With --server (or $NUON_SERVER_URL) the command goes through the tenant server: the
 server checks the request as the renderer would (and the key's scope in the
 trust root, when main has one), files it, renders the install at once and
 answers; every HTTP request is signed with --key, no token. With --repo it
@@ -399,7 +399,7 @@ or dropped by the renderer because trust/requests on main does not list the
 key that signed it) or expired (its deadline passed unanswered). Answers are
 in each install's status ref: git show refs/heads/nuon/status/<id>:answers/<request>.txt
 
-With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+With --server (or $NUON_SERVER_URL) it reads through the tenant server, every HTTP
 request signed with --key, an operator key that trust/requests on main lists.`,
 		Example: `  nuon requests --server https://nuon.example.com --key ~/.ssh/nuon_operator --install acme
   nuon requests --repo ./tenant.git

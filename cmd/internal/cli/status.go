@@ -46,7 +46,7 @@ unhealthy ones ("health Progressing"), drift found by scheduled drift checks
 ("drift 2", "drift 1 corrected"), and kinds of operations the install's own
 settings turned off.
 
-With --server (or $NUON_SERVER) it reads through the tenant server, every HTTP
+With --server (or $NUON_SERVER_URL) it reads through the tenant server, every HTTP
 request signed with --key, an operator key that trust/requests on main lists;
 with --repo, the repository itself.
 
