@@ -576,7 +576,13 @@ func (r *run) loadSaved() (*schemas.PlanRecord, error) {
 		return nil, fmt.Errorf("%w: plan %s is stale: the component's objects were applied since it was made", ErrPlanMismatch, want)
 	}
 	for _, o := range s.Objects {
+		if o == nil {
+			return nil, fmt.Errorf("%w: saved plan %s holds a null object", ErrPlanMismatch, want)
+		}
 		obj := &unstructured.Unstructured{Object: reconciler.TypedNumbers(o).(map[string]any)}
+		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
+			return nil, fmt.Errorf("%w: saved plan %s holds an object without apiVersion, kind or name", ErrPlanMismatch, want)
+		}
 		d := &desired{obj: obj, id: object.UnstructuredToObjMetadata(obj), file: "plan " + want, stage: stageOf(obj)}
 		if d.digest, err = digest(obj); err != nil {
 			return nil, err
