@@ -51,6 +51,10 @@ type SavedSet struct {
 	// Base is the inventory the plan was made over (ids and digests): an
 	// apply over another inventory is stale and refused.
 	Base []Entry `json:"base"`
+	// Recreate is manifests.recreate when the plan was made: whether a
+	// replace deletes and creates the object. It is part of what is
+	// approved, so the apply takes it from here, not from the job.
+	Recreate bool `json:"recreate,omitempty"`
 }
 
 // encode is the canonical form of s.
@@ -148,6 +152,7 @@ func (r *run) savedSet() *SavedSet {
 		s.Prune = append(s.Prune, e)
 	}
 	s.Base = baseOf(r.inv)
+	s.Recreate = r.settings.Recreate
 	return s
 }
 
@@ -575,6 +580,7 @@ func (r *run) loadSaved() (*schemas.PlanRecord, error) {
 	if base := baseOf(r.inv); !slices.Equal(base, s.Base) {
 		return nil, fmt.Errorf("%w: plan %s is stale: the component's objects were applied since it was made", ErrPlanMismatch, want)
 	}
+	r.settings.Recreate = s.Recreate
 	for _, o := range s.Objects {
 		if o == nil {
 			return nil, fmt.Errorf("%w: saved plan %s holds a null object", ErrPlanMismatch, want)

@@ -63,11 +63,13 @@ type planHarness struct {
 	stateDir string
 	ns       string
 	inputs   map[string]any
+	recreate bool
 }
 
 func (h *planHarness) job(ns string, files map[string]string, plan *schemas.JobPlan) *schemas.Job {
 	job := newJob("store", ns, writeFiles(h.t, files), maps.Clone(h.inputs))
 	job.Plan = plan
+	job.Manifests.Recreate = h.recreate
 	return job
 }
 
@@ -351,6 +353,24 @@ func TestPlanRecordManifests(t *testing.T) {
 	// Without the delete, nothing is denied.
 	files["pvc.yaml"] = pvcData
 	rec = h.record(ns, files)
+	defer func() {
+		// manifests.recreate is part of the approved plan: the same
+		// objects with it have another hash, and its apply replaces the
+		// Deployment whatever the applying job says.
+		h.recreate = true
+		withRecreate := h.record(ns, files)
+		if withRecreate.Hash == rec.Hash {
+			t.Fatal("manifests.recreate does not change the plan hash")
+		}
+		h.recreate = false
+		uid := get(t, dyn(t, srv.Config()), deployments, ns, "web").GetUID()
+		if _, err, _ := h.apply(withRecreate.Hash, nil); err != nil {
+			t.Fatalf("apply the replace: %v", err)
+		}
+		if get(t, dyn(t, srv.Config()), deployments, ns, "web").GetUID() == uid {
+			t.Error("the approved replace did not replace the Deployment")
+		}
+	}()
 	if plan, err = reconciler.SavedPlanJSON(h.stateDir, rec.Hash); err != nil {
 		t.Fatal(err)
 	}
