@@ -266,3 +266,10 @@ func (p *pass) judgePlan(ctx context.Context, spec *schemas.ComponentState, rec 
 		"install": p.agent.cfg.Install, "component": spec.Name, "type": spec.Type, "plan": plan,
 	})
 }
+
+// planBound says whether components of type typ honour approval settings:
+// their plugins plan as records (schemas.JobPlan) and apply only a saved
+// plan by its hash.
+func planBound(typ string) bool {
+	return typ == schemas.TypeTerraform || typ == schemas.TypeManifests
+}

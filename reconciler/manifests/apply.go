@@ -61,7 +61,14 @@ func (c *changes) add(list *[]string, id string) {
 // version dropped, records the inventory and, with manifests.wait, waits
 // for every object to become ready. The result's Health is the objects'
 // health as kstatus computes it, whether or not the apply waited.
+//
+// A plan-bound job (job.Plan) does something else: mode record dry-runs
+// and keeps the saved object set (Record); mode apply applies the saved
+// set whose hash the job names and nothing else (ApplySaved).
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if job != nil && job.Plan != nil {
+		return p.applyPlanBound(ctx, job, env)
+	}
 	r, err := p.start(job, env)
 	if err != nil {
 		return nil, err
