@@ -237,6 +237,17 @@ type fleetRow struct {
 	Drift     []schemas.ResourceDrift
 	Corrected bool
 	Health    *schemas.Health
+	// Plan is the component's saved plan when it waits for approval
+	// (or was refused or rejected).
+	Plan *schemas.PlanRecord
+}
+
+// Approve is the command line that approves the row's waiting plan.
+func (r fleetRow) Approve() string {
+	if r.Plan == nil || r.Phase != schemas.PhaseAwaitingApproval {
+		return ""
+	}
+	return "nuon approve " + r.Install.ID + " " + r.Component + " --plan " + r.Plan.Hash + " --key ~/.ssh/approver"
 }
 
 // installRows are an install's rows, one per component desired or
@@ -257,7 +268,7 @@ func installRows(in *viewInstall) []fleetRow {
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		row := fleetRow{Install: in, Component: n, Desired: in.Desired.Versions[n], Phase: phaseUnreported}
 		if c, ok := reported[n]; ok {
-			row.Applied, row.Phase, row.Error, row.Drift, row.Corrected, row.Health = c.Version, c.Phase, c.Error, c.Drift, c.Corrected, c.Health
+			row.Applied, row.Phase, row.Error, row.Drift, row.Corrected, row.Health, row.Plan = c.Version, c.Phase, c.Error, c.Drift, c.Corrected, c.Health, c.Plan
 		}
 		rows = append(rows, row)
 	}
