@@ -120,6 +120,8 @@ func (v *view) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /fleet", v.operator(v.fleetPage))
 	mux.HandleFunc("GET /fleet/{$}", v.operator(v.fleetPage))
 	mux.HandleFunc("GET /fleet/installs/{id}", v.operator(v.installPage))
+	mux.HandleFunc("GET /fleet/rollouts", v.operator(v.rolloutsPage))
+	mux.HandleFunc("GET /fleet/rollouts/{channel}", v.operator(v.rolloutPage))
 }
 
 // operator lets a request through when it carries the view token as a
