@@ -1,0 +1,54 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFleetViewBuilding: while the first index is built, a page waits
+// at most its wait, then answers 503 with how far the build is and the
+// states of the installs read so far; once built, the page itself.
+func TestFleetViewBuilding(t *testing.T) {
+	now := time.Now()
+	s := &Server{cfg: Config{Now: func() time.Time { return now.Add(-42 * time.Second) }, ViewStaleAfter: time.Hour}}
+	v, err := newView(s, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.build.wait = 10 * time.Millisecond
+	v.build.total.Store(100000)
+	for _, st := range []string{"Ready", "Ready", "Degraded", "<b>odd</b>"} {
+		v.build.counted(st)
+	}
+	served := 0
+	h := v.indexed(func(w http.ResponseWriter, r *http.Request) { served++ })
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/fleet", nil))
+	body := rec.Body.String()
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || served != 0 {
+		t.Fatalf("during the build: %d, Retry-After %q, page served %d times", rec.Code, rec.Header().Get("Retry-After"), served)
+	}
+	for _, want := range []string{
+		`building the fleet index: 4 of 100000 installs read and verified, 42s since the server started`,
+		`<tr data-state="Degraded"><td><span class="phase phase-degraded">Degraded</span></td><td class="n">1</td></tr>`,
+		`<tr data-state="Ready"><td><span class="phase phase-ready">Ready</span></td><td class="n">2</td></tr>`,
+		`&lt;b&gt;odd&lt;/b&gt;`,
+		`<meta http-equiv="refresh" content="5">`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("building page lacks %s\n%s", want, body)
+		}
+	}
+	if strings.Index(body, `data-state="Degraded"`) > strings.Index(body, `data-state="Ready"`) {
+		t.Error("building page lists Ready before Degraded")
+	}
+	close(v.build.ready)
+	rec = httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/fleet", nil))
+	if served != 1 || rec.Code != http.StatusOK {
+		t.Errorf("after the build: %d, page served %d times", rec.Code, served)
+	}
+}
