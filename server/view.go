@@ -59,6 +59,9 @@ type view struct {
 	// update reports its progress to build.
 	building bool
 	build    *viewBuild
+	// cache is the saved index the first build takes installs from
+	// (view_cache.go); nil after it.
+	cache map[string]viewCached
 }
 
 // viewBuild is the progress of the first index, built in the background
@@ -68,6 +71,7 @@ type viewBuild struct {
 	ready       chan struct{} // closed once the first index is built
 	started     time.Time
 	done, total atomic.Int64
+	reused      atomic.Int64 // installs taken from the saved index
 	mu          sync.Mutex
 	states      map[string]int // installs read so far, by state
 	err         string
@@ -82,10 +86,20 @@ const viewBuildWait = 5 * time.Second
 // once, before any operator asks. Pages wait for it (indexed).
 func (v *view) buildIndex() {
 	b := v.build
+	path := v.s.viewCachePath()
 	v.mu.Lock()
-	v.building = true
-	_, err := v.update()
-	v.building = false
+	cache, err := loadViewCache(path)
+	if err != nil {
+		v.s.log.Warn("fleet view: the saved index is not read; every install is read again", "error", err)
+	}
+	v.cache, v.building = cache, true
+	x, err := v.update()
+	v.cache, v.building = nil, false
+	if err == nil {
+		if serr := saveViewCache(path, x); serr != nil {
+			v.s.log.Warn("fleet view: save the index", "error", serr)
+		}
+	}
 	v.mu.Unlock()
 	if err != nil {
 		v.s.log.Error("fleet view: build the index", "error", err)
@@ -93,7 +107,7 @@ func (v *view) buildIndex() {
 		b.err = err.Error()
 		b.mu.Unlock()
 	} else {
-		v.s.log.Info("fleet view: index built", "installs", b.total.Load(), "duration", time.Since(b.started).Round(time.Millisecond))
+		v.s.log.Info("fleet view: index built", "installs", b.total.Load(), "saved", b.reused.Load(), "duration", time.Since(b.started).Round(time.Millisecond))
 	}
 	close(b.ready)
 }
@@ -464,7 +478,13 @@ func (v *view) update() (*fleetIndex, error) {
 		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
 			continue
 		}
-		e := newEntry(readViewInstall(rr, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
+		in := v.cached(id, d, st, key)
+		if in == nil {
+			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
+		} else {
+			v.build.reused.Add(1)
+		}
+		e := newEntry(in, v.labels.labels[id], now, v.s.live)
 		changed[id] = e
 		if v.building {
 			v.build.counted(e.state)

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/storage/memory"
 
@@ -108,5 +110,51 @@ func TestFleetViewApprovals(t *testing.T) {
 	}
 	if other := page(t, hs, "/fleet/installs/acme"); strings.Contains(other, `class="plan"`) || strings.Contains(other, "nuon approve") {
 		t.Errorf("acme's page shows a plan it has none of")
+	}
+}
+
+// TestFleetViewApprovalInChromium: an operator opens initech's page in
+// headless Chromium; the plan diff's script shows as text and never
+// runs, and no script element reaches the page.
+func TestFleetViewApprovalInChromium(t *testing.T) {
+	bin := chromium(t)
+	hs := fixtureApproval(t)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var title, diff, approve string
+	var scripts int
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(hs.URL+"/fleet/installs/initech"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), viewToken),
+		chromedp.Submit(chromedp.CSS(`input[name=token]`)),
+		waitURL("/fleet/installs/initech"),
+		chromedp.WaitVisible(chromedp.CSS(`#plan-database .plan-diff`)),
+		into(&title, chromedp.Evaluate[string](`document.title`)),
+		into(&diff, chromedp.Text(chromedp.CSS(`#plan-database .plan-diff`))),
+		into(&approve, chromedp.Text(chromedp.CSS(`#plan-database .approve`))),
+		into(&scripts, chromedp.Evaluate[int](`document.querySelectorAll("script").length`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if title == "pwned" || scripts != 0 {
+		t.Fatalf("the plan diff's script ran or reached the page: title %q, %d script elements", title, scripts)
+	}
+	if !strings.Contains(diff, injected) {
+		t.Errorf("the plan diff does not show the script as text: %q", diff)
+	}
+	if approve != "nuon approve initech database --plan "+planHash+" --key ~/.ssh/approver" {
+		t.Errorf("approve command line %q", approve)
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/fleet"
 )
 
 // TestFleetViewBuilding: while the first index is built, a page waits
@@ -50,5 +54,31 @@ func TestFleetViewBuilding(t *testing.T) {
 	h(rec, httptest.NewRequest("GET", "/fleet", nil))
 	if served != 1 || rec.Code != http.StatusOK {
 		t.Errorf("after the build: %d, page served %d times", rec.Code, served)
+	}
+}
+
+// TestFleetViewCacheKeyed: a saved install is taken only when its
+// desired commit, status commit and key are all the ones read now.
+func TestFleetViewCacheKeyed(t *testing.T) {
+	d, st := plumbing.NewHash("1111111111111111111111111111111111111111"), plumbing.NewHash("2222222222222222222222222222222222222222")
+	other := plumbing.NewHash("3333333333333333333333333333333333333333")
+	v := &view{cache: map[string]viewCached{"acme": {DesiredH: d, StatusH: st, Key: "ssh-ed25519 AAAA", Status: &fleet.Install{Verified: true}}}}
+	for _, c := range []struct {
+		name      string
+		id        string
+		d, st     plumbing.Hash
+		key       string
+		wantSaved bool
+	}{
+		{"same", "acme", d, st, "ssh-ed25519 AAAA", true},
+		{"other key", "acme", d, st, "ssh-ed25519 BBBB", false},
+		{"no key now", "acme", d, st, "", false},
+		{"status moved", "acme", d, other, "ssh-ed25519 AAAA", false},
+		{"desired moved", "acme", other, st, "ssh-ed25519 AAAA", false},
+		{"other install", "globex", d, st, "ssh-ed25519 AAAA", false},
+	} {
+		if got := v.cached(c.id, c.d, c.st, c.key); (got != nil) != c.wantSaved {
+			t.Errorf("%s: saved install taken %v, want %v", c.name, got != nil, c.wantSaved)
+		}
 	}
 }
