@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +83,45 @@ func TestFleetViewCacheKeyed(t *testing.T) {
 			t.Errorf("%s: saved install taken %v, want %v", c.name, got != nil, c.wantSaved)
 		}
 	}
+}
+
+// FuzzViewCache: a saved index of any bytes is read or refused, never a
+// panic; what it reads saves and reads again the same.
+func FuzzViewCache(f *testing.F) {
+	dir := f.TempDir()
+	x := newFleetIndex()
+	d := plumbing.NewHash("1111111111111111111111111111111111111111")
+	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, key: "k", Status: &fleet.Install{Install: "acme", Verified: true}}}
+	path := filepath.Join(dir, "seed.gob")
+	if err := saveViewCache(path, x); err != nil {
+		f.Fatal(err)
+	}
+	seed, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte("not a saved index"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(t.TempDir(), "in.gob")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := loadViewCache(p)
+		if err != nil || got == nil {
+			return
+		}
+		y := newFleetIndex()
+		for id, c := range got {
+			y.entries[id] = &viewEntry{in: &viewInstall{ID: id, desiredH: c.DesiredH, statsH: c.StatusH, key: c.Key, Desired: c.Desired, Status: c.Status, Err: c.Err}}
+		}
+		if err := saveViewCache(p, y); err != nil {
+			t.Fatal(err)
+		}
+		again, err := loadViewCache(p)
+		if err != nil || len(again) != len(got) {
+			t.Fatalf("saved again: %d installs, %v; read %d", len(again), err, len(got))
+		}
+	})
 }
