@@ -282,6 +282,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.metrics.reg.MustRegister(&fleetCollector{s.view})
 	s.rollouts = newRollouts(s)
 	s.routes()
+	if cfg.ViewToken != "" {
+		go s.view.buildIndex() // the fleet view's index, before any operator asks
+	}
 	s.log.Info("server ready", "repo", dir, "refs", refs.len(), "upstream", gitproto.Redact(cfg.Upstream), "upstream_auth", cfg.UpstreamAuth, "mode", cfg.Mode)
 	return s, nil
 }

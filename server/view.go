@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -54,6 +55,105 @@ type view struct {
 	version uint64        // of the ref table the index has
 	main    plumbing.Hash // the main commit it has (keys, labels)
 	labels  viewLabels
+	// building is set while the first index is built (buildIndex):
+	// update reports its progress to build.
+	building bool
+	build    *viewBuild
+	// cache is the saved index the first build takes installs from
+	// (view_cache.go); nil after it.
+	cache map[string]viewCached
+}
+
+// viewBuild is the progress of the first index, built in the background
+// when the server starts: pages wait for it a little (viewBuildWait),
+// then say how far it is.
+type viewBuild struct {
+	ready       chan struct{} // closed once the first index is built
+	started     time.Time
+	done, total atomic.Int64
+	reused      atomic.Int64 // installs taken from the saved index
+	mu          sync.Mutex
+	states      map[string]int // installs read so far, by state
+	err         string
+	wait        time.Duration // viewBuildWait
+}
+
+// viewBuildWait is how long a page waits for the first index before it
+// answers with the building page: a small fleet is indexed within it.
+const viewBuildWait = 5 * time.Second
+
+// buildIndex builds the first index: every install read and verified
+// once, before any operator asks. Pages wait for it (indexed).
+func (v *view) buildIndex() {
+	b := v.build
+	path := v.s.viewCachePath()
+	v.mu.Lock()
+	cache, err := loadViewCache(path)
+	if err != nil {
+		v.s.log.Warn("fleet view: the saved index is not read; every install is read again", "error", err)
+	}
+	v.cache, v.building = cache, true
+	x, err := v.update()
+	v.cache, v.building = nil, false
+	if err == nil {
+		if serr := saveViewCache(path, x); serr != nil {
+			v.s.log.Warn("fleet view: save the index", "error", serr)
+		}
+	}
+	v.mu.Unlock()
+	if err != nil {
+		v.s.log.Error("fleet view: build the index", "error", err)
+		b.mu.Lock()
+		b.err = err.Error()
+		b.mu.Unlock()
+	} else {
+		v.s.log.Info("fleet view: index built", "installs", b.total.Load(), "saved", b.reused.Load(), "duration", time.Since(b.started).Round(time.Millisecond))
+	}
+	close(b.ready)
+}
+
+// counted is one install read by the first build.
+func (b *viewBuild) counted(state string) {
+	b.done.Add(1)
+	b.mu.Lock()
+	b.states[state]++
+	b.mu.Unlock()
+}
+
+// indexed serves next once the first index is built; until then, after
+// viewBuildWait, the building page: how many installs are read of how
+// many, and their states so far.
+func (v *view) indexed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b := v.build
+		select {
+		case <-b.ready:
+			next(w, r)
+			return
+		default:
+		}
+		t := time.NewTimer(b.wait)
+		defer t.Stop()
+		select {
+		case <-b.ready:
+			next(w, r)
+			return
+		case <-r.Context().Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		states := maps.Clone(b.states)
+		b.mu.Unlock()
+		data := map[string]any{"Done": b.done.Load(), "Total": b.total.Load(), "States": states,
+			"Order": slices.SortedFunc(maps.Keys(states), compareStates), "Took": time.Since(b.started).Round(time.Second)}
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if err := v.tmpl.ExecuteTemplate(w, "building.tmpl", data); err != nil {
+			v.s.log.Error("fleet view", "page", "building.tmpl", "error", err)
+		}
+	}
 }
 
 // snapshot is every install as it stands at one moment, by id.
@@ -108,7 +208,8 @@ func newView(s *Server, token string) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{s: s, token: []byte(token), tmpl: t}, nil
+	return &view{s: s, token: []byte(token), tmpl: t,
+		build: &viewBuild{ready: make(chan struct{}), started: s.cfg.Now(), states: map[string]int{}, wait: viewBuildWait}}, nil
 }
 
 // routes adds the view's pages to mux, each behind the operator check.
@@ -117,9 +218,11 @@ func (v *view) routes(mux *http.ServeMux) {
 	mux.Handle("GET /fleet/static/", http.StripPrefix("/fleet/static/", http.FileServerFS(css)))
 	mux.HandleFunc("GET /fleet/login", v.loginPage)
 	mux.HandleFunc("POST /fleet/login", v.login)
-	mux.HandleFunc("GET /fleet", v.operator(v.fleetPage))
-	mux.HandleFunc("GET /fleet/{$}", v.operator(v.fleetPage))
-	mux.HandleFunc("GET /fleet/installs/{id}", v.operator(v.installPage))
+	mux.HandleFunc("GET /fleet", v.operator(v.indexed(v.fleetPage)))
+	mux.HandleFunc("GET /fleet/{$}", v.operator(v.indexed(v.fleetPage)))
+	mux.HandleFunc("GET /fleet/installs/{id}", v.operator(v.indexed(v.installPage)))
+	mux.HandleFunc("GET /fleet/rollouts", v.operator(v.rolloutsPage))
+	mux.HandleFunc("GET /fleet/rollouts/{channel}", v.operator(v.rolloutPage))
 }
 
 // operator lets a request through when it carries the view token as a
@@ -237,6 +340,17 @@ type fleetRow struct {
 	Drift     []schemas.ResourceDrift
 	Corrected bool
 	Health    *schemas.Health
+	// Plan is the component's saved plan when it waits for approval
+	// (or was refused or rejected).
+	Plan *schemas.PlanRecord
+}
+
+// Approve is the command line that approves the row's waiting plan.
+func (r fleetRow) Approve() string {
+	if r.Plan == nil || r.Phase != schemas.PhaseAwaitingApproval {
+		return ""
+	}
+	return "nuon approve " + r.Install.ID + " " + r.Component + " --plan " + r.Plan.Hash + " --key ~/.ssh/approver"
 }
 
 // installRows are an install's rows, one per component desired or
@@ -257,7 +371,7 @@ func installRows(in *viewInstall) []fleetRow {
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		row := fleetRow{Install: in, Component: n, Desired: in.Desired.Versions[n], Phase: phaseUnreported}
 		if c, ok := reported[n]; ok {
-			row.Applied, row.Phase, row.Error, row.Drift, row.Corrected, row.Health = c.Version, c.Phase, c.Error, c.Drift, c.Corrected, c.Health
+			row.Applied, row.Phase, row.Error, row.Drift, row.Corrected, row.Health, row.Plan = c.Version, c.Phase, c.Error, c.Drift, c.Corrected, c.Health, c.Plan
 		}
 		rows = append(rows, row)
 	}
@@ -352,6 +466,9 @@ func (v *view) update() (*fleetIndex, error) {
 	}
 	rr := tableRepo{st: repo.Storer(), refs: refs}
 	changed := map[string]*viewEntry{}
+	if v.building {
+		v.build.total.Store(int64(len(ids)))
+	}
 	for id := range ids {
 		d, st := refs[schemas.InstallRef(id)], refs[schemas.StatusRef(id)]
 		key := ""
@@ -361,7 +478,17 @@ func (v *view) update() (*fleetIndex, error) {
 		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
 			continue
 		}
-		changed[id] = newEntry(readViewInstall(rr, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
+		in := v.cached(id, d, st, key)
+		if in == nil {
+			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
+		} else {
+			v.build.reused.Add(1)
+		}
+		e := newEntry(in, v.labels.labels[id], now, v.s.live)
+		changed[id] = e
+		if v.building {
+			v.build.counted(e.state)
+		}
 	}
 	for id := range v.index.entries {
 		if !ids[id] {

@@ -44,6 +44,7 @@ const (
 	traitUnverified
 	traitDrifted
 	traitCorrected
+	traitAwaiting // a component's plan waits for approval
 )
 
 // Ranks of the problems-first order: what needs a person comes first.
@@ -164,6 +165,9 @@ type fleetSummary struct {
 	// found or corrected; Unverified, statuses not signed by the
 	// install's key.
 	OutOfSync, Drifted, Corrected, Unverified int
+	// Awaiting counts installs where a component's saved plan waits for
+	// a signed approval (nuon approve).
+	Awaiting int
 }
 
 func newSummary() fleetSummary {
@@ -188,6 +192,9 @@ func (s *fleetSummary) add(e *viewEntry, d int) {
 		s.Unverified += d
 	}
 	drifted, corrected := false, false
+	if awaitsApproval(r) {
+		s.Awaiting += d
+	}
 	for _, c := range r.Components {
 		if c.Version != "" {
 			m := s.Versions[c.Name]
@@ -216,6 +223,18 @@ func (s *fleetSummary) add(e *viewEntry, d int) {
 	} else if corrected {
 		s.Corrected += d
 	}
+}
+
+// awaitsApproval says whether a component of r waits for an approval of
+// its saved plan, whatever the install's state (another component may be
+// failing).
+func awaitsApproval(r *fleet.Install) bool {
+	for _, c := range r.Components {
+		if c.Phase == schemas.PhaseAwaitingApproval {
+			return true
+		}
+	}
+	return false
 }
 
 func bump(m map[string]int, k string, d int) {
@@ -286,6 +305,9 @@ func (x *fleetIndex) compact(e *viewEntry) {
 	}
 	if !r.Verified {
 		e.traits |= traitUnverified
+	}
+	if awaitsApproval(r) {
+		e.traits |= traitAwaiting
 	}
 	if e.openDrift() {
 		e.traits |= traitDrifted

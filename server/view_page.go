@@ -39,7 +39,7 @@ type fleetQuery struct {
 	// version of it; with Phase, where it is in this phase.
 	Component, Version, Phase string
 	// Is keeps installs with one trait: out-of-sync, drifted, corrected,
-	// unverified.
+	// unverified, awaiting-approval.
 	Is string
 	// Sort is "problems" (the default: what needs a person first) or "id".
 	Sort string
@@ -52,6 +52,7 @@ const (
 	isDrifted    = "drifted"
 	isCorrected  = "corrected"
 	isUnverified = "unverified"
+	isAwaiting   = "awaiting-approval"
 	sortID       = "id"
 	sortProblems = "problems"
 )
@@ -147,6 +148,8 @@ func (x *fleetIndex) compile(q fleetQuery) matcher {
 		m.is = traitDrifted
 	case isCorrected:
 		m.is = traitCorrected
+	case isAwaiting:
+		m.is = traitAwaiting
 	default:
 		m.none = true
 	}

@@ -278,7 +278,7 @@ func TestFleetViewInChromium(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"database": "1"}, failing); diff != "" {
 		t.Errorf("failing components (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{"out-of-sync": "0", "drifted": "0", "corrected": "0", "unverified": "0"}, traits); diff != "" {
+	if diff := cmp.Diff(map[string]string{"out-of-sync": "0", "drifted": "0", "corrected": "0", "unverified": "0", "awaiting-approval": "0"}, traits); diff != "" {
 		t.Errorf("traits (-want +got):\n%s", diff)
 	}
 	if want := fixtureVersions(t); !cmp.Equal(want, versions) {

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/fleet"
+	"nuon.dev/nuon/internal/atomicfile"
+)
+
+// viewCacheFile keeps the fleet view's installs as they were read and
+// verified, in the repository directory, so that a restart reads again
+// only the installs whose refs or key moved since.
+const viewCacheFile = "nuon-fleet-index.gob"
+
+// viewCacheVersion is the cache's format: a file of another is ignored.
+const viewCacheVersion = 1
+
+// viewCache is the file: each install's reading, keyed by what it was
+// read from (its desired and status commits and its key). An entry is
+// used only when all three are what the ref table and main say now: a
+// status commit verified once against a key stays verified against it.
+type viewCache struct {
+	Version  int
+	Installs map[string]viewCached
+}
+
+type viewCached struct {
+	DesiredH, StatusH plumbing.Hash
+	Key               string
+	Desired           fleet.Desired
+	Status            *fleet.Install
+	Err               string
+}
+
+func (s *Server) viewCachePath() string { return filepath.Join(s.cfg.Dir, viewCacheFile) }
+
+// loadViewCache reads the cache; a missing, unreadable or older file is
+// no cache.
+func loadViewCache(path string) (map[string]viewCached, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c viewCache
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.Version != viewCacheVersion {
+		return nil, nil
+	}
+	return c.Installs, nil
+}
+
+// saveViewCache writes the installs of x to path.
+func saveViewCache(path string, x *fleetIndex) error {
+	c := viewCache{Version: viewCacheVersion, Installs: make(map[string]viewCached, len(x.entries))}
+	for id, e := range x.entries {
+		in := e.in
+		c.Installs[id] = viewCached{DesiredH: in.desiredH, StatusH: in.statsH, Key: in.key, Desired: in.Desired, Status: in.Status, Err: in.Err}
+	}
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	if err := gob.NewEncoder(w).Encode(c); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, buf.Bytes(), 0o600)
+}
+
+// cached is the install read from the cache, when it was read from the
+// refs and key given.
+func (v *view) cached(id string, desired, status plumbing.Hash, key string) *viewInstall {
+	c, ok := v.cache[id]
+	if !ok || c.DesiredH != desired || c.StatusH != status || c.Key != key {
+		return nil
+	}
+	return &viewInstall{ID: id, desiredH: desired, statsH: status, key: key, Desired: c.Desired, Status: c.Status, Err: c.Err}
+}
