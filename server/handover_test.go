@@ -16,10 +16,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/server"
 )
@@ -270,5 +273,86 @@ func TestKeyHandoverThenMain(t *testing.T) {
 	c2, pack := chainPack(t, "acme", c1, statusStep{third, ""})
 	if got := string(newWire(t, e.http.URL, "acme", third).push(c1, c2, status, pack)); !strings.Contains(got, "ok "+status) {
 		t.Fatalf("push with main's key: %q", got)
+	}
+}
+
+// TestAgentRotatesItsKey: the agent's RotateKey against the real server:
+// the hand-over and the new key's first status land in one push, keep the
+// status (generation, desired, phase), and afterwards the old key can
+// neither read nor hand over again, while the agent's VerifyStatus with the
+// new key takes the tip as its own.
+func TestAgentRotatesItsKey(t *testing.T) {
+	if agent.TrailerKeyHandover != server.TrailerKeyHandover || agent.TrailerKeyRetired != server.TrailerKeyRetired {
+		t.Fatal("agent and server name the hand-over trailers differently")
+	}
+	e := newEnv(t)
+	old, next := e.keys["acme"], newSigner(t)
+	status := schemas.StatusRef("acme")
+	c, pack := chainPack(t, "acme", plumbing.ZeroHash, statusStep{old, schemas.TrailerGeneration + ": 3\n" + schemas.TrailerDesired + ": none\n" + schemas.TrailerPhase + ": applied\n"})
+	if got := string(newWire(t, e.http.URL, "acme", old).push(plumbing.ZeroHash, c, status, pack)); !strings.Contains(got, "ok "+status) {
+		t.Fatalf("first status: %q", got)
+	}
+	remote := func(key *signature.Signer) agent.Remote {
+		return agent.NewRemote(e.http.URL+"/tenant.git", agent.WithRequestSigner(&request.Signer{Install: "acme", Key: key}))
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		old, new *signature.Signer
+		want     string
+	}{
+		{"to the same key", old, old, "the new key is the old key"},
+		{"by a key that is not acme's", e.keys["globex"], next, "401"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := agent.RotateKey(ctx, agent.Rotation{Install: "acme", Workdir: t.TempDir(), Remote: remote(tc.old), Old: tc.old, New: tc.new})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("RotateKey: %v, want %q", err, tc.want)
+			}
+			if e.serverRef(status) != c.String() {
+				t.Fatal("status ref moved")
+			}
+		})
+	}
+	work := t.TempDir()
+	tip, err := agent.RotateKey(ctx, agent.Rotation{Install: "acme", Workdir: work, Remote: remote(old), Old: old, New: next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.serverRef(status); got != tip.String() {
+		t.Fatalf("status ref %s, want %s", got, tip)
+	}
+	st := memory.NewStorage()
+	if err := remote(next).Fetch(ctx, st, tip); err != nil {
+		t.Fatalf("new key cannot fetch: %v", err)
+	}
+	v, err := agent.VerifyStatus(st, tip, "acme", next.PublicKey())
+	if err != nil || v.Forged != nil || v.Generation != 3 {
+		t.Fatalf("the new key's tip: %+v %v", v, err)
+	}
+	if v, _ := agent.VerifyStatus(st, tip, "acme", old.PublicKey()); v.Forged == nil {
+		t.Fatal("the tip verifies with the old key")
+	}
+	// The old key, stolen and used again: it can read nothing and hand
+	// over nothing.
+	if _, err := remote(old).Heads(ctx, plumbing.ReferenceName(status)); err == nil {
+		t.Fatal("the old key still reads")
+	}
+	third := newSigner(t)
+	if _, err := agent.RotateKey(ctx, agent.Rotation{Install: "acme", Workdir: work, Remote: remote(old), Old: old, New: third}); err == nil {
+		t.Fatal("the old key handed over again")
+	}
+	// The new key rotates again; the old one stays refused.
+	tip2, err := agent.RotateKey(ctx, agent.Rotation{Install: "acme", Workdir: work, Remote: remote(next), Old: next, New: third})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.serverRef(status); got != tip2.String() {
+		t.Fatalf("status ref %s, want %s", got, tip2)
+	}
+	for _, k := range []*signature.Signer{old, next} {
+		if _, err := remote(k).Heads(ctx, plumbing.ReferenceName(status)); err == nil {
+			t.Fatalf("retired key %s still reads", k.AuthorizedKey())
+		}
 	}
 }
