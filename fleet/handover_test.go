@@ -98,3 +98,53 @@ func TestStatusKeys(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkStatusKeys is the cost of judging one install's status tip by
+// the key in force: the walk of a 1,000-commit history with one hand-over
+// (what nuon status pays per row).
+func BenchmarkStatusKeys(b *testing.B) {
+	acme, globex := loadKeyB(b, "acme"), loadKeyB(b, "globex")
+	st := memory.NewStorage()
+	var parent plumbing.Hash
+	for i := range 1000 {
+		key, msg := acme, fmt.Sprintf("status %d\n\n%s: acme\n", i, schemas.TrailerInstall)
+		switch {
+		case i == 500:
+			msg += trailerKeyHandover + ": " + globex.AuthorizedKey() + "\n" + trailerKeyRetired + ": " + acme.AuthorizedKey() + "\n"
+		case i > 500:
+			key = globex
+		}
+		bt := gitobj.NewBatch()
+		var parents []plumbing.Hash
+		if !parent.IsZero() {
+			parents = []plumbing.Hash{parent}
+		}
+		h, err := bt.Commit(gitobj.Commit{Tree: bt.Tree(nil), Parents: parents, Message: msg,
+			Author: object.Signature{Name: "agent", Email: "a@example.com", When: time.Unix(int64(1e9+i), 0)}}, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := bt.Flush(st); err != nil {
+			b.Fatal(err)
+		}
+		parent = h
+	}
+	c, err := gitobj.ReadCommit(st, parent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if ok, why := Verify(c, "acme", keyAt(st, c, acme.AuthorizedKey())); !ok {
+			b.Fatal(why)
+		}
+	}
+}
+
+func loadKeyB(b *testing.B, name string) *signature.Signer {
+	b.Helper()
+	s, err := signature.LoadSigner("../fixtures/keys/" + name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
