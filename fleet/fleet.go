@@ -148,12 +148,12 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 		if install != "" && id != install {
 			continue
 		}
-		row, err := readInstall(repo, id, h, keys[id], now)
+		row, key, err := readInstall(repo, id, h, keys[id], now)
 		if err != nil {
 			return nil, err
 		}
 		if l, ok := live[plumbing.ReferenceName(schemas.LivenessRef(id))]; ok {
-			if at, err := ReadLiveness(repo.Storer(), id, l, keys[id]); err == nil {
+			if at, err := ReadLiveness(repo.Storer(), id, l, key); err == nil {
 				row.Contact, row.ContactKind = &at, ContactHeartbeat
 				row = row.At(now)
 			}
@@ -164,15 +164,19 @@ func ReadAt(repo Repository, keys map[string]string, install string, now time.Ti
 	return rows, nil
 }
 
-func readInstall(repo Repository, id string, h plumbing.Hash, key string, now time.Time) (Install, error) {
+// readInstall reads install id's status at h, judged by the key in force
+// there (main's key, or the key it handed over to: StatusKeys), which it
+// returns.
+func readInstall(repo Repository, id string, h plumbing.Hash, key string, now time.Time) (Install, string, error) {
 	row := Install{Install: id, Commit: h.String(), Components: []Component{}}
 	c, files, err := gitobj.ReadCommitFiles(repo.Storer(), h, 0)
 	if err != nil {
-		return row, fmt.Errorf("status of %s: %w", id, err)
+		return row, key, fmt.Errorf("status of %s: %w", id, err)
 	}
+	key = keyAt(repo.Storer(), c, key)
 	var st schemas.Status
 	if err := json.Unmarshal(files[schemas.StatusFile], &st); err != nil {
-		return row, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
+		return row, key, fmt.Errorf("status of %s: %s:%s: %w", id, schemas.StatusRef(id), schemas.StatusFile, err)
 	}
 	row.Time = c.Committer.When.UTC()
 	row.Desired, row.Applied, row.Generation, row.Phase, row.Refusal, row.Artifacts = st.Desired, st.Applied, st.Generation, st.Phase, st.Refusal, st.Artifacts
@@ -190,7 +194,7 @@ func readInstall(repo Repository, id string, h plumbing.Hash, key string, now ti
 		row.Rendered = rendered.String()
 		row.InSync = rendered.String() == st.Desired || (st.Refusal != nil && st.Refusal.Commit == rendered.String())
 	}
-	return row.At(now), nil
+	return row.At(now), key, nil
 }
 
 // At returns the row as it stands at now: its State is the phase, Held or

@@ -21,7 +21,8 @@ import (
 // installs whose status moved. now decides whether its heartbeat is late
 // (Unreachable).
 func ReadInstall(repo Repository, id string, h plumbing.Hash, key string, now time.Time) (Install, error) {
-	return readInstall(repo, id, h, key, now)
+	row, _, err := readInstall(repo, id, h, key, now)
+	return row, err
 }
 
 // Desired is what an install's rendered desired state says, for the fleet
@@ -92,6 +93,7 @@ func History(st storer.EncodedObjectStorer, id string, h plumbing.Hash, key stri
 		signer = id + " (" + ssh.FingerprintSHA256(pub) + ")"
 	}
 	var out []Entry
+	keys := StatusKeys(st, h, key)
 	for !h.IsZero() && len(out) < max {
 		c, err := gitobj.ReadCommit(st, h)
 		if err != nil {
@@ -102,8 +104,15 @@ func History(st storer.EncodedObjectStorer, id string, h plumbing.Hash, key stri
 			e.Generation, _ = strconv.ParseInt(g, 10, 64)
 		}
 		e.Phase, _ = schemas.Trailer(c.Message, schemas.TrailerPhase)
-		e.Verified, e.VerifyError = Verify(c, id, key)
-		if e.Verified {
+		// Judged by the key in force where it sits (hand-overs).
+		k := keys(h)
+		e.Verified, e.VerifyError = Verify(c, id, k)
+		if e.Verified && k != key {
+			if pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err == nil {
+				e.Signer = id + " (" + ssh.FingerprintSHA256(pub) + ")"
+			}
+		}
+		if e.Verified && e.Signer == "" {
 			e.Signer = signer
 		}
 		out = append(out, e)

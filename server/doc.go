@@ -263,8 +263,9 @@
 //     once inflated is refused ("push too large") before the parser
 //     inflates it: declared sizes and delta targets are summed first;
 //  3. every new commit, from new back to old, is checked (checkPush):
-//     signed by the install's key, Nuon-Install trailer, one parent,
-//     fast-forward; then git's connectivity check: each commit's tree and
+//     signed by the install's key in force (main's agentKey, or the key
+//     the install handed over to: see "Install key rotation"),
+//     Nuon-Install trailer, one parent, fast-forward; then git's connectivity check: each commit's tree and
 //     everything a pushed tree names is pushed or in the install's
 //     closure, with its type (a thin pack's delta bases too: merely
 //     present in the repository does not count);
@@ -286,6 +287,44 @@
 // reads nothing there. git receive-pack is not used: its chain of
 // processes (receive-pack, unpack-objects, rev-list, a pre-receive hook
 // and its cat-file) cost 30-40 ms of CPU per push.
+//
+// # Install key rotation
+//
+// An install rotates its own agent key without anyone reaching into its
+// account: the agent makes a new ed25519 key and writes a status commit,
+// signed by the key in force, with two trailers (the hand-over record):
+//
+//	Nuon-Key-Handover: ssh-ed25519 AAAA… (the new key)
+//	Nuon-Key-Retired: ssh-ed25519 AAAA… (the key signing this commit)
+//
+// and signs every commit after it with the new key (the hand-over and the
+// first commit of the new key may come in one push). The push check
+// (checkPushRotating, handover.go) judges the new commits oldest first,
+// each by the key in force after the hand-overs before it, and refuses a
+// hand-over whose Retired key is not the key in force, whose new key the
+// install used before (a replay, or a rotation back), or whose new key is
+// main's agentKey or key in force of another install. Once the push is
+// written the server takes the new key for that install's requests and
+// pushes, and the old key is refused: a request signed by it gets 401,
+// a status signed by it is "not trusted".
+//
+// Main need not change for the rotation to take effect: the hand-over is
+// accepted because the key in force signed it. The key table (keys.go)
+// keeps each install's hand-overs beside main's keys; after a restart it
+// reads them back from the install's status history (only checked pushes
+// reach a status ref), once per install and process. A status history it
+// cannot read gives the install no key until it can, never the old one.
+// An operator records the rotation on main by committing the new key as
+// agentKey in installs/<id>.yaml (a normal reviewed change); the server
+// reads main naming any key of the hand-over chain (the old or the new)
+// as "the chain stands" and keeps the newest key. Main naming a key
+// outside the chain is an operator re-keying the install (after a
+// handed-over key leaked, say), and main's key wins over the hand-overs.
+//
+// Verifiers of status history (nuon status, the fleet) judge each status
+// commit by the key in force where it sits: the commits before a
+// hand-over by the old key, the hand-over itself by the old key, every
+// commit after it by the new key only.
 //
 // # Archived installs
 //

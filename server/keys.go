@@ -29,6 +29,13 @@ type keyTable struct {
 	repo    *gitrepo.Repo
 	entries map[string]plumbing.Hash // install id → blob of its yaml
 	keys    map[string]ssh.PublicKey // parsed so far; nil value: no usable key
+
+	// rot is each install's key hand-overs read from its status ref
+	// (handover.go); it outlives main commits. statusTip and readObject
+	// let the table read a status history the first time it is asked.
+	rot        map[string]*rotation
+	statusTip  func(install string) plumbing.Hash
+	readObject func(plumbing.Hash, int64) (plumbing.ObjectType, []byte, error)
 }
 
 func newKeyTable(dir string) *keyTable { return &keyTable{dir: dir} }
@@ -43,8 +50,9 @@ func (k *keyTable) reset(main plumbing.Hash) {
 	k.main, k.repo, k.entries, k.keys = main, nil, nil, nil
 }
 
-// lookup returns an install's key, or false when main has no usable key
-// for it.
+// lookup returns an install's key in force: main's agentKey, or the key
+// it handed over to on its status ref (handover.go); false when main has
+// no usable key for it.
 func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
 	k.mu.RLock()
 	key, ok := k.keys[install]
@@ -64,9 +72,60 @@ func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
 		// Not cached: ids nobody has must not grow the table.
 		return nil, false
 	}
-	key = k.read(install)
+	r := k.rotationOf(install)
+	if r == unreadRotation {
+		return nil, false
+	}
+	key = r.inForce(k.read(install))
 	k.keys[install] = key
 	return key, key != nil
+}
+
+// rotationOf is install's hand-overs, read from its status history the
+// first time (once per install and process). A history that cannot be
+// read gives unreadRotation, not kept: the install has no key until it
+// is read.
+func (k *keyTable) rotationOf(install string) *rotation {
+	if r, ok := k.rot[install]; ok {
+		return r
+	}
+	if k.statusTip == nil || k.readObject == nil {
+		return nil
+	}
+	tip := k.statusTip(install)
+	if tip.IsZero() {
+		return nil
+	}
+	r, err := scanRotation(k.readObject, tip)
+	if err != nil {
+		// Not known: no key at all rather than a key that may have
+		// been retired.
+		return unreadRotation
+	}
+	if k.rot == nil {
+		k.rot = map[string]*rotation{}
+	}
+	k.rot[install] = r
+	return r
+}
+
+// handedOver records a checked push's hand-over: install's key in force
+// is r's from now on.
+func (k *keyTable) handedOver(install string, r *rotation) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.rot == nil {
+		k.rot = map[string]*rotation{}
+	}
+	k.rot[install] = r
+	delete(k.keys, install)
+}
+
+// rotationFor is rotationOf under the table's lock.
+func (k *keyTable) rotationFor(install string) *rotation {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.rotationOf(install)
 }
 
 // load reads main's installs/ folder.

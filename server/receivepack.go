@@ -241,7 +241,8 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		reportUnpack(w, caps, cmds, err.Error())
 		return
 	}
-	if err := checkPush(q, key, install, c); err != nil {
+	rot, err := checkPushRotating(q, key, s.keys.rotationFor(install), install, c, func(k string) string { return s.keys.installUsing(k, install) })
+	if err != nil {
 		s.refuse(install, own, reasonNotAccepted, "push not accepted: "+err.Error())
 		s.metrics.observePush(resultRefused, start)
 		reportRefusal(w, caps, cmds, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "))
@@ -258,6 +259,10 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, install str
 		s.metrics.observePush(resultError, start)
 		reportRefusal(w, caps, cmds, "the server could not write the push; try again")
 		return
+	}
+	if rot != nil {
+		s.keys.handedOver(install, rot)
+		s.log.Info("install key handed over", "install", install, "key", rot.fingerprint())
 	}
 	s.refs.set(own, c.new)
 	s.rollouts.statusChanged(install)

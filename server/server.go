@@ -266,6 +266,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 		upstreamEnv: upstreamEnv,
 	}
+	s.keys.statusTip = func(id string) plumbing.Hash { h, _ := s.refs.get(schemas.StatusRef(id)); return h }
+	s.keys.readObject = s.objects.read
 	s.verifier = &request.Verifier{Key: s.keys.lookup, MaxSkew: cfg.MaxSkew, Now: cfg.Now}
 	if main, err := revParse(ctx, dir, schemas.MainRef); err == nil {
 		s.keys.reset(main)

@@ -19,7 +19,7 @@ func newInstallCmd(g *cli.Globals) *cobra.Command {
 which gives the tenant roles to assume with a per-install ExternalId; the
 tenant then creates the install from them.`,
 	}
-	cmd.AddCommand(newInstallStackCmd(g), newInstallCreateCmd(g), newInstallDeleteCmd(g))
+	cmd.AddCommand(newInstallStackCmd(g), newInstallCreateCmd(g), newInstallDeleteCmd(g), newInstallRotateKeyCmd(g))
 	return cmd
 }
 
