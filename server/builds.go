@@ -12,8 +12,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/builder/buildreq"
@@ -45,45 +43,6 @@ const (
 // maxBuildLongPoll bounds how long POST BuildsPath/next waits for work.
 const maxBuildLongPoll = 30 * time.Second
 
-// buildKeys are the keys one allowed_signers file on main lists, by key
-// id, read again when main moves.
-type buildKeys struct {
-	s    *Server
-	file string
-
-	mu    sync.Mutex
-	main  plumbing.Hash
-	trust *signature.AllowedSigners
-	byID  map[string]signature.AllowedSigner
-}
-
-func (k *buildKeys) current() (*signature.AllowedSigners, map[string]signature.AllowedSigner) {
-	main := k.s.keys.mainCommit()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if main == k.main && k.byID != nil {
-		return k.trust, k.byID
-	}
-	k.main, k.trust, k.byID = main, nil, map[string]signature.AllowedSigner{}
-	data, err := readMainFile(k.s.cfg.Dir, main, k.file)
-	if err != nil {
-		if !errors.Is(err, object.ErrFileNotFound) {
-			k.s.log.Error("read build keys", "file", k.file, "commit", main.String(), "error", err)
-		}
-		return nil, k.byID
-	}
-	trust, err := signature.ParseAllowedSigners(data)
-	if err != nil {
-		k.s.log.Error("read build keys", "file", k.file, "commit", main.String(), "error", err)
-		return nil, k.byID
-	}
-	k.trust = trust
-	for _, s := range trust.Signers {
-		k.byID[buildreq.KeyID(s.Key)] = s
-	}
-	return k.trust, k.byID
-}
-
 // buildJob is one build request the server holds.
 type buildJob struct {
 	sub     schemas.SignedBuildRequest
@@ -101,7 +60,7 @@ const maxBuildQueue = 1000
 // an ID it took before).
 type builds struct {
 	s                  *Server
-	requesters, agents *buildKeys
+	requesters, agents *mainKeys
 	verifier           *request.Verifier
 
 	mu    sync.Mutex
@@ -113,8 +72,8 @@ type builds struct {
 // buildRoutes adds the build endpoints.
 func (s *Server) buildRoutes() {
 	b := &builds{s: s, jobs: map[string]*buildJob{}, wake: make(chan struct{}),
-		requesters: &buildKeys{s: s, file: schemas.BuildTrustFile},
-		agents:     &buildKeys{s: s, file: schemas.BuildAgentTrustFile}}
+		requesters: &mainKeys{s: s, file: schemas.BuildTrustFile},
+		agents:     &mainKeys{s: s, file: schemas.BuildAgentTrustFile}}
 	b.verifier = &request.Verifier{Key: b.lookup, MaxSkew: s.cfg.MaxSkew, Now: s.cfg.Now}
 	s.mux.HandleFunc("POST "+BuildsPath+"/requests", b.authed(b.requesters, b.file))
 	s.mux.HandleFunc("GET "+BuildsPath+"/requests/{id}", b.authed(nil, b.get))
@@ -137,7 +96,7 @@ func (b *builds) lookup(id string) (ssh.PublicKey, bool) {
 
 // authed lets through requests signed by a key of list (of either list
 // when nil).
-func (b *builds) authed(list *buildKeys, next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) http.HandlerFunc {
+func (b *builds) authed(list *mainKeys, next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if b.s.writer != nil {
 			http.Error(w, "nuon: builds are served by the writer, not by a read replica", http.StatusMisdirectedRequest)
@@ -156,9 +115,9 @@ func (b *builds) authed(list *buildKeys, next func(http.ResponseWriter, *http.Re
 			http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 			return
 		}
-		lists := []*buildKeys{list}
+		lists := []*mainKeys{list}
 		if list == nil {
-			lists = []*buildKeys{b.requesters, b.agents}
+			lists = []*mainKeys{b.requesters, b.agents}
 		}
 		for _, l := range lists {
 			if _, byID := l.current(); byID[id].Key != nil {

@@ -40,47 +40,8 @@ const (
 	reasonOperatorFiled   = "operator_request_filed"
 )
 
-// operatorKeys are the keys trust/requests on main trusts, by key id. They
-// are read again when main moves.
-type operatorKeys struct {
-	s *Server
-
-	mu    sync.Mutex
-	main  plumbing.Hash
-	trust *signature.AllowedSigners
-	byID  map[string]signature.AllowedSigner
-}
-
-// current returns trust/requests of the main the server follows now.
-func (k *operatorKeys) current() (*signature.AllowedSigners, map[string]signature.AllowedSigner) {
-	main := k.s.keys.mainCommit()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if main == k.main && k.byID != nil {
-		return k.trust, k.byID
-	}
-	k.main, k.trust, k.byID = main, nil, map[string]signature.AllowedSigner{}
-	data, err := readMainFile(k.s.cfg.Dir, main, requests.TrustFile)
-	if err != nil {
-		if !errors.Is(err, object.ErrFileNotFound) {
-			k.s.log.Error("read operator keys", "file", requests.TrustFile, "commit", main.String(), "error", err)
-		}
-		return nil, k.byID
-	}
-	trust, err := signature.ParseAllowedSigners(data)
-	if err != nil {
-		k.s.log.Error("read operator keys", "file", requests.TrustFile, "commit", main.String(), "error", err)
-		return nil, k.byID
-	}
-	k.trust = trust
-	for _, s := range trust.Signers {
-		k.byID[requests.KeyID(s.Key)] = s
-	}
-	return k.trust, k.byID
-}
-
 // lookup is the operators' request.Verifier key function.
-func (k *operatorKeys) lookup(id string) (ssh.PublicKey, bool) {
+func (k *mainKeys) lookup(id string) (ssh.PublicKey, bool) {
 	_, byID := k.current()
 	s, ok := byID[id]
 	return s.Key, ok
@@ -114,14 +75,14 @@ func readMainFile(dir string, main plumbing.Hash, name string) ([]byte, error) {
 // operator serves operators.
 type operator struct {
 	s        *Server
-	keys     *operatorKeys
+	keys     *mainKeys
 	verifier *request.Verifier
 	fileMu   sync.Mutex // one filing at a time: each builds on the last
 }
 
 // operatorRoutes adds the operators' endpoints.
 func (s *Server) operatorRoutes() {
-	o := &operator{s: s, keys: &operatorKeys{s: s}}
+	o := &operator{s: s, keys: &mainKeys{s: s, file: requests.TrustFile}}
 	o.verifier = &request.Verifier{Key: o.keys.lookup, MaxSkew: s.cfg.MaxSkew, Now: s.cfg.Now}
 	s.mux.HandleFunc("GET "+OperatorPath+"/info/refs", o.authed(o.advertise))
 	s.mux.HandleFunc("POST "+OperatorPath+"/git-upload-pack", o.authed(o.uploadPack))
