@@ -287,16 +287,19 @@ func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 	// git pack-refs (repository maintenance) removes the directories of
 	// the loose refs it packed.
 	f, err := createIn(filepath.Dir(path), open)
-	// Another writer's lock (git pack-refs, run by git gc): wait for it as
-	// git does (core.filesRefLockTimeout, 100 ms by default).
+	// Another writer's lock (git pack-refs, run by maintenance): wait for
+	// it as git does (core.filesRefLockTimeout, 100 ms by default). The
+	// lock's holder may remove the directory as it lets go (pack-refs
+	// prunes the loose ref, drops its lock, then the emptied
+	// directories), so each try makes the directory again too.
 	for wait := time.Millisecond; errors.Is(err, os.ErrExist) && wait <= 64*time.Millisecond; wait *= 2 {
 		time.Sleep(wait)
-		f, err = open()
+		f, err = createIn(filepath.Dir(path), open)
 	}
 	if errors.Is(err, os.ErrExist) {
 		if fi, serr := os.Stat(lock); serr == nil && time.Since(fi.ModTime()) > staleLock {
 			os.Remove(lock)
-			f, err = open()
+			f, err = createIn(filepath.Dir(path), open)
 		}
 	}
 	if errors.Is(err, os.ErrExist) {
