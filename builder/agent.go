@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,11 @@ type Agent struct {
 	Now func() time.Time
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+
+	// tenantMu keeps builds running in parallel from using Tenant at
+	// once: its object store is not safe for concurrent use, and their
+	// releases are commits on the one main anyway.
+	tenantMu sync.Mutex
 }
 
 // BuildResult is the answer to one build request.
@@ -95,7 +101,9 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	}
 	defer os.RemoveAll(dir)
 
+	a.tenantMu.Lock()
 	app, trusted, err := a.readMain(ctx, dir)
+	a.tenantMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +131,9 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	for _, art := range arts {
 		rec.Artifacts[art.Name] = schemas.ReleaseArtifact{Repository: art.Repository, Digest: art.Digest, MediaType: art.MediaType}
 	}
+	a.tenantMu.Lock()
 	rel, err := Release(ctx, a.Tenant, []Record{rec}, a.Release)
+	a.tenantMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("build request %s: release: %w", req.ID, err)
 	}
