@@ -224,6 +224,7 @@ func (s *Server) followArchives(ctx context.Context, archives map[string]archive
 			held = append(held, lives[:]...)
 		case dropped:
 			s.metrics.retired.WithLabelValues(resultOK).Inc()
+			s.live.forget(id)
 		}
 	}
 	if s.mirror != nil {

@@ -116,6 +116,20 @@ func (l *liveness) entry(id string) *contact {
 	return c.(*contact)
 }
 
+// forget drops install id's contact: the install was deleted (its refs
+// retired to the archive), so the table and its file do not keep it for
+// ever. A replica's later report of an older contact brings it back only
+// until the writer's next retirement pass.
+func (l *liveness) forget(id string) {
+	if l == nil {
+		return
+	}
+	l.m.Delete(id)
+	l.mu.Lock()
+	delete(l.revived, id)
+	l.mu.Unlock()
+}
+
 // record notes a signed contact of install id at t. An older time than
 // the one held (a replica's late report, the file read back) changes
 // nothing.
