@@ -29,13 +29,22 @@ func FuzzPlanDiffSecret(f *testing.F) {
 				"stringData": map[string]any{key: v},
 			}
 		}
-		before, after := obj("old-value-1234"), obj(value)
-		changes := []change{
-			{id: "Secret/shop/creds", kind: schemas.ChangeCreate, obj: after},
-			{id: "Secret/shop/creds", kind: schemas.ChangeReplace, obj: after, why: "immutable"},
-			{id: "Secret/shop/creds", kind: schemas.ChangeUpdate, obj: after, before: before, after: after, fields: diffPaths(before, after)},
+		diff := func(v string) string {
+			before, after := obj("old-value-1234"), obj(v)
+			return readableDiff([]change{
+				{id: "Secret/shop/creds", kind: schemas.ChangeCreate, obj: after},
+				{id: "Secret/shop/creds", kind: schemas.ChangeReplace, obj: after, why: "immutable"},
+				{id: "Secret/shop/creds", kind: schemas.ChangeUpdate, obj: after, before: before, after: after, fields: diffPaths(before, after)},
+			})
 		}
-		if d := readableDiff(changes); strings.Contains(d, value) {
+		// The key is shown, quoted and escaped as YAML writes it: a value
+		// that its escaped form happens to hold (a NUL written \0 followed
+		// by zeros) is in the diff whatever the value is. Only text that
+		// comes and goes with the value is a leak.
+		if strings.Contains(diff("\x01-placeholder-\x01"), value) {
+			return
+		}
+		if d := diff(value); strings.Contains(d, value) {
 			t.Fatalf("the diff shows the Secret's value %q:\n%s", value, d)
 		}
 	})
