@@ -57,6 +57,17 @@ type Redactor struct {
 	maxLen int
 }
 
+// FromValues returns a Redactor for secret values that have no names of
+// their own (the secrets a job's inputs resolved to): each is named
+// input<i> in what New reports.
+func FromValues(values []string) (*Redactor, error) {
+	secrets := make(map[string]string, len(values))
+	for i, v := range values {
+		secrets[fmt.Sprintf("input%d", i)] = v
+	}
+	return New(secrets)
+}
+
 // New returns a Redactor for secrets, name → value. Every value must
 // pass Check; the error joins one error per value that does not. Empty
 // values are skipped.

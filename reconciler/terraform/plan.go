@@ -193,11 +193,7 @@ func (r *run) redactor() (*redact.Redactor, error) {
 	if err != nil {
 		return nil, err
 	}
-	secrets := map[string]string{}
-	for i, v := range used {
-		secrets[fmt.Sprintf("input%d", i)] = v
-	}
-	red, err := redact.New(secrets)
+	red, err := redact.FromValues(used)
 	if err != nil {
 		return nil, fmt.Errorf("redact the plan: %w", err)
 	}
