@@ -105,24 +105,8 @@ func (r *renderRun) loadApprovals(context.Context) error {
 // approvalTrust reads trust/approvals from the source commit; nil when
 // main has none.
 func (r *renderRun) approvalTrust() (*policy.Approvers, error) {
-	c, err := gitobj.ReadCommit(r.st, r.source)
-	if err != nil {
-		return nil, err
-	}
-	tree, err := gitobj.ReadTree(r.st, c.TreeHash)
-	if err != nil {
-		return nil, err
-	}
-	e, err := tree.FindEntry(schemas.ApproversPath)
-	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		r.result.Warnings = append(r.result.Warnings, "no "+schemas.ApproversPath+" on main: no approval is accepted")
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	data, err := gitobj.ReadBlob(r.st, e.Hash, policy.MaxApproversSize)
-	if err != nil {
+	data, err := r.trustFile(schemas.ApproversPath, policy.MaxApproversSize, "no approval is accepted")
+	if data == nil || err != nil {
 		return nil, err
 	}
 	return policy.ParseApprovers(schemas.ApproversPath, data)

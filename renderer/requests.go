@@ -64,6 +64,21 @@ func (r *renderRun) loadRequests(context.Context) error {
 // requestTrust reads trust/requests from the source commit; nil when main
 // has none.
 func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
+	data, err := r.trustFile(requests.TrustFile, 1<<20, "no request is accepted")
+	if data == nil || err != nil {
+		return nil, err
+	}
+	trust, err := signature.ParseAllowedSigners(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s on main: %w", requests.TrustFile, err)
+	}
+	return trust, nil
+}
+
+// trustFile reads a file of keys, path, from the source commit, at most
+// max bytes; nil, and a warning that without it what (a kind of signed
+// record) is refused, when main has none.
+func (r *renderRun) trustFile(path string, max int64, what string) ([]byte, error) {
 	c, err := gitobj.ReadCommit(r.st, r.source)
 	if err != nil {
 		return nil, err
@@ -72,23 +87,15 @@ func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := tree.FindEntry(requests.TrustFile)
+	e, err := tree.FindEntry(path)
 	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		r.result.Warnings = append(r.result.Warnings, "no "+requests.TrustFile+" on main: no request is accepted")
+		r.result.Warnings = append(r.result.Warnings, "no "+path+" on main: "+what)
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	data, err := gitobj.ReadBlob(r.st, e.Hash, 1<<20)
-	if err != nil {
-		return nil, err
-	}
-	trust, err := signature.ParseAllowedSigners(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s on main: %w", requests.TrustFile, err)
-	}
-	return trust, nil
+	return gitobj.ReadBlob(r.st, e.Hash, max)
 }
 
 // sourceInstalls returns whether an install id is one of the source's:
