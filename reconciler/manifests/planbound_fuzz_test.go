@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nuon.dev/nuon/reconciler"
+	"nuon.dev/nuon/reconciler/kube"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -31,10 +32,10 @@ func FuzzPlanDiffSecret(f *testing.F) {
 		}
 		diff := func(v string) string {
 			before, after := obj("old-value-1234"), obj(v)
-			return readableDiff([]change{
-				{id: "Secret/shop/creds", kind: schemas.ChangeCreate, obj: after},
-				{id: "Secret/shop/creds", kind: schemas.ChangeReplace, obj: after, why: "immutable"},
-				{id: "Secret/shop/creds", kind: schemas.ChangeUpdate, obj: after, before: before, after: after, fields: diffPaths(before, after)},
+			return kube.ReadableDiff([]kube.Change{
+				{ID: "Secret/shop/creds", Kind: schemas.ChangeCreate, Obj: after},
+				{ID: "Secret/shop/creds", Kind: schemas.ChangeReplace, Obj: after, Why: "immutable"},
+				{ID: "Secret/shop/creds", Kind: schemas.ChangeUpdate, Obj: after, Before: before, After: after, Fields: diffPaths(before, after)},
 			})
 		}
 		// The key is shown, quoted and escaped as YAML writes it: a value
@@ -72,7 +73,7 @@ func FuzzLoadSaved(f *testing.F) {
 			t.Fatal(err)
 		}
 		r := &run{dir: dir, inv: &Inventory{}, job: &schemas.Job{Component: "api", Plan: &schemas.JobPlan{Mode: schemas.PlanApplyMode, Hash: h}}}
-		if err := os.WriteFile(r.savedFile(name, savedExt), data, 0o600); err != nil {
+		if err := os.WriteFile(reconciler.SavedPlanFile(dir, name, savedExt), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		_, err := r.loadSaved()

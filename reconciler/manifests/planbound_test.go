@@ -378,17 +378,3 @@ func TestPlanRecordManifests(t *testing.T) {
 		t.Errorf("deny = %q, %v; want none", j.Deny, err)
 	}
 }
-
-func TestSnake(t *testing.T) {
-	for in, want := range map[string]string{
-		"PersistentVolumeClaim": "persistent_volume_claim",
-		"ConfigMap":             "config_map",
-		"CRDThing":              "crd_thing",
-		"Secret":                "secret",
-		"":                      "",
-	} {
-		if got := snake(in); got != want {
-			t.Errorf("snake(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

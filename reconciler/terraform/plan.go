@@ -3,8 +3,6 @@ package terraform
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +28,7 @@ const plansDir = reconciler.PlansDir
 // ErrPlanMismatch means a plan-bound apply found no saved plan with the
 // approved hash, or a file whose content has another hash: nothing is
 // applied. Retrying does not help; only a new plan and its approval do.
-var ErrPlanMismatch = errors.New("no saved plan with the approved hash")
+var ErrPlanMismatch = reconciler.ErrPlanMismatch
 
 // savedPlan is the <hex>.json beside a saved plan. Its Content is the
 // SHA-256 of the plan's JSON form without the moment it was made: two
@@ -49,10 +47,7 @@ func HashFile(path string) (string, []byte, error) {
 	return hashBytes(b), b, nil
 }
 
-func hashBytes(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func hashBytes(b []byte) string { return reconciler.HashBytes(b) }
 
 // plansPath is the directory of saved plans of this run's component.
 func (r *run) plansPath() string { return filepath.Join(filepath.Dir(r.state), plansDir) }
@@ -134,7 +129,7 @@ func (r *run) record(ctx context.Context) (*schemas.PlanRecord, error) {
 		Size:      int64(len(data)),
 		Summary:   Summarize(plan),
 	}
-	rec.Diff, rec.DiffTruncated = boundDiff(red.String(text))
+	rec.Diff, rec.DiffTruncated = reconciler.BoundDiff(red.String(text))
 	if err := atomicfile.Write(r.savedFile(h, ".tfplan"), data, 0o600); err != nil {
 		return nil, err
 	}
@@ -258,19 +253,6 @@ func Summarize(plan *tfjson.Plan) schemas.PlanSummary {
 		s.Counts = nil
 	}
 	return s
-}
-
-// boundDiff cuts diff at schemas.MaxPlanDiff bytes, at a line's end.
-func boundDiff(diff string) (string, bool) {
-	diff = strings.TrimSpace(diff)
-	if len(diff) <= schemas.MaxPlanDiff {
-		return diff, false
-	}
-	cut := diff[:schemas.MaxPlanDiff]
-	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
-		cut = cut[:i]
-	}
-	return strings.ToValidUTF8(cut, ""), true
 }
 
 // applySaved is the apply step of a plan-bound apply: it reads the saved
