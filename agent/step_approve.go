@@ -271,5 +271,5 @@ func (p *pass) judgePlan(ctx context.Context, spec *schemas.ComponentState, rec 
 // their plugins plan as records (schemas.JobPlan) and apply only a saved
 // plan by its hash.
 func planBound(typ string) bool {
-	return typ == schemas.TypeTerraform || typ == schemas.TypeManifests
+	return typ == schemas.TypeTerraform || typ == schemas.TypeManifests || typ == schemas.TypeHelm
 }

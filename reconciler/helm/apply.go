@@ -27,6 +27,9 @@ import (
 // then waits until the release's objects are Ready (kstatus) within the
 // job's timeout; the result's Health is theirs either way.
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
+	if job != nil && job.Plan != nil {
+		return p.applyPlanBound(ctx, job, env)
+	}
 	r, err := p.start(ctx, job, env)
 	if err != nil {
 		return nil, err
@@ -157,6 +160,7 @@ func (r *run) install(ctx context.Context, spec string) error {
 	in.Wait = r.p.Wait
 	in.Timeout = r.timeout
 	in.Labels = map[string]string{LabelSpec: spec}
+	in.PostRenderer = r.post
 	rel, err := in.RunWithContext(ctx, r.chart, r.vals)
 	if err != nil {
 		ierr := fmt.Errorf("%w: %w", ErrInstallFailed, err)
@@ -183,6 +187,7 @@ func (r *run) upgrade(ctx context.Context, spec string, deployed *release.Releas
 	up.Timeout = r.timeout
 	up.MaxHistory = r.p.maxHistory()
 	up.Labels = map[string]string{LabelSpec: spec}
+	up.PostRenderer = r.post
 	rel, err := up.RunWithContext(ctx, r.release, r.chart, r.vals)
 	if err == nil {
 		fmt.Fprintf(r.out, "release %s revision %d upgraded: %s\n", rel.Name, rel.Version, rel.Info.Description)

@@ -70,6 +70,24 @@
 // the Kubernetes commands of package internal/debugcmd through package
 // reconciler/kube.
 //
+// # Plans bound to their hash
+//
+// A job with Job.Plan is plan-bound (Apply routes it). Mode record
+// (Record) dry-runs the install or upgrade on the server (Helm renders
+// against the cluster, lookups included, and writes nothing) and saves
+// STATEDIR/plans/HEX.release.json: a SavedRelease (chart digest, values,
+// the rendered manifest and hooks, the deployed and last revision as
+// base) as canonical JSON whose SHA-256 is the plan hash, so an identical
+// re-plan keeps its hash and its approval. The record's summary compares
+// the rendered objects, and hooks, with the deployed revision's by id;
+// the diff is package reconciler/kube's (a Secret's values never shown),
+// redacted of the job's secrets. Mode apply (ApplySaved) refuses with
+// ErrPlanMismatch, before any write, a saved file whose bytes have
+// another hash, a job whose chart digest or values are not the plan's, a
+// release whose revisions moved since, or a chart whose hooks render
+// otherwise; it then deploys as Apply does with a post-renderer that
+// returns the saved manifest bytes, and removes the saved plan.
+//
 // # Destroy
 //
 // Destroy uninstalls the release and purges its history. A release that

@@ -11,6 +11,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/postrender"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -93,6 +94,9 @@ type run struct {
 	result *schemas.JobResult
 	// rel is the release revision the job left deployed.
 	rel *release.Release
+	// post, in a plan-bound apply, replaces what the chart renders by the
+	// saved plan's manifest.
+	post postrender.PostRenderer
 }
 
 // step is one named stage of a run; its name prefixes its errors.
