@@ -46,10 +46,19 @@ type approvalApp struct {
 
 func newApprovalApp(t *testing.T, policies ...string) *approvalApp {
 	t.Helper()
+	return newApprovalAppOf(t, dbModule, `    inputs: {size: "${install.inputs.size}"}
+    approval: {}
+`, policies...)
+}
+
+// newApprovalAppOf is newApprovalApp with another module for db and other
+// settings (component is the YAML after db's repository line).
+func newApprovalAppOf(t *testing.T, module map[string]string, component string, policies ...string) *approvalApp {
+	t.Helper()
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
 	}
-	layout, digests := moduleLayout(t, map[string]map[string]string{"db": dbModule})
+	layout, digests := moduleLayout(t, map[string]map[string]string{"db": module})
 	clk := &clock{now: time.Now().UTC().Truncate(time.Second)}
 	tn := newTenant(t, func(tn *tenant) { tn.now = clk.Now })
 	for _, c := range []string{"a", "b", "c", "d"} {
@@ -60,9 +69,7 @@ components:
   - name: db
     type: terraform
     repository: registry.test/app/db
-    inputs: {size: "${install.inputs.size}"}
-    approval: {}
-`)
+`+component)
 	tn.write("releases/db.yaml", "component: db\nversions:\n  - version: 1.0.0\n    artifacts: {module: {digest: "+digests["db"]+"}}\n")
 	tn.write("channels/stable.yaml", "components: {db: 1.0.0}\n")
 	tn.write("trust/approvals", readFile(t, "../fixtures/tenant/trust/approvals"))

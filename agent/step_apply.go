@@ -186,7 +186,7 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 	}
 	if s.Action == reconciler.Apply && spec.Approval != nil && planBound(typ) {
 		// Plan first, apply the saved plan once allowed (step_approve.go).
-		p.approve(ctx, s, spec, op, mu, outs, sensitive)
+		p.approve(ctx, p.desired, s, spec, op, mu, outs, sensitive)
 		return
 	}
 	job := a.newJob(p.desired, spec, op)

@@ -29,7 +29,11 @@ import (
 // approval never causes a re-plan. When the spec moved, the new plan keeps
 // the waiting one if it makes exactly the same change (its approval still
 // holds); otherwise the waiting one is gone, and so is what approved it.
-func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.ComponentState, op string, mu *sync.Mutex, outs reconciler.Outputs, sensitive map[string][]string) {
+//
+// d is the verified desired state the change is judged under (the pass's,
+// or for a drift correction the current one). approve reports whether it
+// applied the saved plan.
+func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec *schemas.ComponentState, op string, mu *sync.Mutex, outs reconciler.Outputs, sensitive map[string][]string) bool {
 	a := p.agent
 	name := s.Component
 	log := p.log.With("component", name)
@@ -44,10 +48,10 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 		if pending != nil {
 			keep = pending.Hash
 		}
-		job := a.newJob(p.desired, spec, op)
+		job := a.newJob(d, spec, op)
 		job.Plan = &schemas.JobPlan{Mode: schemas.PlanRecordMode, Keep: keep}
 		log.Info("plan started", "job", job.ID, "keep", keep)
-		res, err := a.run(ctx, job, p.desired.Install.Sandbox.Role)
+		res, err := a.run(ctx, job, d.Install.Sandbox.Role)
 		if err == nil && res != nil && res.Error != "" {
 			err = errors.New(res.Error)
 		}
@@ -62,7 +66,7 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 			p.setPhase(name, schemas.PhaseFailed, "plan: "+err.Error())
 			p.note("plan %s %s failed: %v", name, spec.Version, err)
 			mu.Unlock()
-			return
+			return false
 		}
 		mu.Unlock()
 		rec = got
@@ -70,7 +74,7 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 	}
 	rec = clonePlan(rec)
 	needs, why := spec.Approval.Needs(rec.Summary)
-	j, err := p.judgePlan(ctx, spec, rec)
+	j, err := p.judgePlan(ctx, d, spec, rec)
 	rec.Denied, rec.Warnings = j.Deny, j.Warn
 	if err != nil || len(j.Deny) > 0 {
 		msg := "denied by policy: " + strings.Join(j.Deny, "; ")
@@ -84,15 +88,15 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 		p.setPhase(name, schemas.PhaseRejected, bound(fmt.Sprintf("plan %s %s", rec.Hash, msg), maxDeferredMessage))
 		mu.Unlock()
 		log.Warn("plan blocked by policy", "plan", rec.Hash, "reason", msg)
-		return
+		return false
 	}
 	if len(j.Warn) > 0 && !needs {
 		needs, why = true, "policy warns: "+strings.Join(j.Warn, "; ")
 	}
 	approvedBy := "auto-approved"
 	if needs {
-		v := a.cfg.Approvers.Judge(p.desired.Approvals, policy.Target{
-			Install: a.cfg.Install, Channel: p.desired.Install.Channel, Component: name, Plan: rec.Hash,
+		v := a.cfg.Approvers.Judge(d.Approvals, policy.Target{
+			Install: a.cfg.Install, Channel: d.Install.Channel, Component: name, Plan: rec.Hash,
 		}, a.cfg.Now())
 		rec.Refused, rec.Needs, rec.Rejected = v.Refused, why, v.Rejected
 		mu.Lock()
@@ -101,7 +105,7 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 			p.setPlan(name, rec)
 			p.setPhase(name, schemas.PhaseRejected, fmt.Sprintf("plan %s rejected by %s; nothing is applied until the plan changes", rec.Hash, v.Rejected))
 			mu.Unlock()
-			return
+			return false
 		case !v.Approved:
 			if a.cfg.Approvers == nil {
 				why += "; this agent trusts no approver key"
@@ -110,24 +114,24 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 			p.setPhase(name, schemas.PhaseAwaitingApproval, fmt.Sprintf("plan %s waits for approval (%s)", rec.Hash, why))
 			mu.Unlock()
 			log.Info("plan waits for approval", "plan", rec.Hash, "why", why, "refused", len(v.Refused))
-			return
+			return false
 		}
 		mu.Unlock()
 		approvedBy = "approved by " + strings.Join(v.Approvers, ", ")
 	}
 
-	job := a.newJob(p.desired, spec, op)
+	job := a.newJob(d, spec, op)
 	job.Plan = &schemas.JobPlan{Mode: schemas.PlanApplyMode, Hash: rec.Hash}
 	entry, err := a.journal(job, spec, s.Action)
 	if err != nil {
 		mu.Lock()
 		p.setPhase(name, schemas.PhaseFailed, err.Error())
 		mu.Unlock()
-		return
+		return false
 	}
 	log.Info("applying saved plan", "job", job.ID, "plan", rec.Hash, "approval", approvedBy)
 	start := time.Now()
-	res, err := a.run(ctx, job, p.desired.Install.Sandbox.Role)
+	res, err := a.run(ctx, job, d.Install.Sandbox.Role)
 	log.Info("job finished", "job", job.ID, "duration", time.Since(start).Round(time.Millisecond), "error", errString(err, res))
 	mu.Lock()
 	defer mu.Unlock()
@@ -136,19 +140,20 @@ func (p *pass) approve(ctx context.Context, s reconciler.Step, spec *schemas.Com
 	if ctx.Err() != nil && err != nil {
 		p.journal = p.journal[:len(p.journal)-1]
 		p.setPhase(name, schemas.PhasePending, "interrupted: the agent stopped during the job")
-		return
+		return false
 	}
 	p.record(job, spec, s.Action, res, err)
 	if err == nil && (res == nil || res.Error == "") {
 		p.note("applied plan %s of %s (%s)", rec.Hash, name, approvedBy)
 		outs[name] = res.Outputs
 		sensitive[name] = res.Sensitive
-		return
+		return true
 	}
 	// A saved plan that failed to apply (stale, gone, or its apply
 	// failed) is never tried again: the next pass plans afresh, and a
 	// plan that needs approval needs it again.
 	p.setPlan(name, nil)
+	return false
 }
 
 // planRecord is the record a plan job returned, or else the one it left
@@ -246,11 +251,11 @@ func shortPlan(r *schemas.PlanRecord) string {
 // judgePlan evaluates the desired state's plan policies on the saved plan
 // (its JSON form in the component's state directory), within their time
 // bound. No policies: nothing to say.
-func (p *pass) judgePlan(ctx context.Context, spec *schemas.ComponentState, rec *schemas.PlanRecord) (plans.Judgement, error) {
-	if len(p.desired.Policies) == 0 {
+func (p *pass) judgePlan(ctx context.Context, d *Desired, spec *schemas.ComponentState, rec *schemas.PlanRecord) (plans.Judgement, error) {
+	if len(d.Policies) == 0 {
 		return plans.Judgement{}, nil
 	}
-	set, err := plans.Compile(p.desired.Policies)
+	set, err := plans.Compile(d.Policies)
 	if err != nil {
 		return plans.Judgement{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -135,6 +136,10 @@ func (p *pass) check(ctx context.Context, d *Desired, spec *schemas.ComponentSta
 		log.Info("drift found; the correction waits for the customer's policy", "drift", len(found), "reason", p.gate.decision.Message)
 		return
 	}
+	if spec.Approval != nil && planBound(spec.Type) {
+		p.correctByPlan(ctx, d, spec, len(found), mu)
+		return
+	}
 	log.Info("drift found; re-applying the applied spec", "drift", len(found))
 	fix := a.newJob(d, spec, schemas.OpUpdate)
 	res, err = a.cfg.Runner.Run(ctx, fix, a.jobDir(fix.ID))
@@ -160,6 +165,35 @@ func (p *pass) check(ctx context.Context, d *Desired, spec *schemas.ComponentSta
 		p.note("drift correction %s: re-applied %s", spec.Name, spec.Version)
 	}
 	p.rec.Status.Components[spec.Name] = cs
+}
+
+// correctByPlan corrects the drift of a component with approval settings
+// the way its changes are applied: the correction is planned as a record
+// (the plan shows what it sets back), judged by the plan policies, and
+// applied only when its change kinds are auto-approved or a signed
+// approval names its hash; otherwise the component waits,
+// AwaitingApproval, and the install with it (deferred, not failed).
+// Nothing is re-applied unseen.
+func (p *pass) correctByPlan(ctx context.Context, d *Desired, spec *schemas.ComponentState, drifted int, mu *sync.Mutex) {
+	p.log.Info("drift found; planning the correction", "component", spec.Name, "drift", drifted)
+	step := reconciler.Step{Component: spec.Name, Action: reconciler.Apply}
+	applied := p.approve(ctx, d, step, spec, schemas.OpUpdate, mu, reconciler.Outputs{}, map[string][]string{})
+	mu.Lock()
+	defer mu.Unlock()
+	st := &p.rec.Status
+	cs := st.Components[spec.Name]
+	switch {
+	case applied:
+		cs.Corrected = true
+		p.note("drift correction %s: applied its plan", spec.Name)
+	case cs.Phase == schemas.PhaseAwaitingApproval:
+		p.note("drift correction %s waits for approval of plan %s", spec.Name, shortPlan(cs.Plan))
+	}
+	st.Components[spec.Name] = cs
+	if phase := p.awaiting(schemas.InstallDegraded); phase == schemas.InstallAwaitingApproval && st.Phase != phase {
+		st.Phase = phase
+	}
+	p.rec.dirty = true
 }
 
 // current is the newest verified desired state: this pass's, or the one

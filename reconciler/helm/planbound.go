@@ -209,7 +209,7 @@ func (r *run) recordPlan(ctx context.Context) (*schemas.PlanRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	changes, err := r.changes(s, deployed)
+	changes, err := r.changes(ctx, s, deployed)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (r *run) recordPlan(ctx context.Context) (*schemas.PlanRecord, error) {
 
 // changes compares the plan's objects and hooks with the deployed
 // revision's, by id.
-func (r *run) changes(s *SavedRelease, deployed *release.Release) ([]kube.Change, error) {
+func (r *run) changes(ctx context.Context, s *SavedRelease, deployed *release.Release) ([]kube.Change, error) {
 	mapper := r.mapper()
 	after, err := manifestObjects(s.Manifest, r.namespace, mapper)
 	if err != nil {
@@ -268,9 +268,52 @@ func (r *run) changes(s *SavedRelease, deployed *release.Release) ([]kube.Change
 		return nil, err
 	}
 	out := compare(before, after, "")
+	if deployed != nil {
+		if err := r.driftChanges(ctx, out, deployed); err != nil {
+			return nil, err
+		}
+	}
 	out = append(out, compare(beforeHooks, afterHooks, "hook ")...)
 	slices.SortFunc(out, func(a, b kube.Change) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// driftChanges turns the no-ops of objects that drifted in the cluster
+// from the deployed revision into what the apply does to them: an update
+// (the fields that differ) or a create (the object is gone). A plan that
+// only sets drift back is never a no-op, so it is judged like any change.
+func (r *run) driftChanges(ctx context.Context, changes []kube.Change, deployed *release.Release) error {
+	c, err := r.cluster()
+	if err != nil {
+		return err
+	}
+	drift, err := r.drift(ctx, c, deployed)
+	if err != nil {
+		return fmt.Errorf("drift of revision %d: %w", deployed.Version, err)
+	}
+	found := map[string]schemas.ResourceDrift{}
+	for _, d := range drift {
+		found[d.Kind+"/"+d.Namespace+"/"+d.Name] = d
+	}
+	for i, ch := range changes {
+		if ch.Kind != schemas.ChangeNoop {
+			continue
+		}
+		u := unstructured.Unstructured{Object: ch.Obj}
+		d, ok := found[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()]
+		if !ok {
+			continue
+		}
+		if d.Action == schemas.DriftMissing {
+			changes[i].Kind, changes[i].Why = schemas.ChangeCreate, "missing from the cluster: created again"
+			continue
+		}
+		changes[i].Kind, changes[i].Fields, changes[i].After, changes[i].Drifted = schemas.ChangeUpdate, d.Fields, ch.Obj, true
+		if len(d.Fields) == 0 {
+			changes[i].Fields = []string{"(drifted in the cluster)"}
+		}
+	}
+	return nil
 }
 
 // compare lists, by id, what turns before into after; prefix marks hooks.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"nuon.dev/nuon/internal/kubetest"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/schemas"
@@ -285,11 +287,33 @@ func TestPlanRecordHelmNoop(t *testing.T) {
 	if r := h.record(h.job("a.example", nil)); len(r.Summary.Counts) != 0 {
 		t.Errorf("re-plan of the deployed release: counts %v, want none\n%s", r.Summary.Counts, r.Diff)
 	}
+	// Drift in the cluster makes the plan that sets it back an update,
+	// never a no-op that would pass unseen.
+	cs := h.srv.Clientset(t)
+	cm, err := cs.CoreV1().ConfigMaps(h.ns).Get(t.Context(), "api-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["DOMAIN"] = "hand-edited.example"
+	if _, err := cs.CoreV1().ConfigMaps(h.ns).Update(t.Context(), cm, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.record(h.job("a.example", nil))
+	if c := r.Summary.Counts; c[schemas.ChangeUpdate] != 1 || !strings.Contains(r.Diff, "data.DOMAIN: (drifted in the cluster) → \"a.example\"") {
+		t.Fatalf("plan over drift: counts %v\n%s", c, r.Diff)
+	}
+	if _, err := h.apply(h.job("a.example", nil), r.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if got := configData(t, cs, h.ns, "DOMAIN"); got != "a.example" {
+		t.Fatalf("DOMAIN after the approved correction = %q", got)
+	}
+
 	h.chart = hookChart(t, nil)
 	if err := os.Remove(filepath.Join(h.chart, "templates", "secret.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	r := h.record(h.job("a.example", nil))
+	r = h.record(h.job("a.example", nil))
 	if c := r.Summary.Counts; c[schemas.ChangeDelete] != 1 || len(r.Summary.Delete) != 1 || r.Summary.Delete[0] != "Secret/"+h.ns+"/api-database" {
 		t.Errorf("summary = %+v, want the Secret deleted\n%s", r.Summary, r.Diff)
 	}

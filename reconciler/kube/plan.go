@@ -25,6 +25,9 @@ type Change struct {
 	Before map[string]any // the live object, for an update
 	After  map[string]any // the object after the update
 	Why    string         // a replace's cause
+	// Drifted marks an update that sets back fields changed in the
+	// cluster; Before is then unknown.
+	Drifted bool
 }
 
 // Summarize lists the changes per kind, cut at schemas.MaxPlanAddresses
@@ -148,6 +151,11 @@ func ReadableDiff(changes []Change) string {
 			for _, f := range c.Fields {
 				if secret && (f == "data" || f == "stringData" || strings.HasPrefix(f, "data.") || strings.HasPrefix(f, "stringData.")) {
 					fmt.Fprintf(&b, "    %s: %s\n", f, secretValue)
+					continue
+				}
+				if c.Drifted {
+					// Drift set back: the cluster's value is not known here.
+					fmt.Fprintf(&b, "    %s: (drifted in the cluster) → %s\n", f, valueAt(c.After, f))
 					continue
 				}
 				fmt.Fprintf(&b, "    %s: %s → %s\n", f, valueAt(c.Before, f), valueAt(c.After, f))
