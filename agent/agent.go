@@ -136,6 +136,12 @@ type Config struct {
 	// holds the install. Empty: no customer policy, changes apply as they
 	// come.
 	CustomerPolicy string
+	// CustomerApprovals is the folder, inside the install, of the
+	// customer's own signed approvals (NAME.approval.json), judged against
+	// the approvers pinned in the customer's policy for the changes it
+	// requires them for; empty: the customer policy file's folder (in
+	// Kubernetes, keys of the same ConfigMap).
+	CustomerApprovals string
 	// Approvers are the keys trusted to approve saved plans (trust/approvals
 	// on main, package policy), with the render and request keys excluded.
 	// A component with approval settings whose plan needs approval waits

@@ -34,7 +34,7 @@ func TestDriftCorrectionNeedsApproval(t *testing.T) {
 	app := newApprovalAppOf(t, configModule, `    inputs: {path: "`+file+`"}
     approval: {mode: manual}
     drift: {mode: correct, schedule: 5m}
-`)
+`, nil)
 	tn, ia := app.tn, app.ia
 	base := app.clk.Now()
 

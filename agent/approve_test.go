@@ -48,12 +48,13 @@ func newApprovalApp(t *testing.T, policies ...string) *approvalApp {
 	t.Helper()
 	return newApprovalAppOf(t, dbModule, `    inputs: {size: "${install.inputs.size}"}
     approval: {}
-`, policies...)
+`, nil, policies...)
 }
 
 // newApprovalAppOf is newApprovalApp with another module for db and other
-// settings (component is the YAML after db's repository line).
-func newApprovalAppOf(t *testing.T, module map[string]string, component string, policies ...string) *approvalApp {
+// settings (component is the YAML after db's repository line), and
+// configure, if set, changing the agent's configuration.
+func newApprovalAppOf(t *testing.T, module map[string]string, component string, configure func(*agent.Config), policies ...string) *approvalApp {
 	t.Helper()
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
@@ -93,6 +94,9 @@ components:
 		l := cfg.Runner.(*jobs.Local)
 		l.Env = append(l.Env, "NUON_TEST_LAYOUT="+layout)
 		cfg.JobTimeout = 0
+		if configure != nil {
+			configure(cfg)
+		}
 	})
 	return &approvalApp{tn: tn, ia: ia, approvals: t.TempDir(), clk: clk}
 }

@@ -184,7 +184,7 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 		mu.Unlock()
 		return
 	}
-	if s.Action == reconciler.Apply && spec.Approval != nil && planBound(typ) {
+	if s.Action == reconciler.Apply && p.planFirst(spec) {
 		// Plan first, apply the saved plan once allowed (step_approve.go).
 		p.approve(ctx, p.desired, s, spec, op, mu, outs, sensitive)
 		return

@@ -93,6 +93,12 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 	if len(j.Warn) > 0 && !needs {
 		needs, why = true, "policy warns: "+strings.Join(j.Warn, "; ")
 	}
+	var customer *policy.Customer
+	if p.gate != nil {
+		customer = p.gate.policy
+	}
+	customerNeeds, customerWhy := customer.Needs(name, rec.Summary)
+	rec.Customer = customerWhy
 	approvedBy := "auto-approved"
 	if needs {
 		v := a.cfg.Approvers.Judge(d.Approvals, policy.Target{
@@ -118,6 +124,13 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 		}
 		mu.Unlock()
 		approvedBy = "approved by " + strings.Join(v.Approvers, ", ")
+	}
+	if customerNeeds {
+		by, ok := p.customerApproval(d, name, rec, customer, mu)
+		if !ok {
+			return false
+		}
+		approvedBy += "; the customer's approval by " + by
 	}
 
 	job := a.newJob(d, spec, op)
@@ -154,6 +167,43 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 	// plan that needs approval needs it again.
 	p.setPlan(name, nil)
 	return false
+}
+
+// customerApproval judges the customer's own approvals of rec (the
+// customer's policy requires one): signed by a key pinned in that policy,
+// never one the vendor trusts, for this install, component and plan, not
+// expired. Without one the component waits (AwaitingApproval, deferred
+// for the customer's approval); a customer's reject rejects the plan. It
+// returns who approved.
+func (p *pass) customerApproval(d *Desired, name string, rec *schemas.PlanRecord, customer *policy.Customer, mu *sync.Mutex) (string, bool) {
+	a := p.agent
+	local, unreadable := a.customerApprovals()
+	v := customer.ApprovalKeys(a.cfg.Approvers).Judge(local, policy.Target{
+		Install: a.cfg.Install, Channel: d.Install.Channel, AnyChannel: true, Component: name, Plan: rec.Hash,
+	}, a.cfg.Now())
+	for _, r := range append(unreadable, v.Refused...) {
+		rec.Refused = append(rec.Refused, "customer: "+r)
+	}
+	if len(rec.Refused) > schemas.MaxRefusals {
+		rec.Refused = rec.Refused[len(rec.Refused)-schemas.MaxRefusals:]
+	}
+	rec.CustomerApproved = v.Approvers
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case v.Rejected != "":
+		rec.Rejected = v.Rejected
+		p.setPlan(name, rec)
+		p.setPhase(name, schemas.PhaseRejected, fmt.Sprintf("plan %s rejected by the customer's approver %s; nothing is applied until the plan changes", rec.Hash, v.Rejected))
+		return "", false
+	case !v.Approved:
+		rec.Needs = rec.Customer
+		p.setPlan(name, rec)
+		p.setPhase(name, schemas.PhaseAwaitingApproval, fmt.Sprintf("plan %s waits for the customer's own approval (%s)", rec.Hash, rec.Customer))
+		p.log.Info("plan waits for the customer's approval", "component", name, "plan", rec.Hash, "refused", len(v.Refused)+len(unreadable))
+		return "", false
+	}
+	return strings.Join(v.Approvers, ", "), true
 }
 
 // planRecord is the record a plan job returned, or else the one it left
@@ -218,20 +268,26 @@ func (p *pass) awaiting(phase string) string {
 		}
 	}
 	if len(waiting) == 0 || other || phase == schemas.InstallReady {
-		if st.Deferred != nil && st.Deferred.Reason == schemas.DeferredApproval {
+		if st.Deferred != nil && (st.Deferred.Reason == schemas.DeferredApproval || st.Deferred.Reason == schemas.DeferredCustomerApproval) {
 			st.Deferred = nil
 			p.rec.dirty = true
 		}
 		return phase
 	}
 	slices.Sort(waiting)
+	reason := schemas.DeferredCustomerApproval
+	for _, cs := range st.Components {
+		if cs.Phase == schemas.PhaseAwaitingApproval && (cs.Plan == nil || cs.Plan.Customer == "" || cs.Plan.Needs != cs.Plan.Customer) {
+			reason = schemas.DeferredApproval
+		}
+	}
 	want := &schemas.Deferred{
-		Reason:  schemas.DeferredApproval,
-		Message: bound("waiting for a signed approval of "+strings.Join(waiting, ", "), maxDeferredMessage),
+		Reason:  reason,
+		Message: bound(map[string]string{schemas.DeferredApproval: "waiting for a signed approval of ", schemas.DeferredCustomerApproval: "waiting for the customer's own signed approval of "}[reason]+strings.Join(waiting, ", "), maxDeferredMessage),
 		Since:   p.agent.cfg.Now().UTC().Truncate(time.Second),
 		Commit:  st.Desired,
 	}
-	if st.Deferred != nil && st.Deferred.Reason == want.Reason {
+	if st.Deferred != nil && (st.Deferred.Reason == schemas.DeferredApproval || st.Deferred.Reason == schemas.DeferredCustomerApproval) {
 		want.Since = st.Deferred.Since
 	}
 	if !st.Deferred.Equal(want) {
@@ -270,6 +326,24 @@ func (p *pass) judgePlan(ctx context.Context, d *Desired, spec *schemas.Componen
 	return set.Evaluate(ctx, map[string]any{
 		"install": p.agent.cfg.Install, "component": spec.Name, "type": spec.Type, "plan": plan,
 	})
+}
+
+// planFirst says whether a change of spec is planned as a record and
+// applied only as approvals allow: its plugin plans as records, and it has
+// approval settings or the customer's policy requires the customer's
+// approval of some of its changes.
+func (p *pass) planFirst(spec *schemas.ComponentState) bool {
+	if !planBound(spec.Type) {
+		return false
+	}
+	if spec.Approval != nil {
+		return true
+	}
+	if p.gate == nil || p.gate.policy == nil || p.gate.policy.Require == nil {
+		return false
+	}
+	r := p.gate.policy.Require
+	return len(r.Components) == 0 || slices.Contains(r.Components, spec.Name)
 }
 
 // planBound says whether components of type typ honour approval settings:

@@ -1,8 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -23,6 +30,8 @@ type customerGate struct {
 	// broken is the reason the policy file could not be read, if it
 	// could not: the install then holds and refuses requests.
 	broken string
+	// policy is the customer's policy as read, nil without one.
+	policy *policy.Customer
 }
 
 // customerMemory is what the agent keeps of the customer's policy between
@@ -57,6 +66,7 @@ func (p *pass) customerGate() *customerGate {
 		} else {
 			g.decision = policy.Decide(c, a.cfg.Now())
 			g.requests = c.Requests
+			g.policy = c
 		}
 	}
 	if seen := g.decision.Reason + g.decision.Message; seen != a.customer.seen {
@@ -82,7 +92,7 @@ func (p *pass) customer(context.Context) (outcome, error) {
 	st := &p.rec.Status
 	if g.decision.Allowed || st.Desired == st.Applied {
 		// Allowed, or nothing is held back.
-		if st.Deferred != nil && st.Deferred.Reason != schemas.DeferredApproval {
+		if st.Deferred != nil && st.Deferred.Reason != schemas.DeferredApproval && st.Deferred.Reason != schemas.DeferredCustomerApproval {
 			// A plan that waits for approval stays deferred: the apply
 			// step says when it no longer does (awaiting).
 			p.note("No longer deferred (%s since %s): %s.", st.Deferred.Reason, st.Deferred.Since.Format(time.RFC3339), goAhead(g))
@@ -156,4 +166,73 @@ func bound(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// customerApprovalExt ends the names of the customer's signed approvals
+// in Config.CustomerApprovals.
+const customerApprovalExt = ".approval.json"
+
+// Bounds of the customer's approvals folder.
+const (
+	maxCustomerApprovals    = 100
+	maxCustomerApprovalSize = 64 << 10
+)
+
+// customerApprovals reads the customer's signed approvals: the files
+// NAME.approval.json (schemas.SignedApproval, as `nuon approve -o json`
+// prints them) in Config.CustomerApprovals, or else beside the customer's
+// policy file, inside the install. They never come from main. A file that
+// cannot be read is listed as refused, and nothing it says counts.
+func (a *Agent) customerApprovals() ([]schemas.SignedApproval, []string) {
+	dir := a.cfg.CustomerApprovals
+	if dir == "" && a.cfg.CustomerPolicy != "" {
+		dir = filepath.Dir(a.cfg.CustomerPolicy)
+	}
+	if dir == "" {
+		return nil, nil
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*"+customerApprovalExt))
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	sort.Strings(files)
+	var out []schemas.SignedApproval
+	var refused []string
+	if len(files) > maxCustomerApprovals {
+		refused = append(refused, fmt.Sprintf("%d customer approvals in %s, more than %d: only the first are read", len(files), dir, maxCustomerApprovals))
+		files = files[:maxCustomerApprovals]
+	}
+	for _, f := range files {
+		data, err := readBounded(f, maxCustomerApprovalSize)
+		var s schemas.SignedApproval
+		if err == nil {
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			err = dec.Decode(&s)
+		}
+		if err != nil {
+			refused = append(refused, fmt.Sprintf("%s: %v", filepath.Base(f), err))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, refused
+}
+
+// readBounded reads at most limit bytes of path; a larger file is an
+// error.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
 }

@@ -136,7 +136,7 @@ func (p *pass) check(ctx context.Context, d *Desired, spec *schemas.ComponentSta
 		log.Info("drift found; the correction waits for the customer's policy", "drift", len(found), "reason", p.gate.decision.Message)
 		return
 	}
-	if spec.Approval != nil && planBound(spec.Type) {
+	if p.planFirst(spec) {
 		p.correctByPlan(ctx, d, spec, len(found), mu)
 		return
 	}

@@ -41,6 +41,8 @@ type Approvers struct {
 	// excluded are render and request keys: never an approver's, even when
 	// listed (Exclude).
 	excluded map[string]string
+	// source names where the keys are listed; default trust/approvals.
+	source string
 }
 
 type approverKey struct {
@@ -187,7 +189,11 @@ func (as *Approvers) Verify(s schemas.SignedApproval, t Target, now time.Time) (
 		}
 	}
 	if k == nil {
-		return a, fmt.Errorf("%w: key %s is not in %s", ErrApprovalUntrusted, fp, schemas.ApproversPath)
+		source := as.source
+		if source == "" {
+			source = schemas.ApproversPath
+		}
+		return a, fmt.Errorf("%w: key %s is not in %s", ErrApprovalUntrusted, fp, source)
 	}
 	if err := sshsig.Verify(strings.NewReader(s.File), sig, k.key, sig.HashAlgorithm, schemas.ApprovalNamespace); err != nil {
 		return a, fmt.Errorf("%w: signature by %s does not match the approval: %v", ErrApprovalUntrusted, k.name, err)

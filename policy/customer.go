@@ -45,9 +45,11 @@ type Customer struct {
 	// Requests says whether the vendor's read-only requests (logs, debug
 	// commands) are answered; default true.
 	Requests bool
-	// Approvers are the customer's approval keys. They are checked here;
-	// changes that need their approval come with the approvals work.
+	// Approvers are the customer's approval keys.
 	Approvers []Approver
+	// Require names the changes that need one of Approvers' approval in
+	// addition to the vendor's; nil: none does.
+	Require *schemas.CustomerRequire
 }
 
 // Approver is one of the customer's approval keys.
@@ -149,10 +151,64 @@ func Parse(file string, data []byte) (*Customer, error) {
 		keys[fp] = field
 		c.Approvers = append(c.Approvers, Approver{Name: a.Name, Key: k})
 	}
+	if r := raw.RequireApproval; r != nil {
+		if len(raw.Approvers) == 0 {
+			ps = append(ps, loc.At("requireApproval", "changes need the customer's approval but no approvers are listed: nothing could ever approve them"))
+		}
+		c.Require = r
+	}
 	if err := ps.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Needs says whether a plan of component that makes the changes of sum
+// needs the customer's own approval, and why. A no-op never does.
+func (c *Customer) Needs(component string, sum schemas.PlanSummary) (bool, string) {
+	if c == nil || c.Require == nil {
+		return false, ""
+	}
+	r := c.Require
+	if len(r.Components) > 0 && !slices.Contains(r.Components, component) {
+		return false, ""
+	}
+	kinds := sum.Kinds()
+	if len(kinds) == 0 {
+		return false, ""
+	}
+	if len(r.Changes) == 0 {
+		return true, "the customer's policy requires the customer's approval of every change to " + component
+	}
+	for _, k := range kinds {
+		if slices.Contains(r.Changes, k) {
+			return true, fmt.Sprintf("the customer's policy requires the customer's approval of a %s of %s", k, component)
+		}
+	}
+	return false, ""
+}
+
+// ApprovalKeys are the customer's approvers as approval keys: one
+// approval by any of them approves. No key vendor lists or excludes (the
+// vendor's approvers, render and request keys) ever counts as the
+// customer's, even pinned here: the customer's approval is one the vendor
+// cannot give.
+func (c *Customer) ApprovalKeys(vendor *Approvers) *Approvers {
+	as := &Approvers{Threshold: 1, source: "the customer's policy", excluded: map[string]string{}}
+	if c != nil {
+		for _, a := range c.Approvers {
+			as.keys = append(as.keys, approverKey{name: a.Name, key: a.Key})
+		}
+	}
+	if vendor != nil {
+		for fp, what := range vendor.excluded {
+			as.excluded[fp] = "the vendor's " + what
+		}
+		for _, k := range vendor.keys {
+			as.excluded[ssh.FingerprintSHA256(k.key)] = "the vendor's approver (" + k.name + ")"
+		}
+	}
+	return as
 }
 
 // window checks one window of the file, found at field.

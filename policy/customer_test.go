@@ -51,7 +51,7 @@ func TestParseProblems(t *testing.T) {
 	}{
 		{"empty file", "", "p.yaml:1: file is empty"},
 		{"not YAML", head + "hold: [\n", "p.yaml:4: invalid YAML: did not find expected node content"},
-		{"unknown field", head + "hodl: {reason: x}\n", `p.yaml:3:1: hodl: unknown field "hodl"; known fields: allow, apiVersion, approvers, deny, hold, kind, requests, timezone`},
+		{"unknown field", head + "hodl: {reason: x}\n", `p.yaml:3:1: hodl: unknown field "hodl"; known fields: allow, apiVersion, approvers, deny, hold, kind, requests, requireApproval, timezone`},
 		{"hold without reason", head + "hold: {}\n", `p.yaml:3:7: hold: missing required field "reason"`},
 		{"hold as a boolean", head + "hold: true\n", "p.yaml:3:7: hold: must be a mapping, not true or false"},
 		{"unknown zone", head + "timezone: Europe/Berln\n", `p.yaml:3:11: timezone: unknown time zone "Europe/Berln"; name an IANA zone such as Europe/Berlin or UTC`},

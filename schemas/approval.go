@@ -173,6 +173,12 @@ type PlanRecord struct {
 	// Warnings are the messages of their warn rules: the plan needs an
 	// approval even where its kinds of change would not.
 	Warnings []string `json:"warnings,omitempty"`
+	// Customer says why the customer's own policy requires the customer's
+	// approval of this plan (signed by a key pinned in that policy), in
+	// addition to the vendor's; empty when it does not. CustomerApproved
+	// names the customer's approvers once they have.
+	Customer         string   `json:"customer,omitempty"`
+	CustomerApproved []string `json:"customerApproved,omitempty"`
 }
 
 // MaxRefusals bounds PlanRecord.Refused.

@@ -25,6 +25,17 @@ type CustomerPolicy struct {
 	Requests *bool `yaml:"requests,omitempty" json:"requests,omitempty"`
 	// Approvers are the customer's approval keys, pinned in the install.
 	Approvers []CustomerApprover `yaml:"approvers,omitempty" json:"approvers,omitempty"`
+	// RequireApproval names the changes that need one of Approvers'
+	// approval, in addition to the vendor's.
+	RequireApproval *CustomerRequire `yaml:"requireApproval,omitempty" json:"requireApproval,omitempty"`
+}
+
+// CustomerRequire names the changes that need the customer's own
+// approval: of Components (none: every component), the plans that make
+// any of Changes (none: any change; a no-op never waits).
+type CustomerRequire struct {
+	Components []string `yaml:"components,omitempty" json:"components,omitempty"`
+	Changes    []string `yaml:"changes,omitempty" json:"changes,omitempty"`
 }
 
 // CustomerWindow is one maintenance window: weekly (Days and Start) or
@@ -61,8 +72,8 @@ const (
 	// DeferredApproval is reserved for a change that waits for a signed
 	// approval of its plan.
 	DeferredApproval = "approval"
-	// DeferredCustomerApproval is reserved for a change that waits for
-	// the customer's own approval.
+	// DeferredCustomerApproval: a change waits for the customer's own
+	// approval of its plan (the customer's policy requires it).
 	DeferredCustomerApproval = "customer-approval"
 )
 

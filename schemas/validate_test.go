@@ -132,7 +132,8 @@ func samples() map[string]any {
 		Summary: PlanSummary{Create: []string{"random_pet.a"}, Update: []string{"local_file.b"}, Delete: []string{"local_file.c"},
 			Replace: []string{"random_id.d"}, Truncated: 3, Counts: map[string]int{ChangeCreate: 1}},
 		Diff: "- a\n+ b", DiffTruncated: true, Needs: "delete requires approval", Refused: []string{"alice: expired"}, Rejected: "bob",
-		Denied: []string{"db would be destroyed"}, Warnings: []string{"a file would be destroyed"}}
+		Denied: []string{"db would be destroyed"}, Warnings: []string{"a file would be destroyed"},
+		Customer: "the customer's policy requires the customer's approval of a replace of db", CustomerApproved: []string{"acme-sre"}}
 	return map[string]any{
 		SchemaInstallState: InstallState{
 			APIVersion: APIVersion, Kind: KindInstallState, Install: "acme", App: "shop", Channel: "stable",
@@ -190,11 +191,12 @@ func samples() map[string]any {
 		},
 		SchemaCustomerPolicy: CustomerPolicy{
 			APIVersion: APIVersion, Kind: KindCustomerPolicy, Timezone: "Europe/Berlin",
-			Allow:     []CustomerWindow{{Name: "nights", Days: []string{"mon", "tue"}, Start: "22:00", Cron: "0 22 * * 1,2", Duration: "6h", Timezone: "UTC"}},
-			Deny:      []CustomerWindow{{Name: "freeze", Days: []string{"sun"}, Start: "00:00", Cron: "0 0 15 12 *", Duration: "432h", Timezone: "UTC"}},
-			Hold:      &CustomerHold{Reason: "audit"},
-			Requests:  func() *bool { b := true; return &b }(),
-			Approvers: []CustomerApprover{{Name: "alice", Key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK alice"}},
+			Allow:           []CustomerWindow{{Name: "nights", Days: []string{"mon", "tue"}, Start: "22:00", Cron: "0 22 * * 1,2", Duration: "6h", Timezone: "UTC"}},
+			Deny:            []CustomerWindow{{Name: "freeze", Days: []string{"sun"}, Start: "00:00", Cron: "0 0 15 12 *", Duration: "432h", Timezone: "UTC"}},
+			Hold:            &CustomerHold{Reason: "audit"},
+			Requests:        func() *bool { b := true; return &b }(),
+			RequireApproval: &CustomerRequire{Components: []string{"db"}, Changes: []string{"delete"}},
+			Approvers:       []CustomerApprover{{Name: "alice", Key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK alice"}},
 		},
 		SchemaInstallRequests: InstallRequests{APIVersion: APIVersion, Kind: KindInstallRequests, Requests: []SignedRequest{{File: "{}", Commit: "tree 0"}}},
 		SchemaStatus: Status{
