@@ -291,7 +291,7 @@ func (d *downBeforePush) Push(ctx context.Context, st storage, ref refName, old,
 	return d.Remote.Push(ctx, st, ref, old, new)
 }
 
-func readFile(t *testing.T, name string) string {
+func readFile(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -300,7 +300,7 @@ func readFile(t *testing.T, name string) string {
 	return string(b)
 }
 
-func writeFile(t *testing.T, name, content string) {
+func writeFile(t testing.TB, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ type approvalApp struct {
 	clk       *clock
 }
 
-func newApprovalApp(t *testing.T, policies ...string) *approvalApp {
+func newApprovalApp(t testing.TB, policies ...string) *approvalApp {
 	t.Helper()
 	return newApprovalAppOf(t, dbModule, `    inputs: {size: "${install.inputs.size}"}
     approval: {}
@@ -54,7 +54,7 @@ func newApprovalApp(t *testing.T, policies ...string) *approvalApp {
 // newApprovalAppOf is newApprovalApp with another module for db and other
 // settings (component is the YAML after db's repository line), and
 // configure, if set, changing the agent's configuration.
-func newApprovalAppOf(t *testing.T, module map[string]string, component string, configure func(*agent.Config), policies ...string) *approvalApp {
+func newApprovalAppOf(t testing.TB, module map[string]string, component string, configure func(*agent.Config), policies ...string) *approvalApp {
 	t.Helper()
 	if _, err := exec.LookPath("terraform"); err != nil {
 		testenv.Missing(t, "terraform is not installed")
@@ -111,7 +111,7 @@ agentKey: `+tn.keys["acme"].AuthorizedKey()+"\n")
 	os.Remove(filepath.Join(tn.src, "installs", "globex.yaml"))
 }
 
-func loadSSHSigner(t *testing.T, name string) ssh.Signer {
+func loadSSHSigner(t testing.TB, name string) ssh.Signer {
 	t.Helper()
 	s, err := ssh.ParsePrivateKey([]byte(readFile(t, filepath.Join(fixtureKeys, name))))
 	if err != nil {
@@ -122,7 +122,7 @@ func loadSSHSigner(t *testing.T, name string) ssh.Signer {
 
 // file signs an approval with the named fixture key, commits it to
 // refs/heads/nuon/approvals as nuon approve does, and renders.
-func (app *approvalApp) file(t *testing.T, key string, a schemas.Approval) []string {
+func (app *approvalApp) file(t testing.TB, key string, a schemas.Approval) []string {
 	t.Helper()
 	a.APIVersion, a.Kind = schemas.APIVersion, schemas.KindApproval
 	if a.Install == "" {

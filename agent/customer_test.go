@@ -47,7 +47,7 @@ func updates(t *testing.T, file string) []string {
 
 // serverStatus reads status.json as the tenant's repository has it, and
 // checks it against its schema.
-func serverStatus(t *testing.T, tn *tenant) schemas.Status {
+func serverStatus(t testing.TB, tn *tenant) schemas.Status {
 	t.Helper()
 	data := tn.git("show", schemas.StatusRef("acme")+":"+schemas.StatusFile)
 	if err := schemas.ValidateJSON(schemas.SchemaStatus, []byte(data)); err != nil {

@@ -220,7 +220,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (ia *installAgent) reconcile(t *testing.T) *agent.Report {
+func (ia *installAgent) reconcile(t testing.TB) *agent.Report {
 	t.Helper()
 	rep, err := ia.Reconcile(context.Background())
 	if err != nil {

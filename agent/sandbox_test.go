@@ -65,7 +65,7 @@ output "registry" { value = terraform_data.web.output }
 
 // moduleLayout packages each module as nuon build does into one OCI image
 // layout and returns its path and each module's digest.
-func moduleLayout(t *testing.T, modules map[string]map[string]string) (string, map[string]string) {
+func moduleLayout(t testing.TB, modules map[string]map[string]string) (string, map[string]string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "layout")
 	p, err := layout.Write(path, empty.Index)
