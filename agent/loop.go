@@ -74,6 +74,9 @@ type pass struct {
 	pushed  bool
 	// gate is what the customer's policy says this pass (customerGate).
 	gate *customerGate
+	// behind are the components whose dependencies wait for an approval
+	// this pass: they wait too, deferred, not blocked.
+	behind map[string]bool
 	// livenessHead is the remote liveness ref (HeartbeatRef); beat says a
 	// heartbeat is due, beatCommit is the one delivered.
 	livenessHead plumbing.Hash

@@ -44,7 +44,14 @@ func (p *pass) apply(ctx context.Context) (outcome, error) {
 	schedule(ctx, plan, d.Install.Components, a.cfg.Concurrency, func(ctx context.Context, s reconciler.Step) {
 		mu.Lock()
 		blocker := p.blocker(s)
-		if blocker != "" {
+		switch {
+		case blocker != "" && p.behindApproval(s):
+			// A change that waits for its dependency's approval is
+			// deferred with it, never blocked (which counts as failed).
+			if p.rec.Status.Components[s.Component].Phase != schemas.PhaseApplied {
+				p.setPhase(s.Component, schemas.PhasePending, blocker)
+			}
+		case blocker != "":
 			p.setPhase(s.Component, schemas.PhaseBlocked, blocker)
 		}
 		mu.Unlock()

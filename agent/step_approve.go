@@ -263,6 +263,8 @@ func (p *pass) awaiting(phase string) string {
 		case schemas.PhaseAwaitingApproval:
 			waiting = append(waiting, name+" (plan "+shortPlan(cs.Plan)+")")
 		case schemas.PhaseApplied:
+		case schemas.PhasePending:
+			other = other || !p.behind[name]
 		default:
 			other = true
 		}
@@ -326,6 +328,26 @@ func (p *pass) judgePlan(ctx context.Context, d *Desired, spec *schemas.Componen
 	return set.Evaluate(ctx, map[string]any{
 		"install": p.agent.cfg.Install, "component": spec.Name, "type": spec.Type, "plan": plan,
 	})
+}
+
+// behindApproval says whether s waits only because a dependency waits
+// for an approval (or waits behind one itself), and notes it. Callers
+// hold the lock.
+func (p *pass) behindApproval(s reconciler.Step) bool {
+	if s.Action != reconciler.Apply || s.Desired == nil {
+		return false
+	}
+	for _, dep := range s.Desired.DependsOn {
+		cs := p.rec.Status.Components[dep]
+		if cs.Phase != schemas.PhaseApplied && cs.Phase != schemas.PhaseAwaitingApproval && !p.behind[dep] {
+			return false
+		}
+	}
+	if p.behind == nil {
+		p.behind = map[string]bool{}
+	}
+	p.behind[s.Component] = true
+	return true
 }
 
 // planFirst says whether a change of spec is planned as a record and
