@@ -31,6 +31,9 @@
 //	approvers:                         # pinned here, never on main
 //	  - name: alice@acme.example
 //	    key: ssh-ed25519 AAAAC3Nza… alice@acme.example
+//	requireApproval:                   # these changes need an approver's approval too
+//	  components: [database]           # none: every component
+//	  changes: [delete, replace]       # none: any change (a no-op never waits)
 //
 // A window is weekly (days and start, HH:MM) or cron (not both), with a
 // duration of whole minutes from 1m to 366 days and an IANA time zone of
@@ -44,9 +47,14 @@
 // either one matches ("0 3 1-7 * sun" is every day 1-7 and every Sunday).
 //
 // The approvers' keys (ssh-ed25519, sk-ssh-ed25519@openssh.com, ECDSA
-// P-256/384/521, sk-ecdsa) are parsed and checked now, each listed once;
-// the changes that need the customer's approval, and their enforcement,
-// come with the approvals work.
+// P-256/384/521, sk-ecdsa) are each listed once. A plan that makes a
+// change requireApproval names (Customer.Needs) needs, in addition to the
+// vendor's approval, one signed by an approver's key (Customer.ApprovalKeys):
+// an approval file as `nuon approve` signs it, filed inside the install
+// (the agent reads NAME.approval.json beside this file). A key the vendor
+// trusts in any way (trust/approvals, render, request keys) never counts
+// as the customer's, even pinned here. requireApproval without approvers
+// is an error: nothing could ever approve.
 //
 // # Clocks
 //
