@@ -19,15 +19,16 @@ import (
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/oci/ocitest"
 	"nuon.dev/nuon/internal/trusttest"
+	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
 )
 
 // TestProvenanceDrillWithTheBinaries is the provenance half of the
-// rotation drill's attacks, with nuon build, nuon release, nuon render
-// and nuon agent as a vendor and an install run them, on real
-// registries: the agent is given version 1 of the trust root (builder-1
-// in its builders role), the vendor's cosign key and the source the
-// provenance must name. A release built by builder-1 is synced and
+// rotation drill's attacks, with nuon build and nuon release as vendor
+// CI runs them, nuon server following main, and acme's long-running
+// nuon-agent behind it, on real registries: the agent is given version 1
+// of the trust root (builder-1 in its builders role), the vendor's cosign
+// key and the source the provenance must name. A release built by builder-1 is synced and
 // applied; then a release whose provenance comes from an unknown builder,
 // one from another repository, and one whose attestation was swapped for
 // builder-1's valid provenance of another digest are each refused, with
@@ -110,32 +111,58 @@ func TestProvenanceDrillWithTheBinaries(t *testing.T) {
 		writeTestFile(t, file, []byte(out))
 		return file, rep.Artifacts[0].Digest
 	}
-	// release records version from report, pins it and renders.
-	release := func(version, report string) {
+	// The install's agent runs all along behind nuon server, which
+	// follows main and renders with render-a; the agent is given the
+	// root's version 1, the vendor's key and the source provenance must
+	// name.
+	env = append(env, e2eEnv(t)...)
+	var (
+		srv      *nuonServer
+		agentLog *lockedBuffer
+	)
+	start := func() {
+		srv = startServer(t, nuonBinary(t), env, "--repo", bare, "--render-key", filepath.Join(keys, "render-a"), "--poll-interval", "200ms")
+		srv.waitReady(t, time.Minute)
+		_, agentLog = startProcess(t, env, agentBinary(t), "agent", "--server-auth", "--repo", srv.url+"/tenant.git", "--install", "acme",
+			"--trust-root", given, "--key", filepath.Join(root, "fixtures", "keys", "acme"), "--workdir", filepath.Join(dir, "agent"),
+			"--vendor-key", filepath.Join(root, "fixtures", "keys", "cosign.pub"), "--provenance-source", repo+"=refs/tags/v*",
+			"--registry", install.Host, "--registry-ca", install.CAFile, "--registry-username", "nuon", "--interval", "1s")
+	}
+	logs := func() string {
+		return "server:\n" + tail(srv.log.String(), 40) + "\nagent:\n" + tail(agentLog.String(), 40)
+	}
+	ref := func(name string) string {
+		out, _ := gittest.Run(bare, nil, "rev-parse", "--verify", "--quiet", name)
+		return strings.TrimSpace(out)
+	}
+	status := func() schemas.Status {
+		var st schemas.Status
+		if out, err := gittest.Run(bare, nil, "show", schemas.StatusRef("acme")+":"+schemas.StatusFile); err == nil {
+			_ = json.Unmarshal([]byte(out), &st)
+		}
+		return st
+	}
+	// release records version from report and pins it on main; the
+	// server renders it and the running agent takes it: release returns
+	// api-image's status from the first status that names the new
+	// render, and how long after the render that status came.
+	release := func(version, report string) (schemas.ComponentStatus, time.Duration) {
 		t.Helper()
+		was := ref(schemas.InstallRef("acme"))
 		nuon(t, env, 0, "release", "api-image", "--repo", bare, "--version", version, "--from", report)
 		gittest.Git(t, bare, "--work-tree", src, "checkout", "main", "--", "releases")
 		pin(version)
 		gittest.CommitDir(t, bare, "main", src, "api-image "+version)
-		nuon(t, env, 0, "render", "--repo", bare, "--key", filepath.Join(keys, "render-a"), "--cache-dir", filepath.Join(dir, "cache"))
-	}
-	type component struct {
-		Phase, Error string
-		Digests      map[string]string
-	}
-	poll := func() component {
-		t.Helper()
-		out := nuon(t, env, 0, "agent", "--once", "-o", "json", "--repo", bare, "--install", "acme", "--trust-root", given,
-			"--key", filepath.Join(root, "fixtures", "keys", "acme"), "--workdir", filepath.Join(dir, "agent"),
-			"--vendor-key", filepath.Join(root, "fixtures", "keys", "cosign.pub"), "--provenance-source", repo+"=refs/tags/v*",
-			"--registry", install.Host, "--registry-ca", install.CAFile, "--registry-username", "nuon")
-		var res struct {
-			Status struct{ Components map[string]component }
+		if srv == nil {
+			// Started once main has a release to render.
+			start()
 		}
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return res.Status.Components["api-image"]
+		waitFor(t, "the server to render api-image "+version, time.Minute, logs, func() bool {
+			return ref(schemas.InstallRef("acme")) != was
+		})
+		tip, start := ref(schemas.InstallRef("acme")), time.Now()
+		waitFor(t, "acme's status of api-image "+version, 2*time.Minute, logs, func() bool { return status().Desired == tip })
+		return status().Components["api-image"], time.Since(start)
 	}
 	// inInstall tells whether any repository of the install's registry
 	// holds digest.
@@ -155,17 +182,14 @@ func TestProvenanceDrillWithTheBinaries(t *testing.T) {
 	}
 
 	good, goodDigest := build("good", filepath.Join(root, "fixtures", "previous"), builder1, repo, "v2.3.0")
-	release("2.3.0", good)
-	applied := poll()
+	applied, _ := release("2.3.0", good)
 	if applied.Phase != "Applied" || applied.Digests["image"] != goodDigest || !inInstall(goodDigest) {
 		t.Fatalf("builder-1's release: %+v, want %s applied", applied, goodDigest)
 	}
 	refused := func(step, version, report, digest, reason string) {
 		t.Helper()
-		release(version, report)
-		start := time.Now()
-		got := poll()
-		t.Logf("%s: refused in one poll (%s): %s", step, time.Since(start).Round(100*time.Millisecond), got.Error)
+		got, took := release(version, report)
+		t.Logf("%s: refused %s after the render: %s", step, took.Round(100*time.Millisecond), got.Error)
 		if got.Phase == "Applied" || !strings.Contains(got.Error, "provenance") || !strings.Contains(got.Error, reason) {
 			t.Errorf("%s: api-image %s (%s), want a provenance refusal for %q", step, got.Phase, got.Error, reason)
 		}
