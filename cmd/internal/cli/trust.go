@@ -55,7 +55,7 @@ Nothing is trusted by any install until it is signed and on main.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", ".", "a checkout of main")
 	cmd.AddCommand(newTrustInitCmd(g, o), newTrustAddKeyCmd(g, o), newTrustRevokeCmd(g, o),
-		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o))
+		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o), newTrustMigrateCmd(g, o))
 	return cmd
 }
 
@@ -361,6 +361,7 @@ func roleIn(rs *schemas.TrustRoles, role trust.Role) (*schemas.TrustRole, error)
 	slot := map[trust.Role]**schemas.TrustRole{
 		trust.RoleVendorArtifacts: &rs.VendorArtifacts, trust.RoleBuilders: &rs.Builders,
 		trust.RoleOperators: &rs.Operators, trust.RoleApprovers: &rs.Approvers, trust.RoleServer: &rs.Server,
+		trust.RoleBuildRequesters: &rs.BuildRequesters, trust.RoleBuildAgents: &rs.BuildAgents,
 	}
 	if role == trust.RoleRender {
 		return &rs.Render, nil
@@ -482,13 +483,19 @@ func (o *verifyOptions) heldRoot(ctx context.Context, repo *gitrepo.Repo, given 
 }
 
 // ProvenanceSourceHelp describes the agent's --provenance-source.
-const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable; none: provenance is not required"
+const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, the fallback for a trust root that names no provenance.sources: copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable. The root's provenance.sources (per component) and provenance.builders (distinct builders per channel) come first: with them, provenance is required even without this flag"
 
-// provenanceConfig is the syncer's provenance policy from the
-// --provenance-source flags; nil without any.
+// provenanceConfig is the syncer's provenance policy: the root's
+// provenance rules, with the --provenance-source flags as the fallback
+// sources. Without flags and without a trust root, nil (provenance is not
+// required); without flags but with a root, provenance is required
+// whenever the root in force names provenance rules.
 func provenanceConfig(flags []string, root func() *trust.Root) (*sync.ProvenanceConfig, error) {
 	if len(flags) == 0 {
-		return nil, nil
+		if root() == nil {
+			return nil, nil
+		}
+		return &sync.ProvenanceConfig{Root: root, RootOnly: true}, nil
 	}
 	if root() == nil {
 		return nil, fmt.Errorf("--provenance-source: the builders are named by the trust root: give --trust-root")

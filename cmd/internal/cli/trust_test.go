@@ -109,6 +109,9 @@ func TestProvenanceSourceFlags(t *testing.T) {
 	if pc, err := provenanceConfig(nil, none); pc != nil || err != nil {
 		t.Errorf("no flags: %v, %v; want no policy", pc, err)
 	}
+	if pc, err := provenanceConfig(nil, some); pc == nil || !pc.RootOnly || len(pc.Sources) != 0 || err != nil {
+		t.Errorf("no flags, a root: %+v, %v; want the root's rules only", pc, err)
+	}
 	for _, tc := range []struct {
 		flags []string
 		root  func() *trust.Root
