@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -365,4 +366,20 @@ func ReadRootFiles(st storer.EncodedObjectStorer, commit plumbing.Hash) (map[str
 		out[trust.Dir+"/"+name] = data
 	}
 	return out, nil
+}
+
+// ComponentSyncer is a Syncer that judges artifacts per component: the
+// trust root allows sources per component (provenance.sources) and
+// requires distinct builders per channel (provenance.builders).
+type ComponentSyncer interface {
+	SyncComponent(ctx context.Context, channel, component string, artifacts []schemas.Artifact) error
+}
+
+// syncArtifacts syncs one component's artifacts, naming the install's
+// channel and the component when the Syncer judges by them.
+func syncArtifacts(ctx context.Context, s Syncer, channel, component string, artifacts []schemas.Artifact) error {
+	if cs, ok := s.(ComponentSyncer); ok {
+		return cs.SyncComponent(ctx, channel, component, artifacts)
+	}
+	return s.Sync(ctx, artifacts)
 }
