@@ -21,6 +21,7 @@ import (
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // maxStatusWalk bounds how many commits of a status ref's history
@@ -342,30 +343,11 @@ func NewRootChecks(st storer.EncodedObjectStorer, held *trust.Root, applied Appl
 // holds under trust/root, path to content (each at most 1 MiB); none when
 // it holds no such folder.
 func ReadRootFiles(st storer.EncodedObjectStorer, commit plumbing.Hash) (map[string][]byte, error) {
-	c, err := gitobj.ReadCommit(st, commit)
+	m, err := maingit.Open(st, commit)
 	if err != nil {
 		return nil, err
 	}
-	t, err := gitobj.ReadTree(st, c.TreeHash)
-	if err != nil {
-		return nil, err
-	}
-	e, err := t.FindEntry(trust.Dir)
-	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	files, err := gitobj.ReadFiles(st, e.Hash, 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", trust.Dir, err)
-	}
-	out := make(map[string][]byte, len(files))
-	for name, data := range files {
-		out[trust.Dir+"/"+name] = data
-	}
-	return out, nil
+	return m.RootFiles()
 }
 
 // ComponentSyncer is a Syncer that judges artifacts per component: the

@@ -134,7 +134,7 @@ func TestMainKeys(t *testing.T) {
 	})
 }
 
-func encoded(t *testing.T, r *Root) []byte {
+func encoded(t testing.TB, r *Root) []byte {
 	t.Helper()
 	b, err := r.Encoded()
 	if err != nil {
@@ -162,4 +162,16 @@ func FuzzMainKeys(f *testing.F) {
 			t.Fatalf("from %q", k.From)
 		}
 	})
+}
+
+// BenchmarkMainKeys is one read of a role's keys from main's files: the
+// chain from version 1 (one version here) and the role written out. The
+// server pays it when main moves, or once a minute for a root's keys.
+func BenchmarkMainKeys(b *testing.B) {
+	files := Files{FileName(1): encoded(b, signedRoot(b, content(b, 1, 1, "root-a"), "root-a"))}
+	for b.Loop() {
+		if _, err := MainKeys(files, RoleOperators, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -31,17 +30,7 @@ func TestTrustMigrate(t *testing.T) {
 	}
 	leakedFP := writeTestKey(t, keys, "leaked")
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	run := func(args ...string) (string, error) {
-		t.Helper()
-		var out bytes.Buffer
-		g := &Globals{Stdout: &out, Stderr: &out}
-		cmd := newTrustCmd(g, func() time.Time { return now })
-		cmd.SetArgs(append(args, "--dir", repo))
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		err := cmd.Execute()
-		return out.String(), err
-	}
+	run := trustRunner(repo, now)
 	must := func(args ...string) string {
 		t.Helper()
 		out, err := run(args...)
