@@ -180,3 +180,38 @@ func BenchmarkVerifyProvenances(b *testing.B) {
 		}
 	}
 }
+
+// FuzzVerifyProvenances: whatever two envelopes hold, the check never
+// accepts fewer distinct builder keys than the channel requires, nor an
+// envelope set in which none passes alone.
+func FuzzVerifyProvenances(f *testing.F) {
+	ci1, ci1Key := builderKey(f)
+	ci2, ci2Key := builderKey(f)
+	root := rulesRoot(f, []trusttest.NamedKey{{Name: "ci-1", Key: ci1Key}, {Name: "ci-2", Key: ci2Key}}, &schemas.TrustProvenance{
+		Sources:  []schemas.TrustSource{{Component: "*", Repository: provRepo, Ref: "refs/tags/*"}},
+		Builders: []schemas.TrustBuilderRule{{Channels: []string{"stable"}, Builders: 2}},
+	})
+	p, err := (&sync.ProvenanceConfig{}).Policy(root, "stable", "api", provT0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	st := statement(f, provDigest, provRepo, "refs/tags/v1")
+	f.Add(envelope(f, st, ci1), envelope(f, st, ci2))
+	f.Add(envelope(f, st, ci1), envelope(f, st, ci1))
+	f.Add(resign(f, st, ci1, ci2), []byte("{}"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		vs, err := sync.VerifyProvenances([][]byte{a, b}, provDigest, p)
+		if err != nil {
+			return
+		}
+		keys := map[string]bool{}
+		for _, v := range vs {
+			for _, k := range v.Keys {
+				keys[k] = true
+			}
+		}
+		if len(keys) < 2 {
+			t.Fatalf("accepted with %d distinct builder keys", len(keys))
+		}
+	})
+}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/trust"
 )
 
@@ -136,6 +137,10 @@ func TestTrustMigrate(t *testing.T) {
 	ap, err := trust.MainKeys(files, trust.RoleApprovers, now)
 	if err != nil || !strings.Contains(string(ap.Data), "release-manager") || !strings.Contains(string(ap.Data), "stable") {
 		t.Errorf("approvers: %v\n%s", err, ap.Data)
+	}
+	// The approvers' verifier reads the role as it read trust/approvals.
+	if as, err := policy.ParseApprovers(ap.From, ap.Data); err != nil || as.Threshold != 1 {
+		t.Errorf("approvers from the root do not parse as an approvers file: %v\n%s", err, ap.Data)
 	}
 
 	out = must("migrate", "--agent-trust", filepath.Join(repo, "agent-trust"), "--vendor-key", filepath.Join(repo, "cosign.pub"))
