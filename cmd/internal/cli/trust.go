@@ -48,14 +48,15 @@ builders, operators, approvers, server) with their windows, scopes and
 revocations, and is signed by a threshold of offline root keys. Version N+1
 needs a threshold of version N's root keys and of its own (see package trust).
 
-init writes version 1; add-key and revoke write the next version as a draft,
-or change the draft already there; sign adds a root key's signature to the
+init writes version 1; add-key, revoke, allow-source, require-builders and
+migrate write the next version as a draft, or change the draft already there; sign adds a root key's signature to the
 newest version; verify walks the chain from version 1 to the newest.
 Nothing is trusted by any install until it is signed and on main.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", ".", "a checkout of main")
 	cmd.AddCommand(newTrustInitCmd(g, o), newTrustAddKeyCmd(g, o), newTrustRevokeCmd(g, o),
-		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o), newTrustMigrateCmd(g, o))
+		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o), newTrustMigrateCmd(g, o),
+		newTrustAllowSourceCmd(g, o), newTrustRequireBuildersCmd(g, o))
 	return cmd
 }
 
@@ -286,6 +287,7 @@ func newTrustVerifyCmd(g *Globals, o *trustOptions) *cobra.Command {
 			for _, rv := range newest.Revocations {
 				fmt.Fprintf(g.Stdout, "  revoked          %s from %s (%s)\n", rv.Fingerprint, rv.At.Format(time.RFC3339), rv.Reason)
 			}
+			printProvenance(g.Stdout, newest)
 			return nil
 		},
 	}
