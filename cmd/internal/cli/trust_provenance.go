@@ -101,6 +101,9 @@ builder count once. N may not exceed the builders role's keys.`,
 			}
 			fmt.Fprintf(g.Stdout, "wrote %s: version %d (draft)\n", r.File, r.Version)
 			printBuilders(g.Stdout, args[0], was, n)
+			if !r.HasSources() {
+				fmt.Fprintln(g.Stdout, "stops: every artifact of agents given no --provenance-source, since the root names no source (nuon trust allow-source COMPONENT REPO REF)")
+			}
 			return printNeeds(g.Stdout, o, r)
 		},
 	}

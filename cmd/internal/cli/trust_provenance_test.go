@@ -25,17 +25,18 @@ func TestTrustProvenanceCommands(t *testing.T) {
 	}{
 		{args: []string{"init", "--root-key", "alice=" + k("alice.pub"), "--render-key", "render=" + k("render.pub")}, want: "wrote trust/root/1.json"},
 		{args: []string{"sign", "--key", k("alice")}, want: "ready: version 1"},
+		{args: []string{"add-key", "builders", "ci-1", k("ci-1.pub")}, want: "lets: ci-1 sign for builders"},
+		{args: []string{"require-builders", "beta", "1"}, want: "stops: every artifact of agents given no --provenance-source, since the root names no source"},
 		{args: []string{"allow-source", "api", "git+https://x/shop", "refs/tags/v*"},
-			want: "stops: every artifact, until a builders key is added"},
+			want: "stops: every artifact whose provenance names no source the root allows for its component"},
 		{args: []string{"allow-source", "api[", "git+https://x/shop", "refs/tags/v*"}, want: "pattern \"api[\"", fail: true},
 		{args: []string{"allow-source", "api", "git+https://x/shop", "refs/tags/v*"}, want: "already allowed", fail: true},
-		{args: []string{"add-key", "builders", "ci-1", k("ci-1.pub")}, want: "lets: ci-1 sign for builders"},
 		{args: []string{"require-builders", "stable", "2"}, want: "channels [stable] require 2 distinct builders, but the builders role has 1 keys", fail: true},
 		{args: []string{"add-key", "builders", "ci-2", k("ci-2.pub")}, want: "lets: ci-2 sign for builders"},
 		{args: []string{"require-builders", "stable", "2"}, want: "stops: artifacts for channel stable with provenance from fewer than 2 distinct builders (was 1)"},
 		{args: []string{"require-builders", "stable", "x"}, want: "want a number", fail: true},
 		{args: []string{"sign", "--key", k("alice")}, want: "ready: version 2"},
-		{args: []string{"verify"}, want: "source           api from git+https://x/shop at refs/tags/v*\n  builders         2 distinct for channels [stable]"},
+		{args: []string{"verify"}, want: "source           api from git+https://x/shop at refs/tags/v*\n  builders         1 distinct for channels [beta]\n  builders         2 distinct for channels [stable]"},
 		{args: []string{"require-builders", "stable", "1"}, want: "lets: artifacts for channel stable with provenance from 1 distinct builders (was 2)"},
 	} {
 		out, err := run(step.args...)
