@@ -168,7 +168,7 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 			return
 		}
 		if a.cfg.Sync != nil {
-			if err := a.cfg.Sync.Sync(ctx, spec.Artifacts); err != nil {
+			if err := syncArtifacts(ctx, a.cfg.Sync, p.desired.Install.Channel, s.Component, spec.Artifacts); err != nil {
 				mu.Lock()
 				p.setPhase(s.Component, schemas.PhaseFailed, "sync artifacts: "+err.Error())
 				mu.Unlock()

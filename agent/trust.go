@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // maxStatusWalk bounds how many commits of a status ref's history
@@ -341,28 +343,25 @@ func NewRootChecks(st storer.EncodedObjectStorer, held *trust.Root, applied Appl
 // holds under trust/root, path to content (each at most 1 MiB); none when
 // it holds no such folder.
 func ReadRootFiles(st storer.EncodedObjectStorer, commit plumbing.Hash) (map[string][]byte, error) {
-	c, err := gitobj.ReadCommit(st, commit)
+	m, err := maingit.Open(st, commit)
 	if err != nil {
 		return nil, err
 	}
-	t, err := gitobj.ReadTree(st, c.TreeHash)
-	if err != nil {
-		return nil, err
+	return m.RootFiles()
+}
+
+// ComponentSyncer is a Syncer that judges artifacts per component: the
+// trust root allows sources per component (provenance.sources) and
+// requires distinct builders per channel (provenance.builders).
+type ComponentSyncer interface {
+	SyncComponent(ctx context.Context, channel, component string, artifacts []schemas.Artifact) error
+}
+
+// syncArtifacts syncs one component's artifacts, naming the install's
+// channel and the component when the Syncer judges by them.
+func syncArtifacts(ctx context.Context, s Syncer, channel, component string, artifacts []schemas.Artifact) error {
+	if cs, ok := s.(ComponentSyncer); ok {
+		return cs.SyncComponent(ctx, channel, component, artifacts)
 	}
-	e, err := t.FindEntry(trust.Dir)
-	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	files, err := gitobj.ReadFiles(st, e.Hash, 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", trust.Dir, err)
-	}
-	out := make(map[string][]byte, len(files))
-	for name, data := range files {
-		out[trust.Dir+"/"+name] = data
-	}
-	return out, nil
+	return s.Sync(ctx, artifacts)
 }

@@ -4,24 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // ErrRefused marks a build request the agent will not build (see
@@ -102,7 +102,7 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	defer os.RemoveAll(dir)
 
 	a.tenantMu.Lock()
-	app, trusted, err := a.readMain(ctx, dir)
+	app, trusted, err := a.readMain(ctx, dir, now())
 	a.tenantMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -143,8 +143,9 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 }
 
 // readMain fetches main and returns its app (also written to
-// dir/nuon.yaml for the child) and the keys trusted for builds.
-func (a *Agent) readMain(ctx context.Context, dir string) (schemas.App, *signature.AllowedSigners, error) {
+// dir/nuon.yaml for the child) and the keys trusted for builds at now:
+// the trust root's build-requesters role, or trust/builds (deprecated).
+func (a *Agent) readMain(ctx context.Context, dir string, now time.Time) (schemas.App, *signature.AllowedSigners, error) {
 	if err := a.Tenant.Fetch(ctx, "refs/heads/"); err != nil {
 		return schemas.App{}, nil, err
 	}
@@ -175,16 +176,21 @@ func (a *Agent) readMain(ctx context.Context, dir string) (schemas.App, *signatu
 	if err != nil {
 		return schemas.App{}, nil, fmt.Errorf("main: %w", err)
 	}
-	trustData, err := readFile(a.Tenant.Storer(), root, schemas.BuildTrustFile)
-	if errors.Is(err, object.ErrFileNotFound) {
+	keys, err := maingit.Keys(a.Tenant.Storer(), head, trust.RoleBuildRequesters, now)
+	if err != nil {
+		return schemas.App{}, nil, fmt.Errorf("main: %w", err)
+	}
+	for _, w := range append(slices.Clone(keys.Warnings), keys.Deprecated) {
+		if w != "" && a.Logger != nil {
+			a.Logger.Warn("keys trusted for builds", "warning", w)
+		}
+	}
+	if keys.Data == nil {
 		return app, nil, nil
 	}
+	trusted, err := signature.ParseAllowedSigners(keys.Data)
 	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
-	}
-	trusted, err := signature.ParseAllowedSigners(trustData)
-	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("main: %s: %w", schemas.BuildTrustFile, err)
+		return schemas.App{}, nil, fmt.Errorf("main: %s: %w", keys.From, err)
 	}
 	return app, trusted, nil
 }

@@ -196,7 +196,7 @@ func applyAgent(ctx context.Context, o *Options, st *state) (string, string, err
 	if b.Key, err = os.ReadFile(o.path(KeyFile)); err != nil {
 		return "", "", err
 	}
-	if b.Trust, err = os.ReadFile(o.path(TrustFile)); err != nil {
+	if err = o.bootstrapTrust(&b); err != nil {
 		return "", "", err
 	}
 	if outs.Registry.PasswordFile != "" {
@@ -240,4 +240,17 @@ func (o *Options) gitToken() (string, error) {
 		return "", fmt.Errorf("git token: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// bootstrapTrust fills what judges desired state in b: the trust root's
+// version kept at creation (TrustRootFile) when the install has one, else
+// the allowed_signers file (TrustFile, deprecated).
+func (o *Options) bootstrapTrust(b *Bootstrap) error {
+	var err error
+	if fileExists(o.path(TrustRootFile)) {
+		b.TrustRoot, err = os.ReadFile(o.path(TrustRootFile))
+		return err
+	}
+	b.Trust, err = os.ReadFile(o.path(TrustFile))
+	return err
 }

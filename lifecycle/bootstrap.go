@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -34,8 +35,15 @@ type Bootstrap struct {
 	Install, Repo string
 	// Key is the install's private key (PEM): the Secret nuon-agent-key.
 	Key []byte
-	// Trust is the allowed_signers file: the ConfigMap nuon-agent-trust.
+	// Trust is the allowed_signers file (deprecated): allowed_signers in
+	// the ConfigMap nuon-agent-trust, the agent's --trust.
 	Trust []byte
+	// TrustRoot is the trust root's version the install was given at
+	// creation (TrustRootFile): trust-root.json in the ConfigMap
+	// nuon-agent-trust, and the agent is started with --trust-root
+	// instead of --trust, so that it follows the root's chain. One of
+	// Trust and TrustRoot is required; TrustRoot wins.
+	TrustRoot []byte
 	// Registry, RegistryUsername and RegistryPassword are the install
 	// registry's host and credentials: --registry, --registry-username and
 	// NUON_REGISTRY_PASSWORD from the Secret nuon-registry. Without a
@@ -114,7 +122,16 @@ func BootstrapObjects(b Bootstrap) ([]*unstructured.Unstructured, error) {
 	if err := add(secret("nuon-agent-key", map[string]string{"agent.key": string(b.Key)})); err != nil {
 		return nil, err
 	}
-	if err := add(configMap("nuon-agent-trust", map[string]string{"allowed_signers": string(b.Trust)})); err != nil {
+	trust := map[string]string{}
+	switch {
+	case len(b.TrustRoot) > 0:
+		trust[trustRootKey] = string(b.TrustRoot)
+	case len(b.Trust) > 0:
+		trust["allowed_signers"] = string(b.Trust)
+	default:
+		return nil, fmt.Errorf("bootstrap: the agent needs the trust root (or an allowed_signers file) to judge desired state")
+	}
+	if err := add(configMap("nuon-agent-trust", trust)); err != nil {
 		return nil, err
 	}
 	if b.RegistryUsername != "" {
@@ -150,6 +167,16 @@ func toUnstructured(o runtime.Object) (*unstructured.Unstructured, error) {
 	return out, nil
 }
 
+// trustRootKey is the trust root's key in the ConfigMap nuon-agent-trust,
+// mounted at /etc/nuon/trust.
+const trustRootKey = "trust-root.json"
+
+// Agent arguments that name what judges desired state.
+const (
+	trustArg     = "--trust=/etc/nuon/trust/allowed_signers"
+	trustRootArg = "--trust-root=/etc/nuon/trust/" + trustRootKey
+)
+
 // configureAgent points the agent's container at the install.
 func configureAgent(d *appsv1.Deployment, b Bootstrap) error {
 	spec := &d.Spec.Template.Spec
@@ -173,6 +200,16 @@ func configureAgent(d *appsv1.Deployment, b Bootstrap) error {
 	fromSecret := func(name, secret, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
+	}
+	if len(b.TrustRoot) > 0 {
+		// The root replaces the allowed_signers file: the agent then
+		// follows the chain from this version (its workdir keeps the
+		// newest it verified).
+		i := slices.Index(c.Args, trustArg)
+		if i < 0 {
+			return fmt.Errorf("the agent container has no %s to replace with %s", trustArg, trustRootArg)
+		}
+		c.Args[i] = trustRootArg
 	}
 	if b.Registry != "" {
 		c.Args = append(c.Args, "--registry="+b.Registry)

@@ -427,7 +427,7 @@ func (o *Options) applyToEKS(ctx context.Context, outs *Outputs, cl *cluster, cr
 	if b.Key, err = os.ReadFile(o.path(KeyFile)); err != nil {
 		return nil, err
 	}
-	if b.Trust, err = os.ReadFile(o.path(TrustFile)); err != nil {
+	if err = o.bootstrapTrust(&b); err != nil {
 		return nil, err
 	}
 	if b.GitToken, err = o.gitToken(); err != nil {

@@ -2,15 +2,13 @@ package renderer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
-	"github.com/go-git/go-git/v5/plumbing/object"
-
-	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/requests"
+	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // loadRequests reads the requests filed on requests.Ref (Options.Requests)
@@ -75,27 +73,45 @@ func (r *renderRun) requestTrust() (*signature.AllowedSigners, error) {
 	return trust, nil
 }
 
-// trustFile reads a file of keys, path, from the source commit, at most
-// max bytes; nil, and a warning that without it what (a kind of signed
-// record) is refused, when main has none.
+// trustFile reads the keys of the role whose legacy file on main is path
+// (trust/requests, trust/approvals) through trust.MainKeys, the one reader
+// of role keys: the root's role when main's root defines it, else the
+// file, deprecated. It returns them in the file's form, at most max
+// bytes; nil, and a warning that without them what (a kind of signed
+// record) is refused, when main names none.
 func (r *renderRun) trustFile(path string, max int64, what string) ([]byte, error) {
-	c, err := gitobj.ReadCommit(r.st, r.source)
+	role, ok := legacyRole(path)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a key file of a trust role", path)
+	}
+	keys, err := maingit.Keys(r.st, r.source, role, r.now)
 	if err != nil {
 		return nil, err
 	}
-	tree, err := gitobj.ReadTree(r.st, c.TreeHash)
-	if err != nil {
-		return nil, err
+	r.result.Warnings = append(r.result.Warnings, keys.Warnings...)
+	if keys.Deprecated != "" && keys.MainHasRoot {
+		// A tenant without a root renders as before; one that has begun
+		// the root is told what is left to move.
+		r.result.Warnings = append(r.result.Warnings, keys.Deprecated)
 	}
-	e, err := tree.FindEntry(path)
-	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		r.result.Warnings = append(r.result.Warnings, "no "+path+" on main: "+what)
+	if keys.Data == nil {
+		r.result.Warnings = append(r.result.Warnings, "no "+path+" on main and no "+string(role)+" role in its trust root: "+what)
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
+	if int64(len(keys.Data)) > max {
+		return nil, fmt.Errorf("%s: %d bytes, more than %d", keys.From, len(keys.Data), max)
 	}
-	return gitobj.ReadBlob(r.st, e.Hash, max)
+	return keys.Data, nil
+}
+
+// legacyRole is the role whose legacy key file is path.
+func legacyRole(path string) (trust.Role, bool) {
+	for role, file := range trust.LegacyFiles {
+		if file == path {
+			return role, true
+		}
+	}
+	return "", false
 }
 
 // sourceInstalls returns whether an install id is one of the source's:

@@ -11,20 +11,13 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
-
-// maxRootFile bounds each trust root version read from main.
-const maxRootFile = 1 << 20
-
-// maxRootVersions bounds the versions main may hold: a root rotated
-// every day for ten years stays well below it.
-const maxRootVersions = 10000
 
 // loadTrust reads the trust root from the source (trust/root/<n>.json on
 // main), checks that its versions chain from version 1 to the newest, and
@@ -84,40 +77,13 @@ func (r *renderRun) loadTrust(context.Context) error {
 // rootFiles reads the files under trust/root on the source commit, path
 // to content; nil when main has none.
 func (r *renderRun) rootFiles() (map[string][]byte, error) {
-	c, err := gitobj.ReadCommit(r.st, r.source)
-	if err != nil {
-		return nil, fmt.Errorf("read source commit %s: %w", r.source, err)
-	}
-	tree, err := gitobj.ReadTree(r.st, c.TreeHash)
+	m, err := maingit.Open(r.st, r.source)
 	if err != nil {
 		return nil, err
 	}
-	e, err := tree.FindEntry(trust.Dir)
-	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
-		return nil, nil
-	}
+	files, err := m.RootFiles()
 	if err != nil {
 		return nil, fmt.Errorf("trust root on main: %w", err)
-	}
-	if e.Mode != filemode.Dir {
-		return nil, fmt.Errorf("trust root on main: %s is not a folder", trust.Dir)
-	}
-	dir, err := gitobj.ReadTree(r.st, e.Hash)
-	if err != nil {
-		return nil, fmt.Errorf("trust root on main: %w", err)
-	}
-	if len(dir.Entries) > maxRootVersions {
-		return nil, fmt.Errorf("trust root on main: %s holds %d entries, at most %d versions are read", trust.Dir, len(dir.Entries), maxRootVersions)
-	}
-	files := make(map[string][]byte, len(dir.Entries))
-	for _, f := range dir.Entries {
-		name := trust.Dir + "/" + f.Name
-		if f.Mode != filemode.Regular && f.Mode != filemode.Deprecated {
-			return nil, fmt.Errorf("trust root on main: %s is not a regular file", name)
-		}
-		if files[name], err = gitobj.ReadBlob(r.st, f.Hash, maxRootFile); err != nil {
-			return nil, fmt.Errorf("trust root on main: %s: %w", name, err)
-		}
 	}
 	return files, nil
 }

@@ -21,6 +21,33 @@ type TrustRoot struct {
 	Root        TrustRootRole     `yaml:"root" json:"root"`
 	Roles       TrustRoles        `yaml:"roles" json:"roles"`
 	Revocations []TrustRevocation `yaml:"revocations,omitempty" json:"revocations,omitempty"`
+	Provenance  *TrustProvenance  `yaml:"provenance,omitempty" json:"provenance,omitempty"`
+}
+
+// TrustProvenance is what an artifact's build provenance must show, per
+// component and per channel.
+type TrustProvenance struct {
+	// Sources name, per component (a glob), the source repositories and
+	// refs its artifacts may be built from.
+	Sources []TrustSource `yaml:"sources,omitempty" json:"sources,omitempty"`
+	// Builders name, per channel, how many distinct builder keys must
+	// each have signed a matching provenance of one digest.
+	Builders []TrustBuilderRule `yaml:"builders,omitempty" json:"builders,omitempty"`
+}
+
+// TrustSource allows artifacts of components matching Component to come
+// from Repository at a ref matching Ref.
+type TrustSource struct {
+	Component  string `yaml:"component" json:"component"`
+	Repository string `yaml:"repository" json:"repository"`
+	Ref        string `yaml:"ref" json:"ref"`
+}
+
+// TrustBuilderRule requires Builders distinct builder keys' provenance
+// for every artifact an install on one of Channels copies.
+type TrustBuilderRule struct {
+	Channels []string `yaml:"channels" json:"channels"`
+	Builders int      `yaml:"builders" json:"builders"`
 }
 
 // TrustRootRole is the root role: the offline keys that sign the root.
@@ -45,6 +72,8 @@ type TrustRoles struct {
 	Operators       *TrustRole `yaml:"operators,omitempty" json:"operators,omitempty"`
 	Approvers       *TrustRole `yaml:"approvers,omitempty" json:"approvers,omitempty"`
 	Server          *TrustRole `yaml:"server,omitempty" json:"server,omitempty"`
+	BuildRequesters *TrustRole `yaml:"build-requesters,omitempty" json:"build-requesters,omitempty"`
+	BuildAgents     *TrustRole `yaml:"build-agents,omitempty" json:"build-agents,omitempty"`
 }
 
 // TrustRole is the keys of one role other than root.

@@ -192,7 +192,39 @@
 // render role of the version in force (agent.Checks.Root); nuon verify
 // --trust-root judges the same way, walking main's versions too. Agents
 // given only --trust keep the allowed_signers behaviour, with a
-// deprecation warning. Not yet read from the root: the vendor's artifact
-// key (--vendor-key), builders (provenance), operators (trust/requests),
-// approvers and the server's key.
+// deprecation warning. In Kubernetes agent mode the version travels in
+// the ConfigMap nuon-agent-trust (trust-root.json) and the agent runs
+// with --trust-root.
+//
+// # One place for trust
+//
+// Before the root, each kind of key had its own file on main:
+// trust/requests (operators), trust/approvals (approvers), trust/builds
+// (build requesters) and trust/build-agents (build agents); LegacyFiles
+// maps each to its role. MainKeys is the one reader of a role's keys on a
+// commit of main, used by the server (operators, builds), the renderer
+// (requests, approvals) and the build agent (build requests), each through
+// trust/maingit over its git store: when main's root (chained from version
+// 1) defines the role, its keys valid at the time asked for are the ones,
+// written in the form the role's verifier already reads (allowed_signers
+// lines named by the key's name; an Approvers file for approvers, a
+// revocation folded into notAfter), and the old file is ignored with a
+// warning to remove it. Otherwise the old file is read, marked
+// Deprecated. A root that does not chain names no key at all. nuon trust
+// migrate moves the old files, and an agent's --trust and --vendor-key,
+// into the next version as roles, printing what each key lets or stops
+// (a key the root revoked, or of a type the root does not take, is left
+// out and stops counting once the version is signed).
+//
+// # Provenance rules
+//
+// The signed content may carry provenance: sources, per component glob,
+// the repositories and ref globs its artifacts may be built from
+// (SourcesFor, Allows); builders, per channel, how many distinct builder
+// keys must each have signed a provenance of one digest that passes
+// (BuildersFor; two independent reproducible builds, one digest). The
+// agent's check (agent/sync) uses the root's sources for the component,
+// and its own --provenance-source flags only when the root names none;
+// two attestations by one builder count once. A channel may not require
+// more builders than the builders role has keys (Parse refuses it).
 package trust

@@ -3,6 +3,8 @@ package trust
 import (
 	"bytes"
 	"testing"
+
+	"nuon.dev/nuon/schemas"
 )
 
 // FuzzParse: no input makes Parse panic, and a root it accepts has a
@@ -13,6 +15,17 @@ func FuzzParse(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(small)
+	withRules := content(f, 1, 1, "A")
+	withRules.Roles.Builders = &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "ci", Key: authorized(testKey(f, "ci"))}}}
+	withRules.Provenance = &schemas.TrustProvenance{
+		Sources:  []schemas.TrustSource{{Component: "web-*", Repository: "git+https://x/web", Ref: "refs/tags/v*"}},
+		Builders: []schemas.TrustBuilderRule{{Channels: []string{"stable"}, Builders: 1}},
+	}
+	rules, err := signedRoot(f, withRules, "A").Encoded()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(rules)
 	f.Add([]byte(`{"signed":{},"signatures":[]}`))
 	f.Add([]byte(`{"signed":{"version":1,"version":2},"signatures":[]}`))
 	f.Add([]byte("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["))

@@ -38,10 +38,16 @@ const (
 	RoleOperators       Role = "operators"
 	RoleApprovers       Role = "approvers"
 	RoleServer          Role = "server"
+	// RoleBuildRequesters signs build requests (vendor CI asking the
+	// tenant's build agents for a build); it was trust/builds on main.
+	RoleBuildRequesters Role = "build-requesters"
+	// RoleBuildAgents are the build agents' keys (their status and
+	// releases); it was trust/build-agents on main.
+	RoleBuildAgents Role = "build-agents"
 )
 
 // Roles lists every role but root, in the order files list them.
-var Roles = []Role{RoleRender, RoleVendorArtifacts, RoleBuilders, RoleOperators, RoleApprovers, RoleServer}
+var Roles = []Role{RoleRender, RoleVendorArtifacts, RoleBuilders, RoleOperators, RoleApprovers, RoleServer, RoleBuildRequesters, RoleBuildAgents}
 
 // Request kinds a scope may name (Scope.RequestKinds).
 const (
@@ -67,6 +73,11 @@ type Root struct {
 	// Roles holds the roles the file defines.
 	Roles       map[Role]*RoleKeys
 	Revocations []Revocation
+	// Sources are the allowed sources of artifacts, per component glob
+	// (provenance.sources); BuilderRules how many distinct builders a
+	// channel requires (provenance.builders).
+	Sources      []SourceRule
+	BuilderRules []BuilderRule
 	// Signatures are the root signatures the file carries, parsed but
 	// not yet checked.
 	Signatures []Signature
@@ -206,6 +217,7 @@ func Parse(file string, data []byte) (*Root, error) {
 			Reason:      rv.Reason,
 		})
 	}
+	r.Sources, r.BuilderRules = p.provenance(s.Provenance, r.Roles[RoleBuilders])
 	if rk := r.Roles[RoleRender]; rk != nil && len(rk.Keys) > 0 && !slices.ContainsFunc(rk.Keys, func(k Key) bool {
 		return !slices.ContainsFunc(r.Revocations, func(rv Revocation) bool { return rv.Fingerprint == k.Fingerprint })
 	}) {
@@ -245,6 +257,10 @@ func roleOf(rs schemas.TrustRoles, role Role) *schemas.TrustRole {
 		return rs.Approvers
 	case RoleServer:
 		return rs.Server
+	case RoleBuildRequesters:
+		return rs.BuildRequesters
+	case RoleBuildAgents:
+		return rs.BuildAgents
 	}
 	return nil
 }

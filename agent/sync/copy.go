@@ -37,13 +37,13 @@ func (r *syncRun) once(ctx context.Context, a schemas.Artifact) error {
 		return fmt.Errorf("install registry: %w", err)
 	}
 	if present {
-		if s.isVerified(d.String()) {
+		if s.isVerified(r.verifiedKey(d)) {
 			return nil
 		}
 		// Present but not verified by this agent yet: check the copy of
 		// the signature that travelled with it.
 		if _, err := c.VerifySignature(ctx, local.Context(), d, s.cfg.Key); err == nil && r.provenance(ctx, src.Context(), d) == nil {
-			s.setVerified(d.String())
+			s.setVerified(r.verifiedKey(d))
 			log.Debug("artifact present and signed", "local", a.Local)
 			return nil
 		}
@@ -84,7 +84,7 @@ func (r *syncRun) once(ctx context.Context, a schemas.Artifact) error {
 	if err != nil {
 		return err
 	}
-	s.setVerified(d.String())
+	s.setVerified(r.verifiedKey(d))
 	elapsed := time.Since(start)
 	log.Info("artifact copied", "local", a.Local, "bytes", read.Load(), "duration", elapsed.Round(time.Millisecond),
 		"mb_per_s", fmt.Sprintf("%.1f", float64(read.Load())/1e6/max(elapsed.Seconds(), 1e-6)))

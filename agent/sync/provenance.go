@@ -60,6 +60,9 @@ type ProvenancePolicy struct {
 	Target trust.Target
 	// Sources are the repositories and refs allowed; none allows none.
 	Sources []Source
+	// Builders is how many distinct builder keys must each have signed a
+	// provenance that passes (VerifyProvenances); 0 counts as 1.
+	Builders int
 }
 
 // VerifiedProvenance is what a verified provenance says.
@@ -197,10 +200,18 @@ type ProvenanceConfig struct {
 	// Root returns the trust root in force (its builders role); called
 	// for every artifact, so that a rotated root applies at once.
 	Root func() *trust.Root
-	// Sources are the source repositories and refs allowed.
+	// Sources are the source repositories and refs allowed when the
+	// root names none (the agent's --provenance-source flags): the root's
+	// provenance.sources, per component, come first.
 	Sources []Source
-	// Target is the install, for scopes.
+	// Target is the install, for scopes; its channel picks the root's
+	// provenance.builders rule.
 	Target trust.Target
+	// RootOnly requires provenance only while the root in force names
+	// provenance rules (sources or builders): set when the agent was
+	// given no --provenance-source, so that a root that starts naming
+	// sources turns the check on with no change in the install.
+	RootOnly bool
 	// Now is when builder keys are judged. A provenance signature carries
 	// no time of its own, so it is judged when the agent checks it: a
 	// builder key revoked or past its window stops every artifact not
@@ -218,8 +229,68 @@ const (
 	maxEnvelope     = 1 << 20
 )
 
+// Policy is the provenance policy for artifacts of component, on an
+// install of channel ("" for pc.Target's), under root at now: the sources the root allows for the component (its
+// provenance.sources; pc.Sources only when the root names none at all),
+// and the distinct builders the install's channel requires.
+func (pc *ProvenanceConfig) Policy(root *trust.Root, channel, component string, now time.Time) (ProvenancePolicy, error) {
+	target := pc.Target
+	if channel != "" {
+		target.Channel = channel
+	}
+	p := ProvenancePolicy{Root: root, At: now, Target: target, Builders: root.BuildersFor(target.Channel)}
+	if !root.HasSources() {
+		p.Sources = pc.Sources
+		return p, nil
+	}
+	rules := root.SourcesFor(component)
+	if len(rules) == 0 {
+		return p, fmt.Errorf("%w: %s allows no source for component %q (provenance.sources)", ErrProvenance, root, component)
+	}
+	for _, r := range rules {
+		p.Sources = append(p.Sources, Source{Repository: r.Repository, Ref: r.Ref})
+	}
+	return p, nil
+}
+
+// VerifyProvenances checks every envelope of one artifact with
+// VerifyProvenance and accepts when the envelopes that pass were signed,
+// together, by at least p.Builders distinct builder keys: two
+// attestations by the same builder count once, and one that fails does
+// not count (it does not refuse the others). It returns the provenances
+// that passed.
+func VerifyProvenances(envelopes [][]byte, digest string, p ProvenancePolicy) ([]*VerifiedProvenance, error) {
+	need := max(p.Builders, 1)
+	var ok []*VerifiedProvenance
+	var problems []error
+	keys := map[string]bool{}
+	for _, env := range envelopes {
+		v, err := VerifyProvenance(env, digest, p)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		ok = append(ok, v)
+		for _, k := range v.Keys {
+			keys[k] = true
+		}
+	}
+	if len(keys) >= need && len(ok) > 0 {
+		return ok, nil
+	}
+	if len(envelopes) == 0 {
+		return nil, fmt.Errorf("%w: %s: no provenance", ErrProvenance, digest)
+	}
+	if len(ok) == 0 {
+		return nil, errors.Join(problems...)
+	}
+	return nil, errors.Join(append([]error{fmt.Errorf("%w: %s: %d distinct builder keys signed provenance that passes, %d required for channel %q (independent builds of one digest)",
+		ErrProvenance, digest, len(keys), need, p.Target.Channel)}, problems...)...)
+}
+
 // checkProvenance reads the attestations of the artifact d in repo and
-// returns nil when one of them is provenance VerifyProvenance accepts.
+// returns nil when they pass VerifyProvenances under the policy for the
+// run's component.
 func (r *syncRun) checkProvenance(ctx context.Context, repo name.Repository, d v1.Hash) error {
 	pc := r.s.cfg.Provenance
 	root := pc.Root()
@@ -230,7 +301,10 @@ func (r *syncRun) checkProvenance(ctx context.Context, repo name.Repository, d v
 	if pc.Now != nil {
 		now = pc.Now
 	}
-	policy := ProvenancePolicy{Root: root, At: now(), Target: pc.Target, Sources: pc.Sources}
+	policy, err := pc.Policy(root, r.channel, r.component, now())
+	if err != nil {
+		return err
+	}
 	tag := repo.Tag(d.Algorithm + "-" + d.Hex + ".att")
 	raw, err := r.s.cfg.Client.Get(ctx, tag)
 	var terr *transport.Error
@@ -244,7 +318,7 @@ func (r *syncRun) checkProvenance(ctx context.Context, repo name.Repository, d v
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrProvenance, tag, err)
 	}
-	var problems []error
+	var envs [][]byte
 	for i, l := range m.Layers {
 		if i >= maxAttestations {
 			break
@@ -261,23 +335,36 @@ func (r *syncRun) checkProvenance(ctx context.Context, repo name.Repository, d v
 		if err != nil {
 			return fmt.Errorf("provenance of %s: %w", d, err)
 		}
-		if _, err := VerifyProvenance(env, d.String(), policy); err != nil {
-			problems = append(problems, err)
-			continue
-		}
-		return nil
+		envs = append(envs, env)
 	}
-	if len(problems) == 0 {
+	if len(envs) == 0 {
 		return fmt.Errorf("%w: %s holds no DSSE envelope", ErrProvenance, tag)
 	}
-	return errors.Join(problems...)
+	_, err = VerifyProvenances(envs, d.String(), policy)
+	return err
 }
 
 // provenance is checkProvenance when the Syncer asks for provenance, nil
 // otherwise.
 func (r *syncRun) provenance(ctx context.Context, repo name.Repository, d v1.Hash) error {
-	if r.s.cfg.Provenance == nil {
+	pc := r.s.cfg.Provenance
+	if pc == nil {
 		return nil
 	}
+	if pc.RootOnly {
+		if root := pc.Root(); root == nil || !root.HasSources() && len(root.BuilderRules) == 0 {
+			return nil
+		}
+	}
 	return r.checkProvenance(ctx, repo, d)
+}
+
+// verifiedKey is what the Syncer remembers a verified artifact by: its
+// digest, and with provenance required the component too, since the
+// sources the root allows differ by component.
+func (r *syncRun) verifiedKey(d v1.Hash) string {
+	if r.s.cfg.Provenance == nil {
+		return d.String()
+	}
+	return r.component + "\x00" + d.String()
 }

@@ -61,21 +61,29 @@ func TestSyncRequiresProvenance(t *testing.T) {
 			w := newWorld(t)
 			arts := w.artifacts(tc.build(w))
 			err := w.syncer(t, policy).Sync(context.Background(), arts)
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("sync: %v", err)
-				}
-				if !w.present(t, arts[0].Local) {
-					t.Error("the artifact is not in the install registry")
-				}
-				return
-			}
-			if !errors.Is(err, sync.ErrProvenance) || !sync.IsRefusal(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("sync: %v, want a final refusal with %q", err, tc.want)
-			}
-			if w.present(t, arts[0].Local) {
-				t.Error("a refused artifact reached the install registry")
-			}
+			w.checkSynced(t, err, arts[0].Local, tc.want)
 		})
+	}
+}
+
+// checkSynced checks a Sync's outcome: with want "", no error and the
+// artifact at local in the install registry; else a final provenance
+// refusal that says want, and nothing at local.
+func (w *world) checkSynced(t *testing.T, err error, local, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+		if !w.present(t, local) {
+			t.Error("the artifact is not in the install registry")
+		}
+		return
+	}
+	if !errors.Is(err, sync.ErrProvenance) || !sync.IsRefusal(err) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("sync: %v, want a final refusal with %q", err, want)
+	}
+	if w.present(t, local) {
+		t.Error("a refused artifact reached the install registry")
 	}
 }

@@ -53,10 +53,17 @@ func builderKey(t testing.TB) (signature.SignerVerifier, string) {
 // given revocations.
 func provRoot(t testing.TB, builders []trusttest.NamedKey, revoked ...schemas.TrustRevocation) *trust.Root {
 	t.Helper()
+	return signedProvRoot(t, builders, func(c *schemas.TrustRoot) { c.Revocations = append(c.Revocations, revoked...) })
+}
+
+// signedProvRoot is version 1 with the named builders, changed by edit
+// and signed by its root key.
+func signedProvRoot(t testing.TB, builders []trusttest.NamedKey, edit func(*schemas.TrustRoot)) *trust.Root {
+	t.Helper()
 	v := trusttest.Version{Version: 1, Expires: provT0.AddDate(1, 0, 0), RootKeys: []string{"root-1"}, Threshold: 1,
 		Render: []trusttest.RenderKey{{Name: "render-a"}}, Builders: builders}
 	c := v.Content(t)
-	c.Revocations = append(c.Revocations, revoked...)
+	edit(&c)
 	r, err := trust.Parse(trust.FileName(1), trusttest.Sign(t, c, "root-1"))
 	if err != nil {
 		t.Fatal(err)

@@ -124,7 +124,15 @@ func New(cfg Config) (*Syncer, error) {
 // Failures are *Error: Refused ones are final, Temporary ones are retried
 // Attempts times before Sync gives up.
 func (s *Syncer) Sync(ctx context.Context, artifacts []schemas.Artifact) error {
-	run := &syncRun{s: s, pushers: map[string]*remote.Pusher{}}
+	return s.SyncComponent(ctx, "", "", artifacts)
+}
+
+// SyncComponent is Sync for the artifacts of one component of an install
+// on channel: provenance is judged by the sources the trust root allows
+// for that component and the builders it requires for that channel
+// ("" for Config.Provenance.Target's channel).
+func (s *Syncer) SyncComponent(ctx context.Context, channel, component string, artifacts []schemas.Artifact) error {
+	run := &syncRun{s: s, channel: channel, component: component, pushers: map[string]*remote.Pusher{}}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Parallel)
 	errs := make([]error, len(artifacts))
@@ -141,9 +149,12 @@ func (s *Syncer) Sync(ctx context.Context, artifacts []schemas.Artifact) error {
 // syncRun is one Sync call. Its pushers are its own: a pusher remembers
 // what it pushed and would skip an artifact deleted since.
 type syncRun struct {
-	s       *Syncer
-	mu      stdsync.Mutex
-	pushers map[string]*remote.Pusher
+	s *Syncer
+	// channel and component are whose artifacts these are, for
+	// provenance rules.
+	channel, component string
+	mu                 stdsync.Mutex
+	pushers            map[string]*remote.Pusher
 }
 
 func (r *syncRun) pusher(ctx context.Context, repo name.Repository) (*remote.Pusher, error) {

@@ -121,14 +121,24 @@ func (s *syncOptions) syncer(log *slog.Logger, copied func(int64), root func() *
 	case s.insecure:
 		log.Warn("--insecure-skip-artifact-verification: artifacts are NOT verified nor copied; jobs deploy whatever the install registry (or --artifacts) holds, and the status says artifacts: Unverified")
 		return nil, nil
-	case s.vendorKey == "":
+	case s.vendorKey == "" && !rootNamesVendorKeys(root):
 		log.Warn("no --vendor-key: artifacts cannot be verified, so no component with artifacts is synced or applied")
 		return nil, nil
 	}
-	key, err := oci.LoadPublicKey(s.vendorKey)
-	if err != nil {
-		return nil, err
+	// The trust root's vendor-artifacts role, when it names one, verifies
+	// artifacts; --vendor-key is the deprecated fallback.
+	vendorKeys := &sync.VendorKeys{Root: root}
+	if s.vendorKey != "" {
+		fallback, err := oci.LoadPublicKey(s.vendorKey)
+		if err != nil {
+			return nil, err
+		}
+		vendorKeys.Fallback = fallback
+		if rootNamesVendorKeys(root) {
+			log.Warn("--vendor-key is deprecated and unused: the trust root's vendor-artifacts role names the vendor's artifact keys")
+		}
 	}
+	key := vendorKeys
 	c, ecrs, err := s.registry.Client()
 	if err != nil {
 		return nil, err
@@ -161,4 +171,14 @@ func (r *RegistryOptions) ArtifactSource(layout string) (reconciler.ArtifactSour
 		return nil, fmt.Errorf("install registry: %w", err)
 	}
 	return &oci.Source{Client: c}, nil
+}
+
+// rootNamesVendorKeys reports whether the trust root the agent holds
+// names the vendor-artifacts role.
+func rootNamesVendorKeys(root func() *trust.Root) bool {
+	if root == nil {
+		return false
+	}
+	r := root()
+	return r != nil && r.Role(trust.RoleVendorArtifacts) != nil
 }

@@ -48,14 +48,15 @@ builders, operators, approvers, server) with their windows, scopes and
 revocations, and is signed by a threshold of offline root keys. Version N+1
 needs a threshold of version N's root keys and of its own (see package trust).
 
-init writes version 1; add-key and revoke write the next version as a draft,
-or change the draft already there; sign adds a root key's signature to the
+init writes version 1; add-key, revoke, allow-source, require-builders and
+migrate write the next version as a draft, or change the draft already there; sign adds a root key's signature to the
 newest version; verify walks the chain from version 1 to the newest.
 Nothing is trusted by any install until it is signed and on main.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", ".", "a checkout of main")
 	cmd.AddCommand(newTrustInitCmd(g, o), newTrustAddKeyCmd(g, o), newTrustRevokeCmd(g, o),
-		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o))
+		newTrustSignCmd(g, o), newTrustVerifyCmd(g, o), newTrustMigrateCmd(g, o),
+		newTrustAllowSourceCmd(g, o), newTrustRequireBuildersCmd(g, o))
 	return cmd
 }
 
@@ -286,6 +287,7 @@ func newTrustVerifyCmd(g *Globals, o *trustOptions) *cobra.Command {
 			for _, rv := range newest.Revocations {
 				fmt.Fprintf(g.Stdout, "  revoked          %s from %s (%s)\n", rv.Fingerprint, rv.At.Format(time.RFC3339), rv.Reason)
 			}
+			printProvenance(g.Stdout, newest)
 			return nil
 		},
 	}
@@ -361,6 +363,7 @@ func roleIn(rs *schemas.TrustRoles, role trust.Role) (*schemas.TrustRole, error)
 	slot := map[trust.Role]**schemas.TrustRole{
 		trust.RoleVendorArtifacts: &rs.VendorArtifacts, trust.RoleBuilders: &rs.Builders,
 		trust.RoleOperators: &rs.Operators, trust.RoleApprovers: &rs.Approvers, trust.RoleServer: &rs.Server,
+		trust.RoleBuildRequesters: &rs.BuildRequesters, trust.RoleBuildAgents: &rs.BuildAgents,
 	}
 	if role == trust.RoleRender {
 		return &rs.Render, nil
@@ -482,13 +485,19 @@ func (o *verifyOptions) heldRoot(ctx context.Context, repo *gitrepo.Repo, given 
 }
 
 // ProvenanceSourceHelp describes the agent's --provenance-source.
-const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable; none: provenance is not required"
+const ProvenanceSourceHelp = "REPO=REF: with --vendor-key and --trust-root, the fallback for a trust root that names no provenance.sources: copy only artifacts whose SLSA provenance (nuon build --builder-key) is signed by a builder of the trust root, names the artifact's digest and was built from repository REPO at a ref matching REF (a pattern, e.g. git+https://git.example.com/acme/shop=refs/tags/v*); repeatable. The root's provenance.sources (per component) and provenance.builders (distinct builders per channel) come first: with them, provenance is required even without this flag"
 
-// provenanceConfig is the syncer's provenance policy from the
-// --provenance-source flags; nil without any.
+// provenanceConfig is the syncer's provenance policy: the root's
+// provenance rules, with the --provenance-source flags as the fallback
+// sources. Without flags and without a trust root, nil (provenance is not
+// required); without flags but with a root, provenance is required
+// whenever the root in force names provenance rules.
 func provenanceConfig(flags []string, root func() *trust.Root) (*sync.ProvenanceConfig, error) {
 	if len(flags) == 0 {
-		return nil, nil
+		if root() == nil {
+			return nil, nil
+		}
+		return &sync.ProvenanceConfig{Root: root, RootOnly: true}, nil
 	}
 	if root() == nil {
 		return nil, fmt.Errorf("--provenance-source: the builders are named by the trust root: give --trust-root")

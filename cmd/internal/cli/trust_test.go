@@ -40,6 +40,21 @@ func writeTestKey(t *testing.T, dir, name string) string {
 	return ssh.FingerprintSHA256(pub)
 }
 
+// trustRunner runs nuon trust with args on the checkout repo at now and
+// returns what it printed.
+func trustRunner(repo string, now time.Time) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		var out bytes.Buffer
+		g := &Globals{Stdout: &out, Stderr: &out}
+		cmd := newTrustCmd(g, func() time.Time { return now })
+		cmd.SetArgs(append(args, "--dir", repo))
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		err := cmd.Execute()
+		return out.String(), err
+	}
+}
+
 // TestTrustCommands runs a rotation through the commands: init, two
 // signatures, a new operator key and a revocation in version 2, signed by
 // one and then both root keys, verified after each step.
@@ -50,17 +65,7 @@ func TestTrustCommands(t *testing.T) {
 	}
 	renderFP := writeTestKey(t, keys, "render")
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	run := func(args ...string) (string, error) {
-		t.Helper()
-		var out bytes.Buffer
-		g := &Globals{Stdout: &out, Stderr: &out}
-		cmd := newTrustCmd(g, func() time.Time { return now })
-		cmd.SetArgs(append(args, "--dir", repo))
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		err := cmd.Execute()
-		return out.String(), err
-	}
+	run := trustRunner(repo, now)
 	k := func(name string) string { return filepath.Join(keys, name) }
 	for _, step := range []struct {
 		args []string
@@ -108,6 +113,9 @@ func TestProvenanceSourceFlags(t *testing.T) {
 	some := func() *trust.Root { return &trust.Root{} }
 	if pc, err := provenanceConfig(nil, none); pc != nil || err != nil {
 		t.Errorf("no flags: %v, %v; want no policy", pc, err)
+	}
+	if pc, err := provenanceConfig(nil, some); pc == nil || !pc.RootOnly || len(pc.Sources) != 0 || err != nil {
+		t.Errorf("no flags, a root: %+v, %v; want the root's rules only", pc, err)
 	}
 	for _, tc := range []struct {
 		flags []string
