@@ -32,6 +32,11 @@ type Process struct {
 	// pinned by digest. The plugin still answers in Manifest's newest
 	// protocol this side speaks, or its response is refused.
 	Manifest *schemas.PluginManifest
+	// Artifact is the digest of the plugin's own artifact, when it runs
+	// from one: a job of a vendor's plugin lists it among its artifacts
+	// (synced and recorded like the others), and it is not extracted
+	// again for the plugin.
+	Artifact string
 
 	once     sync.Once
 	manifest *schemas.PluginManifest
@@ -176,6 +181,9 @@ func (p *Process) Do(ctx context.Context, op string, job *schemas.Job, env recon
 		return nil, err
 	}
 	for i, a := range job.Artifacts {
+		if p.Artifact != "" && a.Digest == p.Artifact && a.Name == schemas.PluginArtifactName {
+			continue
+		}
 		dir := filepath.Join(work, "artifacts", strconv.Itoa(i)+"-"+a.Name)
 		if err := reconciler.ExtractFresh(ctx, env, a, dir); err != nil {
 			return nil, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -388,9 +389,13 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 
 // run is apply for `nuon job run`: it fetches artifacts through the
 // job's registry options into a directory of the job's own, which the
-// returned function removes.
-func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions) (func(), error) {
-	if len(p.artifacts) == 0 {
+// returned function removes. A job of a vendor's plugin (the manifest at
+// manifestPath carries grants) runs the plugin its manifest pins, from
+// the install registry, as plugin.Pinned checks it: the grants come from
+// the signed desired state, never from this command's flags.
+func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions, manifestPath string) (func(), error) {
+	job := pinnedJob(manifestPath)
+	if len(p.artifacts) == 0 && job == nil {
 		return func() {}, p.apply(ps, kubeconfig, tfConfig)
 	}
 	c, _, err := reg.Client()
@@ -406,7 +411,43 @@ func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugi
 		cleanup()
 		return nil, err
 	}
+	if job != nil {
+		ps[job.Plugin] = p.pinned(ctx, c, job, filepath.Join(dir, "pinned"))
+	}
 	return cleanup, nil
+}
+
+// pinnedJob is the job at path when it is a job of a vendor's plugin
+// pinned by its desired state; nil otherwise, and for a manifest that
+// does not read, which the job itself then reports.
+func pinnedJob(path string) *schemas.Job {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	job, err := plugin.DecodeJob(path, data)
+	if err != nil || job.Grants == nil {
+		return nil
+	}
+	return job
+}
+
+// pinned is the plugin job's manifest pins, or a plugin that fails the
+// job with why it was refused.
+func (p *processPlugins) pinned(ctx context.Context, c *oci.Client, job *schemas.Job, dir string) reconciler.Plugin {
+	var v signature.Verifier
+	if p.key != "" {
+		var err error
+		if v, err = oci.LoadPublicKey(p.key); err != nil {
+			return refusedPlugin{fmt.Errorf("plugin %s: --plugin-key: %w", job.Plugin, err)}
+		}
+	}
+	fp, err := plugin.Pinned(ctx, c, job, v, dir)
+	if err != nil {
+		return refusedPlugin{err}
+	}
+	fp.Runner.SharedNetwork = p.shared
+	return fp
 }
 
 // refusedPlugin is a plugin the job process would not run: each
