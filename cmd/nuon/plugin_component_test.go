@@ -28,8 +28,8 @@ type pluginTenant struct {
 	bare, src, dir string
 	// exited is closed when the agent process ends.
 	exited chan struct{}
-	vendor         *ocitest.Registry
-	env            []string
+	vendor *ocitest.Registry
+	env    []string
 }
 
 func newPluginTenant(t *testing.T, vendor, install *ocitest.Registry) *pluginTenant {
@@ -292,7 +292,9 @@ func TestPluginComponentE2E(t *testing.T) {
 		key      string
 		want     string
 	}{
-		{"0.5.0", func(s string) string { return strings.Replace(s, `"capabilities": {`, `"capabilities": {"network": true, `, 1) },
+		{"0.5.0", func(s string) string {
+			return strings.Replace(s, `"capabilities": {`, `"capabilities": {"network": true, `, 1)
+		},
 			cosignKey, "needs network: capability not granted by the install's desired state"},
 		{"0.6.0", func(s string) string { return strings.Replace(s, `"protocols": [1]`, `"protocols": [7]`, 1) },
 			cosignKey, "speaks protocols [7]; this job speaks [1]"},
