@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,8 +25,17 @@ var ErrNotPinned = errors.New("no plugin pinned")
 // anything else is read. Its signed manifest must name job.Plugin, speak
 // a protocol this side speaks and need nothing job.Grants does not give;
 // it is granted what it needs of job.Grants and nothing else. Every
-// refusal says why, and no request reaches the plugin.
+// refusal says why, no request reaches the plugin, and dir, which must
+// be the caller's to remove, is removed.
 func Pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier, dir string) (*Process, error) {
+	p, err := pinned(ctx, c, job, v, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	return p, err
+}
+
+func pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier, dir string) (*Process, error) {
 	if job.Grants == nil {
 		return nil, fmt.Errorf("plugin %s: %w: the job has no grants", job.Plugin, ErrNotPinned)
 	}
