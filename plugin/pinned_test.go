@@ -174,3 +174,68 @@ func TestIntersect(t *testing.T) {
 		t.Errorf("a plugin that needs nothing got %+v", got)
 	}
 }
+
+// BenchmarkPinned is what a job of a vendor's plugin costs beyond the
+// plugin's own work: "process" runs the zonefile plugin's health (one
+// Perl process, its manifest known: no handshake); "pinned" first does
+// what each such job does, Pinned: the artifact's signature verified,
+// its manifest and content pulled by digest from the registry and
+// unpacked, then the same health.
+func BenchmarkPinned(b *testing.B) {
+	if _, err := os.Stat("/usr/bin/perl"); err != nil {
+		b.Skip("no perl")
+	}
+	ctx := context.Background()
+	host := ocitest.InProcess(b)
+	c, err := oci.NewClient(oci.WithKeychain(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sv, v := cosignKey(b)
+	img, _, err := Package(zonefileDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	repo, _ := name.NewRepository(host + "/nuon-acme/acme/plugins/zonefile")
+	ref := pushImage(b, c, repo, img)
+	if _, err := builder.Sign(ctx, c, ref, sv); err != nil {
+		b.Fatal(err)
+	}
+	zones := b.TempDir()
+	job := &schemas.Job{APIVersion: schemas.APIVersion, Kind: schemas.KindJob, ID: "dns-g1-health-1", Install: "acme", Component: "dns",
+		Operation: schemas.OpHealth, Plugin: "zonefile", Version: "0.3.0", Generation: 1, Commit: strings.Repeat("a", 40),
+		Artifacts: []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: ref.String(), Digest: ref.DigestStr()}},
+		Inputs:    map[string]any{"zone": "acme.internal", "records": []any{}},
+		Grants:    &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}, Timeout: "1m", StateDir: b.TempDir()}
+	env := reconciler.Env{StateDir: job.StateDir}
+	health := func(p *Process) {
+		p.Runner.Environ = []string{"NUON_ZONE_DIR=" + zones}
+		if _, err := p.Health(ctx, job, env); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fetched, err := Pinned(ctx, c, job, v, filepath.Join(b.TempDir(), "plugin"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("process", func(b *testing.B) {
+		for b.Loop() {
+			p := &Process{Runner: fetched.Runner, Granted: fetched.Granted, Manifest: fetched.Manifest, Artifact: fetched.Artifact}
+			health(p)
+		}
+	})
+	b.Run("pinned", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := os.MkdirTemp("", "nuon-bench-plugin-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := Pinned(ctx, c, job, v, dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			health(p)
+			os.RemoveAll(dir)
+		}
+	})
+}

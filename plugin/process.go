@@ -87,7 +87,20 @@ func (p *Process) Apply(ctx context.Context, job *schemas.Job, env reconciler.En
 	if err != nil {
 		return nil, err
 	}
-	return result(resp), nil
+	res := result(resp)
+	if job.Plan != nil && len(resp.Plan) > 0 {
+		// The job asked for a plan record (approvals): the plugin's plan
+		// is that record, checked as the job result's.
+		var rec schemas.PlanRecord
+		if err := decodeStrict(resp.Plan, &rec); err != nil {
+			return nil, fmt.Errorf("%w: plan record: %w", ErrProtocol, err)
+		}
+		if !schemas.ValidPlanHash(rec.Hash) {
+			return nil, fmt.Errorf("%w: plan record: hash %q", ErrProtocol, rec.Hash)
+		}
+		res.Plan = &rec
+	}
+	return res, nil
 }
 
 // Destroy runs operation destroy.
