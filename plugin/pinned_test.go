@@ -206,7 +206,7 @@ func BenchmarkPinned(b *testing.B) {
 		Operation: schemas.OpHealth, Plugin: "zonefile", Version: "0.3.0", Generation: 1, Commit: strings.Repeat("a", 40),
 		Artifacts: []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: ref.String(), Digest: ref.DigestStr()}},
 		Inputs:    map[string]any{"zone": "acme.internal", "records": []any{}},
-		Grants:    &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}, Timeout: "1m", StateDir: b.TempDir()}
+		Grants:    &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}, Timeout: "1m", StateDir: b.TempDir(), ResultFile: filepath.Join(b.TempDir(), "result.json")}
 	env := reconciler.Env{StateDir: job.StateDir}
 	health := func(p *Process) {
 		p.Runner.Environ = []string{"NUON_ZONE_DIR=" + zones}
@@ -222,6 +222,19 @@ func BenchmarkPinned(b *testing.B) {
 		for b.Loop() {
 			p := &Process{Runner: fetched.Runner, Granted: fetched.Granted, Manifest: fetched.Manifest, Artifact: fetched.Artifact}
 			health(p)
+		}
+	})
+	// What Pinned alone costs a job: verify, pull by digest, unpack.
+	b.Run("fetch", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := os.MkdirTemp("", "nuon-bench-plugin-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := Pinned(ctx, c, job, v, dir); err != nil {
+				b.Fatal(err)
+			}
+			os.RemoveAll(dir)
 		}
 	})
 	b.Run("pinned", func(b *testing.B) {
