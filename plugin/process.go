@@ -91,16 +91,25 @@ func (p *Process) Apply(ctx context.Context, job *schemas.Job, env reconciler.En
 	if job.Plan != nil && len(resp.Plan) > 0 {
 		// The job asked for a plan record (approvals): the plugin's plan
 		// is that record, checked as the job result's.
-		var rec schemas.PlanRecord
-		if err := decodeStrict(resp.Plan, &rec); err != nil {
-			return nil, fmt.Errorf("%w: plan record: %w", ErrProtocol, err)
+		if res.Plan, err = parsePlanRecord(resp.Plan); err != nil {
+			return nil, err
 		}
-		if !schemas.ValidPlanHash(rec.Hash) {
-			return nil, fmt.Errorf("%w: plan record: hash %q", ErrProtocol, rec.Hash)
-		}
-		res.Plan = &rec
 	}
 	return res, nil
+}
+
+// parsePlanRecord reads the plan record of an apply in record mode: one
+// PlanRecord, no unknown field, with a valid hash. Its errors wrap
+// ErrProtocol.
+func parsePlanRecord(raw json.RawMessage) (*schemas.PlanRecord, error) {
+	var rec schemas.PlanRecord
+	if err := decodeStrict(raw, &rec); err != nil {
+		return nil, fmt.Errorf("%w: plan record: %w", ErrProtocol, err)
+	}
+	if !schemas.ValidPlanHash(rec.Hash) {
+		return nil, fmt.Errorf("%w: plan record: hash %q", ErrProtocol, rec.Hash)
+	}
+	return &rec, nil
 }
 
 // Destroy runs operation destroy.
