@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing/fstest"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/google/go-containerregistry/pkg/name"
 	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
@@ -18,6 +20,8 @@ import (
 
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/toolcache"
@@ -164,7 +168,7 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 				schemas.PluginArtifactName: {Repository: repo.String(), Digest: d.String(), MediaType: string(mt)},
 			}})
 		}
-		res, err := recordRelease(ctx, g, o, records)
+		res, err := recordRelease(ctx, g, o, m.Name, records)
 		if err != nil {
 			return err
 		}
@@ -187,7 +191,7 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 
 // recordRelease records the plugin's artifact as a release of each
 // component on main, as nuon release does.
-func recordRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptions, records []builder.Record) (*builder.ReleaseResult, error) {
+func recordRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptions, plugin string, records []builder.Record) (*builder.ReleaseResult, error) {
 	opts := builder.ReleaseOptions{Now: time.Now}
 	var err error
 	if opts.Name, opts.Email, err = releaseAuthor(o.author); err != nil {
@@ -200,6 +204,9 @@ func recordRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptions,
 	}
 	repo, err := g.OpenRepo(o.repo, o.cacheDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPluginComponents(ctx, repo, plugin, records); err != nil {
 		return nil, err
 	}
 	res, err := builder.Release(ctx, repo, records, opts)
@@ -550,3 +557,57 @@ func (r refusedPlugin) Apply(context.Context, *schemas.Job, reconciler.Env) (*sc
 }
 
 func (r refusedPlugin) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }
+
+// checkPluginComponents refuses to record the plugin name as the release
+// of a component that main's nuon.yaml does not declare of type plugin,
+// run by that plugin: its job would refuse the artifact anyway.
+func checkPluginComponents(ctx context.Context, repo *gitrepo.Repo, name string, records []builder.Record) error {
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return err
+	}
+	head, err := repo.Ref(builder.MainRef)
+	if err != nil {
+		return err
+	}
+	if head.IsZero() {
+		return fmt.Errorf("%s has no %s", repo.Location, builder.MainRef)
+	}
+	app, err := readMainFile(repo, head, schemas.AppFile)
+	if err != nil {
+		return err
+	}
+	src, err := schemas.Load(fstest.MapFS{schemas.AppFile: {Data: app}})
+	if err != nil {
+		return fmt.Errorf("main's %s: %w", schemas.AppFile, err)
+	}
+	for _, r := range records {
+		c, ok := src.Component(r.Component)
+		switch {
+		case !ok:
+			return fmt.Errorf("--component %s: no such component in main's %s", r.Component, schemas.AppFile)
+		case c.Type != schemas.TypePlugin || c.Plugin == nil:
+			return fmt.Errorf("--component %s: a component of type %s, not plugin: its releases hold no plugin", r.Component, c.Type)
+		case c.Plugin.Name != name:
+			return fmt.Errorf("--component %s runs plugin %s, not %s (main's %s)", r.Component, c.Plugin.Name, name, schemas.AppFile)
+		}
+	}
+	return nil
+}
+
+// readMainFile reads the file name of main's commit head, at most a
+// source file's size.
+func readMainFile(repo *gitrepo.Repo, head plumbing.Hash, name string) ([]byte, error) {
+	c, err := gitobj.ReadCommit(repo.Storer(), head)
+	if err != nil {
+		return nil, fmt.Errorf("read main: %w", err)
+	}
+	root, err := gitobj.ReadTree(repo.Storer(), c.TreeHash)
+	if err != nil {
+		return nil, fmt.Errorf("read main: %w", err)
+	}
+	e, err := root.FindEntry(name)
+	if err != nil || !e.Mode.IsFile() {
+		return nil, fmt.Errorf("main has no file %s", name)
+	}
+	return gitobj.ReadBlob(repo.Storer(), e.Hash, schemas.DefaultMaxFileSize)
+}

@@ -186,6 +186,13 @@ func TestPluginComponentE2E(t *testing.T) {
 	cosignKey := filepath.Join(keys, "cosign.key")
 
 	d1 := p.release(filepath.Join(root, "fixtures", "plugins", "zonefile"), cosignKey)
+	// Recorded only for a component of type plugin that runs this plugin.
+	mainBefore := gittest.Git(t, p.bare, "rev-parse", "main")
+	nuon(t, p.env, 1, "plugin", "release", "--repository", vendor.Host+"/acme/plugins/zonefile", "--key", cosignKey,
+		"--repo", p.bare, "--component", "nosuch", filepath.Join(root, "fixtures", "plugins", "zonefile"))
+	if gittest.Git(t, p.bare, "rev-parse", "main") != mainBefore {
+		t.Error("a refused release moved main")
+	}
 	p.pin("0.3.0")
 
 	signers := filepath.Join(p.dir, "allowed_signers")
