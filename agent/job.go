@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"nuon.dev/nuon/schemas"
@@ -32,6 +33,18 @@ func (a *Agent) newJob(d *Desired, spec *schemas.ComponentState, op string) *sch
 		Manifests:  spec.Manifests,
 		Timeout:    a.timeout(spec).String(),
 		StateDir:   filepath.Join(a.cfg.Workdir, "components", spec.Name),
+	}
+	if spec.Type == schemas.TypePlugin && spec.Plugin != nil {
+		// A vendor's plugin: the job runs its artifact (one of the
+		// job's artifacts, synced and verified like the others) with
+		// exactly the grants of the signed desired state, never more.
+		job.Plugin = spec.Plugin.Name
+		job.Grants = &schemas.PluginCapabilities{}
+		if spec.Plugin.Grants != nil {
+			g := *spec.Plugin.Grants
+			g.Env = slices.Clone(g.Env)
+			job.Grants = &g
+		}
 	}
 	if spec.Name == schemas.SandboxComponent && a.cfg.SandboxDir != "" {
 		job.StateDir = a.cfg.SandboxDir

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,10 +43,11 @@ func testTerraformOperations(t *testing.T, tf reconciler.Plugin) {
 	artifacts := dirArtifacts{root: filepath.Join("..", "fixtures", "modules")}
 	stateDir, dataDir := t.TempDir(), t.TempDir()
 
+	var plan *schemas.JobPlan
 	runJob := func(t *testing.T, op string, dbg *schemas.DebugRequest) (*schemas.JobResult, string, error) {
 		t.Helper()
 		job := testJob(t, "database")
-		job.Operation, job.Debug, job.StateDir = op, dbg, stateDir
+		job.Operation, job.Debug, job.StateDir, job.Plan = op, dbg, stateDir, plan
 		job.ResultFile = filepath.Join(t.TempDir(), ResultFile)
 		job.Artifacts = []schemas.Artifact{{Name: terraform.ModuleArtifact, Local: "r.example/database@" + digest, Digest: digest}}
 		job.Inputs = map[string]any{"vpc_id": "vpc-1", "dir": dataDir, "license_key": "${secrets.license}"}
@@ -79,6 +81,28 @@ func testTerraformOperations(t *testing.T, tf reconciler.Plugin) {
 	res, log, err = runJob(t, schemas.OpDrift, nil)
 	if err != nil || len(res.Drift) != 1 || res.Drift[0].Address != "local_file.config" {
 		t.Fatalf("drift check after a hand edit: %v, drift %+v\n%s", err, res.Drift, log)
+	}
+
+	// An approval's plan: recorded (the plan record comes back through
+	// the protocol too), nothing applied; then exactly that plan applied.
+	plan = &schemas.JobPlan{Mode: schemas.PlanRecordMode}
+	res, log, err = runJob(t, schemas.OpUpdate, nil)
+	if err != nil || res.Plan == nil || !schemas.ValidPlanHash(res.Plan.Hash) || !slices.Contains(slices.Concat(res.Plan.Summary.Create, res.Plan.Summary.Update, res.Plan.Summary.Replace), "local_file.config") {
+		t.Fatalf("plan record: %v, %+v\n%s", err, res.Plan, log)
+	}
+	if strings.Contains(res.Plan.Diff, license) {
+		t.Errorf("the plan's diff holds the secret:\n%s", res.Plan.Diff)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dataDir, "app.json")); string(b) != "{}" {
+		t.Fatalf("recording a plan applied it: %s", b)
+	}
+	plan = &schemas.JobPlan{Mode: schemas.PlanApplyMode, Hash: res.Plan.Hash}
+	if res, log, err = runJob(t, schemas.OpUpdate, nil); err != nil || !res.Changed {
+		t.Fatalf("apply the saved plan: %v, %+v\n%s", err, res, log)
+	}
+	plan = nil
+	if res, log, err = runJob(t, schemas.OpDrift, nil); err != nil || len(res.Drift) != 0 {
+		t.Fatalf("drift after the saved plan: %v, %+v\n%s", err, res.Drift, log)
 	}
 
 	res, log, err = runJob(t, schemas.OpDebug, &schemas.DebugRequest{Command: []string{"state", "show", "local_file.config"}})

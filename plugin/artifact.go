@@ -204,5 +204,5 @@ func Fetch(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Veri
 // handshake.
 func (f *Fetched) Process(granted schemas.PluginCapabilities) *Process {
 	m := f.Manifest
-	return &Process{Runner: Runner{Path: f.Executable}, Granted: granted, Manifest: &m}
+	return &Process{Runner: Runner{Path: f.Executable}, Granted: granted, Manifest: &m, Artifact: f.Ref.DigestStr()}
 }

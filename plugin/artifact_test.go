@@ -25,7 +25,7 @@ const zonefileDir = "../fixtures/plugins/zonefile"
 
 // cosignKey makes a cosign key pair as `cosign generate-key-pair` does
 // and loads it as `nuon build` loads the vendor's.
-func cosignKey(t *testing.T) (signature.SignerVerifier, signature.Verifier) {
+func cosignKey(t testing.TB) (signature.SignerVerifier, signature.Verifier) {
 	t.Helper()
 	kb, err := cosign.GenerateKeyPair(func(bool) ([]byte, error) { return []byte("pw"), nil })
 	if err != nil {
@@ -46,7 +46,7 @@ func cosignKey(t *testing.T) (signature.SignerVerifier, signature.Verifier) {
 	return sv, v
 }
 
-func pushImage(t *testing.T, c *oci.Client, repo name.Repository, img v1.Image) name.Digest {
+func pushImage(t testing.TB, c *oci.Client, repo name.Repository, img v1.Image) name.Digest {
 	t.Helper()
 	d, err := img.Digest()
 	if err != nil {

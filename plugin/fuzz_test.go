@@ -1,7 +1,10 @@
 package plugin
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"nuon.dev/nuon/schemas"
@@ -39,6 +42,43 @@ func FuzzParseResponse(f *testing.F) {
 		}
 		if handshake && resp.Plugin == nil {
 			t.Fatal("accepted a handshake without a manifest")
+		}
+	})
+}
+
+// FuzzPlanRecord: whatever plan a plugin answers an apply in record mode
+// with, parsePlanRecord returns a record with a valid hash that encodes
+// and reads back the same, or an error wrapping ErrProtocol.
+func FuzzPlanRecord(f *testing.F) {
+	hash := "sha256:" + strings.Repeat("a", 64)
+	for _, s := range []string{
+		`{"component":"db","hash":"` + hash + `","spec":"` + hash + `","job":"db-1","size":10,"summary":{"create":["a"]},"diff":"+ a"}`,
+		`{"hash":"` + hash + `"}`, `{"hash":"sha256:xyz"}`, `{"hash":"` + hash + `","extra":1}`,
+		`{"hash":"` + hash + `"} {}`, ``, `null`, `[]`, `"x"`, "\xff",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		rec, err := parsePlanRecord(json.RawMessage(data))
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v does not wrap ErrProtocol", err)
+			}
+			return
+		}
+		if !schemas.ValidPlanHash(rec.Hash) {
+			t.Fatalf("accepted hash %q", rec.Hash)
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := parsePlanRecord(b)
+		if err != nil {
+			t.Fatalf("re-read %s: %v", b, err)
+		}
+		if b2, _ := json.Marshal(again); !bytes.Equal(b, b2) {
+			t.Fatalf("re-read %s as %s", b, b2)
 		}
 	})
 }

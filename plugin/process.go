@@ -32,6 +32,11 @@ type Process struct {
 	// pinned by digest. The plugin still answers in Manifest's newest
 	// protocol this side speaks, or its response is refused.
 	Manifest *schemas.PluginManifest
+	// Artifact is the digest of the plugin's own artifact, when it runs
+	// from one: a job of a vendor's plugin lists it among its artifacts
+	// (synced and recorded like the others), and it is not extracted
+	// again for the plugin.
+	Artifact string
 
 	once     sync.Once
 	manifest *schemas.PluginManifest
@@ -82,7 +87,29 @@ func (p *Process) Apply(ctx context.Context, job *schemas.Job, env reconciler.En
 	if err != nil {
 		return nil, err
 	}
-	return result(resp), nil
+	res := result(resp)
+	if job.Plan != nil && len(resp.Plan) > 0 {
+		// The job asked for a plan record (approvals): the plugin's plan
+		// is that record, checked as the job result's.
+		if res.Plan, err = parsePlanRecord(resp.Plan); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// parsePlanRecord reads the plan record of an apply in record mode: one
+// PlanRecord, no unknown field, with a valid hash. Its errors wrap
+// ErrProtocol.
+func parsePlanRecord(raw json.RawMessage) (*schemas.PlanRecord, error) {
+	var rec schemas.PlanRecord
+	if err := decodeStrict(raw, &rec); err != nil {
+		return nil, fmt.Errorf("%w: plan record: %w", ErrProtocol, err)
+	}
+	if !schemas.ValidPlanHash(rec.Hash) {
+		return nil, fmt.Errorf("%w: plan record: hash %q", ErrProtocol, rec.Hash)
+	}
+	return &rec, nil
 }
 
 // Destroy runs operation destroy.
@@ -176,6 +203,9 @@ func (p *Process) Do(ctx context.Context, op string, job *schemas.Job, env recon
 		return nil, err
 	}
 	for i, a := range job.Artifacts {
+		if p.Artifact != "" && a.Digest == p.Artifact && a.Name == schemas.PluginArtifactName {
+			continue
+		}
 		dir := filepath.Join(work, "artifacts", strconv.Itoa(i)+"-"+a.Name)
 		if err := reconciler.ExtractFresh(ctx, env, a, dir); err != nil {
 			return nil, err

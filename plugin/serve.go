@@ -174,6 +174,16 @@ func (s *Server) call(ctx context.Context, req *schemas.PluginRequest, env recon
 			resp.Drift, resp.Health = res.Drift, res.Health
 		}
 	}
+	// An apply that records a plan for approval (job.plan, mode record)
+	// answers with its plan record.
+	plan := func(res *schemas.JobResult) error {
+		if res == nil || res.Plan == nil {
+			return nil
+		}
+		b, err := json.Marshal(res.Plan)
+		resp.Plan = b
+		return err
+	}
 	switch req.Operation {
 	case schemas.PluginPlan:
 		plan, err := s.Plugin.(Planner).Plan(ctx, job, env)
@@ -182,7 +192,10 @@ func (s *Server) call(ctx context.Context, req *schemas.PluginRequest, env recon
 	case schemas.PluginApply:
 		res, err := s.Plugin.Apply(ctx, job, env)
 		fill(res)
-		return err
+		if err != nil {
+			return err
+		}
+		return plan(res)
 	case schemas.PluginDestroy:
 		if err := s.Plugin.Destroy(ctx, job, env); err != nil {
 			return err

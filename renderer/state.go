@@ -106,6 +106,14 @@ func component(src *schemas.Source, id string, in schemas.Install, c schemas.Com
 		Manifests:  c.Manifests,
 		Drift:      c.Drift,
 		Approval:   approvalOf(in, c),
+		Plugin:     c.Plugin,
+	}
+	if c.Type == schemas.TypePlugin {
+		// A vendor's plugin runs only from its artifact, pinned here by
+		// digest with the grants main gives it.
+		if _, ok := rel.Artifacts[schemas.PluginArtifactName]; !ok {
+			return cs, fmt.Errorf("version %s has no artifact %q: a component of type plugin releases its plugin's artifact under that name", version, schemas.PluginArtifactName)
+		}
 	}
 	names := make([]string, 0, len(rel.Artifacts))
 	for n := range rel.Artifacts {

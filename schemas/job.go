@@ -57,6 +57,11 @@ type Job struct {
 	// Plan, on a terraform create or update, binds the job to a saved
 	// plan: record it, or apply exactly it (JobPlan).
 	Plan *JobPlan `json:"plan,omitempty"`
+	// Grants, on a job of a vendor's plugin (a component of type plugin),
+	// are the capabilities its desired state grants the plugin: the job
+	// runs the plugin artifact of Artifacts named PluginArtifactName,
+	// whose signed manifest may need no more, and grants it nothing else.
+	Grants *PluginCapabilities `json:"grants,omitempty"`
 	// Debug is the command of a debug job (operation debug only).
 	Debug *DebugRequest `json:"debug,omitempty"`
 	// Timeout bounds the job, as a Go duration.

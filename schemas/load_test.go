@@ -215,7 +215,7 @@ var loadCases = []struct {
 	{
 		name:  "bad enum",
 		edits: []edit{replace("nuon.yaml", "    type: image", "    type: docker")},
-		want:  []string{`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests or image, not "docker"`},
+		want:  []string{`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests, image or plugin, not "docker"`},
 	},
 	{
 		name:  "bad name pattern",
@@ -570,7 +570,7 @@ var loadCases = []struct {
 		},
 		want: []string{
 			`installs/globex.yaml:1:10: channel: channel "canary" does not exist (no channels/canary.yaml)`,
-			`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests or image, not "docker"`,
+			`nuon.yaml:27:11: components[2].type: must be one of terraform, helm, manifests, image or plugin, not "docker"`,
 		},
 	},
 	{

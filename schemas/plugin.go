@@ -66,6 +66,22 @@ type PluginRequest struct {
 	Granted *PluginCapabilities `json:"granted,omitempty"`
 }
 
+// PluginArtifactName names, among a plugin component's release artifacts,
+// the plugin's own artifact: `nuon plugin release` pushes and signs it,
+// `nuon release COMPONENT --artifact plugin=REPO@DIGEST` records it.
+const PluginArtifactName = "plugin"
+
+// PluginSettings are nuon.yaml's plugin of a component of type plugin.
+// Granting a capability is a change on main, reviewed like any other: a
+// new version of the plugin whose signed manifest needs more than Grants
+// is refused by the job and applies nothing.
+type PluginSettings struct {
+	// Name is the plugin's name, as its signed manifest says.
+	Name string `yaml:"name" json:"name"`
+	// Grants are the capabilities the plugin may use; none by default.
+	Grants *PluginCapabilities `yaml:"grants,omitempty" json:"grants,omitempty"`
+}
+
 // PluginArtifact is one of the job's artifacts, extracted to Dir after
 // its digest was verified.
 type PluginArtifact struct {
@@ -135,14 +151,14 @@ type PluginManifest struct {
 // desired state allows; a plugin that needs more is not run.
 type PluginCapabilities struct {
 	// Network: open connections (a cloud API, a cluster).
-	Network bool `json:"network,omitempty"`
+	Network bool `yaml:"network,omitempty" json:"network,omitempty"`
 	// Secrets: receive the install's NUON_SECRET_* variables.
-	Secrets bool `json:"secrets,omitempty"`
+	Secrets bool `yaml:"secrets,omitempty" json:"secrets,omitempty"`
 	// CloudRole: receive the install's cloud credentials (AWS_*).
-	CloudRole bool `json:"cloudRole,omitempty"`
+	CloudRole bool `yaml:"cloudRole,omitempty" json:"cloudRole,omitempty"`
 	// WritableState: write the component's state directory.
-	WritableState bool `json:"writableState,omitempty"`
+	WritableState bool `yaml:"writableState,omitempty" json:"writableState,omitempty"`
 	// Env names further variables of the job's environment the plugin
 	// receives.
-	Env []string `json:"env,omitempty"`
+	Env []string `yaml:"env,omitempty" json:"env,omitempty"`
 }

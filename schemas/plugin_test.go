@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 func init() {
@@ -84,6 +85,41 @@ func TestValidatePluginBadDocuments(t *testing.T) {
 			err := ValidateJSON(tt.schema, []byte(tt.doc))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("ValidateJSON = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadPluginComponent: a component of type plugin names its plugin;
+// no other type may.
+func TestLoadPluginComponent(t *testing.T) {
+	app := func(body string) fstest.MapFS {
+		return fstest.MapFS{AppFile: {Data: []byte("name: zones\ncomponents:\n  - name: dns\n    repository: r.example/a/zonefile\n" + body)}}
+	}
+	tests := []struct {
+		name, body, want string
+	}{
+		{"named", "    type: plugin\n    plugin: {name: zonefile, grants: {env: [NUON_ZONE_DIR], network: true}}\n", ""},
+		{"no plugin", "    type: plugin\n", "components[0]: missing required field \"plugin\""},
+		{"a built-in with a plugin", "    type: terraform\n    plugin: {name: zonefile}\n", "components[0]"},
+		{"a bad name", "    type: plugin\n    plugin: {name: Zone_File}\n", "components[0].plugin.name"},
+		{"an unknown capability", "    type: plugin\n    plugin: {name: zonefile, grants: {root: true}}\n", "components[0].plugin.grants"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, err := Load(app(tt.body))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := &PluginSettings{Name: "zonefile", Grants: &PluginCapabilities{Network: true, Env: []string{"NUON_ZONE_DIR"}}}
+				if got := src.App.Components[0].Plugin; !reflect.DeepEqual(got, want) {
+					t.Errorf("plugin %+v, want %+v", got, want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "nuon.yaml:") {
+				t.Errorf("Load = %v, want a problem at %s", err, tt.want)
 			}
 		})
 	}

@@ -11,6 +11,11 @@ const (
 	TypeHelm      = "helm"
 	TypeManifests = "manifests"
 	TypeImage     = "image"
+	// TypePlugin is a component applied by a vendor's plugin: the
+	// component's plugin settings name it and what it is granted, and
+	// each release of the component pins the plugin's artifact (named
+	// PluginArtifactName) by digest.
+	TypePlugin = "plugin"
 )
 
 // App is nuon.yaml on main: the application and its components.
@@ -103,6 +108,9 @@ type Component struct {
 	Terraform *TerraformSettings `yaml:"terraform,omitempty" json:"terraform,omitempty"`
 	Helm      *HelmSettings      `yaml:"helm,omitempty" json:"helm,omitempty"`
 	Manifests *ManifestSettings  `yaml:"manifests,omitempty" json:"manifests,omitempty"`
+	// Plugin, on a component of type plugin, names the vendor's plugin
+	// that applies it and the capabilities it is granted.
+	Plugin *PluginSettings `yaml:"plugin,omitempty" json:"plugin,omitempty"`
 	// Drift says whether and how often the agent checks the component for
 	// drift; absent means the defaults of DriftSettings.
 	Drift *DriftSettings `yaml:"drift,omitempty" json:"drift,omitempty"`
@@ -391,6 +399,10 @@ type ComponentState struct {
 	Terraform *TerraformSettings `json:"terraform,omitempty"`
 	Helm      *HelmSettings      `json:"helm,omitempty"`
 	Manifests *ManifestSettings  `json:"manifests,omitempty"`
+	// Plugin, on a component of type plugin, is the plugin that applies
+	// it and what it is granted; its artifact is the one of Artifacts
+	// named PluginArtifactName.
+	Plugin *PluginSettings `json:"plugin,omitempty"`
 	// Drift is the component's drift detection, as nuon.yaml says.
 	Drift *DriftSettings `json:"drift,omitempty"`
 	// Approval is the component's approval rules: the install's override,

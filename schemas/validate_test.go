@@ -128,6 +128,7 @@ func samples() map[string]any {
 	manifests := &ManifestSettings{Namespace: "shop", Wait: true, Recreate: true, Timeout: "1m"}
 	approval := &ApprovalSettings{Mode: ApprovalAuto, AutoApprove: []string{ChangeNoop, ChangeCreate}, Require: []string{ChangeDelete}}
 	planHash := "sha256:" + strings.Repeat("b", 64)
+	grants := &PluginCapabilities{Network: true, Secrets: true, CloudRole: true, WritableState: true, Env: []string{"NUON_ZONE_DIR"}}
 	plan := &PlanRecord{Component: "api", Hash: planHash, Spec: "sha256:" + strings.Repeat("a", 64), Job: "api-update-7", Size: 2048,
 		Summary: PlanSummary{Create: []string{"random_pet.a"}, Update: []string{"local_file.b"}, Delete: []string{"local_file.c"},
 			Replace: []string{"random_id.d"}, Truncated: 3, Counts: map[string]int{ChangeCreate: 1}},
@@ -146,6 +147,7 @@ func samples() map[string]any {
 			Terraform: terraform, Helm: helm, Manifests: manifests,
 			Drift:    &DriftSettings{Mode: DriftCorrect, Schedule: "30m"},
 			Approval: approval,
+			Plugin:   &PluginSettings{Name: "zonefile", Grants: grants},
 		},
 		SchemaInstallApprovals: InstallApprovals{APIVersion: APIVersion, Kind: KindInstallApprovals,
 			Approvals: []SignedApproval{{File: "{}", Signature: "-----BEGIN SSH SIGNATURE-----"}}},
@@ -166,6 +168,7 @@ func samples() map[string]any {
 			Debug:   &DebugRequest{Command: []string{"logs", "api-7d9f", "--tail", "100"}, Namespaces: []string{"shop"}, MaxBytes: 4096, Timeout: "30s"},
 			State:   &S3State{Bucket: "nuon-acme-state", Key: "sandbox/terraform.tfstate", Region: "us-east-1"},
 			Plan:    &JobPlan{Mode: PlanRecordMode, Hash: planHash, Keep: planHash},
+			Grants:  grants,
 			Timeout: "5m", StateDir: "/var/lib/nuon/state/api", ResultFile: "/var/lib/nuon/jobs/api-update-7/result.json",
 		},
 		SchemaJobResult: JobResult{

@@ -88,7 +88,7 @@ before the plugin runs.`,
 				return err
 			}
 			ps := plugins(kubeconfig, tfConfig)
-			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg)
+			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg, args[0])
 			if err != nil {
 				return err
 			}

@@ -9,15 +9,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing/fstest"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/google/go-containerregistry/pkg/name"
+	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/toolcache"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
@@ -43,12 +49,21 @@ variables). A job that does not grant them does not run the plugin.`,
 	return cmd
 }
 
+// pluginReleaseOptions are `nuon plugin release`'s flags.
+type pluginReleaseOptions struct {
+	repository, key, output string
+	reg                     cli.RegistryOptions
+	// The record on main: --repo, the components whose plugin it is, the
+	// version (default the plugin's), the commit's key and author.
+	repo, version, commitKey, author, cacheDir string
+	components                                 []string
+}
+
 func newPluginReleaseCmd(g *cli.Globals) *cobra.Command {
-	var repository, key, output string
-	var reg cli.RegistryOptions
+	o := &pluginReleaseOptions{}
 	cmd := &cobra.Command{
-		Use:   "release DIR --repository REPO --key cosign.key",
-		Short: "Package a plugin directory as an OCI artifact, push it and sign it",
+		Use:   "release DIR --repository REPO --key cosign.key [--repo TENANT --component NAME...]",
+		Short: "Package a plugin directory as an OCI artifact, push it, sign it, and record it as a release",
 		Long: `Release packages the plugin directory DIR as one OCI artifact: its config is
 DIR/plugin.json, the plugin's manifest (schemas/plugin-manifest.schema.json),
 its one layer the directory, with an executable for each platform the
@@ -57,64 +72,148 @@ and ` + plugin.ContentMediaType + `). It pushes it to REPO, tagged with the
 plugin's version, and signs it with the vendor's cosign key as every artifact
 is signed (password in COSIGN_PASSWORD). It prints the reference by digest,
 which is what pins the plugin: a job fetches it by digest and runs it only when
-the signature verifies.`,
+the signature verifies.
+
+With --repo and --component it also records the artifact on main as a
+release of each component of type plugin that runs this plugin, as 'nuon
+release COMPONENT --artifact plugin=REPO@DIGEST' does: releases/<component>.yaml
+gains VERSION (default the plugin's version) with the artifact named plugin.
+A channel pin moved to that version upgrades the plugin in the installs that
+follow the channel, with no new agent: the agent syncs the artifact by
+digest, and the job runs it with the grants nuon.yaml gives the component
+(plugin.grants), refusing it when its signed manifest needs more.`,
 		Example: `  nuon plugin release fixtures/plugins/zonefile \
       --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key
+
+  # and record it as release 0.3.0 of component dns (type plugin) on main
+  nuon plugin release fixtures/plugins/zonefile \
+      --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key \
+      --repo https://git.example.com/vendor/tenant.git --component dns
 
   nuon job run --plugin-artifact zonefile=registry.example/acme/plugins/zonefile@sha256:… \
       --plugin-key cosign.pub --plugin-grant zonefile=env:NUON_ZONE_DIR manifest.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cli.CheckOutput(output); err != nil {
-				return err
-			}
-			if repository == "" || key == "" {
-				return errors.New("--repository and --key are required")
-			}
-			repo, err := name.NewRepository(repository)
-			if err != nil {
-				return fmt.Errorf("--repository: %w", err)
-			}
-			sv, err := builder.LoadKey(key, []byte(os.Getenv("COSIGN_PASSWORD")))
-			if err != nil {
-				return err
-			}
-			img, m, err := plugin.Package(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := reg.Client()
-			if err != nil {
-				return err
-			}
-			d, err := img.Digest()
-			if err != nil {
-				return err
-			}
-			ref := repo.Digest(d.String())
-			p, err := c.NewPusher(cmd.Context(), repo)
-			if err != nil {
-				return err
-			}
-			if err := p.Push(cmd.Context(), repo.Tag(m.Version), img); err != nil {
-				return fmt.Errorf("push %s: %w", ref, err)
-			}
-			if _, err := builder.Sign(cmd.Context(), c, ref, sv); err != nil {
-				return err
-			}
-			if output == "json" {
-				return json.NewEncoder(g.Stdout).Encode(map[string]string{"name": m.Name, "version": m.Version, "ref": ref.String(), "digest": d.String()})
-			}
-			fmt.Fprintln(g.Stdout, ref.String())
-			return nil
+			return runPluginRelease(cmd.Context(), g, o, args[0])
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&repository, "repository", "", "the repository to push to (required)")
-	f.StringVar(&key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
-	f.StringVarP(&output, "output", "o", "text", "output format: text (the reference) or json")
-	reg.Flags(f)
+	f.StringVar(&o.repository, "repository", "", "the repository to push to (required)")
+	f.StringVar(&o.key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the reference) or json")
+	f.StringVar(&o.repo, "repo", "", "tenant repository to record the release on (a path, or a file://, https:// or ssh:// URL); needs --component")
+	f.StringArrayVar(&o.components, "component", nil, "a component of type plugin that runs this plugin: record the artifact as its release (repeatable; needs --repo)")
+	f.StringVar(&o.version, "version", "", "the components' version to record (default: the plugin's version)")
+	f.StringVar(&o.commitKey, "commit-key", "", "OpenSSH private key that signs the release commit")
+	f.StringVar(&o.author, "author", "", "the release commit's author, \"Name <email>\" (default: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL)")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories (default: the user cache directory)")
+	o.reg.Flags(f)
 	return cmd
+}
+
+func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptions, dir string) error {
+	if err := cli.CheckOutput(o.output); err != nil {
+		return err
+	}
+	if o.repository == "" || o.key == "" {
+		return errors.New("--repository and --key are required")
+	}
+	if (o.repo == "") != (len(o.components) == 0) {
+		return errors.New("--repo and --component go together: the release is recorded on main for the components named")
+	}
+	repo, err := name.NewRepository(o.repository)
+	if err != nil {
+		return fmt.Errorf("--repository: %w", err)
+	}
+	sv, err := builder.LoadKey(o.key, []byte(os.Getenv("COSIGN_PASSWORD")))
+	if err != nil {
+		return err
+	}
+	img, m, err := plugin.Package(dir)
+	if err != nil {
+		return err
+	}
+	c, _, err := o.reg.Client()
+	if err != nil {
+		return err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	ref := repo.Digest(d.String())
+	p, err := c.NewPusher(ctx, repo)
+	if err != nil {
+		return err
+	}
+	if err := p.Push(ctx, repo.Tag(m.Version), img); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	if _, err := builder.Sign(ctx, c, ref, sv); err != nil {
+		return err
+	}
+	out := map[string]any{"name": m.Name, "version": m.Version, "ref": ref.String(), "digest": d.String()}
+	if o.repo != "" {
+		version := o.version
+		if version == "" {
+			version = m.Version
+		}
+		var records []builder.Record
+		for _, comp := range o.components {
+			records = append(records, builder.Record{Component: comp, Version: version, Artifacts: map[string]schemas.ReleaseArtifact{
+				schemas.PluginArtifactName: {Repository: repo.String(), Digest: d.String(), MediaType: string(mt)},
+			}})
+		}
+		res, err := recordRelease(ctx, g, o, m.Name, records)
+		if err != nil {
+			return err
+		}
+		out["release"] = res
+	}
+	if o.output == "json" {
+		return json.NewEncoder(g.Stdout).Encode(out)
+	}
+	fmt.Fprintln(g.Stdout, ref.String())
+	if res, ok := out["release"].(*builder.ReleaseResult); ok {
+		for _, r := range res.Unchanged {
+			fmt.Fprintf(g.Stdout, "%s: already released with this plugin\n", r)
+		}
+		if res.Commit != "" {
+			fmt.Fprintf(g.Stdout, "released %s\nmain → %s\n", strings.Join(res.Added, ", "), res.Commit)
+		}
+	}
+	return nil
+}
+
+// recordRelease records the plugin's artifact as a release of each
+// component on main, as nuon release does.
+func recordRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptions, plugin string, records []builder.Record) (*builder.ReleaseResult, error) {
+	opts := builder.ReleaseOptions{Now: time.Now}
+	var err error
+	if opts.Name, opts.Email, err = releaseAuthor(o.author); err != nil {
+		return nil, err
+	}
+	if o.commitKey != "" {
+		if opts.Signer, err = signature.LoadSigner(o.commitKey); err != nil {
+			return nil, err
+		}
+	}
+	repo, err := g.OpenRepo(o.repo, o.cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPluginComponents(ctx, repo, plugin, records); err != nil {
+		return nil, err
+	}
+	res, err := builder.Release(ctx, repo, records, opts)
+	if errors.Is(err, builder.ErrConflict) {
+		return nil, fmt.Errorf("%w; a released version never changes: release the plugin with a new version", err)
+	}
+	return res, err
 }
 
 func newPluginServeCmd(g *cli.Globals) *cobra.Command {
@@ -388,9 +487,13 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 
 // run is apply for `nuon job run`: it fetches artifacts through the
 // job's registry options into a directory of the job's own, which the
-// returned function removes.
-func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions) (func(), error) {
-	if len(p.artifacts) == 0 {
+// returned function removes. A job of a vendor's plugin (the manifest at
+// manifestPath carries grants) runs the plugin its manifest pins, from
+// the install registry, as plugin.Pinned checks it: the grants come from
+// the signed desired state, never from this command's flags.
+func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions, manifestPath string) (func(), error) {
+	job := pinnedJob(manifestPath)
+	if len(p.artifacts) == 0 && job == nil {
 		return func() {}, p.apply(ps, kubeconfig, tfConfig)
 	}
 	c, _, err := reg.Client()
@@ -406,7 +509,43 @@ func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugi
 		cleanup()
 		return nil, err
 	}
+	if job != nil {
+		ps[job.Plugin] = p.pinned(ctx, c, job, filepath.Join(dir, "pinned"))
+	}
 	return cleanup, nil
+}
+
+// pinnedJob is the job at path when it is a job of a vendor's plugin
+// pinned by its desired state; nil otherwise, and for a manifest that
+// does not read, which the job itself then reports.
+func pinnedJob(path string) *schemas.Job {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	job, err := plugin.DecodeJob(path, data)
+	if err != nil || job.Grants == nil {
+		return nil
+	}
+	return job
+}
+
+// pinned is the plugin job's manifest pins, or a plugin that fails the
+// job with why it was refused.
+func (p *processPlugins) pinned(ctx context.Context, c *oci.Client, job *schemas.Job, dir string) reconciler.Plugin {
+	var v sigstoresig.Verifier
+	if p.key != "" {
+		var err error
+		if v, err = oci.LoadPublicKey(p.key); err != nil {
+			return refusedPlugin{fmt.Errorf("plugin %s: --plugin-key: %w", job.Plugin, err)}
+		}
+	}
+	fp, err := plugin.Pinned(ctx, c, job, v, dir)
+	if err != nil {
+		return refusedPlugin{err}
+	}
+	fp.Runner.SharedNetwork = p.shared
+	return fp
 }
 
 // refusedPlugin is a plugin the job process would not run: each
@@ -418,3 +557,57 @@ func (r refusedPlugin) Apply(context.Context, *schemas.Job, reconciler.Env) (*sc
 }
 
 func (r refusedPlugin) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }
+
+// checkPluginComponents refuses to record the plugin name as the release
+// of a component that main's nuon.yaml does not declare of type plugin,
+// run by that plugin: its job would refuse the artifact anyway.
+func checkPluginComponents(ctx context.Context, repo *gitrepo.Repo, name string, records []builder.Record) error {
+	if err := repo.Fetch(ctx, "refs/heads/"); err != nil {
+		return err
+	}
+	head, err := repo.Ref(builder.MainRef)
+	if err != nil {
+		return err
+	}
+	if head.IsZero() {
+		return fmt.Errorf("%s has no %s", repo.Location, builder.MainRef)
+	}
+	app, err := readMainFile(repo, head, schemas.AppFile)
+	if err != nil {
+		return err
+	}
+	src, err := schemas.Load(fstest.MapFS{schemas.AppFile: {Data: app}})
+	if err != nil {
+		return fmt.Errorf("main's %s: %w", schemas.AppFile, err)
+	}
+	for _, r := range records {
+		c, ok := src.Component(r.Component)
+		switch {
+		case !ok:
+			return fmt.Errorf("--component %s: no such component in main's %s", r.Component, schemas.AppFile)
+		case c.Type != schemas.TypePlugin || c.Plugin == nil:
+			return fmt.Errorf("--component %s: a component of type %s, not plugin: its releases hold no plugin", r.Component, c.Type)
+		case c.Plugin.Name != name:
+			return fmt.Errorf("--component %s runs plugin %s, not %s (main's %s)", r.Component, c.Plugin.Name, name, schemas.AppFile)
+		}
+	}
+	return nil
+}
+
+// readMainFile reads the file name of main's commit head, at most a
+// source file's size.
+func readMainFile(repo *gitrepo.Repo, head plumbing.Hash, name string) ([]byte, error) {
+	c, err := gitobj.ReadCommit(repo.Storer(), head)
+	if err != nil {
+		return nil, fmt.Errorf("read main: %w", err)
+	}
+	root, err := gitobj.ReadTree(repo.Storer(), c.TreeHash)
+	if err != nil {
+		return nil, fmt.Errorf("read main: %w", err)
+	}
+	e, err := root.FindEntry(name)
+	if err != nil || !e.Mode.IsFile() {
+		return nil, fmt.Errorf("main has no file %s", name)
+	}
+	return gitobj.ReadBlob(repo.Storer(), e.Hash, schemas.DefaultMaxFileSize)
+}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -323,7 +324,9 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			// writing its state.
 			KillGrace: 90 * time.Second,
 		}, workdir, partsLog)),
-		Plugins:          JobPlugins,
+		// A vendor's plugin (type plugin) runs from its signed artifact,
+		// fetched by the job with the vendor key (--plugin-key).
+		Plugins:          append(slices.Clone(JobPlugins), schemas.TypePlugin),
 		SandboxDir:       sandboxDir,
 		SandboxInputs:    sandboxInputs,
 		AssumeRole:       assumeRole(o.install, o.stsEndpoint),

@@ -106,8 +106,12 @@ func (s *syncOptions) flags(f *pflag.FlagSet) {
 	s.registry.Flags(f)
 }
 
-// jobArgs adds the registry flags to a job's command line.
+// jobArgs adds the registry flags to a job's command line, and the
+// vendor key that a vendor's plugin's artifact must verify with.
 func (s *syncOptions) jobArgs(argv []string) []string {
+	if s.vendorKey != "" {
+		argv = append(argv, "--plugin-key", s.vendorKey)
+	}
 	return append(argv, s.registry.args()...)
 }
 

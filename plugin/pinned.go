@@ -1,0 +1,101 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/sigstore/sigstore/pkg/signature"
+
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/schemas"
+)
+
+// ErrNotPinned: a job of a vendor's plugin that does not pin the
+// plugin's artifact, or its grants, as signed desired state does.
+var ErrNotPinned = errors.New("no plugin pinned")
+
+// Pinned returns the plugin a job of a vendor's plugin runs (a component
+// of type plugin, whose job carries Grants): the job's artifact named
+// schemas.PluginArtifactName, pulled from the install registry by its
+// digest into dir, its signature verified with the vendor's key v before
+// anything else is read. Its signed manifest must name job.Plugin, speak
+// a protocol this side speaks and need nothing job.Grants does not give;
+// it is granted what it needs of job.Grants and nothing else. Every
+// refusal says why, no request reaches the plugin, and dir, which must
+// be the caller's to remove, is removed.
+func Pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier, dir string) (*Process, error) {
+	p, err := pinned(ctx, c, job, v, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	return p, err
+}
+
+func pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier, dir string) (*Process, error) {
+	if job.Grants == nil {
+		return nil, fmt.Errorf("plugin %s: %w: the job has no grants", job.Plugin, ErrNotPinned)
+	}
+	i := slices.IndexFunc(job.Artifacts, func(a schemas.Artifact) bool { return a.Name == schemas.PluginArtifactName })
+	if i < 0 {
+		return nil, fmt.Errorf("plugin %s: %w: the job has no artifact %q", job.Plugin, ErrNotPinned, schemas.PluginArtifactName)
+	}
+	art := job.Artifacts[i]
+	ref, err := name.NewDigest(art.Local)
+	if err != nil || ref.DigestStr() != art.Digest {
+		return nil, fmt.Errorf("plugin %s: %w: artifact %s is not pinned by its digest %s", job.Plugin, ErrNotPinned, art.Local, art.Digest)
+	}
+	if v == nil {
+		return nil, fmt.Errorf("plugin %s: no vendor key to verify its artifact %s with (nuon agent --vendor-key, nuon job run --plugin-key)", job.Plugin, ref)
+	}
+	f, err := Fetch(ctx, c, ref, v, dir, "")
+	if err != nil {
+		return nil, err
+	}
+	m := &f.Manifest
+	if m.Name != job.Plugin {
+		return nil, fmt.Errorf("plugin %s: the artifact %s is plugin %s %s", job.Plugin, ref, m.Name, m.Version)
+	}
+	if Negotiate(Protocols, m.Protocols) == 0 {
+		return nil, fmt.Errorf("plugin %s %s speaks protocols %v; this job speaks %v: %w", m.Name, m.Version, m.Protocols, Protocols, ErrVersion)
+	}
+	if miss := Missing(m.Capabilities, *job.Grants); len(miss) > 0 {
+		return nil, fmt.Errorf("plugin %s %s needs %s: %w by the install's desired state (nuon.yaml: the component's plugin.grants)", m.Name, m.Version, joinWords(miss), ErrNotGranted)
+	}
+	p := f.Process(Intersect(m.Capabilities, *job.Grants))
+	return p, nil
+}
+
+// Intersect is what of granted need asks for: a plugin gets no capability
+// its signed manifest does not declare, whatever is granted.
+func Intersect(need, granted schemas.PluginCapabilities) schemas.PluginCapabilities {
+	out := schemas.PluginCapabilities{
+		Network:       need.Network && granted.Network,
+		Secrets:       need.Secrets && granted.Secrets,
+		CloudRole:     need.CloudRole && granted.CloudRole,
+		WritableState: need.WritableState && granted.WritableState,
+	}
+	for _, e := range need.Env {
+		if slices.Contains(granted.Env, e) {
+			out.Env = append(out.Env, e)
+		}
+	}
+	return out
+}
+
+func joinWords(words []string) string {
+	switch len(words) {
+	case 0:
+		return ""
+	case 1:
+		return words[0]
+	}
+	out := words[0]
+	for _, w := range words[1 : len(words)-1] {
+		out += ", " + w
+	}
+	return out + " and " + words[len(words)-1]
+}
