@@ -135,7 +135,8 @@ func TestOperatorsGuideBlocks(t *testing.T) {
 		t.Errorf("blocks by kind %v: want both %q and %q", kinds, blockFast, blockWalkthrough)
 	}
 	for _, s := range []string{"The fleet view", "What each state means", "Trusting operators", "Logs and debug",
-		"Drift and heartbeat", "Creating an install", "Restarting an agent", "Re-pointing an agent", "Deleting an install"} {
+		"Drift and heartbeat", "Creating an install", "Restarting an agent", "Re-pointing an agent", "Rollouts", "Approvals",
+		"Deleting an install"} {
 		if !sections[s] {
 			t.Errorf("no runnable block in section %q", s)
 		}
@@ -256,6 +257,7 @@ func guideTenant(t *testing.T) string {
 		{"NUON_OPERATOR_KEY", filepath.Join(keys, "operator")},
 		{"NUON_VENDOR_KEY", filepath.Join(keys, "cosign.pub")},
 		{"NUON_REQUEST_TRUST", requestTrust},
+		{"NUON_APPROVER_KEY", filepath.Join(keys, "approver")},
 	}
 	var b strings.Builder
 	for _, v := range vars {
