@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
@@ -270,5 +272,30 @@ func TestOperatorApproveThroughReplica(t *testing.T) {
 	// An untrusted key is refused at the replica already.
 	if code, out := postApproval(t, r.URL, e.keys["render"], signedApproval(t, e.keys["render"], "release-manager", "acme", testPlan, nil)); code != http.StatusUnauthorized {
 		t.Errorf("untrusted key through the replica: %d %s", code, out)
+	}
+}
+
+// TestOperatorApproveScope: with a trust root on main that defines the
+// approvers role, an approver's key approves only for the installs its
+// scope names, and the root's operators keys never approve.
+func TestOperatorApproveScope(t *testing.T) {
+	e := newEnv(t)
+	approver, _ := loadKey(t, "approver")
+	op, _ := loadKey(t, "operator")
+	e.commitScopedRoot(t, func(rs *schemas.TrustRoles, auth func(ssh.PublicKey) string) {
+		rs.Approvers = &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "release-manager", Key: auth(approver.PublicKey()), Scope: goldOnly}}}
+		rs.Operators = &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "support", Key: auth(op.PublicKey())}}}
+	})
+	e.waitingPlan("acme", testPlan)
+	e.waitingPlan("globex", testPlan)
+	code, body := postApproval(t, e.http.URL, approver, signedApproval(t, approver, "release-manager", "acme", testPlan, nil))
+	if code != http.StatusForbidden || !strings.Contains(body, "outside the key's scope") {
+		t.Errorf("acme: %d %s", code, body)
+	}
+	if got := e.serverRef(schemas.ApprovalsRef); got != "" {
+		t.Errorf("%s moved to %s", schemas.ApprovalsRef, got)
+	}
+	if code, body := postApproval(t, e.http.URL, approver, signedApproval(t, approver, "release-manager", "globex", testPlan, nil)); code != http.StatusOK {
+		t.Errorf("globex: %d %s", code, body)
 	}
 }
