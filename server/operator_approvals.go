@@ -206,18 +206,9 @@ func (o *operator) fileApproval(w http.ResponseWriter, r *http.Request, who sign
 // fileSignedApproval checks and files one submitted approval; on error it
 // returns the HTTP status to answer with, and nothing moved.
 func (o *operator) fileSignedApproval(ctx context.Context, data []byte, who signature.AllowedSigner) (int, *ApprovalFiled, error) {
-	if len(data) > requests.MaxSubmission {
-		return http.StatusRequestEntityTooLarge, nil, fmt.Errorf("the approval is larger than %d bytes", requests.MaxSubmission)
-	}
-	var s schemas.SignedApproval
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return http.StatusBadRequest, nil, fmt.Errorf("the body is not a signed approval (JSON with file and signature): %v", err)
-	}
-	a, err := schemas.DecodeApproval([]byte(s.File))
+	s, a, status, err := decodeApprovalSubmission(data)
 	if err != nil {
-		return http.StatusBadRequest, nil, err
+		return status, nil, err
 	}
 	t, err := o.approverTrust()
 	if err != nil {
@@ -313,6 +304,29 @@ func (o *operator) fileSignedApproval(ctx context.Context, data []byte, who sign
 		res.Desired = d.String()
 	}
 	return http.StatusOK, res, nil
+}
+
+// decodeApprovalSubmission reads the body of POST ApprovalsPath: one
+// schemas.SignedApproval, nothing else, whose file is an approval. It
+// checks no signature. On error it returns the HTTP status to answer with.
+func decodeApprovalSubmission(data []byte) (schemas.SignedApproval, *schemas.Approval, int, error) {
+	var s schemas.SignedApproval
+	if len(data) > requests.MaxSubmission {
+		return s, nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the approval is larger than %d bytes", requests.MaxSubmission)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, nil, http.StatusBadRequest, fmt.Errorf("the body is not a signed approval (JSON with file and signature): %v", err)
+	}
+	if dec.More() {
+		return s, nil, http.StatusBadRequest, fmt.Errorf("the body is not a signed approval: more than one JSON value")
+	}
+	a, err := schemas.DecodeApproval([]byte(s.File))
+	if err != nil {
+		return s, nil, http.StatusBadRequest, err
+	}
+	return s, a, http.StatusOK, nil
 }
 
 // installOnMain is what main says of one install that scopes judge.
