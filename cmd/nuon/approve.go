@@ -345,7 +345,10 @@ func printPlans(w io.Writer, rows []server.PendingPlan, diff bool) error {
 			changes = append(changes, fmt.Sprintf("%d %s", r.Plan.Summary.Counts[k], k))
 		}
 		why := r.Plan.Needs
-		if r.Plan.Rejected != "" {
+		switch {
+		case len(r.Plan.Denied) > 0:
+			why = "denied by policy: " + strings.Join(r.Plan.Denied, "; ")
+		case r.Plan.Rejected != "":
 			why = "rejected by " + r.Plan.Rejected
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Component, r.Phase, r.Plan.Hash, strings.Join(changes, ", "), why)

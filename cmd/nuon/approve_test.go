@@ -212,3 +212,27 @@ func TestApproveThroughServer(t *testing.T) {
 		t.Errorf("nuon approvals --repo: %v\n%s", err, out)
 	}
 }
+
+// TestPrintPlansSaysWhy: the WHY column says what the operator must do:
+// approve (the rule that needs it), nothing (a policy denied the plan),
+// or a new plan (an approver rejected it).
+func TestPrintPlansSaysWhy(t *testing.T) {
+	plan := "sha256:" + strings.Repeat("3f", 32)
+	for _, tt := range []struct {
+		rec  schemas.PlanRecord
+		want string
+	}{
+		{schemas.PlanRecord{Hash: plan, Needs: "replace requires approval"}, "replace requires approval"},
+		{schemas.PlanRecord{Hash: plan, Needs: "mode manual", Denied: []string{"local_file.config would be destroyed"}}, "denied by policy: local_file.config would be destroyed"},
+		{schemas.PlanRecord{Hash: plan, Needs: "mode manual", Rejected: "release-manager"}, "rejected by release-manager"},
+	} {
+		var out bytes.Buffer
+		rec := tt.rec
+		if err := printPlans(&out, []server.PendingPlan{{Install: "globex", Component: "database", Phase: schemas.PhaseRejected, Plan: &rec}}, false); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("want %q in\n%s", tt.want, out.String())
+		}
+	}
+}
