@@ -293,6 +293,8 @@ up_env() {
   nuon logs acme database --tail 5                         a signed request, filed through nuon server, which renders
                                                            it into acme's desired state at once; acme's agent answers
   nuon requests --install acme                             the requests' state; answers in git show nuon/status/acme:answers/ID.txt
+  nuon approvals --key "\$NUON_APPROVER_KEY"                the plans that wait for an approval; approve one with
+                                                           nuon approve INSTALL COMPONENT --plan HASH --key "\$NUON_APPROVER_KEY"
   docs/operators-guide.md                                  the rest: restart, re-point, delete, trust, drift
   kubectl --kubeconfig "\$NUON_ACME_KUBECONFIG" get deployments,configmaps -n shop
   curl --cacert "\$NUON_ACME_REGISTRY_CA" -u "nuon:\$(cat "\$NUON_ACME_REGISTRY_PASSWORD_FILE")" "https://\$NUON_ACME_REGISTRY/v2/_catalog"
