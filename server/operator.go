@@ -75,10 +75,11 @@ func readMainFile(dir string, main plumbing.Hash, name string) ([]byte, error) {
 
 // operator serves operators.
 type operator struct {
-	s        *Server
-	keys     *mainKeys
-	verifier *request.Verifier
-	fileMu   sync.Mutex // one filing at a time: each builds on the last
+	s         *Server
+	keys      *mainKeys
+	verifier  *request.Verifier
+	fileMu    sync.Mutex // one filing at a time: each builds on the last
+	approvers approverCache
 }
 
 // operatorRoutes adds the operators' endpoints.
@@ -350,7 +351,7 @@ func (o *operator) fileCommit(ctx context.Context, repo *gitrepo.Repo, ref strin
 				if err := o.s.Sync(ctx); err != nil {
 					o.s.log.Error("follow main after a refused push", "ref", ref, "error", err)
 				}
-				return http.StatusConflict, fmt.Errorf("%s moved upstream: fetch it and file on top", ref)
+				return http.StatusConflict, fmt.Errorf("%s %w: fetch it and file on top", ref, errMovedUpstream)
 			}
 			return http.StatusBadGateway, upstreamError("file the "+what+" on", o.s.cfg.Upstream, o.s.cfg.UpstreamAuth, err)
 		}
@@ -367,6 +368,10 @@ func (o *operator) fileCommit(ctx context.Context, repo *gitrepo.Repo, ref strin
 	}
 	return http.StatusOK, nil
 }
+
+// errMovedUpstream marks a filing refused because the ref moved on the
+// upstream since the server last fetched it (it has fetched it since).
+var errMovedUpstream = errors.New("moved upstream")
 
 func describeHash(h plumbing.Hash) string {
 	if h.IsZero() {

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -72,10 +73,38 @@ type approverTrust struct {
 	root      *trust.Root
 }
 
-// approverTrust reads the approvers of the main the server follows; nil
-// approvers when main has no trust/approvals.
+// approverTrustTTL is how long approverTrust keeps what it read of one
+// main: the trust root's chain is judged at a time.
+const approverTrustTTL = time.Minute
+
+// approverCache keeps the last approverTrust: every request with a key id
+// trust/requests does not know asks for it, and reading it verifies the
+// trust root's signatures.
+type approverCache struct {
+	mu   sync.Mutex
+	main plumbing.Hash
+	at   time.Time
+	t    *approverTrust
+	err  error
+}
+
+// approverTrust returns the approvers of the main the server follows (nil
+// approvers when main has no trust/approvals), read again when main moves
+// or after approverTrustTTL.
 func (o *operator) approverTrust() (*approverTrust, error) {
 	main := o.s.keys.mainCommit()
+	c := &o.approvers
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); c.main != main || now.Sub(c.at) > approverTrustTTL || (c.t == nil && c.err == nil) {
+		c.t, c.err = o.readApproverTrust(main)
+		c.main, c.at = main, now
+	}
+	return c.t, c.err
+}
+
+// readApproverTrust reads the approvers of main.
+func (o *operator) readApproverTrust(main plumbing.Hash) (*approverTrust, error) {
 	t := &approverTrust{byID: map[string]signature.AllowedSigner{}}
 	data, err := readMainFile(o.s.cfg.Dir, main, schemas.ApproversPath)
 	if errors.Is(err, object.ErrFileNotFound) {
@@ -262,27 +291,49 @@ func (o *operator) fileSignedApproval(ctx context.Context, data []byte, who sign
 		return http.StatusConflict, nil, fmt.Errorf("%w: no plan %s of %s/%s waits for approval in its status (nuon approvals lists the waiting ones)", policy.ErrApprovalOtherPlan, a.Plan, a.Install, a.Component)
 	}
 
-	o.fileMu.Lock()
-	defer o.fileMu.Unlock()
-	head, err := revParse(ctx, o.s.cfg.Dir, schemas.ApprovalsRef)
-	if err != nil {
-		head = plumbing.ZeroHash
-	}
 	file, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return http.StatusInternalServerError, nil, err
 	}
 	file = append(file, '\n')
 	p := schemas.ApprovalPath(a)
+	o.fileMu.Lock()
+	defer o.fileMu.Unlock()
+	// The server builds the commit: when the upstream's approvals ref
+	// moved since the last fetch, fileCommit fetched it; build again on it.
+	for attempt := 0; ; attempt++ {
+		h, status, err := o.commitApproval(ctx, repo, s, a, p, file, now)
+		if status == http.StatusConflict && attempt < 3 && errors.Is(err, errMovedUpstream) {
+			continue
+		}
+		if err != nil {
+			return status, nil, err
+		}
+		res := &ApprovalFiled{Install: a.Install, Component: a.Component, Plan: a.Plan, Decision: a.Decision, Approver: a.Approver,
+			Expires: a.Expires, Path: p, Commit: h.String()}
+		if d, ok := o.s.refs.get(schemas.InstallRef(a.Install)); ok {
+			res.Desired = d.String()
+		}
+		return http.StatusOK, res, nil
+	}
+}
+
+// commitApproval files the approval at p on the approvals ref as it is
+// now, unless the same signed approval is there already.
+func (o *operator) commitApproval(ctx context.Context, repo *gitrepo.Repo, s schemas.SignedApproval, a *schemas.Approval, p string, file []byte, now time.Time) (plumbing.Hash, int, error) {
+	head, err := revParse(ctx, o.s.cfg.Dir, schemas.ApprovalsRef)
+	if err != nil {
+		head = plumbing.ZeroHash
+	}
 	if !head.IsZero() {
 		_, files, err := gitobj.ReadCommitFiles(repo.Storer(), head, 64<<10)
 		if err != nil {
-			return http.StatusInternalServerError, nil, err
+			return plumbing.ZeroHash, http.StatusInternalServerError, err
 		}
 		for _, f := range files {
 			var old schemas.SignedApproval
 			if json.Unmarshal(f, &old) == nil && old.Signature == s.Signature {
-				return http.StatusConflict, nil, fmt.Errorf("this approval is filed already (%s on %s): sign a new one to file it again", p, schemas.ApprovalsRef)
+				return plumbing.ZeroHash, http.StatusConflict, fmt.Errorf("this approval is filed already (%s on %s): sign a new one to file it again", p, schemas.ApprovalsRef)
 			}
 		}
 	}
@@ -293,17 +344,12 @@ func (o *operator) fileSignedApproval(ctx context.Context, data []byte, who sign
 	}
 	h, err := ApprovalCommit(repo.Storer(), b, head, p, file, a, signer, now)
 	if err != nil {
-		return http.StatusInternalServerError, nil, err
+		return plumbing.ZeroHash, http.StatusInternalServerError, err
 	}
 	if status, err := o.fileCommit(ctx, repo, schemas.ApprovalsRef, head, b, h, "approval"); err != nil {
-		return status, nil, err
+		return plumbing.ZeroHash, status, err
 	}
-	res := &ApprovalFiled{Install: a.Install, Component: a.Component, Plan: a.Plan, Decision: a.Decision, Approver: a.Approver,
-		Expires: a.Expires, Path: p, Commit: h.String()}
-	if d, ok := o.s.refs.get(schemas.InstallRef(a.Install)); ok {
-		res.Desired = d.String()
-	}
-	return http.StatusOK, res, nil
+	return h, http.StatusOK, nil
 }
 
 // decodeApprovalSubmission reads the body of POST ApprovalsPath: one

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
@@ -297,5 +300,47 @@ func TestOperatorApproveScope(t *testing.T) {
 	}
 	if code, body := postApproval(t, e.http.URL, approver, signedApproval(t, approver, "release-manager", "globex", testPlan, nil)); code != http.StatusOK {
 		t.Errorf("globex: %d %s", code, body)
+	}
+}
+
+// TestOperatorApproveRaceUpstream: an approval committed on the upstream
+// directly (nuon approve --repo) that the server has not fetched: the
+// server's push is refused by its lease, it fetches and files again on
+// the new tip; both approvals stay.
+func TestOperatorApproveRaceUpstream(t *testing.T) {
+	e := newEnv(t)
+	approver, _ := loadKey(t, "approver")
+	e.waitingPlan("acme", testPlan)
+	e.waitingPlan("globex", testPlan)
+	up, err := gitrepo.Open(e.upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := signedApproval(t, approver, "release-manager", "globex", testPlan, nil)
+	a, err := schemas.DecodeApproval([]byte(direct.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := json.MarshalIndent(direct, "", "  ")
+	b := gitobj.NewBatch()
+	h, err := server.ApprovalCommit(up.Storer(), b, plumbing.ZeroHash, schemas.ApprovalPath(a), append(file, '\n'), a, approver, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(up.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(e.upstream, "update-ref", schemas.ApprovalsRef, h.String())
+
+	code, body := postApproval(t, e.http.URL, approver, signedApproval(t, approver, "release-manager", "acme", testPlan, nil))
+	if code != http.StatusOK {
+		t.Fatalf("file: %d %s", code, body)
+	}
+	files := e.mustGit(e.upstream, "ls-tree", "-r", "--name-only", schemas.ApprovalsRef)
+	if !strings.Contains(files, "approvals/acme/") || !strings.Contains(files, "approvals/globex/") {
+		t.Errorf("upstream's approvals after the race:\n%s", files)
+	}
+	if got, want := e.serverRef(schemas.ApprovalsRef), e.mustGit(e.upstream, "rev-parse", schemas.ApprovalsRef); got != want {
+		t.Errorf("server's %s %s, upstream's %s", schemas.ApprovalsRef, got, want)
 	}
 }
