@@ -34,6 +34,15 @@ func approveRepo(t *testing.T, plan string) string {
 	}
 	writeTestFile(t, filepath.Join(src, "trust", "approvals"), trust)
 	gittest.CommitDir(t, bare, "main", src, "main")
+	status := waitingStatus(t, plan)
+	gittest.CommitDir(t, bare, "nuon/status/acme", status, "status")
+	return bare
+}
+
+// waitingStatus is a folder holding acme's status.json in which db waits
+// for approval of plan.
+func waitingStatus(t *testing.T, plan string) string {
+	t.Helper()
 	st := schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: "acme", Phase: schemas.InstallAwaitingApproval,
 		Components: map[string]schemas.ComponentStatus{"db": {Phase: schemas.PhaseAwaitingApproval, Plan: &schemas.PlanRecord{
 			Component: "db", Hash: plan, Needs: "replace requires approval", Diff: "-/+ terraform_data.db",
@@ -42,8 +51,7 @@ func approveRepo(t *testing.T, plan string) string {
 	data, _ := json.Marshal(st)
 	status := t.TempDir()
 	writeTestFile(t, filepath.Join(status, schemas.StatusFile), data)
-	gittest.CommitDir(t, bare, "nuon/status/acme", status, "status")
-	return bare
+	return status
 }
 
 func writeTestFile(t *testing.T, path string, data []byte) {
@@ -149,14 +157,7 @@ func TestApproveThroughServer(t *testing.T) {
 	upstream := filepath.Join(t.TempDir(), "tenant.git")
 	gittest.InitBare(t, upstream)
 	commitTenant(t, upstream, nil)
-	st := schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: "acme", Phase: schemas.InstallAwaitingApproval,
-		Components: map[string]schemas.ComponentStatus{"db": {Phase: schemas.PhaseAwaitingApproval, Plan: &schemas.PlanRecord{
-			Component: "db", Hash: plan, Needs: "replace requires approval",
-			Summary: schemas.PlanSummary{Replace: []string{"terraform_data.db"}, Counts: map[string]int{schemas.ChangeReplace: 1}},
-		}}}}
-	data, _ := json.Marshal(st)
-	status := t.TempDir()
-	writeTestFile(t, filepath.Join(status, schemas.StatusFile), data)
+	status := waitingStatus(t, plan)
 
 	render, err := signature.LoadSigner(keys + "render")
 	if err != nil {
