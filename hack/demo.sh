@@ -201,6 +201,10 @@ chmod 600 "$demo/secrets.env"
 # The operators each agent trusts for requests: trust/requests on main
 # (fixtures/keys/operator signs as "support").
 cp "$root/fixtures/tenant/trust/requests" "$demo/request_signers"
+# The approvers each agent trusts for plans: trust/approvals on main
+# (fixtures/keys/approver signs as "release-manager"); a render or request
+# key never counts as one, whatever the file says.
+cp "$root/fixtures/tenant/trust/approvals" "$demo/approvers"
 
 # ---- the installs (lifecycle/, sandboxes/local) ---------------------------------
 # Each install: its own key pair and trust file (never committed), its local
@@ -213,7 +217,7 @@ cp "$root/fixtures/tenant/trust/requests" "$demo/request_signers"
 # signing with the install's key, which the server knows from that file.
 step "nuon install create --cloud local, for each install; its agent talks to nuon server"
 agent_flags=(--agent-flag=--server-auth --agent-flag=--vendor-key="$root/fixtures/keys/cosign.pub"
-	--agent-flag=--request-trust="$demo/request_signers"
+	--agent-flag=--request-trust="$demo/request_signers" --agent-flag=--approval-trust="$demo/approvers"
 	--agent-flag=--interval=1s --agent-flag=--max-backoff=3s --agent-flag=--log-level=warn
 	--agent-flag=--health-interval=10s)
 for id in "${installs[@]}"; do
@@ -226,8 +230,15 @@ for id in "${installs[@]}"; do
 		--render-key "$root/fixtures/keys/render.pub" --log-level warn |
 		sed 's/^/    /'
 	hook
+	# The customer's own policy, read by the agent from inside the
+	# install (here a file in its folder; none of main's business).
+	customer=()
+	if [[ $id == globex ]]; then
+		printf 'apiVersion: nuon.dev/v1\nkind: CustomerPolicy\n' >"$demo/installs/$id/customer-policy.yaml"
+		customer=(--agent-flag=--customer-policy="$demo/installs/$id/customer-policy.yaml")
+	fi
 	"$nuon" install create "$id" --cloud local --repo "$server_url/tenant.git" --dir "$demo/installs/$id" \
-		--phase agent --secrets-file "$demo/secrets.env" "${agent_flags[@]}" --log-level warn |
+		--phase agent --secrets-file "$demo/secrets.env" "${agent_flags[@]}" "${customer[@]}" --log-level warn |
 		sed 's/^/    /'
 done
 git -C "$demo/main" pull --quiet --ff-only
@@ -251,6 +262,9 @@ up_env() {
 		echo "export NUON_HOOK_SECRET_FILE=$demo/server/hook-secret"
 		echo "export NUON_VENDOR_KEY=$root/fixtures/keys/cosign.pub"
 		echo "export NUON_REQUEST_TRUST=$demo/request_signers"
+		echo "export NUON_APPROVAL_TRUST=$demo/approvers"
+		echo "export NUON_APPROVER_KEY=$root/fixtures/keys/approver"
+		echo "export NUON_GLOBEX_CUSTOMER_POLICY=$demo/installs/globex/customer-policy.yaml"
 		echo "export NUON_RENDER_KEY=$root/fixtures/keys/render"
 		echo "export NUON_OPERATOR_KEY=$root/fixtures/keys/operator"
 		echo "export NUON_VENDOR_REGISTRY=$vendor_reg"
@@ -279,6 +293,8 @@ up_env() {
   nuon logs acme database --tail 5                         a signed request, filed through nuon server, which renders
                                                            it into acme's desired state at once; acme's agent answers
   nuon requests --install acme                             the requests' state; answers in git show nuon/status/acme:answers/ID.txt
+  nuon approvals --key "\$NUON_APPROVER_KEY"                the plans that wait for an approval; approve one with
+                                                           nuon approve INSTALL COMPONENT --plan HASH --key "\$NUON_APPROVER_KEY"
   docs/operators-guide.md                                  the rest: restart, re-point, delete, trust, drift
   kubectl --kubeconfig "\$NUON_ACME_KUBECONFIG" get deployments,configmaps -n shop
   curl --cacert "\$NUON_ACME_REGISTRY_CA" -u "nuon:\$(cat "\$NUON_ACME_REGISTRY_PASSWORD_FILE")" "https://\$NUON_ACME_REGISTRY/v2/_catalog"
@@ -288,7 +304,8 @@ up_env() {
   start it again     nuon install create acme --repo "\$NUON_SERVER_URL/tenant.git" --dir "\$NUON_ACME_DIR" --phase agent \\
                          --secrets-file "\$NUON_SECRETS_FILE" --agent-flag=--server-auth \\
                          --agent-flag=--vendor-key=$root/fixtures/keys/cosign.pub \\
-                         --agent-flag=--request-trust=$demo/request_signers --agent-flag=--interval=1s
+                         --agent-flag=--request-trust=$demo/request_signers \\
+                         --agent-flag=--approval-trust=$demo/approvers --agent-flag=--interval=1s
   stop everything    make demo-down DEMO_DIR=$demo
 
 REACH
@@ -506,6 +523,110 @@ step "finished: every stable install runs dashboards 1.3.1"
 dashboards_of
 op_status
 # ---- end of change control ------------------------------------------------------
+
+# ---- change control inside an install (agent/, policy/, server/operator_approvals.go) ----
+# globex (beta; no rollout policy) gets the three controls that act inside
+# an install: a component that changes only with an approval bound to the
+# exact saved plan, filed by an approver through nuon server; the
+# customer's own hold, which the agent reads from inside the install; and
+# a Rego policy on main that blocks a destroy whoever approves it.
+act "inside an install: a plan approved by its hash, the customer's hold, a destroy blocked by policy"
+
+# component ID COMP prints COMP's version and phase as ID's agent last
+# reported them, and why when it waits or was refused.
+component() {
+	git -C "$demo/tenant.git" show "refs/heads/nuon/status/$1:status.json" | python3 -c '
+import json, sys
+st = json.load(sys.stdin)
+c = st["components"].get(sys.argv[1], {})
+p = c.get("plan") or {}
+why = "; ".join(p.get("denied") or []) or p.get("needs", "")
+d = st.get("deferred") or {}
+print("%s %s %s%s%s" % (sys.argv[1], c.get("version", "-"), c.get("phase", "-"), (": " + why) if why else "",
+      ("  [install " + d["reason"] + ": " + d["message"] + "]") if d else ""))' "$2"
+}
+# wait_for ID COMP WHAT waits until `component ID COMP` matches WHAT (a
+# grep -E pattern).
+wait_for() {
+	for _ in $(seq 600); do
+		component "$1" "$2" 2>/dev/null | grep -Eq "$3" && return 0
+		sleep 0.5
+	done
+	echo "demo: $1's $2 is not \"$3\" after 5 minutes: $(component "$1" "$2"); its log: $demo/installs/$1/agent.log" >&2
+	return 1
+}
+approver=(--server "$server_url" --key "$root/fixtures/keys/approver")
+
+step "a pull request: globex's database changes only with an approval, and globex moves to a new network"
+git -C "$demo/main" pull --quiet --ff-only
+sed -i 's#^  cidr: .*#  cidr: 10.30.0.0/16#' "$demo/main/installs/globex.yaml"
+printf 'approvals:\n  database:\n    mode: manual\n' >>"$demo/main/installs/globex.yaml"
+git -C "$demo/main" commit --quiet -am "globex: database changes need an approval; globex moves to 10.30.0.0/16"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+echo "  the network is replaced at once; the database's new config would replace its file: globex's agent plans it,"
+echo "  keeps the saved plan inside the install, and publishes its record in its signed status:"
+wait_for globex database AwaitingApproval
+echo "  nuon approvals, through nuon server with the approver's key:"
+"$nuon" approvals --install globex "${approver[@]}" | sed 's/^/    /'
+plan=$("$nuon" approvals --install globex "${approver[@]}" -o json | python3 -c 'import json, sys; print([r for r in json.load(sys.stdin) if r["component"] == "database"][0]["plan"]["hash"])')
+step "nuon approve globex database --plan ${plan:0:19}…: signed by the approver, filed through nuon server"
+approved_at=$SECONDS
+"$nuon" approve globex database --plan "$plan" --expires 1h --reason "CHG-42: globex's new network" "${approver[@]}" | sed 's/^/  /'
+wait_for globex database "Applied"
+echo "  the agent applied exactly the saved plan $((SECONDS - approved_at))s after nuon approve; the approval is in git:"
+git -C "$demo/tenant.git" log --format='    %h %s' -1 refs/heads/nuon/approvals
+converge
+
+step "the customer holds globex (a file inside the install, not on main): the agent applies nothing"
+cat >"$demo/installs/globex/customer-policy.yaml" <<'HOLD'
+apiVersion: nuon.dev/v1
+kind: CustomerPolicy
+hold:
+  reason: quarter-end freeze
+HOLD
+git -C "$demo/main" pull --quiet --ff-only
+printf 'versions:\n  dashboards: 1.3.1\n' >>"$demo/main/installs/globex.yaml"
+git -C "$demo/main" commit --quiet -am "globex: dashboards 1.3.1 ahead of beta"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+wait_for globex dashboards "install hold"
+sleep 3
+echo "  main wants dashboards 1.3.1 on globex; its agent keeps 1.2.0 and says why:"
+component globex dashboards | sed 's/^/    /'
+op_status
+step "the customer lifts the hold: globex converges"
+printf 'apiVersion: nuon.dev/v1\nkind: CustomerPolicy\n' >"$demo/installs/globex/customer-policy.yaml"
+wait_for globex dashboards "1\\.3\\.1 Applied"
+component globex dashboards | sed 's/^/  /'
+
+step "a Rego policy on main (policies/keep-database-data.rego): no plan destroys the database's data"
+git -C "$demo/main" pull --quiet --ff-only
+cat >"$demo/main/policies/keep-database-data.rego" <<'REGO'
+# The demo's database keeps its data in local_file.config: no plan may
+# destroy it, whoever approves. Move the data out first.
+package nuon.plans.demo
+
+import rego.v1
+
+deny contains msg if {
+	input.component == "database"
+	some rc in input.plan.resource_changes
+	rc.address == "local_file.config"
+	"delete" in rc.change.actions
+	msg := sprintf("%s would be destroyed (keep-database-data.rego)", [rc.address])
+}
+REGO
+sed -i 's#^  cidr: .*#  cidr: 10.40.0.0/16#' "$demo/main/installs/globex.yaml"
+git -C "$demo/main" add --all
+git -C "$demo/main" commit --quiet -m "policies: keep the database's data; globex moves again, to 10.40.0.0/16"
+git -C "$demo/main" push --quiet origin HEAD:main
+hook
+wait_for globex database "Rejected"
+echo "  globex's agent evaluated the policy on the saved plan: blocked, nothing destroyed, no approval can apply it:"
+component globex database | sed 's/^/    /'
+op_status
+# ---- end of change control inside an install ----------------------------------
 
 act "the end of an install"
 step "nuon install delete initech: nuon server renders it deleted, its agent deletes every component, then its agent and sandbox go; its history stays"

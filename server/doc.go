@@ -49,9 +49,10 @@
 //	POST <any path>/git-upload-pack                     an install's fetch (its key)
 //	GET  <any path>/info/refs?service=git-receive-pack  an install's push, advertisement (its key)
 //	POST <any path>/git-receive-pack                    an install's status push (its key)
-//	GET  /operator/info/refs?service=git-upload-pack    an operator's read of the branches (operator key)
-//	POST /operator/git-upload-pack                      an operator's fetch (operator key)
+//	GET  /operator/info/refs?service=git-upload-pack    an operator's or approver's read of the branches (operator or approver key)
+//	POST /operator/git-upload-pack                      an operator's or approver's fetch (operator or approver key)
 //	POST /operator/requests                             an operator files a request (operator key)
+//	POST /operator/approvals                            an approver files a signed approval of a saved plan (approver key; operator_approvals.go)
 //	GET  /operator/liveness[?install=ID]                every install's last signed contact, for nuon status (operator key)
 //	POST /operator/rollouts                             an operator pauses, resumes or aborts a rollout (operator key; server/rollout_control.go)
 //	POST /builds/requests                               vendor CI files a build request (key of trust/builds)
@@ -62,6 +63,7 @@
 //	GET  /healthz, /readyz                              liveness, readiness (open)
 //	GET  /metrics                                       Prometheus (open)
 //	GET  /fleet, /fleet/installs/{id}, /fleet/static/   the fleet view (ViewToken; only with one)
+//	GET  /fleet/rollouts, /fleet/rollouts/{channel}     the fleet view's staged rollouts (ViewToken)
 //	GET, POST /fleet/login                              the fleet view's sign-in
 //	GET  /replica/version, /replica/info/refs           a replica's refresh (ReplicaToken; writer only)
 //	POST /replica/git-upload-pack
@@ -128,6 +130,43 @@
 //     the path. A read replica checks the signature and forwards the
 //     request unchanged to the writer, which checks it again and files
 //     it, as with a status push (TestOperatorThroughReplica).
+//
+// # Approvers
+//
+// An approver (nuon approve, reject and approvals with --server) signs
+// every HTTP request the same way with a key that trust/approvals on main
+// lists (policy.ParseApprovers), under the same kind of key id. A key
+// that trust/requests lists, the server's render key, or a key of the
+// trust root's render or operators role never counts as an approver's,
+// even when trust/approvals lists it too (policy.Approvers.Exclude): at
+// POST /operator/approvals it is answered 401 ("a request key never
+// approves"). Approvers read the branches as operators do (the plans
+// that wait are in the installs' statuses) and nothing else: the
+// request, rollout and liveness endpoints take operator keys only.
+//
+// POST /operator/approvals takes a schemas.SignedApproval as JSON (the
+// approval file and its SSH signature in the approval namespace, as
+// policy.SignApproval makes it) and checks what the agent will check
+// (policy.Approvers.Verify with the install's channel): the signer is a
+// listed key valid now and in scope, named as the approval's approver;
+// the approval's approver is the key that signed the HTTP request (one's
+// own approval only); the install is on main (404 otherwise); it has not
+// expired, was not made in the future and lives at most MaxApprovalLife
+// (168 h). With a trust root on main that defines the approvers role, the
+// key must be one of its keys and its scope must match the install's
+// labels and channel. The plan must be one that waits (or was rejected)
+// in the install's status (409 otherwise), and the same signed approval
+// must not be on the approvals ref already (a replay, 409). The server
+// then commits it onto schemas.ApprovalsRef with ApprovalCommit (the
+// function nuon approve --repo commits with: the file added, expired
+// approvals dropped; the commit signed by the render key), pushes it to
+// the Upstream under a lease and moves its own ref as for a request
+// (fileCommit, shared), and renders at once: the answer names the
+// install's new desired commit, whose approvals.json holds it. A read
+// replica forwards the request to the writer, which checks it again
+// (TestOperatorApproveThroughReplica). The renderer and the agent check
+// every approval again; the server's checks only refuse early what they
+// would refuse, with the reason.
 //
 // Measured (cmd/nuon BenchmarkLogsThroughServer, the real binaries on
 // loopback, the sample tenant, a server that checks main once an hour):

@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
@@ -74,33 +75,52 @@ func readMainFile(dir string, main plumbing.Hash, name string) ([]byte, error) {
 
 // operator serves operators.
 type operator struct {
-	s        *Server
-	keys     *mainKeys
-	verifier *request.Verifier
-	fileMu   sync.Mutex // one filing at a time: each builds on the last
+	s         *Server
+	keys      *mainKeys
+	verifier  *request.Verifier
+	fileMu    sync.Mutex // one filing at a time: each builds on the last
+	approvers approverCache
 }
 
 // operatorRoutes adds the operators' endpoints.
 func (s *Server) operatorRoutes() {
 	o := &operator{s: s, keys: &mainKeys{s: s, file: requests.TrustFile}}
-	o.verifier = &request.Verifier{Key: o.keys.lookup, MaxSkew: s.cfg.MaxSkew, Now: s.cfg.Now}
-	s.mux.HandleFunc("GET "+OperatorPath+"/info/refs", o.authed(o.advertise))
-	s.mux.HandleFunc("POST "+OperatorPath+"/git-upload-pack", o.authed(o.uploadPack))
+	o.verifier = &request.Verifier{Key: o.lookupAny, MaxSkew: s.cfg.MaxSkew, Now: s.cfg.Now}
+	// Approvers read the branches too: the plans that wait are in the
+	// installs' statuses (nuon approvals).
+	s.mux.HandleFunc("GET "+OperatorPath+"/info/refs", o.authedRead(o.advertise))
+	s.mux.HandleFunc("POST "+OperatorPath+"/git-upload-pack", o.authedRead(o.uploadPack))
 	s.mux.HandleFunc("POST "+OperatorPath+"/requests", o.authed(o.file))
+	s.mux.HandleFunc("POST "+ApprovalsPath, o.authedApprover(o.fileApproval))
 	s.mux.HandleFunc("POST "+requests.RolloutPath, o.authed(o.controlRollout))
 	// Every install's last signed contact, for nuon status --server.
 	s.mux.HandleFunc("GET "+OperatorPath+"/liveness", o.authed(func(w http.ResponseWriter, r *http.Request, _ signature.AllowedSigner) {
 		s.serveLiveness(w, r)
 	}))
 	s.mux.HandleFunc(OperatorPath+"/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack, POST requests, POST rollouts and GET liveness", http.StatusNotFound)
+		http.Error(w, "nuon: not an operator endpoint: "+OperatorPath+" serves GET info/refs, POST git-upload-pack, POST requests, POST approvals, POST rollouts and GET liveness", http.StatusNotFound)
 	})
 }
 
 // authed lets through requests signed by an operator key that
 // trust/requests on main lists. An install's key is refused here, as an
-// operator's key is on the installs' endpoints.
+// operator's key is on the installs' endpoints; so is an approver's key.
 func (o *operator) authed(next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) http.HandlerFunc {
+	return o.authedAs(func(id string) (signature.AllowedSigner, string) {
+		_, byID := o.keys.current()
+		if who, ok := byID[id]; ok {
+			return who, ""
+		}
+		// An approver's key, or main moved between the two reads and
+		// dropped the key.
+		return signature.AllowedSigner{}, "the key is not trusted for requests: add it to " + requests.TrustFile + " on main"
+	}, next)
+}
+
+// authedAs checks the HTTP signature with a key of trust/requests or
+// trust/approvals on main (lookupAny), then asks role whether this
+// endpoint takes that key: a refusal says why and how to fix it.
+func (o *operator) authedAs(role func(id string) (signature.AllowedSigner, string), next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := o.verifier.Verify(r)
 		if err != nil {
@@ -118,12 +138,11 @@ func (o *operator) authed(next func(http.ResponseWriter, *http.Request, signatur
 			http.Error(w, "nuon: "+text, http.StatusUnauthorized)
 			return
 		}
-		_, byID := o.keys.current()
-		who, ok := byID[id]
-		if !ok {
-			// main moved between the two reads and dropped the key.
+		who, refusal := role(id)
+		if refusal != "" {
+			o.s.log.Warn("operator request refused", "key", id, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", refusal)
 			o.s.metrics.refused(reasonOperatorKey)
-			http.Error(w, "nuon: the key is not trusted for requests: add it to "+requests.TrustFile+" on main", http.StatusUnauthorized)
+			http.Error(w, "nuon: "+refusal, http.StatusUnauthorized)
 			return
 		}
 		next(w, r, who)
@@ -300,46 +319,59 @@ func (o *operator) fileSigned(ctx context.Context, data []byte, who signature.Al
 	if objs.Parent != head {
 		return http.StatusConflict, nil, fmt.Errorf("%s is at %s, the request builds on %s: fetch it and file on top", requests.Ref, describeHash(head), describeHash(objs.Parent))
 	}
-	if err := objs.Batch.Flush(repo.Storer()); err != nil {
-		return http.StatusInternalServerError, nil, fmt.Errorf("write the request's objects: %w", err)
+	if status, err := o.fileCommit(ctx, repo, requests.Ref, head, objs.Batch, objs.Commit, "request"); err != nil {
+		return status, nil, err
+	}
+	res := &Filed{ID: req.ID, Install: req.Install, Commit: objs.Commit.String()}
+	if h, ok := o.s.refs.get(schemas.InstallRef(req.Install)); ok {
+		res.Desired = h.String()
+	}
+	return http.StatusOK, res, nil
+}
+
+// fileCommit moves ref from head to commit, whose objects are in b: on
+// the upstream first when the server has one (the server's next fetch
+// reads the ref from there), under a lease, then here; then renders at
+// once, so the install's next poll finds what was filed, not after the
+// server's own poll interval. what names it in messages. On error it
+// returns the HTTP status to answer with.
+func (o *operator) fileCommit(ctx context.Context, repo *gitrepo.Repo, ref string, head plumbing.Hash, b *gitobj.Batch, commit plumbing.Hash, what string) (int, error) {
+	if err := b.Flush(repo.Storer()); err != nil {
+		return http.StatusInternalServerError, fmt.Errorf("write the %s's objects: %w", what, err)
 	}
 	if o.s.cfg.Upstream != "" {
-		// The upstream holds the requests ref the server follows: the
-		// request goes there first, so the next fetch keeps it.
-		lease := "--force-with-lease=" + requests.Ref + ":"
+		lease := "--force-with-lease=" + ref + ":"
 		if !head.IsZero() {
 			lease += head.String()
 		}
-		if err := gitEnv(ctx, o.s.cfg.Dir, o.s.upstreamEnv, "push", "--quiet", lease, o.s.cfg.Upstream, objs.Commit.String()+":"+requests.Ref); err != nil {
+		if err := gitEnv(ctx, o.s.cfg.Dir, o.s.upstreamEnv, "push", "--quiet", lease, o.s.cfg.Upstream, commit.String()+":"+ref); err != nil {
 			if msg := err.Error(); strings.Contains(msg, "stale info") || strings.Contains(msg, "rejected") {
 				// Filed upstream by someone else since the last fetch:
-				// fetch now, so the operator's next try builds on it.
+				// fetch now, so the next try builds on it.
 				if err := o.s.Sync(ctx); err != nil {
-					o.s.log.Error("follow main after a refused request push", "error", err)
+					o.s.log.Error("follow main after a refused push", "ref", ref, "error", err)
 				}
-				return http.StatusConflict, nil, fmt.Errorf("%s moved upstream: fetch it and file on top", requests.Ref)
+				return http.StatusConflict, fmt.Errorf("%s %w: fetch it and file on top", ref, errMovedUpstream)
 			}
-			return http.StatusBadGateway, nil, upstreamError("file the request on", o.s.cfg.Upstream, o.s.cfg.UpstreamAuth, err)
+			return http.StatusBadGateway, upstreamError("file the "+what+" on", o.s.cfg.Upstream, o.s.cfg.UpstreamAuth, err)
 		}
 	}
 	old := head.String()
 	if head.IsZero() {
 		old = ""
 	}
-	if err := git(ctx, o.s.cfg.Dir, "update-ref", requests.Ref, objs.Commit.String(), old); err != nil {
-		return http.StatusConflict, nil, fmt.Errorf("move %s: %w", requests.Ref, err)
+	if err := git(ctx, o.s.cfg.Dir, "update-ref", ref, commit.String(), old); err != nil {
+		return http.StatusConflict, fmt.Errorf("move %s: %w", ref, err)
 	}
-	res := &Filed{ID: req.ID, Install: req.Install, Commit: objs.Commit.String()}
-	// Render now: the request reaches the install at its next poll, not
-	// after the server's own poll interval.
 	if err := o.s.Sync(ctx); err != nil {
-		o.s.log.Error("render after a request", "install", req.Install, "error", err)
+		o.s.log.Error("render after filing", "ref", ref, "commit", commit.String(), "error", err)
 	}
-	if h, ok := o.s.refs.get(schemas.InstallRef(req.Install)); ok {
-		res.Desired = h.String()
-	}
-	return http.StatusOK, res, nil
+	return http.StatusOK, nil
 }
+
+// errMovedUpstream marks a filing refused because the ref moved on the
+// upstream since the server last fetched it (it has fetched it since).
+var errMovedUpstream = errors.New("moved upstream")
 
 func describeHash(h plumbing.Hash) string {
 	if h.IsZero() {

@@ -10,7 +10,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
-	"gopkg.in/yaml.v3"
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
@@ -37,17 +36,9 @@ func (o *operator) inScope(req *schemas.Request, who signature.AllowedSigner) er
 	if root == nil {
 		return nil
 	}
-	file := path.Join(schemas.InstallsDir, req.Install+".yaml")
-	data, err := readMainFile(o.s.cfg.Dir, main, file)
+	in, err := installOnMainOf(o.s.cfg.Dir, main, req.Install)
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrOutOfScope, file, err)
-	}
-	var in struct {
-		Channel string            `yaml:"channel"`
-		Labels  map[string]string `yaml:"labels"`
-	}
-	if err := yaml.Unmarshal(data, &in); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrOutOfScope, file, err)
+		return fmt.Errorf("%w: %w", ErrOutOfScope, err)
 	}
 	t := trust.Target{Labels: in.Labels, Channel: in.Channel, RequestKind: req.Type}
 	if _, err := root.Authorize(trust.RoleOperators, ssh.FingerprintSHA256(who.Key), o.s.cfg.Now(), t); err != nil {

@@ -276,11 +276,11 @@ func pktLine(s string) string {
 	return string([]byte{hex[n>>12&15], hex[n>>8&15], hex[n>>4&15], hex[n&15]}) + s
 }
 
-// TestOperatorScope: with a trust root on main, an operator's key may
-// file only for the installs its scope names.
-func TestOperatorScope(t *testing.T) {
-	e := newEnv(t)
-	op, _ := loadKey(t, "operator")
+// commitScopedRoot commits a signed trust root to main whose roles are
+// the render key's and what roles adds, labels globex tier=gold (acme
+// has no tier), and has the server follow it.
+func (e *env) commitScopedRoot(t *testing.T, roles func(rs *schemas.TrustRoles, auth func(ssh.PublicKey) string)) {
+	t.Helper()
 	_, rootPriv, _ := ed25519.GenerateKey(rand.Reader)
 	rootKey, err := ssh.NewSignerFromKey(rootPriv)
 	if err != nil {
@@ -293,10 +293,9 @@ func TestOperatorScope(t *testing.T) {
 		Root:    schemas.TrustRootRole{Threshold: 1, Keys: []schemas.TrustRootKey{{Name: "root-1", Key: auth(rootKey.PublicKey())}}},
 		Roles: schemas.TrustRoles{
 			Render: schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "render", Key: auth(e.keys["render"].PublicKey())}}},
-			Operators: &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "support", Key: auth(op.PublicKey()),
-				Scope: &schemas.TrustScope{InstallLabels: map[string]string{"tier": "gold"}}}}},
 		},
 	}
+	roles(&tr.Roles, auth)
 	raw, err := trust.Encode(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -329,11 +328,25 @@ func TestOperatorScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustGit(work, "add", ".")
-	e.mustGit(work, "commit", "--quiet", "-m", "trust root with a scoped operator")
+	e.mustGit(work, "commit", "--quiet", "-m", "trust root with a scoped key")
 	e.mustGit(work, "push", "--quiet", "origin", "main")
 	if err := e.srv.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+
+}
+
+// goldOnly scopes a key to installs labelled tier=gold.
+var goldOnly = &schemas.TrustScope{InstallLabels: map[string]string{"tier": "gold"}}
+
+// TestOperatorScope: with a trust root on main, an operator's key may
+// file only for the installs its scope names.
+func TestOperatorScope(t *testing.T) {
+	e := newEnv(t)
+	op, _ := loadKey(t, "operator")
+	e.commitScopedRoot(t, func(rs *schemas.TrustRoles, auth func(ssh.PublicKey) string) {
+		rs.Operators = &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "support", Key: auth(op.PublicKey()), Scope: goldOnly}}}
+	})
 
 	out, _ := newRequest(t, op, "support", "acme", "r-1", plumbing.ZeroHash)
 	code, body := e.postRequest(op, out)

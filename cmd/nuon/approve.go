@@ -1,20 +1,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 
@@ -24,6 +22,7 @@ import (
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/server"
 )
 
 // maxApprovalExpiry bounds --expires: an approval is for a plan about to
@@ -42,38 +41,42 @@ apart from the render and request keys. It is committed to
 refs/heads/nuon/approvals (approvals/<install>/…json); the next render puts it
 into the install's desired state, and the agent checks it again: the key, its
 validity window and scope, the install, the plan and the expiry. Anything else
-is refused and the refusal is recorded in the install's status.`
+is refused and the refusal is recorded in the install's status.
+
+Through the tenant server (--server URL or $NUON_SERVER_URL, --key your
+approver key), the server checks the approval as the agent will, files it
+on refs/heads/nuon/approvals (and upstream) and renders the install at once:
+the agent finds it at its next poll. The server refuses a key that is not in
+trust/approvals, a request or render key, an approval for a plan that does
+not wait, one filed already, or one valid for more than 168h.`
 
 type approveOptions struct {
-	repo, key, cacheDir, plan, reason, output string
-	expires                                   time.Duration
-	now                                       func() time.Time
+	tenant               cli.TenantFlags
+	plan, reason, output string
+	expires              time.Duration
+	now                  func() time.Time
 }
 
 func (o *approveOptions) flags(cmd *cobra.Command) {
+	o.tenant.Register(cmd, "your approver key (OpenSSH private key), listed in trust/approvals on main and in neither trust/requests nor the render keys; through --server it also signs the HTTP requests")
 	f := cmd.Flags()
-	f.StringVar(&o.repo, "repo", "", "tenant repository: a path or a URL (required)")
-	f.StringVar(&o.key, "key", "", "your approver key (OpenSSH private key), listed in trust/approvals on main (required)")
 	f.StringVar(&o.plan, "plan", "", "the plan's hash, sha256:…, as nuon approvals shows it (required)")
 	f.DurationVar(&o.expires, "expires", 24*time.Hour, "how long the approval stays valid; the agent refuses it after that (at most 168h)")
 	f.StringVar(&o.reason, "reason", "", "why, for the record")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json (the filed approval)")
-	f.StringVar(&o.cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
-	_ = cmd.MarkFlagRequired("key")
 	_ = cmd.MarkFlagRequired("plan")
 }
 
 func newApproveCmd(g *cli.Globals) *cobra.Command {
 	return newDecisionCmd(g, schemas.DecisionApprove, "Approve one saved plan of one component of an install, by its hash",
-		`  nuon approvals --repo ./tenant.git
-  nuon approve acme database --plan sha256:3f1c… --key ~/.ssh/approver --repo ./tenant.git
-  nuon approve acme database --plan sha256:3f1c… --key ~/.ssh/approver --expires 2h --reason "CAB-1234"`)
+		`  nuon approvals --server https://nuon.example.com --key ~/.ssh/approver
+  nuon approve acme database --plan sha256:3f1c… --server https://nuon.example.com --key ~/.ssh/approver
+  nuon approve acme database --plan sha256:3f1c… --key ~/.ssh/approver --repo ./tenant.git --expires 2h --reason "CAB-1234"`)
 }
 
 func newRejectCmd(g *cli.Globals) *cobra.Command {
 	return newDecisionCmd(g, schemas.DecisionReject, "Reject one saved plan of one component of an install, by its hash",
-		`  nuon reject acme database --plan sha256:3f1c… --key ~/.ssh/approver --repo ./tenant.git --reason "drops the replica"`)
+		`  nuon reject acme database --plan sha256:3f1c… --key ~/.ssh/approver --server https://nuon.example.com --reason "drops the replica"`)
 }
 
 func newDecisionCmd(g *cli.Globals, decision, short, example string) *cobra.Command {
@@ -83,7 +86,7 @@ func newDecisionCmd(g *cli.Globals, decision, short, example string) *cobra.Comm
 		more = ""
 	}
 	cmd := &cobra.Command{
-		Use:     decision + " INSTALL COMPONENT --plan HASH --key FILE --repo REPO",
+		Use:     decision + " INSTALL COMPONENT --plan HASH --key FILE (--server URL | --repo REPO)",
 		Short:   short,
 		Long:    approveHelp + more,
 		Example: example,
@@ -92,7 +95,7 @@ func newDecisionCmd(g *cli.Globals, decision, short, example string) *cobra.Comm
 			if err := cli.CheckOutput(o.output); err != nil {
 				return err
 			}
-			a, err := fileApproval(cmd.Context(), g, o, args[0], args[1], decision)
+			a, err := fileApproval(cmd, g, o, args[0], args[1], decision)
 			if err != nil {
 				return err
 			}
@@ -118,19 +121,25 @@ func pastDecision(d string) string {
 }
 
 // fileApproval checks that the plan waits in the install's status, signs
-// the approval and commits it on schemas.ApprovalsRef.
-func fileApproval(ctx context.Context, g *cli.Globals, o *approveOptions, install, component, decision string) (*schemas.Approval, error) {
+// the approval and files it on schemas.ApprovalsRef: through the tenant
+// server, which checks it again and renders the install at once, or
+// committed to the repository.
+func fileApproval(cmd *cobra.Command, g *cli.Globals, o *approveOptions, install, component, decision string) (*schemas.Approval, error) {
+	ctx := cmd.Context()
 	if !schemas.ValidPlanHash(o.plan) {
 		return nil, fmt.Errorf("--plan %q is not a plan hash (sha256: and 64 hex digits, as nuon approvals shows)", o.plan)
 	}
 	if o.expires <= 0 || o.expires > maxApprovalExpiry {
 		return nil, fmt.Errorf("--expires %s: give a duration above 0 and at most %s", o.expires, maxApprovalExpiry)
 	}
-	key, err := signature.LoadSigner(o.key)
+	if o.tenant.KeyFile() == "" {
+		return nil, fmt.Errorf("give --key (or $%s): your approver key, listed in %s on main", cli.EnvOperatorKey, schemas.ApproversPath)
+	}
+	key, err := signature.LoadSigner(o.tenant.KeyFile())
 	if err != nil {
 		return nil, err
 	}
-	repo, err := g.OpenRepo(o.repo, o.cacheDir)
+	repo, signer, err := o.tenant.Open(cmd, g)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +154,7 @@ func fileApproval(ctx context.Context, g *cli.Globals, o *approveOptions, instal
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(pending, func(p pendingPlan) bool { return p.Component == component && p.Plan.Hash == o.plan }) {
+	if !slices.ContainsFunc(pending, func(p server.PendingPlan) bool { return p.Component == component && p.Plan.Hash == o.plan }) {
 		var waiting []string
 		for _, p := range pending {
 			if p.Component == component {
@@ -173,6 +182,20 @@ func fileApproval(ctx context.Context, g *cli.Globals, o *approveOptions, instal
 	if err != nil {
 		return nil, err
 	}
+	if signer != nil {
+		body, err := json.Marshal(signed)
+		if err != nil {
+			return nil, err
+		}
+		code, out, err := cli.PostSigned(ctx, o.tenant.Server(), server.ApprovalsPath, signer, body)
+		if err != nil {
+			return nil, fmt.Errorf("file the approval at %s: %w", o.tenant.Server(), err)
+		}
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("%s refused the approval (%d %s): %s", o.tenant.Server(), code, http.StatusText(code), strings.TrimSpace(string(out)))
+		}
+		return a, nil
+	}
 	file, err := json.MarshalIndent(signed, "", "  ")
 	if err != nil {
 		return nil, err
@@ -184,7 +207,7 @@ func fileApproval(ctx context.Context, g *cli.Globals, o *approveOptions, instal
 			return nil, err
 		}
 		b := gitobj.NewBatch()
-		h, err := commitApproval(repo, b, head, path, append(file, '\n'), a, key, now)
+		h, err := server.ApprovalCommit(repo.Storer(), b, head, path, append(file, '\n'), a, key, now)
 		if err != nil {
 			return nil, err
 		}
@@ -203,58 +226,6 @@ func fileApproval(ctx context.Context, g *cli.Globals, o *approveOptions, instal
 		}
 		return a, nil
 	}
-}
-
-// commitApproval adds the file at path to the approvals tree of head,
-// dropping approvals that expired, and commits it signed by key.
-func commitApproval(repo *gitrepo.Repo, b *gitobj.Batch, head plumbing.Hash, path string, file []byte, a *schemas.Approval, key *signature.Signer, now time.Time) (plumbing.Hash, error) {
-	files := map[string][]byte{}
-	if !head.IsZero() {
-		var err error
-		if _, files, err = gitobj.ReadCommitFiles(repo.Storer(), head, 64<<10); err != nil {
-			return plumbing.ZeroHash, err
-		}
-	}
-	for name, data := range files {
-		var s schemas.SignedApproval
-		if json.Unmarshal(data, &s) != nil {
-			continue
-		}
-		if old, err := schemas.DecodeApproval([]byte(s.File)); err == nil && !now.Before(old.Expires) {
-			delete(files, name)
-		}
-	}
-	files[path] = file
-	byDir := map[string][]gitobj.Entry{}
-	for name, data := range files {
-		dir, base, _ := cutLast(name)
-		byDir[dir] = append(byDir[dir], gitobj.Entry{Name: base, Mode: filemode.Regular, Hash: b.Add(plumbing.BlobObject, data)})
-	}
-	var installs []gitobj.Entry
-	for _, dir := range slices.Sorted(maps.Keys(byDir)) {
-		_, id, _ := cutLast(dir)
-		installs = append(installs, gitobj.Entry{Name: id, Mode: filemode.Dir, Hash: b.Tree(byDir[dir])})
-	}
-	root := b.Tree([]gitobj.Entry{{Name: schemas.ApprovalsDir, Mode: filemode.Dir, Hash: b.Tree(installs)}})
-	var parents []plumbing.Hash
-	if !head.IsZero() {
-		parents = append(parents, head)
-	}
-	msg := fmt.Sprintf("nuon: %s %s/%s plan %s\n\n%s by %s, valid until %s.\n", a.Decision, a.Install, a.Component, a.Plan,
-		strings.ToUpper(pastDecision(a.Decision)[:1])+pastDecision(a.Decision)[1:], a.Approver, a.Expires.Format(time.RFC3339))
-	if a.Reason != "" {
-		msg += "\n" + a.Reason + "\n"
-	}
-	who := object.Signature{Name: a.Approver, Email: "approver@nuon.invalid", When: now}
-	return b.Commit(gitobj.Commit{Tree: root, Parents: parents, Author: who, Message: msg}, key)
-}
-
-func cutLast(p string) (dir, base string, ok bool) {
-	i := strings.LastIndexByte(p, '/')
-	if i < 0 {
-		return "", p, false
-	}
-	return p[:i], p[i+1:], true
 }
 
 // approverName is key's name in trust/approvals on main.
@@ -283,52 +254,37 @@ func approverName(repo *gitrepo.Repo, key ssh.PublicKey) (string, error) {
 	return name, nil
 }
 
-// pendingPlan is one plan that waits in an install's status.
-type pendingPlan struct {
-	Install   string              `json:"install"`
-	Component string              `json:"component"`
-	Phase     string              `json:"phase"`
-	Status    string              `json:"status"`
-	Plan      *schemas.PlanRecord `json:"plan"`
-}
-
 // pendingPlans reads the plans waiting (or rejected) in the status of
 // install, or of every install when install is empty.
-func pendingPlans(repo *gitrepo.Repo, install string) ([]pendingPlan, error) {
+func pendingPlans(repo *gitrepo.Repo, install string) ([]server.PendingPlan, error) {
 	refs, err := repo.Refs(schemas.StatusRefPrefix)
 	if err != nil {
 		return nil, err
 	}
-	var out []pendingPlan
+	var out []server.PendingPlan
 	for _, name := range slices.Sorted(maps.Keys(refs)) {
 		id := strings.TrimPrefix(name.String(), schemas.StatusRefPrefix)
 		if install != "" && id != install {
 			continue
 		}
-		c, files, err := gitobj.ReadCommitFiles(repo.Storer(), refs[name], 4<<20)
+		plans, err := server.WaitingPlans(repo.Storer(), refs[name])
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		var st schemas.Status
-		if err := json.Unmarshal(files[schemas.StatusFile], &st); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, schemas.StatusFile, err)
-		}
-		for _, comp := range slices.Sorted(maps.Keys(st.Components)) {
-			cs := st.Components[comp]
-			if cs.Plan == nil || cs.Phase != schemas.PhaseAwaitingApproval && cs.Phase != schemas.PhaseRejected {
-				continue
-			}
-			out = append(out, pendingPlan{Install: id, Component: comp, Phase: cs.Phase, Status: c.Hash.String(), Plan: cs.Plan})
+		for _, p := range plans {
+			p.Install = id // the ref's, whatever the file says
+			out = append(out, p)
 		}
 	}
 	return out, nil
 }
 
 func newApprovalsCmd(g *cli.Globals) *cobra.Command {
-	var repoLoc, install, output, cacheDir string
+	var tenant cli.TenantFlags
+	var install, output string
 	var diff bool
 	cmd := &cobra.Command{
-		Use:   "approvals --repo REPO [--install ID]",
+		Use:   "approvals (--server URL | --repo REPO) [--install ID]",
 		Short: "List the saved plans that wait for approval, with their diffs",
 		Long: `Approvals reads every install's signed status (refs/heads/nuon/status/<id>)
 and lists the components whose saved plan waits for approval (AwaitingApproval)
@@ -338,14 +294,15 @@ replaces, why it needs approval, approvals the agent refused and why, and with
 with nuon approve INSTALL COMPONENT --plan HASH.
 
 ` + approveHelp,
-		Example: `  nuon approvals --repo ./tenant.git --diff
+		Example: `  nuon approvals --diff                      # through $NUON_SERVER_URL with $NUON_OPERATOR_KEY
+  nuon approvals --server https://nuon.example.com --key ~/.ssh/approver --install acme
   nuon approvals --repo ./tenant.git --install acme -o json | jq -r '.[].plan.hash'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
-			repo, err := g.OpenRepo(repoLoc, cacheDir)
+			repo, _, err := tenant.Open(cmd, g)
 			if err != nil {
 				return err
 			}
@@ -358,7 +315,7 @@ with nuon approve INSTALL COMPONENT --plan HASH.
 			}
 			if output == "json" {
 				if rows == nil {
-					rows = []pendingPlan{}
+					rows = []server.PendingPlan{}
 				}
 				enc := json.NewEncoder(g.Stdout)
 				enc.SetIndent("", "  ")
@@ -367,17 +324,15 @@ with nuon approve INSTALL COMPONENT --plan HASH.
 			return printPlans(g.Stdout, rows, diff)
 		},
 	}
+	tenant.Register(cmd, "your key through --server: an operator key (trust/requests) or an approver key (trust/approvals) on main")
 	f := cmd.Flags()
-	f.StringVar(&repoLoc, "repo", "", "tenant repository: a path or a URL (required)")
 	f.StringVar(&install, "install", "", "only this install's plans")
 	f.BoolVar(&diff, "diff", false, "print each plan's readable diff")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	f.StringVar(&cacheDir, "cache-dir", "", "where to keep mirrors of remote repositories")
-	_ = cmd.MarkFlagRequired("repo")
 	return cmd
 }
 
-func printPlans(w io.Writer, rows []pendingPlan, diff bool) error {
+func printPlans(w io.Writer, rows []server.PendingPlan, diff bool) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no plan waits for approval")
 		return err
@@ -390,7 +345,10 @@ func printPlans(w io.Writer, rows []pendingPlan, diff bool) error {
 			changes = append(changes, fmt.Sprintf("%d %s", r.Plan.Summary.Counts[k], k))
 		}
 		why := r.Plan.Needs
-		if r.Plan.Rejected != "" {
+		switch {
+		case len(r.Plan.Denied) > 0:
+			why = "denied by policy: " + strings.Join(r.Plan.Denied, "; ")
+		case r.Plan.Rejected != "":
 			why = "rejected by " + r.Plan.Rejected
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Install, r.Component, r.Phase, r.Plan.Hash, strings.Join(changes, ", "), why)

@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/policy"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/server"
 )
 
 // approveRepo is a tenant repository whose main lists the fixture
@@ -29,6 +34,15 @@ func approveRepo(t *testing.T, plan string) string {
 	}
 	writeTestFile(t, filepath.Join(src, "trust", "approvals"), trust)
 	gittest.CommitDir(t, bare, "main", src, "main")
+	status := waitingStatus(t, plan)
+	gittest.CommitDir(t, bare, "nuon/status/acme", status, "status")
+	return bare
+}
+
+// waitingStatus is a folder holding acme's status.json in which db waits
+// for approval of plan.
+func waitingStatus(t *testing.T, plan string) string {
+	t.Helper()
 	st := schemas.Status{APIVersion: schemas.APIVersion, Kind: schemas.KindStatus, Install: "acme", Phase: schemas.InstallAwaitingApproval,
 		Components: map[string]schemas.ComponentStatus{"db": {Phase: schemas.PhaseAwaitingApproval, Plan: &schemas.PlanRecord{
 			Component: "db", Hash: plan, Needs: "replace requires approval", Diff: "-/+ terraform_data.db",
@@ -37,8 +51,7 @@ func approveRepo(t *testing.T, plan string) string {
 	data, _ := json.Marshal(st)
 	status := t.TempDir()
 	writeTestFile(t, filepath.Join(status, schemas.StatusFile), data)
-	gittest.CommitDir(t, bare, "nuon/status/acme", status, "status")
-	return bare
+	return status
 }
 
 func writeTestFile(t *testing.T, path string, data []byte) {
@@ -130,5 +143,97 @@ func TestApproveFilesASignedApproval(t *testing.T) {
 	files := gittest.Git(t, bare, "ls-tree", "-r", "--name-only", schemas.ApprovalsRef)
 	if strings.Count(files, "\n") != 1 || !strings.Contains(files, "-approve.json") || !strings.Contains(files, "-reject.json") {
 		t.Errorf("approvals tree after a reject:\n%s", files)
+	}
+}
+
+// TestApproveThroughServer: nuon approvals and nuon approve against a
+// real tenant server (--server, or $NUON_SERVER_URL) with the approver's
+// key: the server files the approval on the approvals ref upstream and
+// renders acme's desired state with it before the command returns; an
+// operator's request key reads the plans but cannot approve them.
+func TestApproveThroughServer(t *testing.T) {
+	plan := "sha256:" + strings.Repeat("3f", 32)
+	keys := "../../fixtures/keys/"
+	upstream := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, upstream)
+	commitTenant(t, upstream, nil)
+	status := waitingStatus(t, plan)
+
+	render, err := signature.LoadSigner(keys + "render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := filepath.Join(t.TempDir(), "served.git")
+	gittest.InitBare(t, served)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := server.New(ctx, server.Config{Dir: served, RenderKey: render, Upstream: upstream, PollInterval: time.Hour, MirrorDelay: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As acme's agent pushes it to the server (the upstream has no status).
+	gittest.CommitDir(t, served, "nuon/status/acme", status, "status")
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	t.Setenv(cli.EnvServer, hs.URL)
+	t.Setenv(cli.EnvOperatorKey, keys+"operator")
+
+	// The operator's key (from the environment) reads the waiting plans.
+	out, err := runApprove(t, "approvals", "--diff")
+	if err != nil || !strings.Contains(out, plan) || !strings.Contains(out, "1 replace") {
+		t.Fatalf("nuon approvals through the server: %v\n%s", err, out)
+	}
+	// It does not approve them, neither at the CLI nor at the server.
+	if out, err := runApprove(t, "approve", "acme", "db", "--plan", plan); err == nil || !strings.Contains(err.Error(), "not in trust/approvals") {
+		t.Errorf("approve with the operator key: %v\n%s", err, out)
+	}
+	if out, err := runApprove(t, "approvals", "--key", keys+"approver", "--install", "acme", "-o", "json"); err != nil || !strings.Contains(out, plan) {
+		t.Fatalf("nuon approvals with the approver's key: %v\n%s", err, out)
+	}
+	before := strings.TrimSpace(gittest.Git(t, served, "rev-parse", schemas.InstallRef("acme")))
+	out, err = runApprove(t, "approve", "acme", "db", "--plan", plan, "--key", keys+"approver", "--reason", "CAB-7")
+	if err != nil || !strings.Contains(out, "approved acme/db") {
+		t.Fatalf("nuon approve through the server: %v\n%s", err, out)
+	}
+	tip := strings.TrimSpace(gittest.Git(t, upstream, "rev-parse", schemas.ApprovalsRef))
+	if got := strings.TrimSpace(gittest.Git(t, served, "rev-parse", schemas.ApprovalsRef)); got != tip {
+		t.Errorf("approvals ref: server %s, upstream %s", got, tip)
+	}
+	after := strings.TrimSpace(gittest.Git(t, served, "rev-parse", schemas.InstallRef("acme")))
+	if after == before || !strings.Contains(gittest.Git(t, served, "show", after+":"+schemas.ApprovalsFile), plan) {
+		t.Errorf("acme was not rendered with the approval before nuon approve returned (%s → %s)", before, after)
+	}
+	// --repo wins over $NUON_SERVER_URL, as for the other commands.
+	if out, err := runApprove(t, "approvals", "--repo", served, "--install", "acme"); err != nil || !strings.Contains(out, plan) {
+		t.Errorf("nuon approvals --repo: %v\n%s", err, out)
+	}
+}
+
+// TestPrintPlansSaysWhy: the WHY column says what the operator must do:
+// approve (the rule that needs it), nothing (a policy denied the plan),
+// or a new plan (an approver rejected it).
+func TestPrintPlansSaysWhy(t *testing.T) {
+	plan := "sha256:" + strings.Repeat("3f", 32)
+	for _, tt := range []struct {
+		rec  schemas.PlanRecord
+		want string
+	}{
+		{schemas.PlanRecord{Hash: plan, Needs: "replace requires approval"}, "replace requires approval"},
+		{schemas.PlanRecord{Hash: plan, Needs: "mode manual", Denied: []string{"local_file.config would be destroyed"}}, "denied by policy: local_file.config would be destroyed"},
+		{schemas.PlanRecord{Hash: plan, Needs: "mode manual", Rejected: "release-manager"}, "rejected by release-manager"},
+	} {
+		var out bytes.Buffer
+		rec := tt.rec
+		if err := printPlans(&out, []server.PendingPlan{{Install: "globex", Component: "database", Phase: schemas.PhaseRejected, Plan: &rec}}, false); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("want %q in\n%s", tt.want, out.String())
+		}
 	}
 }

@@ -135,7 +135,8 @@ func TestOperatorsGuideBlocks(t *testing.T) {
 		t.Errorf("blocks by kind %v: want both %q and %q", kinds, blockFast, blockWalkthrough)
 	}
 	for _, s := range []string{"The fleet view", "What each state means", "Trusting operators", "Logs and debug",
-		"Drift and heartbeat", "Creating an install", "Restarting an agent", "Re-pointing an agent", "Deleting an install"} {
+		"Drift and heartbeat", "Creating an install", "Restarting an agent", "Re-pointing an agent", "Rollouts", "Approvals",
+		"Deleting an install"} {
 		if !sections[s] {
 			t.Errorf("no runnable block in section %q", s)
 		}
@@ -171,6 +172,10 @@ func TestOperatorsGuide(t *testing.T) {
 		envFile = guideTenant(t)
 	}
 	work := t.TempDir()
+	// The guide makes an install of its own in work (hooli) and deletes it
+	// at its end; a step that fails before leaves its agent and sandbox
+	// running: stop them as make demo-down stops the demo's.
+	t.Cleanup(func() { stopGuideInstalls(t, work) })
 	env := append(os.Environ(),
 		"GIT_AUTHOR_NAME=Support Engineer", "GIT_AUTHOR_EMAIL=support@vendor.example",
 		"GIT_COMMITTER_NAME=Support Engineer", "GIT_COMMITTER_EMAIL=support@vendor.example")
@@ -205,6 +210,28 @@ func TestOperatorsGuide(t *testing.T) {
 		fmt.Fprintf(&sum, "| %s | %.2f s |\n", tm.name, tm.d.Seconds())
 	}
 	t.Log(sum.String())
+}
+
+// stopGuideInstalls stops the agent (its whole session) and the local
+// sandbox of every install folder the guide left in work.
+func stopGuideInstalls(t *testing.T, work string) {
+	dirs, _ := filepath.Glob(filepath.Join(work, "*", "agent.pid"))
+	for _, pidFile := range dirs {
+		d := filepath.Dir(pidFile)
+		if pid, err := os.ReadFile(pidFile); err == nil {
+			_ = exec.Command("kill", "--", "-"+strings.TrimSpace(string(pid))).Run()
+		}
+		for _, c := range [][]string{
+			{filepath.Join(d, "sandbox", "module", "kube-down.sh"), filepath.Join(d, "sandbox", "run", "kube")},
+			{filepath.Join(d, "sandbox", "module", "registry.sh"), "down", filepath.Join(d, "sandbox", "run", "registry")},
+		} {
+			if _, err := os.Stat(c[0]); err == nil {
+				if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+					t.Logf("stop %s: %v\n%s", d, err, out)
+				}
+			}
+		}
+	}
 }
 
 func indent(s string) string {
@@ -256,6 +283,7 @@ func guideTenant(t *testing.T) string {
 		{"NUON_OPERATOR_KEY", filepath.Join(keys, "operator")},
 		{"NUON_VENDOR_KEY", filepath.Join(keys, "cosign.pub")},
 		{"NUON_REQUEST_TRUST", requestTrust},
+		{"NUON_APPROVER_KEY", filepath.Join(keys, "approver")},
 	}
 	var b strings.Builder
 	for _, v := range vars {

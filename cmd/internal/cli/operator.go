@@ -120,30 +120,39 @@ func submit(ctx context.Context, server string, signer *request.Signer, repo *gi
 	if err != nil {
 		return nil, err
 	}
-	u := strings.TrimSuffix(server, "/") + requests.ServerPath + "/requests"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Timeout: 2 * time.Minute, Transport: signer.Transport(nil)}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("file the request at %s: %w", server, err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	code, out, err := PostSigned(ctx, server, requests.ServerPath+"/requests", signer, body)
 	switch {
-	case resp.StatusCode == http.StatusConflict && strings.Contains(string(out), "file on top"):
+	case err != nil:
+		return nil, fmt.Errorf("file the request at %s: %w", server, err)
+	case code == http.StatusConflict && strings.Contains(string(out), "file on top"):
 		return nil, errMoved
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("%s refused the request (%s): %s", server, resp.Status, strings.TrimSpace(string(out)))
+	case code != http.StatusOK:
+		return nil, fmt.Errorf("%s refused the request (%d %s): %s", server, code, http.StatusText(code), strings.TrimSpace(string(out)))
 	}
 	var a filedAnswer
 	if err := json.Unmarshal(out, &a); err != nil {
 		return nil, fmt.Errorf("%s: answer: %w", server, err)
 	}
 	return &a, nil
+}
+
+// PostSigned posts body (JSON) to path on the tenant server, the request
+// signed with signer; it returns the answer's status and body (at most
+// 1 MiB).
+func PostSigned(ctx context.Context, server, path string, signer *request.Signer, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(server, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: signer.Transport(nil)}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, out, err
 }
 
 // TenantFlags are --repo, --server, --key and --cache-dir for commands
@@ -158,3 +167,9 @@ func (t *TenantFlags) Register(cmd *cobra.Command, keyHelp string) { t.tenantFla
 func (t *TenantFlags) Open(cmd *cobra.Command, g *Globals) (*gitrepo.Repo, *request.Signer, error) {
 	return t.tenantFlags.open(cmd, g)
 }
+
+// KeyFile is --key: the key file the command signs with.
+func (t *TenantFlags) KeyFile() string { return t.key }
+
+// Server is --server: the tenant server's URL.
+func (t *TenantFlags) Server() string { return t.server }
