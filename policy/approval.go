@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,8 +51,8 @@ type approverKey struct {
 	key               ssh.PublicKey
 	notBefore         time.Time
 	notAfter          time.Time
-	channels, channel []string // role's and key's channel scopes
-	labels            bool     // scoped by install labels
+	channels, channel []string            // role's and key's channel scopes
+	labels            []map[string]string // role's and key's install-label scopes
 }
 
 // ParseApprovers checks data, trust/approvals read from file, and reports
@@ -68,9 +69,12 @@ func ParseApprovers(file string, data []byte) (*Approvers, error) {
 	as := &Approvers{Threshold: raw.Threshold}
 	var ps schemas.Problems
 	var roleChannels []string
-	roleLabels := false
+	var roleLabels []map[string]string
 	if raw.Scope != nil {
-		roleChannels, roleLabels = raw.Scope.Channels, len(raw.Scope.InstallLabels) > 0
+		roleChannels = raw.Scope.Channels
+		if len(raw.Scope.InstallLabels) > 0 {
+			roleLabels = []map[string]string{raw.Scope.InstallLabels}
+		}
 	}
 	seen := map[string]string{}
 	names := map[string]bool{}
@@ -113,7 +117,9 @@ func ParseApprovers(file string, data []byte) (*Approvers, error) {
 		}
 		if k.Scope != nil {
 			ak.channel = k.Scope.Channels
-			ak.labels = ak.labels || len(k.Scope.InstallLabels) > 0
+			if len(k.Scope.InstallLabels) > 0 {
+				ak.labels = append(slices.Clip(ak.labels), k.Scope.InstallLabels)
+			}
 		}
 		as.keys = append(as.keys, ak)
 	}
@@ -156,6 +162,12 @@ type Target struct {
 	// AnyChannel leaves the keys' channel scopes unjudged: for the
 	// renderer, which passes approvals on to the agent that judges them.
 	AnyChannel bool
+	// Labels are the install's labels on main, when the caller knows them
+	// (LabelsKnown: the tenant server): a key scoped by install labels is
+	// judged against them. An agent's state carries no labels, so there
+	// such a key approves nothing.
+	Labels      map[string]string
+	LabelsKnown bool
 
 	Component string
 	Plan      string
@@ -203,8 +215,10 @@ func (as *Approvers) Verify(s schemas.SignedApproval, t Target, now time.Time) (
 		return a, fmt.Errorf("%w: %s's key is valid from %s", ErrApprovalUntrusted, k.name, k.notBefore.Format(time.RFC3339))
 	case !k.notAfter.IsZero() && !now.Before(k.notAfter):
 		return a, fmt.Errorf("%w: %s's key was valid until %s", ErrApprovalUntrusted, k.name, k.notAfter.Format(time.RFC3339))
-	case k.labels:
+	case len(k.labels) > 0 && !t.LabelsKnown:
 		return a, fmt.Errorf("%w: %s's key is scoped by install labels, which the install cannot judge", ErrApprovalUntrusted, k.name)
+	case labelMismatch(k.labels, t.Labels) != "":
+		return a, fmt.Errorf("%w: %s's key is outside the key's scope: %s", ErrApprovalUntrusted, k.name, labelMismatch(k.labels, t.Labels))
 	case !t.AnyChannel && (k.channels != nil && !slices.Contains(k.channels, t.Channel) || k.channel != nil && !slices.Contains(k.channel, t.Channel)):
 		return a, fmt.Errorf("%w: %s's key is not scoped to channel %q", ErrApprovalUntrusted, k.name, t.Channel)
 	case a.Approver != k.name:
@@ -217,6 +231,19 @@ func (as *Approvers) Verify(s schemas.SignedApproval, t Target, now time.Time) (
 		return a, fmt.Errorf("%w: created %s, in the future", ErrApprovalUntrusted, a.Created.Format(time.RFC3339))
 	}
 	return a, nil
+}
+
+// labelMismatch says which install label of scopes labels lacks, "" when
+// labels has every one.
+func labelMismatch(scopes []map[string]string, labels map[string]string) string {
+	for _, sc := range scopes {
+		for _, k := range slices.Sorted(maps.Keys(sc)) {
+			if got, ok := labels[k]; !ok || got != sc[k] {
+				return fmt.Sprintf("install label %s=%s required", k, sc[k])
+			}
+		}
+	}
+	return ""
 }
 
 // maxSkew is how far in the future an approval's creation may lie: the

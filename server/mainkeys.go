@@ -44,7 +44,12 @@ type mainKeys struct {
 // (trust/maingit): for a caller in package server that needs a role's
 // keys once, such as the build queue.
 func (s *Server) RoleKeys(role trust.Role) (*trust.Keys, error) {
-	main := s.keys.mainCommit()
+	return s.roleKeysAt(s.keys.mainCommit(), role)
+}
+
+// roleKeysAt returns the keys of role on the commit main, at the server's
+// clock.
+func (s *Server) roleKeysAt(main plumbing.Hash, role trust.Role) (*trust.Keys, error) {
 	if main.IsZero() {
 		return &trust.Keys{Role: role}, nil
 	}
@@ -81,7 +86,7 @@ func (k *mainKeys) current() (*signature.AllowedSigners, map[string]signature.Al
 		k.s.log.Error("read trusted keys", "file", k.file, "error", err)
 		return nil, k.byID
 	}
-	keys, err := k.s.RoleKeys(role)
+	keys, err := k.s.roleKeysAt(main, role)
 	if err != nil {
 		k.s.log.Error("read trusted keys", "role", string(role), "commit", main.String(), "error", err)
 		return nil, k.byID

@@ -106,14 +106,15 @@ func (o *operator) approverTrust() (*approverTrust, error) {
 // readApproverTrust reads the approvers of main.
 func (o *operator) readApproverTrust(main plumbing.Hash) (*approverTrust, error) {
 	t := &approverTrust{byID: map[string]signature.AllowedSigner{}}
-	data, err := readMainFile(o.s.cfg.Dir, main, schemas.ApproversPath)
-	if errors.Is(err, object.ErrFileNotFound) {
-		return t, nil
-	}
+	keys, err := o.s.roleKeysAt(main, trust.RoleApprovers)
 	if err != nil {
 		return nil, err
 	}
-	if t.approvers, err = policy.ParseApprovers(schemas.ApproversPath, data); err != nil {
+	data := keys.Data
+	if data == nil {
+		return t, nil
+	}
+	if t.approvers, err = policy.ParseApprovers(keys.From, data); err != nil {
 		return nil, err
 	}
 	if t.root, err = mainRoot(o.s.cfg.Dir, main, o.s.cfg.Now); err != nil {
@@ -261,7 +262,7 @@ func (o *operator) fileSignedApproval(ctx context.Context, data []byte, who sign
 	now := o.s.cfg.Now()
 	// The checks the agent makes, with the install's channel: the key,
 	// its window and scope, the approver's name, the install, the expiry.
-	if _, err := t.approvers.Verify(s, policy.Target{Install: a.Install, Channel: in.Channel}, now); err != nil {
+	if _, err := t.approvers.Verify(s, policy.Target{Install: a.Install, Channel: in.Channel, Labels: in.Labels, LabelsKnown: true}, now); err != nil {
 		return http.StatusForbidden, nil, err
 	}
 	if name, _ := t.approvers.Name(who.Key); name != a.Approver {

@@ -3,18 +3,16 @@ package server
 import (
 	"errors"
 	"fmt"
-	"path"
-	"testing/fstest"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // ErrOutOfScope marks a request for an install, or of a kind, that the
@@ -57,45 +55,9 @@ func mainRoot(dir string, main plumbing.Hash, now func() time.Time) (*trust.Root
 	if err != nil {
 		return nil, err
 	}
-	c, err := object.GetCommit(repo.Storer(), main)
+	m, err := maingit.Open(repo.Storer(), main)
 	if err != nil {
 		return nil, err
 	}
-	tree, err := c.Tree()
-	if err != nil {
-		return nil, err
-	}
-	sub, err := tree.Tree(trust.Dir)
-	if errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	fsys := fstest.MapFS{}
-	for _, e := range sub.Entries {
-		f, err := sub.TreeEntryFile(&e)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s: not a file", trust.Dir, e.Name)
-		}
-		s, err := f.Contents()
-		if err != nil {
-			return nil, err
-		}
-		fsys[path.Join(trust.Dir, e.Name)] = &fstest.MapFile{Data: []byte(s)}
-	}
-	versions, err := trust.Load(fsys)
-	if err != nil {
-		return nil, err
-	}
-	var pinned *trust.Root
-	for _, v := range versions {
-		if v.Version == 1 {
-			pinned = v
-		}
-	}
-	if pinned == nil {
-		return nil, fmt.Errorf("no %s", trust.FileName(1))
-	}
-	return trust.Chain(pinned, versions, now())
+	return trust.MainRoot(m, now())
 }

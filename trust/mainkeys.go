@@ -101,7 +101,7 @@ func MainKeys(m Main, role Role, now time.Time) (*Keys, error) {
 	}
 	if files != nil {
 		k.MainHasRoot = true
-		root, err := mainRoot(files)
+		root, err := mainRoot(files, time.Time{})
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +127,17 @@ func MainKeys(m Main, role Role, now time.Time) (*Keys, error) {
 	return k, nil
 }
 
+// MainRoot returns the newest version of the trust root on main that the
+// chain from version 1 reaches at now (expired versions refused); nil
+// when main has no trust/root/.
+func MainRoot(m Main, now time.Time) (*Root, error) {
+	files, err := m.RootFiles()
+	if err != nil || files == nil {
+		return nil, err
+	}
+	return mainRoot(files, now)
+}
+
 func isRole(r Role) bool {
 	for _, x := range Roles {
 		if x == r {
@@ -137,8 +148,8 @@ func isRole(r Role) bool {
 }
 
 // mainRoot is the newest version the chain reaches from version 1 among
-// files; expiry is left to the caller (the zero time is before any).
-func mainRoot(files map[string][]byte) (*Root, error) {
+// files, judged at now: the zero time leaves expiry to the caller.
+func mainRoot(files map[string][]byte, now time.Time) (*Root, error) {
 	roots, err := LoadFiles(files)
 	if err != nil {
 		return nil, fmt.Errorf("trust root on main: %w", err)
@@ -147,7 +158,7 @@ func mainRoot(files map[string][]byte) (*Root, error) {
 	if first == nil {
 		return nil, fmt.Errorf("trust root on main: no %s: the chain starts at version 1", FileName(1))
 	}
-	newest, err := Chain(first, roots, time.Time{})
+	newest, err := Chain(first, roots, now)
 	if err != nil {
 		return nil, fmt.Errorf("trust root on main: %w", err)
 	}
