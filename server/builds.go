@@ -513,6 +513,13 @@ func (b *builds) next(w http.ResponseWriter, r *http.Request, who signature.Allo
 	if n, err := strconv.Atoi(r.URL.Query().Get("lease")); err == nil {
 		lease = min(max(time.Duration(n)*time.Second, schemas.MinBuildLease), schemas.MaxBuildLease)
 	}
+	// Read the body to its end first: only then does net/http watch the
+	// connection and cancel r.Context() when the agent goes away, so that
+	// a request is not handed to a long poll whose agent died.
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10)); err != nil {
+		http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	deadline := time.NewTimer(longPoll(r))
 	defer deadline.Stop()
 	for {
@@ -523,7 +530,7 @@ func (b *builds) next(w http.ResponseWriter, r *http.Request, who signature.Allo
 			return
 		}
 		b.expire()
-		for len(b.queue) > 0 {
+		for len(b.queue) > 0 && r.Context().Err() == nil {
 			job := b.jobs[b.queue[0]]
 			if job == nil || job.status.State != schemas.BuildQueued {
 				b.queue = b.queue[1:]

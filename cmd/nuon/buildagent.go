@@ -263,7 +263,20 @@ func runRemoteBuild(ctx context.Context, g *cli.Globals, o *remoteBuildOptions, 
 		}
 	}
 	last, down := "", false
+	var agent string
+	attempt, requeueSaid := 0, false
 	for {
+		// A request queued again and taken at once may show only its
+		// next take: say why the agent changed all the same.
+		if st.Attempt > attempt && attempt > 0 && !requeueSaid {
+			say("the lease of build agent %s ran out: queued again", agent)
+		}
+		if st.State == schemas.BuildQueued && st.Note != "" {
+			requeueSaid = true
+		}
+		if st.Attempt > attempt {
+			attempt, agent, requeueSaid = st.Attempt, st.Agent, st.State == schemas.BuildQueued && st.Note != ""
+		}
 		if p := progressLine(st); p != last {
 			say("%s", p)
 			last = p
@@ -326,7 +339,7 @@ func progressLine(st *schemas.BuildStatus) string {
 	case schemas.BuildRunning:
 		line := fmt.Sprintf("taken by %s (attempt %d)", st.Agent, st.Attempt)
 		if st.Phase != "" {
-			line = fmt.Sprintf("building on %s (attempt %d): %s", st.Agent, st.Attempt, st.Phase)
+			line += ", building: " + st.Phase
 		}
 		return line
 	case schemas.BuildSucceeded:
