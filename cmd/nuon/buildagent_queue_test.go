@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,4 +174,59 @@ func TestBuildRemoteDurable(t *testing.T) {
 		}
 	}
 	t.Logf("3 requests queued across a server restart → released: %s", time.Since(start))
+}
+
+// BenchmarkBuildQueue measures a build request filed with nuon server to
+// its answer with the release commit, through the durable queue, with
+// nuon server and nuon build-agent (--parallel 5) as processes: one
+// component, and every component of the sample app filed at once. Each
+// iteration releases a new version; -benchtime=1x gives the cold figure.
+func BenchmarkBuildQueue(b *testing.B) {
+	w := newBuildAgentWorld(b)
+	keys := filepath.Join(repoRoot(), "fixtures", "keys")
+	env := append(e2eEnv(b), "COSIGN_PASSWORD=")
+	srv := startServer(b, w.agent.Exe, env, "--repo", w.tenant, "--render-key", filepath.Join(keys, "render"), "--poll-interval", "200ms")
+	srv.waitReady(b, 30*time.Second)
+	startProcess(b, env, w.agent.Exe, "build-agent", "--server", srv.url, "--key", filepath.Join(keys, "build-agent"), "--repo", w.tenant,
+		"--cosign-key", filepath.Join(keys, "cosign.key"), "--work-dir", b.TempDir(), "--parallel", "5")
+	c := buildreq.NewClient(srv.url, w.ci)
+	ctx := context.Background()
+	build := func(id, component, version string) error {
+		st, err := c.File(ctx, w.requestVersion(b, id, component, w.commit, version))
+		for err == nil && (st.State == schemas.BuildQueued || st.State == schemas.BuildRunning) {
+			st, err = c.Status(ctx, id, 10)
+		}
+		if err == nil && st.State != schemas.BuildSucceeded {
+			err = errors.New(id + ": " + st.Error)
+		}
+		return err
+	}
+	n := 0
+	b.Run("one", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			if err := build(fmt.Sprintf("q-one-%d", n), "network", fmt.Sprintf("8.0.%d", n)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	comps := []string{"network", "database", "api", "api-image", "dashboards"}
+	b.Run("all-parallel", func(b *testing.B) {
+		for b.Loop() {
+			n++
+			var wg sync.WaitGroup
+			errs := make([]error, len(comps))
+			for i, comp := range comps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = build(fmt.Sprintf("q-all-%d-%s", n, comp), comp, fmt.Sprintf("9.0.%d", n))
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
