@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/server"
@@ -49,7 +51,7 @@ func (e *env) trustBuilds() {
 	}
 }
 
-func buildRequest(t *testing.T, key *signature.Signer, id, component string, edit ...func(*schemas.BuildRequest)) schemas.SignedBuildRequest {
+func buildRequest(t testing.TB, key *signature.Signer, id, component string, edit ...func(*schemas.BuildRequest)) schemas.SignedBuildRequest {
 	t.Helper()
 	now := time.Now()
 	r := schemas.BuildRequest{ID: id, Component: component, Repository: "https://git.vendor.example/shop.git",
@@ -302,6 +304,59 @@ func TestBuildQueueDurable(t *testing.T) {
 		}
 		if strings.Contains(string(sub.Request), `"id":"q9"`) {
 			t.Fatal("the forged request was handed to an agent")
+		}
+	}
+}
+
+
+// BenchmarkBuildQueueRoundTrip measures what the durable queue costs a
+// build: file a request, take it, renew its lease, answer it (four signed
+// HTTP requests, three signed commits on the request's ref), no build.
+func BenchmarkBuildQueueRoundTrip(b *testing.B) {
+	root := b.TempDir()
+	src := filepath.Join(root, "src")
+	if err := os.CopyFS(src, os.DirFS(fixtureTenant)); err != nil {
+		b.Fatal(err)
+	}
+	for file, from := range map[string]string{schemas.BuildTrustFile: "builds.allowed", schemas.BuildAgentTrustFile: "build-agents.allowed"} {
+		data, _ := os.ReadFile(filepath.Join(fixtureKeys, from))
+		os.WriteFile(filepath.Join(src, file), data, 0o644)
+	}
+	os.WriteFile(filepath.Join(src, schemas.BuildSourcesFile), []byte("components:\n  network:\n    - repository: https://git.vendor.example/shop.git\n"), 0o644)
+	dir := filepath.Join(root, "served.git")
+	gittest.InitBare(b, dir)
+	gittest.CommitDir(b, dir, "main", src, "tenant")
+	render, _ := loadKey(b, "render")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := server.New(ctx, server.Config{Dir: dir, RenderKey: render, PollInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	h := httptest.NewServer(srv)
+	defer h.Close()
+	ci, _ := loadKey(b, "ci")
+	agentKey, _ := loadKey(b, "build-agent")
+	vendor, agent := buildreq.NewClient(h.URL, ci), buildreq.NewClient(h.URL, agentKey)
+	n := 0
+	for b.Loop() {
+		n++
+		id := fmt.Sprintf("rt-%d", n)
+		if _, err := vendor.File(ctx, buildRequest(b, ci, id, "network")); err != nil {
+			b.Fatal(err)
+		}
+		if sub, err := agent.Next(ctx, 0, 60); err != nil || sub == nil {
+			b.Fatalf("next: %v %v", sub, err)
+		}
+		if _, err := agent.Lease(ctx, id, "build"); err != nil {
+			b.Fatal(err)
+		}
+		if err := agent.Answer(ctx, id, schemas.BuildOutcome{ReleaseCommit: strings.Repeat("c", 40)}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
