@@ -308,7 +308,6 @@ func TestBuildQueueDurable(t *testing.T) {
 	}
 }
 
-
 // BenchmarkBuildQueueRoundTrip measures what the durable queue costs a
 // build: file a request, take it, renew its lease, answer it (four signed
 // HTTP requests, three signed commits on the request's ref), no build.
