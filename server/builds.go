@@ -496,8 +496,14 @@ func (b *builds) readMirrored(id string) (*schemas.BuildStatus, int, error) {
 	if tip.IsZero() {
 		return nil, http.StatusNotFound, errors.New("no build request " + id + " (in this replica's mirror)")
 	}
-	// The replica's render key is the writer's: it signs the queue.
-	rec, err := buildreq.ReadRecord(repo.Storer(), id, tip, b.serverTrust())
+	// A replica given the writer's key checks the record with it; one
+	// without shows what its writer's copy holds.
+	var rec *buildreq.Record
+	if trust := b.serverTrust(); trust != nil {
+		rec, err = buildreq.ReadRecord(repo.Storer(), id, tip, trust)
+	} else {
+		rec, err = buildreq.ReadMirrored(repo.Storer(), id, tip)
+	}
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, err
 	}

@@ -361,3 +361,4 @@ func BenchmarkBuildQueueRoundTrip(b *testing.B) {
 		}
 	}
 }
+

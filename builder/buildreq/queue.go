@@ -80,6 +80,23 @@ func ReadRecord(st storer.EncodedObjectStorer, id string, tip plumbing.Hash, tru
 	if _, err := trust.VerifyCommit(c); err != nil {
 		return nil, fmt.Errorf("%s: commit %s: %w: %v", ref, tip, ErrUnsigned, err)
 	}
+	return readRecord(st, id, tip, c)
+}
+
+// ReadMirrored reads the record at tip without checking who signed it:
+// for a read replica, whose whole repository is a copy of its writer's,
+// fetched over the replica token, and which holds no server key to check
+// with. It decides nothing on what it reads; it only shows it.
+func ReadMirrored(st storer.EncodedObjectStorer, id string, tip plumbing.Hash) (*Record, error) {
+	c, err := gitobj.ReadCommit(st, tip)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", schemas.BuildRef(id), err)
+	}
+	return readRecord(st, id, tip, c)
+}
+
+func readRecord(st storer.EncodedObjectStorer, id string, tip plumbing.Hash, c *object.Commit) (*Record, error) {
+	ref := schemas.BuildRef(id)
 	tree, err := gitobj.ReadTree(st, c.TreeHash)
 	if err != nil {
 		return nil, fmt.Errorf("%s: commit %s: %w", ref, tip, err)
