@@ -361,4 +361,3 @@ func BenchmarkBuildQueueRoundTrip(b *testing.B) {
 		}
 	}
 }
-
