@@ -68,7 +68,8 @@ const maxBuildQueue = 1000
 // signed by the server's key per change of its state (filed, taken by an
 // agent with a lease, queued again when the lease expired, answered), so
 // a restarted server takes up where it stopped and replicas read a
-// request's state from their mirror. The memory holds the same states,
+// request's state from their mirror (refreshed only when the writer's
+// replica version moves, which a queue write alone does not do yet). The memory holds the same states,
 // read from the refs once, and the leases' renewals, which are not
 // recorded: a restarted server gives every running build a fresh lease.
 type builds struct {
