@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
@@ -56,6 +58,10 @@ type Agent struct {
 	BuildArgs []string
 	// Release signs and authors the release commit.
 	Release ReleaseOptions
+	// Lease is how long a request taken from the server stays this
+	// agent's without a renewal (Serve renews it every third of it);
+	// default schemas.DefaultBuildLease.
+	Lease time.Duration
 	// Timeout bounds one build's process. Default: 30 minutes.
 	Timeout time.Duration
 	// Now is the clock requests are judged by. Default: time.Now.
@@ -86,10 +92,29 @@ type BuildResult struct {
 // builds nothing. Build is safe to call from several goroutines: each
 // build has its own directory and process.
 func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*BuildResult, error) {
+	return a.BuildPhases(ctx, sub, nil)
+}
+
+// Phases of a build, as BuildPhases reports them.
+const (
+	PhaseCheckout = "checkout"
+	PhaseBuild    = "build"
+	PhaseRelease  = "release"
+)
+
+// BuildPhases is Build, calling phase (when not nil) as each phase
+// starts. The release on main is the request's idempotency key: a
+// request released already, by this agent or another (an earlier attempt
+// whose agent died before answering), is answered with that release
+// commit and nothing is built or written.
+func (a *Agent) BuildPhases(ctx context.Context, sub schemas.SignedBuildRequest, phase func(string)) (*BuildResult, error) {
 	start := time.Now()
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
+	}
+	if phase == nil {
+		phase = func(string) {}
 	}
 	log := a.Logger
 	if log == nil {
@@ -102,26 +127,63 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	defer os.RemoveAll(dir)
 
 	a.tenantMu.Lock()
-	app, trusted, err := a.readMain(ctx, dir, now())
+	m, err := a.readMain(ctx, dir, now())
 	a.tenantMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	req, err := buildreq.VerifyRequest(sub, trusted, now())
+	req, err := buildreq.VerifyRequest(sub, m.trusted, now())
 	if err != nil {
 		return nil, err
 	}
 	log = log.With("component", req.Component, "commit", req.Commit, "request", req.ID)
-	if !knownComponent(app, req.Component) {
+	if !knownComponent(m.app, req.Component) {
 		return nil, fmt.Errorf("%w: build request %s: no component %q in %s on main", ErrRefused, req.ID, req.Component, schemas.AppFile)
 	}
-	if err := (buildreq.Ledger{Dir: filepath.Join(a.WorkDir, "taken")}).Take(req.ID); err != nil {
+	if err := buildreq.CheckSource(m.sources, req); err != nil {
 		return nil, err
 	}
+	ledger := buildreq.Ledger{Dir: filepath.Join(a.WorkDir, "taken")}
+	resumed, err := ledger.Take(req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if resumed {
+		log.Info("taking up a request an earlier attempt of this agent did not finish")
+	}
+	res, err := a.build(ctx, req, m, dir, phase, log)
+	if err != nil && ctx.Err() == nil {
+		// Spent: a replay of a failed request is refused. A build cut
+		// short (lease lost, agent stopping) may be taken again.
+		if ferr := ledger.Fail(req.ID); ferr != nil {
+			log.Error("ledger", "error", ferr)
+		}
+	}
+	if res != nil {
+		res.Seconds = time.Since(start).Seconds()
+	}
+	return res, err
+}
+
+func (a *Agent) build(ctx context.Context, req *schemas.BuildRequest, m *mainView, dir string, phase func(string), log *slog.Logger) (*BuildResult, error) {
+	since := req.Created.Add(-time.Hour)
+	a.tenantMu.Lock()
+	found, err := FindRelease(a.Tenant.Storer(), m.head, req.ID, since, m.agents)
+	a.tenantMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !found.IsZero() {
+		log.Info("released before", "main", found)
+		return &BuildResult{ID: req.ID, Component: req.Component, Version: req.Version, Commit: req.Commit,
+			Artifacts: []Artifact{}, Release: &ReleaseResult{Commit: found.String(), Found: true, Added: []string{}, Unchanged: []string{}}}, nil
+	}
+	phase(PhaseCheckout)
 	src := filepath.Join(dir, "src")
-	if err := checkout(ctx, req.Repository, req.Commit, src); err != nil {
+	if err := checkout(ctx, req.Repository, req.Commit, req.Ref, src); err != nil {
 		return nil, err
 	}
+	phase(PhaseBuild)
 	log.Info("building")
 	arts, err := a.runBuild(ctx, req, filepath.Join(dir, schemas.AppFile), src)
 	if err != nil {
@@ -131,68 +193,95 @@ func (a *Agent) Build(ctx context.Context, sub schemas.SignedBuildRequest) (*Bui
 	for _, art := range arts {
 		rec.Artifacts[art.Name] = schemas.ReleaseArtifact{Repository: art.Repository, Digest: art.Digest, MediaType: art.MediaType}
 	}
+	phase(PhaseRelease)
+	o := a.Release
+	o.Request, o.Since, o.RequestSigners = req.ID, since, m.agents
 	a.tenantMu.Lock()
-	rel, err := Release(ctx, a.Tenant, []Record{rec}, a.Release)
+	rel, err := Release(ctx, a.Tenant, []Record{rec}, o)
 	a.tenantMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("build request %s: release: %w", req.ID, err)
 	}
-	log.Info("released", "main", rel.Commit)
+	log.Info("released", "main", rel.Commit, "found", rel.Found)
 	return &BuildResult{ID: req.ID, Component: req.Component, Version: req.Version, Commit: req.Commit,
-		Artifacts: arts, Release: rel, Seconds: time.Since(start).Seconds()}, nil
+		Artifacts: arts, Release: rel}, nil
 }
 
-// readMain fetches main and returns its app (also written to
-// dir/nuon.yaml for the child) and the keys trusted for builds at now:
-// the trust root's build-requesters role, or trust/builds (deprecated).
-func (a *Agent) readMain(ctx context.Context, dir string, now time.Time) (schemas.App, *signature.AllowedSigners, error) {
+// mainView is what a build reads of main.
+type mainView struct {
+	head plumbing.Hash
+	app  schemas.App
+	// trusted are the keys that may file requests (nil: none), agents
+	// the build agents' keys, which sign release commits (nil: any
+	// signature, or none, is taken), sources the allowed sources (nil:
+	// none).
+	trusted, agents *signature.AllowedSigners
+	sources         *schemas.BuildSources
+}
+
+// readMain fetches main and reads its app (also written to dir/nuon.yaml
+// for the child), the keys trusted for builds at now (the trust root's
+// build-requesters role, or trust/builds, deprecated), the build agents'
+// keys (build-agents, or trust/build-agents) and the allowed sources.
+func (a *Agent) readMain(ctx context.Context, dir string, now time.Time) (*mainView, error) {
 	if err := a.Tenant.Fetch(ctx, "refs/heads/"); err != nil {
-		return schemas.App{}, nil, err
+		return nil, err
 	}
 	head, err := a.Tenant.Ref(MainRef)
 	if err != nil {
-		return schemas.App{}, nil, err
+		return nil, err
 	}
 	if head.IsZero() {
-		return schemas.App{}, nil, fmt.Errorf("%s has no %s", a.Tenant.Location, MainRef)
+		return nil, fmt.Errorf("%s has no %s", a.Tenant.Location, MainRef)
 	}
 	commit, err := gitobj.ReadCommit(a.Tenant.Storer(), head)
 	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+		return nil, fmt.Errorf("read main: %w", err)
 	}
 	root, err := gitobj.ReadTree(a.Tenant.Storer(), commit.TreeHash)
 	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+		return nil, fmt.Errorf("read main: %w", err)
 	}
 	data, err := readFile(a.Tenant.Storer(), root, schemas.AppFile)
 	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("read main: %w", err)
+		return nil, fmt.Errorf("read main: %w", err)
 	}
 	appFile := filepath.Join(dir, schemas.AppFile)
 	if err := os.WriteFile(appFile, data, 0o644); err != nil {
-		return schemas.App{}, nil, err
+		return nil, err
 	}
-	app, err := LoadApp(appFile)
-	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("main: %w", err)
+	m := &mainView{head: head}
+	if m.app, err = LoadApp(appFile); err != nil {
+		return nil, fmt.Errorf("main: %w", err)
 	}
-	keys, err := maingit.Keys(a.Tenant.Storer(), head, trust.RoleBuildRequesters, now)
-	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("main: %w", err)
-	}
-	for _, w := range append(slices.Clone(keys.Warnings), keys.Deprecated) {
-		if w != "" && a.Logger != nil {
-			a.Logger.Warn("keys trusted for builds", "warning", w)
+	for _, k := range []struct {
+		role trust.Role
+		into **signature.AllowedSigners
+	}{{trust.RoleBuildRequesters, &m.trusted}, {trust.RoleBuildAgents, &m.agents}} {
+		keys, err := maingit.Keys(a.Tenant.Storer(), head, k.role, now)
+		if err != nil {
+			return nil, fmt.Errorf("main: %w", err)
+		}
+		for _, w := range append(slices.Clone(keys.Warnings), keys.Deprecated) {
+			if w != "" && a.Logger != nil {
+				a.Logger.Warn("keys trusted for builds", "role", string(k.role), "warning", w)
+			}
+		}
+		if keys.Data == nil {
+			continue
+		}
+		if *k.into, err = signature.ParseAllowedSigners(keys.Data); err != nil {
+			return nil, fmt.Errorf("main: %s: %w", keys.From, err)
 		}
 	}
-	if keys.Data == nil {
-		return app, nil, nil
-	}
-	trusted, err := signature.ParseAllowedSigners(keys.Data)
+	mg, err := maingit.Open(a.Tenant.Storer(), head)
 	if err != nil {
-		return schemas.App{}, nil, fmt.Errorf("main: %s: %w", keys.From, err)
+		return nil, err
 	}
-	return app, trusted, nil
+	if m.sources, err = buildreq.MainSources(mg, now); err != nil {
+		return nil, fmt.Errorf("main: %w", err)
+	}
+	return m, nil
 }
 
 func knownComponent(app schemas.App, name string) bool {
@@ -208,13 +297,28 @@ func knownComponent(app schemas.App, name string) bool {
 }
 
 // checkout clones repository without a checkout and checks out commit,
-// detached, into dir. A commit the repository lacks is a refusal.
-func checkout(ctx context.Context, repository, commit, dir string) error {
+// detached, into dir. A commit the repository lacks is a refusal, and so
+// is one not reachable from ref when the request names one (the allowed
+// sources name refs: a commit of an unreviewed branch claimed to be of
+// refs/heads/main is not built).
+func checkout(ctx context.Context, repository, commit, ref, dir string) error {
 	if out, err := gitCmd(ctx, "", "clone", "--quiet", "--no-checkout", "--", repository, dir); err != nil {
 		return fmt.Errorf("clone %s: %v: %s", repository, err, out)
 	}
 	if _, err := gitCmd(ctx, dir, "cat-file", "-e", commit+"^{commit}"); err != nil {
 		return fmt.Errorf("%w: commit %s does not exist in %s", ErrRefused, commit, repository)
+	}
+	if ref != "" {
+		local := ref
+		if b, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+			local = "refs/remotes/origin/" + b
+		}
+		if _, err := gitCmd(ctx, dir, "rev-parse", "--verify", "--quiet", local+"^{commit}"); err != nil {
+			return fmt.Errorf("%w: %s has no ref %s", ErrRefused, repository, ref)
+		}
+		if _, err := gitCmd(ctx, dir, "merge-base", "--is-ancestor", commit, local); err != nil {
+			return fmt.Errorf("%w: commit %s is not on %s of %s", ErrRefused, commit, ref, repository)
+		}
 	}
 	if out, err := gitCmd(ctx, dir, "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit); err != nil {
 		return fmt.Errorf("check out %s: %v: %s", commit, err, out)

@@ -28,6 +28,8 @@ func TestAgentBuildProcess(t *testing.T) {
 	}
 	trust, _ := os.ReadFile("../fixtures/keys/builds.allowed")
 	os.WriteFile(filepath.Join(main, schemas.BuildTrustFile), trust, 0o644)
+	source := filepath.Join(dir, "shop.git")
+	os.WriteFile(filepath.Join(main, schemas.BuildSourcesFile), []byte("components:\n  network:\n    - repository: "+source+"\n      refs: [refs/heads/main]\n"), 0o644)
 	tenant := filepath.Join(dir, "tenant.git")
 	gittest.InitBare(t, tenant)
 	gittest.CommitDir(t, tenant, "main", main, "shop")
@@ -35,7 +37,6 @@ func TestAgentBuildProcess(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(filepath.Join(src, "modules", "network"), 0o755)
 	os.WriteFile(filepath.Join(src, "modules", "network", "main.tf"), []byte("# v1\n"), 0o644)
-	source := filepath.Join(dir, "shop.git")
 	gittest.InitBare(t, source)
 	gittest.CommitDir(t, source, "main", src, "v1")
 	first := gittest.Git(t, source, "rev-parse", "main")
@@ -63,7 +64,7 @@ func TestAgentBuildProcess(t *testing.T) {
 	}
 	now := time.Now()
 	sub, err := buildreq.SignRequest(schemas.BuildRequest{ID: "net-1", Component: "network", Repository: source, Commit: first,
-		Version: "1.0.0", Requester: "vendor-ci", Created: now, Expires: now.Add(time.Hour)}, ci)
+		Ref: "refs/heads/main", Version: "1.0.0", Requester: "vendor-ci", Created: now, Expires: now.Add(time.Hour)}, ci)
 	if err != nil {
 		t.Fatal(err)
 	}

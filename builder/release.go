@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 	"io"
 	"maps"
 	"path"
@@ -17,10 +16,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"gopkg.in/yaml.v3"
 
+	"nuon.dev/nuon/builder/buildreq"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -55,6 +57,16 @@ type ReleaseOptions struct {
 	// Retries is how often to start again when main moved meanwhile
 	// (another release, a merged pull request); default 5.
 	Retries int
+	// Request, when set, is the build request the release answers: the
+	// commit carries it as a trailer (buildreq.TrailerBuildRequest), and
+	// Release first looks on main, back to Since, for a commit with that
+	// trailer signed by a key of RequestSigners: when one is there, the
+	// request was released already (by an earlier attempt) and Release
+	// answers with it, writing nothing. The look happens again on every
+	// retry, so two agents releasing one request release it once.
+	Request        string
+	Since          time.Time
+	RequestSigners *signature.AllowedSigners
 }
 
 // ReleaseResult is what Release did.
@@ -62,6 +74,9 @@ type ReleaseResult struct {
 	// Commit is the new main commit; empty when every record was there
 	// already, identical, and nothing was written.
 	Commit string `json:"commit,omitempty"`
+	// Found is set when the build request (ReleaseOptions.Request) was
+	// released before, in Commit.
+	Found bool `json:"found,omitempty"`
 	// Added and Unchanged list "component version".
 	Added     []string `json:"added"`
 	Unchanged []string `json:"unchanged"`
@@ -103,6 +118,15 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 	commit, err := gitobj.ReadCommit(repo.Storer(), head)
 	if err != nil {
 		return nil, fmt.Errorf("release: read main: %w", err)
+	}
+	if o.Request != "" {
+		found, err := FindRelease(repo.Storer(), head, o.Request, o.Since, o.RequestSigners)
+		if err != nil {
+			return nil, err
+		}
+		if !found.IsZero() {
+			return &ReleaseResult{Commit: found.String(), Found: true, Added: []string{}, Unchanged: []string{}}, nil
+		}
 	}
 	root, err := gitobj.ReadTree(repo.Storer(), commit.TreeHash)
 	if err != nil {
@@ -147,6 +171,9 @@ func releaseOnce(ctx context.Context, repo *gitrepo.Repo, records []Record, o Re
 		return nil, err
 	}
 	msg := releaseMessage(records, res.Added)
+	if o.Request != "" {
+		msg += "\n" + buildreq.TrailerBuildRequest + ": " + o.Request + "\n"
+	}
 	h, err := writeCommit(b, tree, head, msg, o)
 	if err != nil {
 		return nil, err
@@ -385,4 +412,43 @@ func writeCommit(b *gitobj.Batch, tree, parent plumbing.Hash, msg string, o Rele
 		s = o.Signer
 	}
 	return b.Commit(gitobj.Commit{Tree: tree, Parents: []plumbing.Hash{parent}, Author: who, Message: msg}, s)
+}
+
+// maxReleaseWalk bounds the commits FindRelease reads.
+const maxReleaseWalk = 5000
+
+// FindRelease looks for the release of build request id on main: a commit
+// reachable from head, committed at or after since, whose message carries
+// the trailer "Nuon-Build-Request: id" and, when signers is not nil,
+// signed by one of them. It returns the zero hash when there is none.
+func FindRelease(st storer.EncodedObjectStorer, head plumbing.Hash, id string, since time.Time, signers *signature.AllowedSigners) (plumbing.Hash, error) {
+	trailer := "\n" + buildreq.TrailerBuildRequest + ": " + id + "\n"
+	seen := map[plumbing.Hash]bool{head: true}
+	todo := []plumbing.Hash{head}
+	for n := 0; len(todo) > 0 && n < maxReleaseWalk; n++ {
+		h := todo[0]
+		todo = todo[1:]
+		c, err := gitobj.ReadCommit(st, h)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("release: look for build request %s on main: %w", id, err)
+		}
+		if c.Committer.When.Before(since) {
+			continue
+		}
+		if strings.Contains(c.Message, trailer) {
+			if signers == nil {
+				return h, nil
+			}
+			if _, err := signers.VerifyCommit(c); err == nil {
+				return h, nil
+			}
+		}
+		for _, p := range c.ParentHashes {
+			if !seen[p] {
+				seen[p] = true
+				todo = append(todo, p)
+			}
+		}
+	}
+	return plumbing.ZeroHash, nil
 }

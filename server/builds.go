@@ -1,23 +1,30 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing/fstest"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/builder/buildreq"
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust/maingit"
 )
 
 // BuildsPath is where the server takes build requests from vendor CI and
@@ -48,25 +55,34 @@ type buildJob struct {
 	sub     schemas.SignedBuildRequest
 	status  schemas.BuildStatus
 	expires time.Time
-	done    chan struct{}
+	// tip is the request's queue ref (schemas.BuildRef) as last written.
+	tip plumbing.Hash
+	// changed is closed and replaced at every change of status.
+	changed chan struct{}
 }
 
 // maxBuildQueue bounds the requests waiting for a build agent.
 const maxBuildQueue = 1000
 
-// builds queues build requests for build agents. The queue lives in the
-// server's memory: a restart loses requests not yet answered, and vendor
-// CI files them again under new IDs (the build agent's own ledger refuses
-// an ID it took before).
+// builds queues build requests for build agents. The queue is durable:
+// each request lives on its own ref, schemas.BuildRef(id), one commit
+// signed by the server's key per change of its state (filed, taken by an
+// agent with a lease, queued again when the lease expired, answered), so
+// a restarted server takes up where it stopped and replicas read a
+// request's state from their mirror (refreshed only when the writer's
+// replica version moves, which a queue write alone does not do yet). The memory holds the same states,
+// read from the refs once, and the leases' renewals, which are not
+// recorded: a restarted server gives every running build a fresh lease.
 type builds struct {
 	s                  *Server
 	requesters, agents *mainKeys
 	verifier           *request.Verifier
 
-	mu    sync.Mutex
-	jobs  map[string]*buildJob
-	queue []string
-	wake  chan struct{} // closed and replaced when a request is queued
+	mu     sync.Mutex
+	loaded bool
+	jobs   map[string]*buildJob
+	queue  []string
+	wake   chan struct{} // closed and replaced when a request is queued
 }
 
 // buildRoutes adds the build endpoints.
@@ -75,13 +91,29 @@ func (s *Server) buildRoutes() {
 		requesters: &mainKeys{s: s, file: schemas.BuildTrustFile},
 		agents:     &mainKeys{s: s, file: schemas.BuildAgentTrustFile}}
 	b.verifier = &request.Verifier{Key: b.lookup, MaxSkew: s.cfg.MaxSkew, Now: s.cfg.Now}
-	s.mux.HandleFunc("POST "+BuildsPath+"/requests", b.authed(b.requesters, b.file))
+	s.mux.HandleFunc("POST "+BuildsPath+"/requests", b.authed(b.requesters, b.writerOnly(b.file)))
 	s.mux.HandleFunc("GET "+BuildsPath+"/requests/{id}", b.authed(nil, b.get))
-	s.mux.HandleFunc("POST "+BuildsPath+"/next", b.authed(b.agents, b.next))
-	s.mux.HandleFunc("POST "+BuildsPath+"/requests/{id}/result", b.authed(b.agents, b.result))
+	s.mux.HandleFunc("POST "+BuildsPath+"/next", b.authed(b.agents, b.writerOnly(b.next)))
+	s.mux.HandleFunc("POST "+BuildsPath+"/requests/{id}/lease", b.authed(b.agents, b.writerOnly(b.lease)))
+	s.mux.HandleFunc("POST "+BuildsPath+"/requests/{id}/result", b.authed(b.agents, b.writerOnly(b.result)))
 	s.mux.HandleFunc(BuildsPath+"/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nuon: not a build endpoint: "+BuildsPath+" serves POST requests, GET requests/ID, POST next and POST requests/ID/result", http.StatusNotFound)
+		http.Error(w, "nuon: not a build endpoint: "+BuildsPath+" serves POST requests, GET requests/ID, POST next, POST requests/ID/lease and POST requests/ID/result", http.StatusNotFound)
 	})
+}
+
+// writerOnly refuses on a read replica (which still answers a request's
+// state from its mirror) and on a server without a key to sign the queue.
+func (b *builds) writerOnly(next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) func(http.ResponseWriter, *http.Request, signature.AllowedSigner) {
+	return func(w http.ResponseWriter, r *http.Request, who signature.AllowedSigner) {
+		switch {
+		case b.s.writer != nil:
+			http.Error(w, "nuon: builds are filed, taken and answered at the writer, not at a read replica", http.StatusMisdirectedRequest)
+		case b.s.cfg.RenderKey == nil:
+			http.Error(w, "nuon: this server has no key (--render-key) to sign the build queue with: it takes no builds", http.StatusServiceUnavailable)
+		default:
+			next(w, r, who)
+		}
+	}
 }
 
 // lookup finds a key in either list.
@@ -98,10 +130,6 @@ func (b *builds) lookup(id string) (ssh.PublicKey, bool) {
 // when nil).
 func (b *builds) authed(list *mainKeys, next func(http.ResponseWriter, *http.Request, signature.AllowedSigner)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if b.s.writer != nil {
-			http.Error(w, "nuon: builds are served by the writer, not by a read replica", http.StatusMisdirectedRequest)
-			return
-		}
 		id, err := b.verifier.Verify(r)
 		if err != nil {
 			text := refusalText(err)
@@ -146,26 +174,182 @@ func (b *builds) file(w http.ResponseWriter, r *http.Request, who signature.Allo
 		return
 	}
 	b.mu.Lock()
-	b.prune()
+	defer b.mu.Unlock()
+	if err := b.load(); err != nil {
+		http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b.expire()
 	if len(b.queue) >= maxBuildQueue {
-		b.mu.Unlock()
 		http.Error(w, fmt.Sprintf("nuon: %d build requests are waiting for a build agent: try again later", len(b.queue)), http.StatusServiceUnavailable)
 		return
 	}
-	if _, ok := b.jobs[job.status.ID]; ok {
-		b.mu.Unlock()
+	id := job.status.ID
+	if _, ok := b.jobs[id]; ok {
 		b.s.metrics.refused(reasonBuildRequest)
-		http.Error(w, "nuon: "+buildreq.ErrReplayed.Error()+": build request "+job.status.ID+" was filed before", http.StatusConflict)
+		http.Error(w, "nuon: "+buildreq.ErrReplayed.Error()+": build request "+id+" was filed before", http.StatusConflict)
 		return
 	}
-	b.jobs[job.status.ID] = job
-	b.queue = append(b.queue, job.status.ID)
+	if err := b.write(r.Context(), job, "filed by "+job.status.Requester); err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, gitrepo.ErrStale) {
+			// The ref exists: filed before, at this server or another.
+			code, err = http.StatusConflict, fmt.Errorf("%w: build request %s was filed before", buildreq.ErrReplayed, id)
+			b.s.metrics.refused(reasonBuildRequest)
+		}
+		http.Error(w, "nuon: "+err.Error(), code)
+		return
+	}
+	b.jobs[id] = job
+	b.enqueue(id)
+	b.s.log.Info("build request filed", "request", id, "component", job.status.Component, "commit", job.status.Commit, "principal", job.status.Requester, "ref", schemas.BuildRef(id))
+	writeJSON(w, http.StatusAccepted, job.status)
+}
+
+// enqueue puts id at the end of the queue and wakes the agents waiting.
+// b.mu is held.
+func (b *builds) enqueue(id string) {
+	b.queue = append(b.queue, id)
 	close(b.wake)
 	b.wake = make(chan struct{})
-	st := job.status
-	b.mu.Unlock()
-	b.s.log.Info("build request filed", "request", st.ID, "component", st.Component, "commit", st.Commit, "principal", st.Requester)
-	writeJSON(w, http.StatusAccepted, st)
+}
+
+// serverTrust is the server's own key, which signs the queue refs.
+func (b *builds) serverTrust() *signature.AllowedSigners {
+	if b.s.cfg.RenderKey == nil {
+		return nil
+	}
+	return &signature.AllowedSigners{Signers: []signature.AllowedSigner{{Principals: []string{"nuon-server"}, Key: b.s.cfg.RenderKey.PublicKey()}}}
+}
+
+// load reads every queue ref once: queued requests go back on the queue
+// in the order they were filed, running ones get a fresh lease (their
+// agents may still be building: they renew it or it expires), answered
+// ones are kept for their status. A ref the server's key did not sign is
+// logged and left alone; its id stays taken. b.mu is held.
+func (b *builds) load() error {
+	if b.loaded {
+		return nil
+	}
+	repo, err := gitrepo.Open(b.s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("build queue: %w", err)
+	}
+	refs, err := repo.RefList(schemas.BuildRefPrefix)
+	if err != nil {
+		return fmt.Errorf("build queue: %w", err)
+	}
+	trust, now := b.serverTrust(), b.s.cfg.Now().UTC()
+	var queued []*buildJob
+	for _, ref := range refs {
+		id := strings.TrimPrefix(ref.Name, schemas.BuildRefPrefix)
+		rec, err := buildreq.ReadRecord(repo.Storer(), id, ref.Hash, trust)
+		if err != nil {
+			b.s.log.Error("build queue ref refused: the request is not served", "ref", ref.Name, "error", err)
+			b.jobs[id] = &buildJob{tip: ref.Hash, changed: make(chan struct{}), status: schemas.BuildStatus{ID: id, State: schemas.BuildFailed, Error: "the queue ref is not readable: " + err.Error()}}
+			continue
+		}
+		var req schemas.BuildRequest
+		_ = json.Unmarshal(rec.Request.Request, &req)
+		job := &buildJob{sub: rec.Request, status: rec.Status, expires: req.Expires, tip: ref.Hash, changed: make(chan struct{})}
+		switch job.status.State {
+		case schemas.BuildQueued:
+			queued = append(queued, job)
+		case schemas.BuildRunning:
+			if fresh := now.Add(time.Duration(job.status.LeaseSeconds) * time.Second); job.status.LeaseUntil.Before(fresh) {
+				job.status.LeaseUntil = &fresh
+			}
+		}
+		b.jobs[id] = job
+	}
+	slices.SortStableFunc(queued, func(x, y *buildJob) int { return x.status.Filed.Compare(y.status.Filed) })
+	for _, job := range queued {
+		b.queue = append(b.queue, job.status.ID)
+	}
+	b.loaded = true
+	if len(refs) > 0 {
+		b.s.log.Info("build queue read", "requests", len(refs), "queued", len(queued))
+	}
+	return nil
+}
+
+// write records job's status as a commit on its queue ref (the first
+// one when job.tip is zero: the ref must not exist then). b.mu is held.
+func (b *builds) write(ctx context.Context, job *buildJob, subject string) error {
+	repo, err := gitrepo.Open(b.s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	batch := gitobj.NewBatch()
+	who := object.Signature{Name: "nuon build queue", Email: "builds@nuon.invalid", When: b.s.cfg.Now().UTC().Truncate(time.Second)}
+	h, err := buildreq.CommitRecord(batch, job.tip, buildreq.Record{Request: job.sub, Status: job.status}, b.s.cfg.RenderKey, who, subject)
+	if err != nil {
+		return err
+	}
+	if err := batch.Flush(repo.Storer()); err != nil {
+		return fmt.Errorf("build queue: write objects: %w", err)
+	}
+	ref := schemas.BuildRef(job.status.ID)
+	if err := repo.Apply(ctx, []gitrepo.Update{{Name: plumbing.ReferenceName(ref), Old: job.tip, New: h}}); err != nil {
+		return fmt.Errorf("build queue: %s: %w", ref, err)
+	}
+	job.tip = h
+	if b.s.mirror != nil {
+		b.s.mirror.add(ref)
+	}
+	b.changed(job)
+	return nil
+}
+
+// changed wakes those waiting on job's state. b.mu is held.
+func (b *builds) changed(job *buildJob) {
+	close(job.changed)
+	job.changed = make(chan struct{})
+}
+
+// expire queues again the requests whose agent's lease ran out, or fails
+// those taken MaxBuildAttempts times. b.mu is held.
+func (b *builds) expire() {
+	now := b.s.cfg.Now().UTC()
+	for _, job := range b.jobs {
+		st := job.status
+		if st.State != schemas.BuildRunning || st.LeaseUntil == nil || !now.After(*st.LeaseUntil) {
+			continue
+		}
+		note := fmt.Sprintf("the lease of build agent %s expired at %s (attempt %d)", st.Agent, st.LeaseUntil.Format(time.RFC3339), st.Attempt)
+		next := st
+		next.Agent, next.LeaseUntil, next.LeaseSeconds, next.Phase, next.Started = "", nil, 0, "", nil
+		subject := "queued again: " + note
+		if st.Attempt >= schemas.MaxBuildAttempts {
+			next.State, next.Finished, next.Error = schemas.BuildFailed, &now, note+": no attempt left"
+			subject = "failed: " + note
+		} else {
+			next.State, next.Note = schemas.BuildQueued, note+": queued again"
+		}
+		job.status = next
+		if err := b.write(context.Background(), job, subject); err != nil {
+			job.status = st
+			b.s.log.Error("build queue: requeue", "request", st.ID, "error", err)
+			continue
+		}
+		b.s.log.Warn("build lease expired", "request", st.ID, "agent", st.Agent, "attempt", st.Attempt, "state", next.State)
+		if next.State == schemas.BuildQueued {
+			b.queue = append([]string{st.ID}, b.queue...)
+			close(b.wake)
+			b.wake = make(chan struct{})
+		}
+	}
+}
+
+// nextExpiry is when the first lease runs out (zero: none). b.mu is held.
+func (b *builds) nextExpiry() time.Time {
+	var first time.Time
+	for _, job := range b.jobs {
+		if job.status.State == schemas.BuildRunning && job.status.LeaseUntil != nil && (first.IsZero() || job.status.LeaseUntil.Before(first)) {
+			first = *job.status.LeaseUntil
+		}
+	}
+	return first
 }
 
 // check judges a submission; on error it returns the HTTP status.
@@ -195,20 +379,16 @@ func (b *builds) check(data []byte, who signature.AllowedSigner) (int, *buildJob
 	if !appHas(src.App, req.Component) {
 		return http.StatusNotFound, nil, fmt.Errorf("%w: no component %q in %s on main", buildreq.ErrRefused, req.Component, schemas.AppFile)
 	}
-	return 0, &buildJob{sub: sub, expires: req.Expires, done: make(chan struct{}), status: schemas.BuildStatus{
+	sources, err := b.mainSources(main)
+	if err != nil {
+		return http.StatusServiceUnavailable, nil, fmt.Errorf("main: %w", err)
+	}
+	if err := buildreq.CheckSource(sources, req); err != nil {
+		return http.StatusForbidden, nil, err
+	}
+	return 0, &buildJob{sub: sub, expires: req.Expires, changed: make(chan struct{}), status: schemas.BuildStatus{
 		ID: req.ID, State: schemas.BuildQueued, Component: req.Component, Commit: req.Commit, Version: req.Version,
 		Requester: req.Requester, Filed: b.s.cfg.Now().UTC()}}, nil
-}
-
-// prune forgets answered requests past their expiry: filed again, they
-// are refused as expired, so their ids need no remembering. b.mu is held.
-func (b *builds) prune() {
-	now := b.s.cfg.Now()
-	for id, job := range b.jobs {
-		if job.status.Finished != nil && now.After(job.expires) {
-			delete(b.jobs, id)
-		}
-	}
 }
 
 func appHas(app schemas.App, name string) bool {
@@ -224,52 +404,175 @@ func appHas(app schemas.App, name string) bool {
 }
 
 // get answers a build request's state; with ?wait=SECONDS it waits up to
-// that long for the build to finish first.
+// that long for the state to change first. A read replica answers from
+// the queue ref in its mirror.
 func (b *builds) get(w http.ResponseWriter, r *http.Request, _ signature.AllowedSigner) {
-	b.mu.Lock()
-	job, ok := b.jobs[r.PathValue("id")]
-	b.mu.Unlock()
-	if !ok {
-		http.Error(w, "nuon: no build request "+r.PathValue("id"), http.StatusNotFound)
+	id := r.PathValue("id")
+	if b.s.writer != nil {
+		b.getMirrored(w, r, id)
 		return
 	}
-	if wait := longPoll(r); wait > 0 {
+	b.mu.Lock()
+	if err := b.load(); err != nil {
+		b.mu.Unlock()
+		http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b.expire()
+	job, ok := b.jobs[id]
+	if !ok {
+		b.mu.Unlock()
+		http.Error(w, "nuon: no build request "+id, http.StatusNotFound)
+		return
+	}
+	changed, finished := job.changed, job.status.Finished != nil
+	b.mu.Unlock()
+	if wait := longPoll(r); wait > 0 && !finished {
 		t := time.NewTimer(wait)
+		// A lease may run out while waiting: look again then.
+		b.mu.Lock()
+		lease := b.nextExpiry()
+		b.mu.Unlock()
+		var expiry <-chan time.Time
+		if !lease.IsZero() {
+			e := time.NewTimer(max(lease.Sub(b.s.cfg.Now()), 0) + 10*time.Millisecond)
+			defer e.Stop()
+			expiry = e.C
+		}
 		select {
-		case <-job.done:
+		case <-changed:
 		case <-t.C:
+		case <-expiry:
 		case <-r.Context().Done():
 		}
 		t.Stop()
 	}
 	b.mu.Lock()
+	b.expire()
 	st := job.status
 	b.mu.Unlock()
 	writeJSON(w, http.StatusOK, st)
 }
 
-// next hands the oldest queued request to the calling build agent,
-// waiting up to ?wait=SECONDS for one; 204 when none came.
+// getMirrored answers from the replica's mirror, looking again every
+// half second while ?wait lasts.
+func (b *builds) getMirrored(w http.ResponseWriter, r *http.Request, id string) {
+	if !schemas.ValidBuildID(id) {
+		http.Error(w, "nuon: no build request "+id, http.StatusNotFound)
+		return
+	}
+	deadline := time.Now().Add(longPoll(r))
+	var first *schemas.BuildStatus
+	for {
+		st, code, err := b.readMirrored(id)
+		if err != nil {
+			http.Error(w, "nuon: "+err.Error(), code)
+			return
+		}
+		if first == nil {
+			first = st
+		}
+		if st.Finished != nil || st.State != first.State || st.Attempt != first.Attempt || !time.Now().Before(deadline) {
+			writeJSON(w, http.StatusOK, st)
+			return
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (b *builds) readMirrored(id string) (*schemas.BuildStatus, int, error) {
+	repo, err := gitrepo.Open(b.s.cfg.Dir)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, err
+	}
+	tip, err := repo.Ref(plumbing.ReferenceName(schemas.BuildRef(id)))
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, err
+	}
+	if tip.IsZero() {
+		return nil, http.StatusNotFound, errors.New("no build request " + id + " (in this replica's mirror)")
+	}
+	// A replica given the writer's key checks the record with it; one
+	// without shows what its writer's copy holds.
+	var rec *buildreq.Record
+	if trust := b.serverTrust(); trust != nil {
+		rec, err = buildreq.ReadRecord(repo.Storer(), id, tip, trust)
+	} else {
+		rec, err = buildreq.ReadMirrored(repo.Storer(), id, tip)
+	}
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, err
+	}
+	return &rec.Status, 0, nil
+}
+
+// next hands the oldest queued request to the calling build agent under a
+// lease of ?lease=SECONDS (schemas.DefaultBuildLease when absent, within
+// schemas.MinBuildLease..MaxBuildLease), waiting up to ?wait=SECONDS for
+// one; 204 when none came.
 func (b *builds) next(w http.ResponseWriter, r *http.Request, who signature.AllowedSigner) {
+	lease := schemas.DefaultBuildLease
+	if n, err := strconv.Atoi(r.URL.Query().Get("lease")); err == nil {
+		lease = min(max(time.Duration(n)*time.Second, schemas.MinBuildLease), schemas.MaxBuildLease)
+	}
+	// Read the body to its end first: only then does net/http watch the
+	// connection and cancel r.Context() when the agent goes away, so that
+	// a request is not handed to a long poll whose agent died.
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10)); err != nil {
+		http.Error(w, "nuon: read request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	deadline := time.NewTimer(longPoll(r))
 	defer deadline.Stop()
 	for {
 		b.mu.Lock()
-		if len(b.queue) > 0 {
-			job := b.jobs[b.queue[0]]
-			b.queue = b.queue[1:]
-			now := b.s.cfg.Now().UTC()
-			job.status.State, job.status.Agent, job.status.Started = schemas.BuildRunning, principal(who), &now
-			sub := job.sub
+		if err := b.load(); err != nil {
 			b.mu.Unlock()
-			b.s.log.Info("build request taken", "request", job.status.ID, "agent", principal(who))
+			http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		b.expire()
+		for len(b.queue) > 0 && r.Context().Err() == nil {
+			job := b.jobs[b.queue[0]]
+			if job == nil || job.status.State != schemas.BuildQueued {
+				b.queue = b.queue[1:]
+				continue
+			}
+			prev := job.status
+			now := b.s.cfg.Now().UTC()
+			until := now.Add(lease)
+			job.status.State, job.status.Agent, job.status.Started = schemas.BuildRunning, principal(who), &now
+			job.status.Attempt++
+			job.status.LeaseSeconds, job.status.LeaseUntil, job.status.Phase, job.status.Note = int(lease/time.Second), &until, "", ""
+			if err := b.write(r.Context(), job, fmt.Sprintf("taken by %s (attempt %d, lease %s)", principal(who), job.status.Attempt, lease)); err != nil {
+				job.status = prev
+				b.mu.Unlock()
+				b.s.log.Error("build queue: take", "request", prev.ID, "error", err)
+				http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			b.queue = b.queue[1:]
+			sub, st := job.sub, job.status
+			b.mu.Unlock()
+			b.s.log.Info("build request taken", "request", st.ID, "agent", st.Agent, "attempt", st.Attempt, "lease", lease)
 			writeJSON(w, http.StatusOK, sub)
 			return
 		}
-		wake := b.wake
+		wake, first := b.wake, b.nextExpiry()
 		b.mu.Unlock()
+		var expiry <-chan time.Time
+		if !first.IsZero() {
+			e := time.NewTimer(max(first.Sub(b.s.cfg.Now()), 0) + 10*time.Millisecond)
+			defer e.Stop()
+			expiry = e.C
+		}
 		select {
 		case <-wake:
+		case <-expiry:
 		case <-deadline.C:
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -277,6 +580,55 @@ func (b *builds) next(w http.ResponseWriter, r *http.Request, who signature.Allo
 			return
 		}
 	}
+}
+
+// building finds request id being built by who, or answers why not.
+// b.mu is held.
+func (b *builds) building(w http.ResponseWriter, id string, who signature.AllowedSigner) *buildJob {
+	if err := b.load(); err != nil {
+		http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+		return nil
+	}
+	b.expire()
+	job, ok := b.jobs[id]
+	switch {
+	case !ok:
+		http.Error(w, "nuon: no build request "+id, http.StatusNotFound)
+		return nil
+	case job.status.State != schemas.BuildRunning || job.status.Agent != principal(who):
+		http.Error(w, "nuon: build request "+id+" is not being built by "+principal(who)+" (its lease may have expired)", http.StatusConflict)
+		return nil
+	}
+	return job
+}
+
+// lease renews the calling agent's lease on a request it builds and
+// records the phase it reports; not written to the queue ref.
+func (b *builds) lease(w http.ResponseWriter, r *http.Request, who signature.AllowedSigner) {
+	var p schemas.BuildProgress
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		http.Error(w, "nuon: the body is not a build progress: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(p.Phase) > 64 {
+		http.Error(w, "nuon: the phase is longer than 64 bytes", http.StatusBadRequest)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	job := b.building(w, r.PathValue("id"), who)
+	if job == nil {
+		return
+	}
+	until := b.s.cfg.Now().UTC().Add(time.Duration(job.status.LeaseSeconds) * time.Second)
+	job.status.LeaseUntil = &until
+	if p.Phase != job.status.Phase {
+		job.status.Phase = p.Phase
+		b.changed(job)
+	}
+	writeJSON(w, http.StatusOK, job.status)
 }
 
 // result records the answer of the agent that took the request.
@@ -288,26 +640,47 @@ func (b *builds) result(w http.ResponseWriter, r *http.Request, who signature.Al
 		http.Error(w, "nuon: the body is not a build outcome: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if out.ReleaseCommit != "" && !commitHex(out.ReleaseCommit) {
+		http.Error(w, "nuon: releaseCommit is not a commit id", http.StatusBadRequest)
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	job, ok := b.jobs[r.PathValue("id")]
-	switch {
-	case !ok:
-		http.Error(w, "nuon: no build request "+r.PathValue("id"), http.StatusNotFound)
-		return
-	case job.status.State != schemas.BuildRunning || job.status.Agent != principal(who):
-		http.Error(w, "nuon: build request "+job.status.ID+" is not being built by "+principal(who), http.StatusConflict)
+	job := b.building(w, r.PathValue("id"), who)
+	if job == nil {
 		return
 	}
+	prev := job.status
 	now := b.s.cfg.Now().UTC()
-	job.status.Finished = &now
-	job.status.State, job.status.Error, job.status.Result = schemas.BuildSucceeded, out.Error, out.Result
-	if out.Error != "" {
-		job.status.State = schemas.BuildFailed
+	job.status.Finished, job.status.LeaseUntil, job.status.Phase = &now, nil, ""
+	job.status.State, job.status.Error, job.status.Result, job.status.ReleaseCommit = schemas.BuildSucceeded, out.Error, out.Result, out.ReleaseCommit
+	subject := "succeeded"
+	if out.ReleaseCommit != "" {
+		subject += ": released in " + out.ReleaseCommit
 	}
-	close(job.done)
-	b.s.log.Info("build request answered", "request", job.status.ID, "state", job.status.State)
+	if out.Error != "" {
+		job.status.State, subject = schemas.BuildFailed, "failed"
+	}
+	if err := b.write(r.Context(), job, subject+" (by "+principal(who)+")"); err != nil {
+		job.status = prev
+		b.s.log.Error("build queue: answer", "request", prev.ID, "error", err)
+		http.Error(w, "nuon: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b.s.log.Info("build request answered", "request", job.status.ID, "state", job.status.State, "release", job.status.ReleaseCommit)
 	writeJSON(w, http.StatusOK, job.status)
+}
+
+func commitHex(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func principal(who signature.AllowedSigner) string {
@@ -330,4 +703,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
+}
+
+// mainSources reads the sources main allows builds from
+// (buildreq.MainSources).
+func (b *builds) mainSources(main plumbing.Hash) (*schemas.BuildSources, error) {
+	repo, err := gitrepo.Open(b.s.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := maingit.Open(repo.Storer(), main)
+	if err != nil {
+		return nil, err
+	}
+	return buildreq.MainSources(m, b.s.cfg.Now())
 }

@@ -84,23 +84,43 @@ func VerifyRequest(sub schemas.SignedBuildRequest, trusted *signature.AllowedSig
 func KeyID(pub ssh.PublicKey) string { return requests.KeyID(pub) }
 
 // Ledger remembers the build request IDs a build agent took, one file per
-// ID in a directory, so that a replayed request builds nothing even after
-// a restart.
+// ID in a directory, so that a request replayed after it failed builds
+// nothing even after a restart. A take that never finished (the agent
+// died, or lost its lease) may be taken again: the server queued it again
+// and the release on main, not the ledger, keeps it from being released
+// twice (builder.FindRelease).
 type Ledger struct {
 	Dir string
 }
 
-// Take records id, or fails with ErrReplayed when it was taken before.
-func (l Ledger) Take(id string) error {
+// ledgerFailed is what a failed request's file holds.
+const ledgerFailed = "failed\n"
+
+// Take records id; resumed is set when an earlier take of it never
+// finished. It fails with ErrReplayed when id failed before.
+func (l Ledger) Take(id string) (resumed bool, err error) {
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
-		return err
+		return false, err
 	}
-	f, err := os.OpenFile(filepath.Join(l.Dir, id), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	file := filepath.Join(l.Dir, id)
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("%w: %w: %s", ErrRefused, ErrReplayed, id)
+		data, rerr := os.ReadFile(file)
+		if rerr != nil {
+			return false, fmt.Errorf("ledger: %w", rerr)
+		}
+		if string(data) == ledgerFailed {
+			return false, fmt.Errorf("%w: %w: %s failed before: file a new request", ErrRefused, ErrReplayed, id)
+		}
+		return true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
+		return false, fmt.Errorf("ledger: %w", err)
 	}
-	return f.Close()
+	return false, f.Close()
+}
+
+// Fail records that id failed: a replay of it is refused.
+func (l Ledger) Fail(id string) error {
+	return os.WriteFile(filepath.Join(l.Dir, id), []byte(ledgerFailed), 0o600)
 }

@@ -100,15 +100,22 @@ func TestVerifyRequest(t *testing.T) {
 
 func TestLedger(t *testing.T) {
 	l := buildreq.Ledger{Dir: t.TempDir()}
-	if err := l.Take("api-1"); err != nil {
+	for _, id := range []string{"api-1", "api-2"} {
+		if resumed, err := l.Take(id); err != nil || resumed {
+			t.Fatalf("take %s: resumed %v, %v", id, resumed, err)
+		}
+	}
+	// A take that never finished (the agent died): another agent process
+	// on the same directory takes it up, the release on main guards it.
+	if resumed, err := (buildreq.Ledger{Dir: l.Dir}).Take("api-1"); err != nil || !resumed {
+		t.Errorf("an unfinished take: resumed %v, %v; want it taken up", resumed, err)
+	}
+	// A failed one is spent, after a restart too.
+	if err := l.Fail("api-2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Take("api-2"); err != nil {
-		t.Fatal(err)
-	}
-	// Another agent process on the same directory (a restart) too.
-	if err := (buildreq.Ledger{Dir: l.Dir}).Take("api-1"); !errors.Is(err, buildreq.ErrReplayed) {
-		t.Errorf("a taken id was taken again: %v", err)
+	if _, err := (buildreq.Ledger{Dir: l.Dir}).Take("api-2"); !errors.Is(err, buildreq.ErrReplayed) || !errors.Is(err, buildreq.ErrRefused) {
+		t.Errorf("a failed id was taken again: %v", err)
 	}
 	entries, _ := os.ReadDir(l.Dir)
 	if len(entries) != 2 {

@@ -33,8 +33,30 @@ func NewClient(server string, key *signature.Signer) *Client {
 	return &Client{Server: strings.TrimSuffix(server, "/"), http: &http.Client{Transport: s.Transport(nil)}}
 }
 
-// ErrServer marks a refusal by the server: its message says why.
+// ErrServer marks a refusal by the server: its message says why. The
+// error is a *ServerError.
 var ErrServer = errors.New("refused by the server")
+
+// ServerError is an answer of the server other than success.
+type ServerError struct {
+	Code    int
+	Message string
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("%v (%d): %s", ErrServer, e.Code, e.Message)
+}
+
+// Is makes errors.Is(err, ErrServer) hold.
+func (e *ServerError) Is(target error) bool { return target == ErrServer }
+
+// Final reports whether err is the server's final word on a request
+// (4xx: refused, unknown, not yours): trying again will not help, unlike
+// a network error or a 5xx of a server that is restarting.
+func Final(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se) && se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests && se.Code != http.StatusRequestTimeout
+}
 
 // File files a signed build request and returns its state.
 func (c *Client) File(ctx context.Context, sub schemas.SignedBuildRequest) (*schemas.BuildStatus, error) {
@@ -55,15 +77,24 @@ func (c *Client) Status(ctx context.Context, id string, waitSeconds int) (*schem
 	return &st, nil
 }
 
-// Next takes the next build request, waiting up to waitSeconds; nil when
-// none came.
-func (c *Client) Next(ctx context.Context, waitSeconds int) (*schemas.SignedBuildRequest, error) {
+// Next takes the next build request under a lease of leaseSeconds,
+// waiting up to waitSeconds; nil when none came.
+func (c *Client) Next(ctx context.Context, waitSeconds, leaseSeconds int) (*schemas.SignedBuildRequest, error) {
 	var sub schemas.SignedBuildRequest
-	code, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/next?wait=%d", Path, waitSeconds), struct{}{}, &sub)
+	code, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/next?wait=%d&lease=%d", Path, waitSeconds, leaseSeconds), struct{}{}, &sub)
 	if err != nil || code == http.StatusNoContent {
 		return nil, err
 	}
 	return &sub, nil
+}
+
+// Lease renews the lease on a request being built and reports its phase.
+func (c *Client) Lease(ctx context.Context, id, phase string) (*schemas.BuildStatus, error) {
+	var st schemas.BuildStatus
+	if _, err := c.do(ctx, http.MethodPost, Path+"/requests/"+id+"/lease", schemas.BuildProgress{Phase: phase}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // Answer reports a taken request's outcome.
@@ -98,7 +129,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, fmt.Errorf("%w (%d): %s", ErrServer, resp.StatusCode, strings.TrimSpace(strings.TrimPrefix(string(data), "nuon: ")))
+		return resp.StatusCode, &ServerError{Code: resp.StatusCode, Message: strings.TrimSpace(strings.TrimPrefix(string(data), "nuon: "))}
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(data, out); err != nil {

@@ -32,8 +32,9 @@ var buildAgentEnv = []string{"COSIGN_PASSWORD", "NUON_REGISTRY_PASSWORD", "DOCKE
 type buildAgentOptions struct {
 	server, key, repo, cosignKey, builderKey, builderID, workDir, cacheDir string
 	buildFlags                                                             []string
+	buildExe                                                               string
 	parallel                                                               int
-	timeout                                                                time.Duration
+	timeout, lease                                                         time.Duration
 }
 
 func newBuildAgentCmd(g *cli.Globals) *cobra.Command {
@@ -48,9 +49,19 @@ requests vendor CI filed with 'nuon build --remote'.
 
 Each request is judged again here against main: signed by a key of
 trust/builds whose principal is the request's requester, not expired, a
-component of nuon.yaml, a commit the source repository holds, an id this
-agent never took before (the ledger in --work-dir). A refused request builds
-nothing; its reason is the answer vendor CI prints.
+component of nuon.yaml, from a source repository (and ref) that
+trust/build-sources.yaml on main allows for the component, a commit the
+source repository holds and reachable from the ref the request names, an id
+that did not fail here before (the ledger in --work-dir). A refused request
+builds nothing; its reason is the answer vendor CI prints.
+
+A request is taken under a lease (--lease), renewed while it builds. The
+server keeps its queue on git refs (refs/heads/nuon/builds/<id>): when this
+agent dies, the lease runs out and another agent takes the request; when the
+server restarts, the agent goes on and answers once it is back. The release
+on main is the request's idempotency key: the release commit names the
+request, and a request whose release is on main already is answered with it,
+never released twice.
 
 A request that passes is built by 'nuon build' as a child process of its own
 (its own process group, a fresh directory under --work-dir with the source
@@ -83,6 +94,8 @@ are the only variables passed to builds.`,
 	f.StringArrayVar(&o.buildFlags, "build-flag", nil, "a flag passed to every nuon build, e.g. --build-flag=--registry-username=ci (repeatable)")
 	f.IntVar(&o.parallel, "parallel", 2, "builds at once")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "longest a build may run")
+	f.DurationVar(&o.lease, "lease", schemas.DefaultBuildLease, "how long a request taken stays this agent's without a renewal (renewed every third of it; 2s to 10m): when the agent dies, the server gives the request to another agent after it")
+	f.StringVar(&o.buildExe, "build-exe", "", "the program run as 'nuon build' for each request (default: this nuon binary); a wrapper that runs nuon in a sandbox of your own fits here")
 	_ = cmd.MarkFlagRequired("key")
 	_ = cmd.MarkFlagRequired("repo")
 	_ = cmd.MarkFlagRequired("cosign-key")
@@ -118,6 +131,9 @@ func runBuildAgent(ctx context.Context, g *cli.Globals, o *buildAgentOptions) er
 	if err != nil {
 		return err
 	}
+	if o.buildExe != "" {
+		exe, _ = filepath.Abs(o.buildExe)
+	}
 	abs := func(p string) string {
 		if p == "" {
 			return ""
@@ -136,7 +152,7 @@ func runBuildAgent(ctx context.Context, g *cli.Globals, o *buildAgentOptions) er
 		return err
 	}
 	a := &builder.Agent{
-		Tenant: repo, Exe: exe, WorkDir: o.workDir, Env: env, BuildArgs: o.buildFlags, Timeout: o.timeout,
+		Tenant: repo, Exe: exe, WorkDir: o.workDir, Env: env, BuildArgs: o.buildFlags, Timeout: o.timeout, Lease: o.lease,
 		Key: abs(o.cosignKey), BuilderKey: abs(o.builderKey), BuilderID: o.builderID,
 		Release: builder.ReleaseOptions{Name: name, Email: email, Now: time.Now, Signer: key},
 		Logger:  g.Logger(),
@@ -155,7 +171,7 @@ type remoteBuildOptions struct {
 	server, commit, version     string
 	repository, ref, id, output string
 	requester                   string
-	expires                     time.Duration
+	expires, reconnect          time.Duration
 }
 
 // withRemoteBuild adds --remote to nuon build: file a signed build request
@@ -172,6 +188,7 @@ func withRemoteBuild(cmd *cobra.Command, g *cli.Globals) *cobra.Command {
 	f.StringVar(&o.id, "request-id", "", "with --remote: the request's id (default: COMPONENT-random)")
 	f.StringVar(&o.requester, "requester", "", "with --remote: the key's principal in trust/builds (default: $USER)")
 	f.DurationVar(&o.expires, "expires", time.Hour, "with --remote: how long the request may wait to be built")
+	f.DurationVar(&o.reconnect, "reconnect", 10*time.Minute, "with --remote: how long to keep trying while the server does not answer (it keeps the request across a restart)")
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if !o.remote {
@@ -216,24 +233,75 @@ func runRemoteBuild(ctx context.Context, g *cli.Globals, o *remoteBuildOptions, 
 		return err
 	}
 	c := buildreq.NewClient(o.server, key)
-	st, err := c.File(ctx, sub)
-	if err != nil {
-		return err
-	}
-	progress := func(st *schemas.BuildStatus) {
+	component := args[0]
+	say := func(format string, a ...any) {
 		if o.output != "json" {
-			fmt.Fprintf(g.Stderr, "nuon: build %s of %s: %s (%s)\n", st.ID, st.Component, st.State, time.Since(now).Round(time.Millisecond))
+			fmt.Fprintf(g.Stderr, "nuon: build %s of %s: %s (%s)\n", o.id, component, fmt.Sprintf(format, a...), time.Since(now).Round(time.Millisecond))
 		}
 	}
-	progress(st)
-	last := st.State
-	for st.State == schemas.BuildQueued || st.State == schemas.BuildRunning {
-		if st, err = c.Status(ctx, o.id, 2); err != nil {
+	// The server keeps the queue on git refs: while it restarts, filing
+	// and waiting are tried again, up to --reconnect.
+	var st *schemas.BuildStatus
+	lastOK, retried := time.Now(), false
+	for st == nil {
+		st, err = c.File(ctx, sub)
+		switch {
+		case err == nil:
+		case retried && strings.Contains(err.Error(), buildreq.ErrReplayed.Error()):
+			// An earlier try reached the server; its answer was lost.
+			if st, err = c.Status(ctx, o.id, 0); err != nil {
+				return err
+			}
+		case buildreq.Final(err) || time.Since(lastOK) > o.reconnect || ctx.Err() != nil:
 			return err
+		default:
+			if !retried {
+				say("the server is not answering (%v): trying again for up to %s", err, o.reconnect)
+			}
+			retried = true
+			sleepCtx(ctx, time.Second)
 		}
-		if st.State != last {
-			progress(st)
-			last = st.State
+	}
+	last, down := "", false
+	var agent string
+	attempt, requeueSaid := 0, false
+	for {
+		// A request queued again and taken at once may show only its
+		// next take: say why the agent changed all the same.
+		if st.Attempt > attempt && attempt > 0 && !requeueSaid {
+			say("the lease of build agent %s ran out: queued again", agent)
+		}
+		if st.State == schemas.BuildQueued && st.Note != "" {
+			requeueSaid = true
+		}
+		if st.Attempt > attempt {
+			attempt, agent, requeueSaid = st.Attempt, st.Agent, st.State == schemas.BuildQueued && st.Note != ""
+		}
+		if p := progressLine(st); p != last {
+			say("%s", p)
+			last = p
+		}
+		if st.State != schemas.BuildQueued && st.State != schemas.BuildRunning {
+			break
+		}
+		next, err := c.Status(ctx, o.id, 10)
+		switch {
+		case err == nil:
+			if down {
+				say("the server is back")
+				down = false
+			}
+			st, lastOK = next, time.Now()
+		case buildreq.Final(err) || ctx.Err() != nil:
+			return err
+		case time.Since(lastOK) > o.reconnect:
+			return fmt.Errorf("the server did not answer for %s: %w (the request stays queued there: nuon build --remote --request-id %s files nothing new; wait for it again later)", o.reconnect, err, o.id)
+		default:
+			if !down {
+				say("lost the server (%v): reconnecting for up to %s", err, o.reconnect)
+				down = true
+			}
+			sleepCtx(ctx, time.Second)
 		}
 	}
 	if o.output == "json" {
@@ -257,4 +325,37 @@ func runRemoteBuild(ctx context.Context, g *cli.Globals, o *remoteBuildOptions, 
 		}
 	}
 	return nil
+}
+
+// progressLine says where a build request is: queued, taken by an agent,
+// in a phase of its build, released or failed.
+func progressLine(st *schemas.BuildStatus) string {
+	switch st.State {
+	case schemas.BuildQueued:
+		if st.Note != "" {
+			return "queued (" + st.Note + ")"
+		}
+		return "queued"
+	case schemas.BuildRunning:
+		line := fmt.Sprintf("taken by %s (attempt %d)", st.Agent, st.Attempt)
+		if st.Phase != "" {
+			line += ", building: " + st.Phase
+		}
+		return line
+	case schemas.BuildSucceeded:
+		if st.ReleaseCommit != "" {
+			return fmt.Sprintf("released by %s in %s", st.Agent, st.ReleaseCommit)
+		}
+		return "succeeded"
+	}
+	return st.State
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

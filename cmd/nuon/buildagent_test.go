@@ -53,6 +53,13 @@ func newBuildAgentWorld(t testing.TB) *buildAgentWorld {
 	os.WriteFile(filepath.Join(main, "trust", "builds"), trust, 0o644)
 	agents, _ := os.ReadFile(filepath.Join(root, "fixtures", "keys", "build-agents.allowed"))
 	os.WriteFile(filepath.Join(main, "trust", "build-agents"), agents, 0o644)
+	source := filepath.Join(dir, "shop.git")
+	var sources strings.Builder
+	sources.WriteString("components:\n")
+	for _, c := range []string{"network", "database", "api", "api-image", "dashboards"} {
+		fmt.Fprintf(&sources, "  %s:\n    - repository: %s\n      refs: [refs/heads/main]\n", c, source)
+	}
+	os.WriteFile(filepath.Join(main, schemas.BuildSourcesFile), []byte(sources.String()), 0o644)
 	tenant := filepath.Join(dir, "tenant.git")
 	gittest.InitBare(t, tenant)
 	gittest.CommitDir(t, tenant, "main", main, "shop")
@@ -63,7 +70,6 @@ func newBuildAgentWorld(t testing.TB) *buildAgentWorld {
 			t.Fatal(err)
 		}
 	}
-	source := filepath.Join(dir, "shop.git")
 	gittest.InitBare(t, source)
 	gittest.CommitDir(t, source, "main", src, "shop sources")
 	commit := gittest.Git(t, source, "rev-parse", "main")
@@ -76,6 +82,12 @@ func newBuildAgentWorld(t testing.TB) *buildAgentWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Release commits are signed by the build agent's key, as nuon
+	// build-agent signs them: a request's release on main counts only so.
+	agentKey, err := signature.LoadSigner(filepath.Join(root, "fixtures", "keys", "build-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	return &buildAgentWorld{
 		tenant: tenant, source: source, commit: commit, ci: ci, now: now,
@@ -85,7 +97,7 @@ func newBuildAgentWorld(t testing.TB) *buildAgentWorld {
 			WorkDir: t.TempDir(),
 			Key:     filepath.Join(root, "fixtures", "keys", "cosign.key"),
 			Env:     []string{"COSIGN_PASSWORD="},
-			Release: builder.ReleaseOptions{Name: "nuon build-agent", Email: "builds@vendor.example", Now: time.Now},
+			Release: builder.ReleaseOptions{Name: "nuon build-agent", Email: "builds@vendor.example", Now: time.Now, Signer: agentKey},
 		},
 	}
 }
@@ -97,7 +109,7 @@ func (w *buildAgentWorld) request(t testing.TB, id, component, commit string) sc
 func (w *buildAgentWorld) requestVersion(t testing.TB, id, component, commit, version string) schemas.SignedBuildRequest {
 	t.Helper()
 	sub, err := buildreq.SignRequest(schemas.BuildRequest{
-		ID: id, Component: component, Repository: w.source, Commit: commit, Version: version,
+		ID: id, Component: component, Repository: w.source, Commit: commit, Ref: "refs/heads/main", Version: version,
 		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour),
 	}, w.ci)
 	if err != nil {
@@ -153,10 +165,17 @@ func TestBuildAgent(t *testing.T) {
 func TestBuildAgentRefuses(t *testing.T) {
 	w := newBuildAgentWorld(t)
 	ctx := context.Background()
-	if _, err := w.agent.Build(ctx, w.request(t, "taken-once", "network", w.commit)); err != nil {
+	first, err := w.agent.Build(ctx, w.request(t, "taken-once", "network", w.commit))
+	if err != nil {
 		t.Fatal(err)
 	}
 	root := repoRoot()
+	elsewhere, err := buildreq.SignRequest(schemas.BuildRequest{
+		ID: "elsewhere", Component: "network", Repository: w.tenant, Commit: w.commit, Version: "3.0.4",
+		Requester: "vendor-ci", Created: w.now, Expires: w.now.Add(time.Hour)}, w.ci)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stranger, err := signature.LoadSigner(filepath.Join(root, "fixtures", "keys", "operator"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +211,7 @@ func TestBuildAgentRefuses(t *testing.T) {
 		{"tampered", tampered, "does not match"},
 		{"requester is not the signer", impostor, `names requester "someone-else"`},
 		{"expired", expired, "expired"},
-		{"replayed", w.request(t, "taken-once", "network", w.commit), "replay"},
+		{"source repository not allowed", elsewhere, "may not be built from " + w.tenant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := gittest.Git(t, w.tenant, "rev-parse", "main")
@@ -207,6 +226,16 @@ func TestBuildAgentRefuses(t *testing.T) {
 	}
 	if _, err := w.agent.Build(ctx, w.request(t, "missing", "network", w.commit)); !errors.Is(err, builder.ErrReplayed) {
 		t.Errorf("a request id refused for its commit was taken again: %v", err)
+	}
+	// A replay of a released request is answered with its release: main
+	// does not move, nothing is built.
+	before := gittest.Git(t, w.tenant, "rev-parse", "main")
+	again, err := w.agent.Build(ctx, w.request(t, "taken-once", "network", w.commit))
+	if err != nil || !again.Release.Found || again.Release.Commit != first.Release.Commit || len(again.Artifacts) != 0 {
+		t.Errorf("a replayed released request: %+v %v", again, err)
+	}
+	if after := gittest.Git(t, w.tenant, "rev-parse", "main"); after != before {
+		t.Errorf("main moved on a replay of a released request")
 	}
 }
 
@@ -253,7 +282,7 @@ func TestBuildRemote(t *testing.T) {
 	remote := func(code int, key string, extra ...string) string {
 		t.Helper()
 		return nuon(t, env, code, append([]string{"build", "--remote", "--server", srv.url, "--key", filepath.Join(keys, key),
-			"--source-repository", w.source, "--requester", "vendor-ci", "--version", "4.0.0"}, extra...)...)
+			"--source-repository", w.source, "--ref", "refs/heads/main", "--requester", "vendor-ci", "--version", "4.0.0"}, extra...)...)
 	}
 	start := time.Now()
 	out := remote(0, "ci", "network", "--commit", w.commit, "--request-id", "net-1", "-o", "json")
@@ -304,7 +333,7 @@ func TestBuildRemote(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(w.agent.Exe, append([]string{"build", "--remote", "--server", srv.url, "--key", filepath.Join(keys, tc.key),
-				"--source-repository", w.source, "--requester", "vendor-ci", "--version", "4.0.0"}, tc.args...)...)
+				"--source-repository", w.source, "--ref", "refs/heads/main", "--requester", "vendor-ci", "--version", "4.0.0"}, tc.args...)...)
 			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) {
