@@ -145,7 +145,9 @@ type Config struct {
 	// Approvers are the keys trusted to approve saved plans (trust/approvals
 	// on main, package policy), with the render and request keys excluded.
 	// A component with approval settings whose plan needs approval waits
-	// for Threshold of them; nil: such a plan waits for ever.
+	// for Threshold of them; nil: such a plan waits for ever. When the
+	// trust root the agent holds defines the approvers role, that role
+	// is used instead (Agent.approvers): this is the form before the root.
 	Approvers *policy.Approvers
 }
 
@@ -211,6 +213,8 @@ type Agent struct {
 	// root is the version of the trust root the agent holds (see
 	// Config.TrustRoot); nil when it judges by Config.Trust.
 	root atomic.Pointer[trust.Root]
+	// rootApprovers are the approvers of the root held (approvers).
+	rootApprovers rootApprovers
 	// lastBeat is when the last heartbeat was delivered (HeartbeatRef).
 	lastBeat time.Time
 }

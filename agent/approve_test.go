@@ -42,6 +42,7 @@ type approvalApp struct {
 	ia        *installAgent
 	approvals string // the approvals branch's work tree
 	clk       *clock
+	layout    string // the modules' OCI layout, for another agent of acme
 }
 
 func newApprovalApp(t testing.TB, policies ...string) *approvalApp {
@@ -98,7 +99,7 @@ components:
 			configure(cfg)
 		}
 	})
-	return &approvalApp{tn: tn, ia: ia, approvals: t.TempDir(), clk: clk}
+	return &approvalApp{tn: tn, ia: ia, approvals: t.TempDir(), clk: clk, layout: layout}
 }
 
 func setSize(tn *tenant, size string) {

@@ -101,7 +101,8 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 	rec.Customer = customerWhy
 	approvedBy := "auto-approved"
 	if needs {
-		v := a.cfg.Approvers.Judge(d.Approvals, policy.Target{
+		approvers, aerr := a.approvers()
+		v := approvers.Judge(d.Approvals, policy.Target{
 			Install: a.cfg.Install, Channel: d.Install.Channel, Component: name, Plan: rec.Hash,
 		}, a.cfg.Now())
 		rec.Refused, rec.Needs, rec.Rejected = v.Refused, why, v.Rejected
@@ -113,7 +114,10 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 			mu.Unlock()
 			return false
 		case !v.Approved:
-			if a.cfg.Approvers == nil {
+			switch {
+			case aerr != nil:
+				why += "; this agent trusts no approver key: " + aerr.Error()
+			case approvers == nil:
 				why += "; this agent trusts no approver key"
 			}
 			p.setPlan(name, rec)
@@ -178,7 +182,8 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 func (p *pass) customerApproval(d *Desired, name string, rec *schemas.PlanRecord, customer *policy.Customer, mu *sync.Mutex) (string, bool) {
 	a := p.agent
 	local, unreadable := a.customerApprovals()
-	v := customer.ApprovalKeys(a.cfg.Approvers).Judge(local, policy.Target{
+	vendor, _ := a.approvers()
+	v := customer.ApprovalKeys(vendor).Judge(local, policy.Target{
 		Install: a.cfg.Install, Channel: d.Install.Channel, AnyChannel: true, Component: name, Plan: rec.Hash,
 	}, a.cfg.Now())
 	for _, r := range append(unreadable, v.Refused...) {

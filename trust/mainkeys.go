@@ -165,6 +165,17 @@ func mainRoot(files map[string][]byte, now time.Time) (*Root, error) {
 	return newest, nil
 }
 
+// RoleFile returns the keys of role valid at now in the role's legacy
+// form (as Keys.Data); nil when r does not define the role. It is how a
+// holder of a root (an agent) reads a role it judges itself.
+func (r *Root) RoleFile(role Role, now time.Time) ([]byte, error) {
+	rk := r.Role(role)
+	if rk == nil {
+		return nil, nil
+	}
+	return roleData(r, role, rk, now)
+}
+
 // roleData writes rk's keys valid at now in the role's legacy form.
 func roleData(r *Root, role Role, rk *RoleKeys, now time.Time) ([]byte, error) {
 	if role == RoleApprovers {
