@@ -66,6 +66,8 @@ type rollouts struct {
 	// syncMain is the main the server last rendered (guarded by
 	// Server.renderMu, not mu): see baselineFirstRollouts.
 	syncMain plumbing.Hash
+	// installs are main's install files as last read (rollout_installs.go).
+	installs rolloutInstalls
 	// refused is a main commit whose rollouts could not be read (a
 	// policy Parse or Assign refuses): reported once, then left alone.
 	refused plumbing.Hash
@@ -310,11 +312,16 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 	if err != nil {
 		return err
 	}
-	src, err := schemas.Open(fsys)
+	t0 := time.Now()
+	src, files, read, err := r.installs.read(ctx, st, main, fsys)
+	if err != nil {
+		return err
+	}
+	policies, err := rollout.Policies(fsys, src)
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	all, err := rollout.Load(ctx, fsys, src)
+	all, err := rollout.Fleet(policies, fleetInstalls(files))
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
@@ -359,6 +366,8 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		}
 	}
 	r.channels, r.of, r.main = channels, of, main
+	r.installs.files = files
+	r.s.log.Info("rollout waves assigned", "main", main.String(), "installs", len(files), "read", read, "took", time.Since(t0))
 	// The pins of desired commits read before: kept only while main does
 	// not move, so that the map stays as small as the commits of a few
 	// waves.
