@@ -40,8 +40,11 @@ const DefaultRolloutInterval = 5 * time.Second
 // decision moved get their new state.
 //
 // Its work per status push is reading that one status; per evaluation,
-// judging the open wave of each running rollout from what it holds in
-// memory. Main is read again only when it moved.
+// classifying again the open wave's installs whose status changed
+// (rollout.Tally). The whole wave is judged only when the tally cannot
+// rule out a decision: when its last waiting install reports, a failure
+// goes over the budget, or a status may have gone stale. Main is read
+// again only when it moved, and then only the install files it changed.
 type rollouts struct {
 	s        *Server
 	interval time.Duration
@@ -90,6 +93,10 @@ type channelRollout struct {
 	// err says why the channel's rollout ref could not be read: nothing
 	// moves on the channel until it is fixed.
 	err error
+	// tally is how the open wave of state stood at the last evaluation
+	// that judged it (rollout.Tally); nil until one did, and again after
+	// each decision.
+	tally *rollout.Tally
 }
 
 // statusSeen is an install's status commit as the controller read it.
@@ -255,21 +262,44 @@ func (r *rollouts) evaluate(ctx context.Context, tick bool) ([]*schemas.RolloutS
 		if c.err != nil {
 			continue
 		}
+		// The open wave's installs whose status changed are classified
+		// again; when the tally then shows that nothing can be decided,
+		// the wave is not judged whole: an evaluation costs what changed.
+		if c.tally != nil {
+			for _, id := range changed {
+				if r.of[id] == ch {
+					rep, ok := r.reports([]string{id})[id]
+					c.tally.Update(id, rep, ok, now)
+				}
+			}
+			if c.tally.Settled(c.policy, c.state, c.pins, now) {
+				continue
+			}
+		}
+		if c.state != nil && c.state.Phase != schemas.RolloutRunning && maps.Equal(c.state.To, c.pins) {
+			continue // paused, halted, aborted or finished, and no new pin
+		}
 		var installs []string
 		if c.state != nil {
 			if k := rollout.Opened(c.state); k > 0 {
 				installs = c.state.Waves[k-1].Installs
 			}
 		}
+		reports := r.reports(installs)
 		next, err := rollout.Decide(rollout.Input{Policy: c.policy, Waves: c.waves, State: c.state, Pins: c.pins,
-			Source: main.String(), Reports: r.reports(installs), Released: c.released, Now: now})
+			Source: main.String(), Reports: reports, Released: c.released, Now: now})
 		if err != nil {
 			r.s.log.Error("rollout not decided", "channel", ch, "error", err)
 			continue
 		}
 		if next == nil {
+			c.tally = nil
+			if c.state != nil && c.state.Phase == schemas.RolloutRunning {
+				c.tally = rollout.NewTally(c.state, reports, now)
+			}
 			continue
 		}
+		c.tally = nil
 		tip, err := r.write(ctx, repo, c, next)
 		if err != nil {
 			return written, err
