@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,6 +81,20 @@ func TestTallySettled(t *testing.T) {
 			}
 			if !stale && (fw != tw || ff != tf) {
 				t.Fatalf("seed %d: tally waiting %d failed %d, afresh %d and %d", seed, tw, tf, fw, ff)
+			}
+			if !stale {
+				// The page's judgement: Judge's counts, and its evidence
+				// problems first, bounded.
+				full := rollout.Judge(wave, reports, v2, *s.Waves[k-1].Opened, now)
+				j := tally.Judgement(7)
+				rank := map[string]int{schemas.OutcomeFailed: 0, schemas.OutcomeDeferred: 1, schemas.OutcomeWaiting: 2, schemas.OutcomeHealthy: 3}
+				want := slices.Clone(full.Evidence)
+				slices.SortStableFunc(want, func(a, b schemas.RolloutEvidence) int { return rank[a.Outcome] - rank[b.Outcome] })
+				want = want[:min(7, len(want))]
+				if j.Healthy != full.Healthy || j.Failed != full.Failed || j.Deferred != full.Deferred || j.Waiting != full.Waiting ||
+					j.Omitted != len(wave)-len(want) || !slices.EqualFunc(j.Evidence, want, func(a, b schemas.RolloutEvidence) bool { return a == b }) {
+					t.Fatalf("seed %d: tally judgement %+v, Judge's %+v", seed, j, want)
+				}
 			}
 			if next != nil {
 				decided++

@@ -171,8 +171,10 @@ func (s *Server) EvaluateRollouts(ctx context.Context) ([]*schemas.RolloutState,
 }
 
 // RolloutStates returns each channel's rollout state as the controller
-// last read or wrote it, and the judgement of its open wave from the
-// statuses it holds: what a page of the fleet view shows.
+// last read or wrote it, and how its open wave stands from the statuses
+// it holds (its tally, rollout.Tally): counts, and the evidence of at
+// most rolloutEvidence installs, problems first. What a page of the
+// fleet view shows.
 func (s *Server) RolloutStates() map[string]RolloutView {
 	r := s.rollouts
 	r.mu.Lock()
@@ -185,8 +187,13 @@ func (s *Server) RolloutStates() map[string]RolloutView {
 		}
 		if c.state != nil {
 			if k := rollout.Opened(c.state); k > 0 && c.state.Phase == schemas.RolloutRunning {
-				w := c.state.Waves[k-1]
-				j := rollout.Judge(w.Installs, r.reports(w.Installs), c.state.To, *w.Opened, r.s.cfg.Now())
+				// The tally the controller keeps, made now if it has none
+				// yet: a page view costs no judgement of the whole wave.
+				if c.tally == nil || !c.tally.Of(c.state) {
+					w := c.state.Waves[k-1]
+					c.tally = rollout.NewTally(c.state, r.reports(w.Installs), r.s.cfg.Now())
+				}
+				j := c.tally.Judgement(rolloutEvidence)
 				v.Open = &j
 			}
 		}
