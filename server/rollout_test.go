@@ -9,7 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -268,5 +274,74 @@ func TestRolloutBadInput(t *testing.T) {
 	}
 	if e.serverRef(schemas.InstallRef("acme")) == refsBefore["acme"] || e.serverRef(schemas.InstallRef("initech")) != refsBefore["initech"] {
 		t.Fatal("the good pin change did not move the canary alone")
+	}
+}
+
+// TestRolloutForgedRef: a rollout ref the server's key did not sign,
+// written into the repository behind the server's back (a restored
+// backup, a hand-edited mirror), is refused: the render of the next main
+// fails naming the ref, the controller logs it and decides nothing on
+// the channel, and no install ref moves although the forged state opens
+// every wave to a new version.
+func TestRolloutForgedRef(t *testing.T) {
+	e := newEnv(t)
+	e.pushMain("stable rolls out in waves", func(work string) {
+		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n    - name: rest\n      rest: true\n")
+		appendFile(t, filepath.Join(work, "installs", "acme.yaml"), "labels: {ring: canary}\n")
+	})
+	base := e.waitDecision(schemas.DecisionBaseline)
+	refsBefore := map[string]string{}
+	for _, id := range []string{"acme", "initech", "globex"} {
+		refsBefore[id] = e.serverRef(schemas.InstallRef(id))
+	}
+	// acme's key signs a finished rollout to database 1.1.0.
+	forged := base
+	forged.Rollout, forged.To = 1, map[string]string{}
+	for c, v := range base.To {
+		forged.To[c] = v
+	}
+	forged.To["database"] = "1.1.0"
+	forged.Decision = schemas.RolloutDecision{Kind: schemas.DecisionFinished, At: time.Now(), By: "controller", Reason: "forged"}
+	repo, err := gitrepo.Open(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := plumbing.ReferenceName(schemas.RolloutRef("stable"))
+	tip, err := repo.Ref(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gitobj.NewBatch()
+	h, err := rollout.Commit(b, tip, &forged, e.keys["acme"], object.Signature{Name: "nuon rollout controller", Email: "rollouts@nuon.invalid", When: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(repo.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(e.dir, "update-ref", ref.String(), h.String(), tip.String())
+
+	work := filepath.Join(t.TempDir(), "work")
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
+	replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.0.0", "database: 1.1.0")
+	e.mustGit(work, "commit", "--quiet", "-am", "stable: database 1.1.0")
+	e.mustGit(work, "push", "--quiet", "origin", "main")
+	err = e.srv.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), h.String()) {
+		t.Fatalf("render with a forged rollout ref: %v", err)
+	}
+	if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.log.String(), "rollout ref refused: nothing moves on the channel") {
+		t.Fatalf("the controller did not refuse the forged ref:\n%s", e.log.String())
+	}
+	if got := e.serverRef(ref.String()); got != h.String() {
+		t.Fatalf("rollout ref at %s, the controller wrote over the forged one", got)
+	}
+	for id, before := range refsBefore {
+		if got := e.serverRef(schemas.InstallRef(id)); got != before {
+			t.Fatalf("%s moved", id)
+		}
 	}
 }
