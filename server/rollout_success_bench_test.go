@@ -130,8 +130,9 @@ func (w *rolloutWatcher) poll(ctx context.Context) (int64, bool) {
 type successRun struct {
 	waves [4]int
 	// open[0] is the evaluation that starts the rollout, open[k] the one
-	// whose decision opens wave k+1 (finishes, for k = 4): the decision,
-	// its signed commit and the render of the wave's installs.
+	// whose decision opens wave k+1 (finishes, for k = 4), on the last
+	// install's status: the decision, its signed commit and the render of
+	// the wave's installs.
 	open    [5]time.Duration
 	openCPU [5]time.Duration
 	// idleCPU[k] is an evaluation's CPU with wave k+1 open and no status
@@ -139,6 +140,10 @@ type successRun struct {
 	// CPU of the controller's own thread (EvaluateRolloutsCPU).
 	idleCPU, changeCPU [4]time.Duration
 	batch              [4]int
+	// read[k] is the evaluation that reads the statuses of all but one
+	// of wave k+1's installs (pushed since the last one), readCPU its
+	// process CPU and readThread the controller's own.
+	read, readCPU, readThread [4]time.Duration
 	// pollMoving are the bytes of a poll of an install whose wave just
 	// opened (its new commit fetched); pollOutside those of each poll of
 	// an install outside the moving wave, and outsideMoved how many of
@@ -245,7 +250,18 @@ func runSuccess(tb testing.TB, n int) successRun {
 			run.changeCPU[k], run.batch[k] = cpu, batch
 			wave = wave[batch:]
 		}
-		f.pushAll(wave, commits, true, nil)
+		// All but one report: the evaluation reads their statuses and
+		// decides nothing. The last one's report then decides, and its
+		// evaluation's time is the decision and the render of the wave it
+		// opens.
+		f.pushAll(wave[:len(wave)-1], commits, true, nil)
+		c0, t0 := cpuTime(), time.Now()
+		out, cpu, err := f.srv.EvaluateRolloutsCPU(ctx)
+		if err != nil || len(out) > 0 {
+			tb.Fatalf("an evaluation with one install of wave %d waiting decided %d: %v", k+1, len(out), err)
+		}
+		run.read[k], run.readCPU[k], run.readThread[k] = time.Since(t0), cpuTime()-c0, cpu
+		f.pushAll(wave[len(wave)-1:], commits, true, nil)
 		kind := schemas.DecisionPassed
 		if k == 3 {
 			kind = schemas.DecisionFinished
@@ -299,6 +315,10 @@ func BenchmarkRolloutSuccess(b *testing.B) {
 				b.ReportMetric(float64(run.open[k].Milliseconds()), fmt.Sprintf("ms-open-wave%d", k+1))
 			}
 			b.ReportMetric(float64(run.open[4].Milliseconds()), "ms-finish")
+			for k := range 4 {
+				b.ReportMetric(float64(run.read[k].Milliseconds()), fmt.Sprintf("ms-read-wave%d", k+1))
+				b.ReportMetric(float64(run.readThread[k].Milliseconds()), fmt.Sprintf("cpu-ms-read-wave%d", k+1))
+			}
 			var per float64
 			var stages int
 			for k := range 4 {
