@@ -68,9 +68,11 @@ func (r *renderRun) loadRollouts(context.Context) error {
 // pins do are returned. When they differ — a rollout finished — the
 // installs the new state does not name differ too (those added to main
 // while it ran, and those of other channels, which render as they were):
-// that state is returned in finished, and openAlso takes them. ok is
-// false when a state the previous render read cannot be read again, or a
-// channel's state appeared or went: every install is rendered.
+// that state is returned in finished, and openAlso takes them. A
+// channel's first state is compared with the channel's pins, which every
+// install had before it: a baseline of them moves none. ok is false when
+// a state the previous render read cannot be read again, or a channel's
+// state went: every install is rendered.
 func (r *renderRun) rolloutDelta() (affected []string, finished []*schemas.RolloutState, ok bool) {
 	prev := map[string]plumbing.Hash{}
 	for _, w := range strings.Fields(r.prevRollouts()) {
@@ -94,12 +96,20 @@ func (r *renderRun) rolloutDelta() (affected []string, finished []*schemas.Rollo
 		if cur != nil && had && r.opts.Rollouts[ch] == tip {
 			continue
 		}
-		if cur == nil || !had {
+		if cur == nil {
 			return nil, nil, false
 		}
-		old, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
-		if err != nil {
-			return nil, nil, false
+		var old *schemas.RolloutState
+		if had {
+			var err error
+			if old, err = rollout.Read(r.st, ch, tip, r.opts.Trust); err != nil {
+				return nil, nil, false
+			}
+		} else {
+			// The channel's first state: before it, every install had
+			// the channel's pins, as after a finished rollout to them.
+			pins := r.src.Channels[ch].Components
+			old = &schemas.RolloutState{Phase: schemas.RolloutFinished, From: pins, To: pins}
 		}
 		if !maps.Equal(defaultPins(old), defaultPins(cur)) {
 			finished = append(finished, cur)

@@ -289,7 +289,8 @@ func sortedValues(m map[string]string) []string {
 	return out
 }
 
-// TestRenderRolloutFinish: a rollout's finish changes the default pins,
+// TestRenderRolloutFinish: a channel's first rollout state, a baseline,
+// renders no install. A rollout's finish changes the default pins,
 // yet renders only the installs its state does not name — one added to
 // main while the rollout ran, which gets the new version now, and those
 // of other channels, unchanged — not the installs its waves moved.
@@ -315,9 +316,14 @@ func TestRenderRolloutFinish(t *testing.T) {
 	}
 	server := loadSigner(t, "render")
 	at := renderTime
+	render()
 	base := decide(t, tn, nil, nil, at)
 	record(t, tn, base, server)
-	render()
+	// The channel's first state, a baseline of its pins, moves nothing
+	// and reads no install file.
+	if res := render(); !res.Incremental || len(res.Installs) != 0 {
+		t.Fatalf("the baseline rendered %+v (incremental %v), want none", res.Installs, res.Incremental)
+	}
 	tn.edit("channels/stable.yaml", "\n  database: 1.0.0\n", "\n  database: 1.1.0\n")
 	tn.commit("stable: database 1.1.0")
 	started := decide(t, tn, base, nil, at.Add(time.Minute))
