@@ -95,7 +95,11 @@ type channelRollout struct {
 	err error
 	// tally is how the open wave of state stood at the last evaluation
 	// that judged it (rollout.Tally); nil until one did, and again after
-	// each decision.
+	// each decision. A render that is not a decision's (a request put
+	// into an install's desired state) may move an open-wave install's
+	// desired commit unseen: its status then names an older commit, so
+	// the tally counts too few installs waiting or too many failed, and
+	// Settled errs only towards judging the wave whole.
 	tally *rollout.Tally
 }
 
