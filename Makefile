@@ -141,6 +141,11 @@ bench-server: ## the tenant server's benchmarks: polls, fetches, status write-ba
 	NUON_BENCH_POLL_SECONDS=$${NUON_BENCH_POLL_SECONDS:-30} $(GO) test -run='^$$' -bench='^BenchmarkServerPolls$$' -benchtime=1x -count=1 -timeout 30m ./cmd/nuon
 	ulimit -n $$(ulimit -Hn) && $(GO) test -run='^$$' -bench='^BenchmarkServerHostile$$' -benchtime=1x -count=1 -timeout 30m ./cmd/nuon
 
+.PHONY: bench-rollout
+bench-rollout: ## staged rollouts through the real server and controller: a release that succeeds end to end at 10,000 and 100,000 installs (NUON_BENCH_ROLLOUT_SIZES; make bench runs 10,000) with a main change's cost at those sizes; a release halted and rolled back by wave 2's failing status at 10,000 (NUON_BENCH_ROLLOUT_INSTALLS); the rollout page at 100,000
+	NUON_BENCH_ROLLOUT_SIZES=$${NUON_BENCH_ROLLOUT_SIZES:-10000,100000} $(GO) test -run='^$$' -bench='^Benchmark(RolloutSuccess|RolloutMainChange)$$' -benchtime=1x -count=1 -timeout 180m ./server
+	$(GO) test -run='^$$' -bench='^Benchmark(RolloutHalt|RolloutPage)$$' -benchtime=1x -count=1 -timeout 60m ./server
+
 .PHONY: chromium
 chromium: ## install Debian's chromium for the fleet view's headless browser test (apt-get)
 	hack/chromium.sh install

@@ -28,8 +28,8 @@ const TrailerRollouts = "Nuon-Rollouts"
 // as if no rollout ref existed.
 //
 // When the rollout refs differ from those the previous render read, an
-// incremental render becomes a full one: a decision changes the pins of
-// installs whose files did not change.
+// incremental render also renders the installs whose pins the decisions
+// changed although their files did not (rolloutDelta).
 func (r *renderRun) loadRollouts(context.Context) error {
 	if len(r.opts.Rollouts) == 0 {
 		return nil
@@ -51,11 +51,11 @@ func (r *renderRun) loadRollouts(context.Context) error {
 	if r.changed == nil || r.rolloutTrailer() == r.prevRollouts() {
 		return nil
 	}
-	affected, ok := r.rolloutDelta()
+	affected, finished, ok := r.rolloutDelta()
 	if !ok {
 		return r.openSource()
 	}
-	return r.openAlso(affected)
+	return r.openAlso(affected, finished)
 }
 
 // rolloutDelta returns the installs whose pins differ between the rollout
@@ -65,15 +65,20 @@ func (r *renderRun) loadRollouts(context.Context) error {
 // from-pins before. When the default pins of a channel's two states are
 // the same — a wave opened, a wave rolled back, a rollout started or
 // superseded — only the installs either names can differ, and those whose
-// pins do are returned. ok is false when the defaults differ (a rollout
-// finished), or a state the previous render read cannot be read again:
-// every install is rendered.
-func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
+// pins do are returned. When they differ — a rollout finished — the
+// installs the new state does not name differ too (those added to main
+// while it ran, and those of other channels, which render as they were):
+// that state is returned in finished, and openAlso takes them. A
+// channel's first state is compared with the channel's pins, which every
+// install had before it: a baseline of them moves none. ok is false when
+// a state the previous render read cannot be read again, or a channel's
+// state went: every install is rendered.
+func (r *renderRun) rolloutDelta() (affected []string, finished []*schemas.RolloutState, ok bool) {
 	prev := map[string]plumbing.Hash{}
 	for _, w := range strings.Fields(r.prevRollouts()) {
 		ch, tip, found := strings.Cut(w, "=")
 		if !found || !plumbing.IsHash(tip) {
-			return nil, false
+			return nil, nil, false
 		}
 		prev[ch] = plumbing.NewHash(tip)
 	}
@@ -91,12 +96,23 @@ func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
 		if cur != nil && had && r.opts.Rollouts[ch] == tip {
 			continue
 		}
-		if cur == nil || !had {
-			return nil, false
+		if cur == nil {
+			return nil, nil, false
 		}
-		old, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
-		if err != nil || !maps.Equal(defaultPins(old), defaultPins(cur)) {
-			return nil, false
+		var old *schemas.RolloutState
+		if had {
+			var err error
+			if old, err = rollout.Read(r.st, ch, tip, r.opts.Trust); err != nil {
+				return nil, nil, false
+			}
+		} else {
+			// The channel's first state: before it, every install had
+			// the channel's pins, as after a finished rollout to them.
+			pins := r.src.Channels[ch].Components
+			old = &schemas.RolloutState{Phase: schemas.RolloutFinished, From: pins, To: pins}
+		}
+		if !maps.Equal(defaultPins(old), defaultPins(cur)) {
+			finished = append(finished, cur)
 		}
 		for _, s := range []*schemas.RolloutState{old, cur} {
 			for _, id := range named(s) {
@@ -106,7 +122,7 @@ func (r *renderRun) rolloutDelta() (affected []string, ok bool) {
 			}
 		}
 	}
-	return slices.Sorted(maps.Keys(set)), true
+	return slices.Sorted(maps.Keys(set)), finished, true
 }
 
 // defaultPins are the pins of an install s does not name.
@@ -135,9 +151,10 @@ func named(s *schemas.RolloutState) []string {
 
 // openAlso adds installs to an incremental render: the source is opened
 // again with their files beside those of the installs whose file changed.
-// An id main has no file for is left out.
-func (r *renderRun) openAlso(ids []string) error {
-	if len(ids) == 0 {
+// An id main has no file for is left out. So are added every install
+// that one of the states unnamed does not name (rolloutDelta).
+func (r *renderRun) openAlso(ids []string, unnamed []*schemas.RolloutState) error {
+	if len(ids) == 0 && len(unnamed) == 0 {
 		return nil
 	}
 	cur, err := commitTree(r.st, r.source)
@@ -156,9 +173,23 @@ func (r *renderRun) openAlso(ids []string) error {
 	for _, id := range ids {
 		want[id] = true
 	}
+	var names []map[string]bool
+	for _, s := range unnamed {
+		m := map[string]bool{}
+		for _, id := range named(s) {
+			m[id] = true
+		}
+		names = append(names, m)
+	}
 	var only []treeEntry
 	for _, e := range es {
-		if id, ok := strings.CutSuffix(e.name, ".yaml"); ok && want[id] {
+		id, ok := strings.CutSuffix(e.name, ".yaml")
+		for _, m := range names {
+			if ok && !m[id] {
+				want[id] = true
+			}
+		}
+		if ok && want[id] {
 			only = append(only, e)
 			r.changed[id] = true
 		}

@@ -288,3 +288,90 @@ func sortedValues(m map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestRenderRolloutFinish: a channel's first rollout state, a baseline,
+// renders no install. A rollout's finish changes the default pins,
+// yet renders only the installs its state does not name — one added to
+// main while the rollout ran, which gets the new version now, and those
+// of other channels, unchanged — not the installs its waves moved.
+func TestRenderRolloutFinish(t *testing.T) {
+	tn := rolloutTenant(t)
+	ctx := context.Background()
+	render := func() *renderer.Result {
+		r := tn.open()
+		opts := options(t)
+		tip, err := r.Ref(plumbing.ReferenceName(schemas.RolloutRef("stable")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Rollouts = map[string]plumbing.Hash{"stable": tip}
+		res, err := renderRepo(ctx, r, "main", opts)
+		if err != nil {
+			t.Fatalf("render: %v", err)
+		}
+		if err := apply(ctx, r, res, res.Updates); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	server := loadSigner(t, "render")
+	at := renderTime
+	render()
+	base := decide(t, tn, nil, nil, at)
+	record(t, tn, base, server)
+	// The channel's first state, a baseline of its pins, moves nothing
+	// and reads no install file.
+	if res := render(); !res.Incremental || len(res.Installs) != 0 {
+		t.Fatalf("the baseline rendered %+v (incremental %v), want none", res.Installs, res.Incremental)
+	}
+	tn.edit("channels/stable.yaml", "\n  database: 1.0.0\n", "\n  database: 1.1.0\n")
+	tn.commit("stable: database 1.1.0")
+	started := decide(t, tn, base, nil, at.Add(time.Minute))
+	record(t, tn, started, server)
+	render()
+	// hooli joins stable while the rollout runs: in no wave, it gets the
+	// from-pins.
+	b, err := os.ReadFile(filepath.Join(tn.src, "installs", "acme.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooli := strings.ReplaceAll(strings.Replace(string(b), "labels: {ring: canary}\n", "", 1), "acme", "hooli")
+	tn.write("installs/hooli.yaml", hooli)
+	tn.commit("hooli joins stable")
+	render()
+	if v := componentVersion(t, tn, "hooli", "database"); v != "1.0.0" {
+		t.Fatalf("hooli, added while the rollout runs, has database %s", v)
+	}
+	passed := *started
+	passed.Waves = slices.Clone(started.Waves)
+	opened := at.Add(2 * time.Hour)
+	passed.Waves[0].Passed, passed.Waves[1].Opened, passed.Waves[1].Installs = &opened, &opened, []string{"initech"}
+	passed.Decision = schemas.RolloutDecision{Kind: schemas.DecisionPassed, Wave: 1, At: opened, By: rollout.By, Reason: "test"}
+	record(t, tn, &passed, server)
+	render()
+	before := refs(t, tn.dir)
+
+	finished := passed
+	finished.Waves = slices.Clone(passed.Waves)
+	done := at.Add(3 * time.Hour)
+	finished.Waves[1].Passed, finished.Phase = &done, schemas.RolloutFinished
+	finished.Decision = schemas.RolloutDecision{Kind: schemas.DecisionFinished, Wave: 2, At: done, By: rollout.By, Reason: "test"}
+	record(t, tn, &finished, server)
+	res := render()
+	var ids []string
+	for _, in := range res.Installs {
+		ids = append(ids, in.ID)
+	}
+	if !res.Incremental || !slices.Equal(ids, []string{"globex", "hooli"}) {
+		t.Fatalf("the finish rendered %v (incremental %v), want globex and hooli, the installs its state does not name", ids, res.Incremental)
+	}
+	if v := componentVersion(t, tn, "hooli", "database"); v != "1.1.0" {
+		t.Errorf("hooli after the finish has database %s, want 1.1.0", v)
+	}
+	after := refs(t, tn.dir)
+	for _, id := range []string{"acme", "initech", "globex"} {
+		if ref := schemas.InstallRef(id); before[ref] != after[ref] {
+			t.Errorf("the finish moved %s", ref)
+		}
+	}
+}

@@ -162,6 +162,9 @@ type Judgement struct {
 	// HealthySince is when the last of the healthy installs turned
 	// healthy (its status commit's time, not before the wave opened).
 	HealthySince time.Time
+	// Omitted counts the installs whose evidence a bounded judgement
+	// (Tally.Judgement) leaves out of Evidence.
+	Omitted int `json:",omitempty"`
 }
 
 // Judge classifies every install of wave w (opened at opened) on the new

@@ -55,6 +55,30 @@ func Fleet(policies map[string]*Policy, installs []FleetInstall) ([]*Waves, erro
 // of main) and assigns the waves of src's installs: what `nuon render
 // --dry-run` shows. src must have been opened from the same tree.
 func Load(ctx context.Context, fsys fs.FS, src *schemas.Source) ([]*Waves, error) {
+	policies, err := Policies(fsys, src)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var installs []FleetInstall
+	err = src.EachInstall(ctx, func(id string, in schemas.Install) {
+		if in.Deleted {
+			return // it takes no change, so it is in no wave
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		installs = append(installs, FleetInstall{Install: Install{ID: id, Labels: in.Labels}, Channel: in.Channel})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return Fleet(policies, installs)
+}
+
+// Policies reads the rollout policy of each of src's channels from fsys
+// (nil for a channel without one): what Fleet takes. A policy that does
+// not parse is a problem naming its channel file and line.
+func Policies(fsys fs.FS, src *schemas.Source) (map[string]*Policy, error) {
 	policies := map[string]*Policy{}
 	var ps schemas.Problems
 	for _, ch := range slices.Sorted(maps.Keys(src.Channels)) {
@@ -74,18 +98,5 @@ func Load(ctx context.Context, fsys fs.FS, src *schemas.Source) ([]*Waves, error
 	if len(ps) > 0 {
 		return nil, ps.Err()
 	}
-	var mu sync.Mutex
-	var installs []FleetInstall
-	err := src.EachInstall(ctx, func(id string, in schemas.Install) {
-		if in.Deleted {
-			return // it takes no change, so it is in no wave
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		installs = append(installs, FleetInstall{Install: Install{ID: id, Labels: in.Labels}, Channel: in.Channel})
-	})
-	if err != nil {
-		return nil, err
-	}
-	return Fleet(policies, installs)
+	return policies, nil
 }

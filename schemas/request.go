@@ -1,11 +1,8 @@
 package schemas
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"regexp"
 	"strings"
@@ -99,31 +96,14 @@ func RequestPath(install, id string) string {
 // strictly, and checks that the path names the same install and id. Every
 // error wraps ErrInvalidRequest and names the file.
 func DecodeRequest(name string, data []byte) (*Request, error) {
-	if err := ValidateJSON(SchemaRequest, data); err != nil {
-		var ps Problems
-		if errors.As(err, &ps) {
-			for i := range ps {
-				ps[i].File = name
-			}
-		}
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var r Request
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, name, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %s: data after the request", ErrInvalidRequest, name)
-	}
-	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, name, err)
+	r, err := decodeRequestFile(name, SchemaRequest, data, (*Request).Validate)
+	if err != nil {
+		return nil, err
 	}
 	if want := RequestPath(r.Install, r.ID); name != want {
 		return nil, fmt.Errorf("%w: %s: install %q and id %q belong in %s", ErrInvalidRequest, name, r.Install, r.ID, want)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // Validate checks what the renderer and the agent rely on, whatever the

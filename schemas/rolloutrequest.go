@@ -14,6 +14,11 @@ import (
 // KindRolloutRequest is the kind of an operator's rollout request.
 const KindRolloutRequest = "RolloutRequest"
 
+// SchemaRolloutRequest is the schema of a rollout request's file.
+const SchemaRolloutRequest = "rollout-request.schema.json"
+
+func init() { goTypes[SchemaRolloutRequest] = func() any { return new(RolloutRequest) } }
+
 // RolloutRequestsDir is the directory of a rollout request's commit tree:
 // rollouts/<channel>/<id>.json.
 const RolloutRequestsDir = "rollouts"
@@ -73,25 +78,48 @@ func (r *RolloutRequest) Validate() error {
 	return errors.Join(errs...)
 }
 
-// DecodeRolloutRequest decodes a rollout request file read from name
-// (rollouts/<channel>/<id>.json) strictly and checks that the path names
-// its channel and id. Every error wraps ErrInvalidRequest and names the
-// file.
+// DecodeRolloutRequest checks a rollout request file read from name
+// (rollouts/<channel>/<id>.json) as DecodeRequest checks an install's:
+// against its JSON Schema, strictly decoded, then Validate, and that the
+// path names its channel and id. Every error wraps ErrInvalidRequest and
+// names the file.
 func DecodeRolloutRequest(name string, data []byte) (*RolloutRequest, error) {
+	r, err := decodeRequestFile(name, SchemaRolloutRequest, data, (*RolloutRequest).Validate)
+	if err != nil {
+		return nil, err
+	}
+	if want := RolloutRequestPath(r.Channel, r.ID); name != want {
+		return nil, fmt.Errorf("%w: %s: channel %q and id %q belong in %s", ErrInvalidRequest, name, r.Channel, r.ID, want)
+	}
+	return r, nil
+}
+
+// decodeRequestFile reads a signed request's file named name, of any
+// kind: checked against its JSON Schema (problems with the file, field,
+// line and column), decoded strictly as one document, then checked by
+// validate for what the schema cannot say. Every error wraps
+// ErrInvalidRequest and names the file.
+func decodeRequestFile[T any](name, schema string, data []byte, validate func(*T) error) (*T, error) {
+	if err := ValidateJSON(schema, data); err != nil {
+		var ps Problems
+		if errors.As(err, &ps) {
+			for i := range ps {
+				ps[i].File = name
+			}
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var r RolloutRequest
-	if err := dec.Decode(&r); err != nil {
+	r := new(T)
+	if err := dec.Decode(r); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, name, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %s: data after the request", ErrInvalidRequest, name)
 	}
-	if err := r.Validate(); err != nil {
+	if err := validate(r); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, name, err)
 	}
-	if want := RolloutRequestPath(r.Channel, r.ID); name != want {
-		return nil, fmt.Errorf("%w: %s: channel %q and id %q belong in %s", ErrInvalidRequest, name, r.Channel, r.ID, want)
-	}
-	return &r, nil
+	return r, nil
 }

@@ -40,8 +40,11 @@ const DefaultRolloutInterval = 5 * time.Second
 // decision moved get their new state.
 //
 // Its work per status push is reading that one status; per evaluation,
-// judging the open wave of each running rollout from what it holds in
-// memory. Main is read again only when it moved.
+// classifying again the open wave's installs whose status changed
+// (rollout.Tally). The whole wave is judged only when the tally cannot
+// rule out a decision: when its last waiting install reports, a failure
+// goes over the budget, or a status may have gone stale. Main is read
+// again only when it moved, and then only the install files it changed.
 type rollouts struct {
 	s        *Server
 	interval time.Duration
@@ -66,6 +69,8 @@ type rollouts struct {
 	// syncMain is the main the server last rendered (guarded by
 	// Server.renderMu, not mu): see baselineFirstRollouts.
 	syncMain plumbing.Hash
+	// installs are main's install files as last read (rollout_installs.go).
+	installs rolloutInstalls
 	// refused is a main commit whose rollouts could not be read (a
 	// policy Parse or Assign refuses): reported once, then left alone.
 	refused plumbing.Hash
@@ -88,6 +93,14 @@ type channelRollout struct {
 	// err says why the channel's rollout ref could not be read: nothing
 	// moves on the channel until it is fixed.
 	err error
+	// tally is how the open wave of state stood at the last evaluation
+	// that judged it (rollout.Tally); nil until one did, and again after
+	// each decision. A render that is not a decision's (a request put
+	// into an install's desired state) may move an open-wave install's
+	// desired commit unseen: its status then names an older commit, so
+	// the tally counts too few installs waiting or too many failed, and
+	// Settled errs only towards judging the wave whole.
+	tally *rollout.Tally
 }
 
 // statusSeen is an install's status commit as the controller read it.
@@ -162,8 +175,10 @@ func (s *Server) EvaluateRollouts(ctx context.Context) ([]*schemas.RolloutState,
 }
 
 // RolloutStates returns each channel's rollout state as the controller
-// last read or wrote it, and the judgement of its open wave from the
-// statuses it holds: what a page of the fleet view shows.
+// last read or wrote it, and how its open wave stands from the statuses
+// it holds (its tally, rollout.Tally): counts, and the evidence of at
+// most rolloutEvidence installs, problems first. What a page of the
+// fleet view shows.
 func (s *Server) RolloutStates() map[string]RolloutView {
 	r := s.rollouts
 	r.mu.Lock()
@@ -176,8 +191,13 @@ func (s *Server) RolloutStates() map[string]RolloutView {
 		}
 		if c.state != nil {
 			if k := rollout.Opened(c.state); k > 0 && c.state.Phase == schemas.RolloutRunning {
-				w := c.state.Waves[k-1]
-				j := rollout.Judge(w.Installs, r.reports(w.Installs), c.state.To, *w.Opened, r.s.cfg.Now())
+				// The tally the controller keeps, made now if it has none
+				// yet: a page view costs no judgement of the whole wave.
+				if c.tally == nil || !c.tally.Of(c.state) {
+					w := c.state.Waves[k-1]
+					c.tally = rollout.NewTally(c.state, r.reports(w.Installs), r.s.cfg.Now())
+				}
+				j := c.tally.Judgement(rolloutEvidence)
 				v.Open = &j
 			}
 		}
@@ -253,21 +273,44 @@ func (r *rollouts) evaluate(ctx context.Context, tick bool) ([]*schemas.RolloutS
 		if c.err != nil {
 			continue
 		}
+		// The open wave's installs whose status changed are classified
+		// again; when the tally then shows that nothing can be decided,
+		// the wave is not judged whole: an evaluation costs what changed.
+		if c.tally != nil {
+			for _, id := range changed {
+				if r.of[id] == ch {
+					rep, ok := r.reports([]string{id})[id]
+					c.tally.Update(id, rep, ok, now)
+				}
+			}
+			if c.tally.Settled(c.policy, c.state, c.pins, now) {
+				continue
+			}
+		}
+		if c.state != nil && c.state.Phase != schemas.RolloutRunning && maps.Equal(c.state.To, c.pins) {
+			continue // paused, halted, aborted or finished, and no new pin
+		}
 		var installs []string
 		if c.state != nil {
 			if k := rollout.Opened(c.state); k > 0 {
 				installs = c.state.Waves[k-1].Installs
 			}
 		}
+		reports := r.reports(installs)
 		next, err := rollout.Decide(rollout.Input{Policy: c.policy, Waves: c.waves, State: c.state, Pins: c.pins,
-			Source: main.String(), Reports: r.reports(installs), Released: c.released, Now: now})
+			Source: main.String(), Reports: reports, Released: c.released, Now: now})
 		if err != nil {
 			r.s.log.Error("rollout not decided", "channel", ch, "error", err)
 			continue
 		}
 		if next == nil {
+			c.tally = nil
+			if c.state != nil && c.state.Phase == schemas.RolloutRunning {
+				c.tally = rollout.NewTally(c.state, reports, now)
+			}
 			continue
 		}
+		c.tally = nil
 		tip, err := r.write(ctx, repo, c, next)
 		if err != nil {
 			return written, err
@@ -310,11 +353,16 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 	if err != nil {
 		return err
 	}
-	src, err := schemas.Open(fsys)
+	t0 := time.Now()
+	src, files, read, err := r.installs.read(ctx, st, main, fsys)
+	if err != nil {
+		return err
+	}
+	policies, err := rollout.Policies(fsys, src)
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	all, err := rollout.Load(ctx, fsys, src)
+	all, err := rollout.Fleet(policies, fleetInstalls(files))
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
@@ -359,6 +407,8 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		}
 	}
 	r.channels, r.of, r.main = channels, of, main
+	r.installs.files = files
+	r.s.log.Info("rollout waves assigned", "main", main.String(), "installs", len(files), "read", read, "took", time.Since(t0))
 	// The pins of desired commits read before: kept only while main does
 	// not move, so that the map stays as small as the commits of a few
 	// waves.

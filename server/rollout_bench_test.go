@@ -46,9 +46,21 @@ type rolloutFleet struct {
 	url   string
 	key   *signature.Signer
 	heads sync.Map // install → its status ref's tip
+	// watchURL is served on a listener of its own, which counts the
+	// bytes of the agents that watch (rolloutWatcher).
+	watchURL string
+	watched  *countingListener
 }
 
 func newRolloutFleet(tb testing.TB, n int, onFailure string) *rolloutFleet {
+	tb.Helper()
+	return newRolloutFleetLoop(tb, n, onFailure, true)
+}
+
+// newRolloutFleetLoop is newRolloutFleet; without loop, the server's
+// loops (the rollout controller's among them) do not run, and the
+// controller evaluates only when EvaluateRollouts is called.
+func newRolloutFleetLoop(tb testing.TB, n int, onFailure string, loop bool) *rolloutFleet {
 	tb.Helper()
 	f := &rolloutFleet{tb: tb, n: n}
 	f.key, _ = loadKey(tb, "acme")
@@ -109,12 +121,23 @@ func newRolloutFleet(tb testing.TB, n int, onFailure string) *rolloutFleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	wl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.watched = &countingListener{Listener: wl}
 	hs := &http.Server{Handler: srv}
 	go hs.Serve(ln)
+	go hs.Serve(f.watched)
 	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
+	if loop {
+		go func() { srv.Run(ctx); close(done) }()
+	} else {
+		close(done)
+	}
 	tb.Cleanup(func() { hs.Close(); cancel(); <-done; srv.Close() })
 	f.url = "http://" + ln.Addr().String() + "/tenant.git"
+	f.watchURL = "http://" + wl.Addr().String() + "/tenant.git"
 	return f
 }
 
@@ -128,12 +151,18 @@ func must(tb testing.TB, err error) {
 // pin moves stable's database pin on main and has the server follow.
 func (f *rolloutFleet) pin(from, to string) {
 	f.tb.Helper()
+	f.commitPin(from, to)
+	must(f.tb, f.srv.Sync(context.Background()))
+}
+
+// commitPin moves stable's database pin on main.
+func (f *rolloutFleet) commitPin(from, to string) {
+	f.tb.Helper()
 	p := filepath.Join(f.src, "channels", "stable.yaml")
 	b, err := os.ReadFile(p)
 	must(f.tb, err)
 	must(f.tb, os.WriteFile(p, []byte(strings.Replace(string(b), "database: "+from, "database: "+to, 1)), 0o644))
 	gittest.CommitDir(f.tb, f.dir, "main", f.src, "stable: database "+to)
-	must(f.tb, f.srv.Sync(context.Background()))
 }
 
 // state reads stable's rollout state from the repository.

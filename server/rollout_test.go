@@ -9,7 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -148,10 +154,136 @@ func TestRolloutHaltsOnCanaryFailure(t *testing.T) {
 	}
 }
 
-// TestRolloutBadInput: a pin to a version with no release record, and a
-// rollout whose selector matches no install, are refused with the
-// channel file named; nothing moves.
+// TestRolloutBadInput pushes main commits that are wrong in each way the
+// issue names, one after the other, to a server whose stable channel has
+// a rollout: each is refused with a message naming the file and line,
+// and no install ref and no rollout ref moves. The last, a good pin
+// change, then starts the rollout: what the refusals held back was
+// there to move.
 func TestRolloutBadInput(t *testing.T) {
+	e := newEnv(t)
+	const policy = "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n    - name: rest\n      rest: true\n"
+	e.pushMain("stable rolls out in waves", func(work string) {
+		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), policy)
+		appendFile(t, filepath.Join(work, "installs", "acme.yaml"), "labels: {ring: canary}\n")
+	})
+	base := e.waitDecision(schemas.DecisionBaseline)
+	if base.To["database"] != "1.0.0" {
+		t.Fatalf("baseline %v", base.To)
+	}
+	good := map[string][]byte{}
+	for _, f := range []string{"channels/stable.yaml", "installs/acme.yaml", "installs/initech.yaml"} {
+		out, err := gittest.Run(e.upstream, nil, "show", "main:"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good[f] = []byte(out + "\n")
+	}
+	refsBefore := map[string]string{}
+	for _, id := range []string{"acme", "initech", "globex"} {
+		refsBefore[id] = e.serverRef(schemas.InstallRef(id))
+	}
+	rolloutBefore := e.serverRef(schemas.RolloutRef("stable"))
+	stable := func(work string) string { return filepath.Join(work, "channels", "stable.yaml") }
+	for _, tc := range []struct {
+		name string
+		edit func(work string)
+		want []string // each in the error or the server's log
+	}{{
+		name: "a selector matching no install",
+		edit: func(work string) { replaceIn(t, stable(work), "ring: canary", "ring: canery") },
+		want: []string{"channels/stable.yaml:11:17: rollout.waves[0].selector: ring=canery selects no install of channel stable"},
+	}, {
+		name: "overlapping waves",
+		edit: func(work string) {
+			replaceIn(t, stable(work), "    - name: rest\n", "    - name: canary-again\n      selector: {matchExpressions: [{key: ring, operator: Exists}]}\n    - name: rest\n")
+		},
+		want: []string{"channels/stable.yaml:13:17: rollout.waves[1].selector: overlaps earlier waves: every install ring selects is in one already (canary)"},
+	}, {
+		name: "a wave of 0 installs",
+		edit: func(work string) {
+			replaceIn(t, stable(work), "    - name: rest\n", "    - {name: none, count: 0}\n    - name: rest\n")
+		},
+		want: []string{"channels/stable.yaml:12:27: rollout.waves[1].count: must be at least 1, not 0"},
+	}, {
+		name: "shares over 100 %",
+		edit: func(work string) {
+			replaceIn(t, stable(work), "    - name: rest\n      rest: true\n", "    - {name: most, percent: 60}\n    - {name: more, percent: 50}\n")
+		},
+		want: []string{"channels/stable.yaml:13:29: rollout.waves[2].percent: the percent waves up to here add up to 110 %, more than 100 %"},
+	}, {
+		name: "shares that leave installs in no wave",
+		edit: func(work string) {
+			replaceIn(t, stable(work), "    - name: rest\n      rest: true\n", "")
+		},
+		want: []string{"channels/stable.yaml:10:5: rollout.waves: 1 install is in no wave: initech; end the waves with rest: true"},
+	}, {
+		name: "an unknown channel",
+		edit: func(work string) {
+			replaceIn(t, filepath.Join(work, "installs", "initech.yaml"), "channel: stable", "channel: stabel")
+		},
+		want: []string{`installs/initech.yaml:1:10: channel: channel "stabel" does not exist (no channels/stabel.yaml)`},
+	}, {
+		name: "a version that is not released",
+		edit: func(work string) { replaceIn(t, stable(work), "database: 1.1.0", "database: 9.9.9") },
+		want: []string{"channels/stable.yaml:4:13: components.database: database 9.9.9 is not released"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			logAt := len(e.log.String())
+			e.pushMain(tc.name, func(work string) {
+				for f, data := range good {
+					if err := os.WriteFile(filepath.Join(work, f), data, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Each case pins a new version: were the input taken,
+				// the canary would move.
+				replaceIn(t, stable(work), "database: 1.0.0", "database: 1.1.0")
+				tc.edit(work)
+			})
+			var got string
+			if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil {
+				got = err.Error() + "\n"
+			}
+			got += e.log.String()[logAt:]
+			for _, want := range tc.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("error and log lack %q:\n%s", want, got)
+				}
+			}
+			if got := e.serverRef(schemas.RolloutRef("stable")); got != rolloutBefore {
+				t.Fatalf("rollout ref moved to %s", got)
+			}
+			for id, before := range refsBefore {
+				if got := e.serverRef(schemas.InstallRef(id)); got != before {
+					t.Fatalf("%s moved", id)
+				}
+			}
+		})
+	}
+	e.pushMain("stable: database 1.1.0", func(work string) {
+		for f, data := range good {
+			if err := os.WriteFile(filepath.Join(work, f), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		replaceIn(t, stable(work), "database: 1.0.0", "database: 1.1.0")
+	})
+	if s := e.waitDecision(schemas.DecisionStarted); s.To["database"] != "1.1.0" {
+		t.Fatalf("started %v", s.To)
+	}
+	if e.serverRef(schemas.InstallRef("acme")) == refsBefore["acme"] || e.serverRef(schemas.InstallRef("initech")) != refsBefore["initech"] {
+		t.Fatal("the good pin change did not move the canary alone")
+	}
+}
+
+// TestRolloutForgedRef: a rollout ref the server's key did not sign,
+// written into the repository behind the server's back (a restored
+// backup, a hand-edited mirror), is refused: the render of the next main
+// fails naming the ref, the controller logs it and decides nothing on
+// the channel, and no install ref moves although the forged state opens
+// every wave to a new version.
+func TestRolloutForgedRef(t *testing.T) {
 	e := newEnv(t)
 	e.pushMain("stable rolls out in waves", func(work string) {
 		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n    - name: rest\n      rest: true\n")
@@ -162,35 +294,54 @@ func TestRolloutBadInput(t *testing.T) {
 	for _, id := range []string{"acme", "initech", "globex"} {
 		refsBefore[id] = e.serverRef(schemas.InstallRef(id))
 	}
-	rolloutBefore := e.serverRef(schemas.RolloutRef("stable"))
-	check := func(want string) {
-		t.Helper()
-		if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil && !strings.Contains(err.Error(), want) {
-			t.Fatalf("evaluate: %v", err)
-		}
-		if !strings.Contains(e.log.String(), want) {
-			t.Fatalf("log lacks %q:\n%s", want, e.log.String())
-		}
-		if got := e.serverRef(schemas.RolloutRef("stable")); got != rolloutBefore {
-			t.Fatalf("rollout ref moved to %s", got)
-		}
-		for id, before := range refsBefore {
-			if got := e.serverRef(schemas.InstallRef(id)); got != before {
-				t.Fatalf("%s moved", id)
-			}
-		}
+	// acme's key signs a finished rollout to database 1.1.0.
+	forged := base
+	forged.Rollout, forged.To = 1, map[string]string{}
+	for c, v := range base.To {
+		forged.To[c] = v
 	}
-	e.pushMain("stable: database 9.9.9", func(work string) {
-		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.0.0", "database: 9.9.9")
-	})
-	check("channels/stable.yaml:4:13: components.database: database 9.9.9 is not released")
-	e.pushMain("a canary ring nobody is in", func(work string) {
-		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 9.9.9", "database: 1.1.0")
-		replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "ring: canary", "ring: canery")
-	})
-	check("channels/stable.yaml:")
-	check("selects no install of channel stable")
-	if base.To["database"] != "1.0.0" {
-		t.Fatalf("baseline %v", base.To)
+	forged.To["database"] = "1.1.0"
+	forged.Decision = schemas.RolloutDecision{Kind: schemas.DecisionFinished, At: time.Now(), By: "controller", Reason: "forged"}
+	repo, err := gitrepo.Open(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := plumbing.ReferenceName(schemas.RolloutRef("stable"))
+	tip, err := repo.Ref(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gitobj.NewBatch()
+	h, err := rollout.Commit(b, tip, &forged, e.keys["acme"], object.Signature{Name: "nuon rollout controller", Email: "rollouts@nuon.invalid", When: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(repo.Storer()); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(e.dir, "update-ref", ref.String(), h.String(), tip.String())
+
+	work := filepath.Join(t.TempDir(), "work")
+	e.mustGit("", "clone", "--quiet", "--no-local", "--branch", "main", e.upstream, work)
+	replaceIn(t, filepath.Join(work, "channels", "stable.yaml"), "database: 1.0.0", "database: 1.1.0")
+	e.mustGit(work, "commit", "--quiet", "-am", "stable: database 1.1.0")
+	e.mustGit(work, "push", "--quiet", "origin", "main")
+	err = e.srv.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), h.String()) {
+		t.Fatalf("render with a forged rollout ref: %v", err)
+	}
+	if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.log.String(), "rollout ref refused: nothing moves on the channel") {
+		t.Fatalf("the controller did not refuse the forged ref:\n%s", e.log.String())
+	}
+	if got := e.serverRef(ref.String()); got != h.String() {
+		t.Fatalf("rollout ref at %s, the controller wrote over the forged one", got)
+	}
+	for id, before := range refsBefore {
+		if got := e.serverRef(schemas.InstallRef(id)); got != before {
+			t.Fatalf("%s moved", id)
+		}
 	}
 }

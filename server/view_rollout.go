@@ -155,6 +155,7 @@ func rolloutDetail(ch string, rv RolloutView) *rolloutPageData {
 			return cmp.Compare(outcomeRank(a.Outcome), outcomeRank(b.Outcome))
 		})
 		d.OpenWave = clipEvidence(es)
+		d.OpenWave.More += rv.Open.Omitted
 	}
 	return d
 }

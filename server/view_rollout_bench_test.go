@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
@@ -132,4 +134,75 @@ func TestRolloutPageBounded(t *testing.T) {
 	if w.n > 200<<10 {
 		t.Errorf("page of %d bytes", w.n)
 	}
+}
+
+// BenchmarkRolloutPageStates measures the rollout page at 100,000
+// installs (NUON_BENCH_ROLLOUT_INSTALLS for another size) end to end from
+// the controller's memory: Server.RolloutStates, which judges the open
+// wave of 50,000 installs from the tally the controller keeps, then the
+// page built and rendered. It reports the page's bytes, the slowest
+// time, and the time to make the tally (once per decision).
+func BenchmarkRolloutPageStates(b *testing.B) {
+	n := 100000
+	if s := os.Getenv("NUON_BENCH_ROLLOUT_INSTALLS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 100 {
+			b.Fatalf("NUON_BENCH_ROLLOUT_INSTALLS: %q", s)
+		}
+	}
+	now := time.Now()
+	s := &Server{cfg: Config{Now: func() time.Time { return now }, ViewStaleAfter: time.Hour}, refs: &refTable{refs: map[string]plumbing.Hash{}}}
+	v, err := newView(s, "t")
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := benchRollout(n, now).State
+	r := &rollouts{s: s, channels: map[string]*channelRollout{"stable": {state: st}},
+		statuses: map[string]statusSeen{}, pins: map[plumbing.Hash]map[string]string{}}
+	s.rollouts = r
+	for k, id := range st.Waves[1].Installs {
+		desired := plumbing.NewHash(fmt.Sprintf("%040x", k+1))
+		s.refs.refs[schemas.InstallRef(id)] = desired
+		r.pins[desired] = st.To
+		status := &schemas.Status{Install: id, Desired: desired.String(), Applied: desired.String(), Phase: schemas.InstallReady,
+			Components: map[string]schemas.ComponentStatus{
+				"api":      {Phase: schemas.PhaseApplied, Health: &schemas.Health{Status: schemas.HealthReady}},
+				"database": {Phase: schemas.PhaseApplied, Health: &schemas.Health{Status: schemas.HealthReady}},
+			}}
+		switch k % 5 {
+		case 0:
+			status.Phase = schemas.InstallDegraded
+			status.Components["api"] = schemas.ComponentStatus{Phase: schemas.PhaseFailed, Error: "helm upgrade: context deadline exceeded"}
+		case 1:
+			status.Deferred = &schemas.Deferred{Reason: schemas.DeferredHold, Message: "held by the customer until 2026-12-01"}
+			status.Desired = "0000000000000000000000000000000000000001"
+		case 4:
+			continue // no status yet
+		}
+		r.statuses[id] = statusSeen{commit: desired, at: now.Add(-time.Minute), status: status}
+	}
+	// The first view makes the tally, as the controller's evaluation
+	// that found nothing to decide does; views after it read the tally.
+	start := time.Now()
+	s.RolloutStates()
+	first := time.Since(start)
+	var size int
+	var slowest, states time.Duration
+	for b.Loop() {
+		start := time.Now()
+		rv := s.RolloutStates()["stable"]
+		states = max(states, time.Since(start))
+		if rv.Open == nil || rv.Open.Failed != len(st.Waves[1].Installs)/5 {
+			b.Fatalf("open wave judged %+v", rv.Open)
+		}
+		w := &countingWriter{}
+		if err := v.tmpl.ExecuteTemplate(w, "rollout.tmpl", rolloutDetail("stable", rv)); err != nil {
+			b.Fatal(err)
+		}
+		slowest, size = max(slowest, time.Since(start)), w.n
+	}
+	b.ReportMetric(float64(size), "page-B")
+	b.ReportMetric(float64(states.Microseconds())/1e3, "max-ms-states")
+	b.ReportMetric(float64(first.Microseconds())/1e3, "ms-tally")
+	b.ReportMetric(float64(slowest.Microseconds())/1e3, "max-ms")
 }

@@ -25,7 +25,7 @@ import (
 )
 
 type rolloutControlOptions struct {
-	server, key, reason, output string
+	server, key, reason, output, repo string
 }
 
 // newRolloutControlCmd is nuon rollout pause|resume|abort.
@@ -41,7 +41,11 @@ trust/requests on main), sent to the tenant server (--server), which checks
 the signature, the channel and that the request was not carried out before,
 then writes it as a decision on refs/heads/nuon/rollouts/<channel>, signed
 by its render key, that names you, your key and the request commit and
-keeps the request itself. nuon rollout status shows who paused or aborted.`,
+keeps the request itself. nuon rollout status shows who paused or aborted.
+
+There is no --repo mode: the decision must be taken by the controller that
+holds the rollout, under its lock, and signed by the server's render key,
+which renders and agents trust and an operator's machine does not hold.`,
 		Example: fmt.Sprintf(`  nuon rollout %s stable --reason "error rate up in eu-west" \
       --server https://nuon.example.com --key ops.key
 
@@ -57,12 +61,18 @@ keeps the request itself. nuon rollout status shows who paused or aborted.`,
 	f.StringVar(&o.key, "key", os.Getenv(cli.EnvOperatorKey), "your operator key, listed in trust/requests on main (default $"+cli.EnvOperatorKey+")")
 	f.StringVar(&o.reason, "reason", "", "why, recorded in the decision")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	// --repo, which nuon rollout status takes, is refused with the reason.
+	f.StringVar(&o.repo, "repo", "", "")
+	_ = f.MarkHidden("repo")
 	return cmd
 }
 
 func runRolloutControl(cmd *cobra.Command, g *cli.Globals, o *rolloutControlOptions, action, channel string) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output %q: want text or json", o.output)
+	}
+	if cmd.Flags().Changed("repo") {
+		return fmt.Errorf("--repo: nuon rollout %s goes through the tenant server, whose rollout controller carries it out and signs the decision with the server's render key; give --server URL (or $%s) and --key", action, cli.EnvServer)
 	}
 	if o.server == "" {
 		return fmt.Errorf("give --server URL (or $%s): the tenant server runs the rollout controller", cli.EnvServer)

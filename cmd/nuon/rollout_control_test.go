@@ -91,6 +91,7 @@ func TestRolloutPauseCLI(t *testing.T) {
 		{op, []string{"rollout", "pause", "beta"}, "channel beta has no rollout"},
 		{op, []string{"rollout", "pause", "stable"}, "only a running rollout pauses"},
 		{op, []string{"rollout", "resume"}, "accepts 1 arg"},
+		{op, []string{"rollout", "pause", "stable", "--repo", st.repo}, "--repo: nuon rollout pause goes through the tenant server"},
 	} {
 		if out, err := run(tc.key, tc.args...); err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: %v %s, want %q", tc.args, err, out, tc.want)
