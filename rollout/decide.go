@@ -275,6 +275,12 @@ func failures(st *schemas.Status) []string {
 		switch {
 		case cs.Phase == schemas.PhaseFailed || cs.Phase == schemas.PhaseBlocked:
 			out = append(out, fmt.Sprintf("%s %s: %s", c, strings.ToLower(cs.Phase), cs.Error))
+		case cs.Phase == schemas.PhaseRejected:
+			// A plan of the new version that a policy denied or an
+			// approver rejected: this release cannot go on here. It
+			// counts against the wave's budget (a hold or a wait for
+			// approval is deferred; a "no" is an answer).
+			out = append(out, fmt.Sprintf("%s rejected: %s", c, cs.Error))
 		case cs.Health != nil && cs.Health.Status == schemas.HealthFailed:
 			out = append(out, fmt.Sprintf("%s unhealthy: %s", c, cs.Health.Message))
 		}

@@ -332,3 +332,35 @@ func TestDecideRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyAnswers: a hold and a plan waiting for approval are
+// deferred; a plan a policy denied or an approver rejected is a failure
+// of the release on that install, counted against the wave's budget.
+func TestClassifyAnswers(t *testing.T) {
+	pins := map[string]string{"api": "2.0.0"}
+	for _, tc := range []struct {
+		name  string
+		phase string
+		want  string
+	}{
+		{"awaiting approval", schemas.PhaseAwaitingApproval, schemas.OutcomeDeferred},
+		{"rejected by policy", schemas.PhaseRejected, schemas.OutcomeFailed},
+		{"failed", schemas.PhaseFailed, schemas.OutcomeFailed},
+		{"applied", schemas.PhaseApplied, schemas.OutcomeHealthy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := healthy("acme", pins, t0)
+			r.Status.Components = map[string]schemas.ComponentStatus{"api": {Phase: tc.phase, Version: "2.0.0", Error: "policy no-delete: deny"}}
+			if tc.phase == schemas.PhaseAwaitingApproval {
+				r.Status.Phase = schemas.InstallAwaitingApproval
+				r.Status.Deferred = &schemas.Deferred{Reason: schemas.DeferredApproval, Message: "plan waits", Commit: r.Current}
+			}
+			if tc.phase != schemas.PhaseApplied && tc.phase != schemas.PhaseAwaitingApproval {
+				r.Status.Phase = schemas.InstallDegraded
+			}
+			if got := rollout.Classify("acme", r, true, pins, t0); got.Outcome != tc.want {
+				t.Errorf("outcome %s (%s), want %s", got.Outcome, got.Reason, tc.want)
+			}
+		})
+	}
+}

@@ -186,8 +186,10 @@
 //   - deferred installs past deferred.wait with then: halt: halted.
 //
 // Deferred (held by the customer, waiting for a window, stale desired
-// state, unreachable: no status commit for twice its heartbeat interval)
-// is never failed. TestDecideRandom checks on random fleets and reports
+// state, unreachable: no status commit for twice its heartbeat interval,
+// a plan waiting for approval) is never failed. A plan of the new version
+// that a policy denied or an approver rejected (component Rejected) is an
+// answer, not a wait: it counts as failed. TestDecideRandom checks on random fleets and reports
 // that no install outside the opened waves has the new pins and that no
 // wave passes with a failure past its budget or an install not heard from.
 //
