@@ -297,6 +297,7 @@ func (b *builds) write(ctx context.Context, job *buildJob, subject string) error
 	if b.s.mirror != nil {
 		b.s.mirror.add(ref)
 	}
+	b.s.sideRefMoved()
 	b.changed(job)
 	return nil
 }

@@ -59,11 +59,17 @@ func (s *Server) replicaOnly(next http.HandlerFunc) http.HandlerFunc {
 }
 
 // replicaVersion names the state of the writer's refs: its boot, its ref
-// table's version and main. A replica fetches only when it changed.
+// table's version, main, and the moves of refs outside the table (build
+// requests, rollouts). A replica fetches only when it changed.
 func (s *Server) replicaVersion(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
-	fmt.Fprintf(w, "%s %d %s\n", s.boot, s.refs.stamp(), s.keys.mainCommit())
+	fmt.Fprintf(w, "%s %d %s %d\n", s.boot, s.refs.stamp(), s.keys.mainCommit(), s.sideRefs.Load())
 }
+
+// sideRefMoved tells replicas that a ref outside the ref table moved (a
+// build request's state, a rollout decision): their next refresh fetches
+// it, where the table's version alone would not have changed.
+func (s *Server) sideRefMoved() { s.sideRefs.Add(1) }
 
 // replicaAdvertise is git upload-pack's advertisement of the whole
 // repository (protocol v2 capabilities).

@@ -568,6 +568,7 @@ func (r *rollouts) write(ctx context.Context, repo *gitrepo.Repo, c *channelRoll
 	if err := repo.Apply(ctx, []gitrepo.Update{{Name: ref, Old: c.tip, New: h}}); err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("%s: %w", ref, err)
 	}
+	r.s.sideRefMoved()
 	return h, nil
 }
 

@@ -103,6 +103,7 @@ func (s *Server) baselineFirstRollouts(ctx context.Context, main plumbing.Hash) 
 		if s.mirror != nil {
 			s.mirror.add(string(ref))
 		}
+		s.sideRefMoved()
 	}
 }
 

@@ -179,6 +179,9 @@ type Server struct {
 
 	metrics *metrics
 	boot    string // names this start, in /replica/version
+	// sideRefs counts the moves of refs outside the ref table that
+	// replicas mirror (build queue, rollouts): in /replica/version.
+	sideRefs atomic.Uint64
 
 	// A replica's writer, its HTTP client and the writer version its
 	// mirror was last refreshed to.
