@@ -58,6 +58,7 @@
 //	POST /builds/requests                               vendor CI files a build request (key of trust/builds)
 //	GET  /builds/requests/{id}?wait=S                   a build request's state and result (either build key)
 //	POST /builds/next?wait=S                            a build agent takes a request, long poll (key of trust/build-agents)
+//	POST /builds/requests/{id}/lease?phase=P            the build agent that took it renews its lease (its key)
 //	POST /builds/requests/{id}/result                   the build agent that took it answers (its key)
 //	POST /hooks/main                                    the git host's webhook (HookSecret)
 //	GET  /healthz, /readyz                              liveness, readiness (open)
@@ -77,17 +78,28 @@
 // Vendor CI files build requests (nuon build --remote) and the build
 // agent (nuon build-agent, package builder) takes them, both through the
 // server, both signing every HTTP request as an operator does under
-// buildreq.KeyID of their keys: vendor CI's keys are trust/builds on
-// main, the build agents' trust/build-agents (allowed_signers files, read
-// again when main moves). A key is good for its own role only. The server
-// checks a filed request (signed over its bytes by the key that signed
-// the HTTP request, whose principal is the requester; not expired; a
-// component of nuon.yaml on main; an id not filed before, else 409) and
-// queues it in memory; POST /builds/next hands the oldest to a build
-// agent, which judges it again against main, builds and answers. The
-// queue does not survive a restart (CI files again under a new id); a
-// replica refuses these URLs (421): builds go to the writer.
-//
+// buildreq.KeyID of their keys: vendor CI's keys are the trust root's
+// build-requesters role, the build agents' its build-agents role (or,
+// before the root names them, trust/builds and trust/build-agents,
+// deprecated), read through trust.MainKeys again when main moves. A key
+// is good for its own role only. The server checks a filed request
+// (signed over its bytes by the key that signed the HTTP request, whose
+// principal is the requester; not expired; a component of nuon.yaml on
+// main; from a source repository and ref main allows for it: the root's
+// provenance sources, else trust/build-sources.yaml, see
+// buildreq.MainSources; an id not filed before, else 409) and files it on
+// its own ref, refs/heads/nuon/builds/<id>: each change of state (filed,
+// taken by an agent under a lease, queued again when the lease ran out,
+// answered) is a commit signed by the server's key, so a restarted server
+// goes on with queued and running requests, and a replica answers a
+// request's state from its mirror (a queue write moves the replica
+// version). POST /builds/next?lease=S hands the oldest to a build agent,
+// which renews the lease (POST /builds/requests/{id}/lease) while it
+// builds; a request whose lease ran out goes to another agent, at most 3
+// times. The release on main names its request (Nuon-Build-Request), so
+// a request is released at most once. Without --render-key the server
+// takes no builds (503); a replica refuses every URL but the state (421).
+
 // # Operators
 //
 // An operator (nuon status, logs, debug and requests with --server) signs
