@@ -58,7 +58,7 @@
 //	POST /builds/requests                               vendor CI files a build request (key of trust/builds)
 //	GET  /builds/requests/{id}?wait=S                   a build request's state and result (either build key)
 //	POST /builds/next?wait=S                            a build agent takes a request, long poll (key of trust/build-agents)
-//	POST /builds/requests/{id}/lease?phase=P            the build agent that took it renews its lease (its key)
+//	POST /builds/requests/{id}/lease                    the build agent that took it renews its lease (its key)
 //	POST /builds/requests/{id}/result                   the build agent that took it answers (its key)
 //	POST /hooks/main                                    the git host's webhook (HookSecret)
 //	GET  /healthz, /readyz                              liveness, readiness (open)
