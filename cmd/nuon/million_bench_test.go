@@ -69,11 +69,11 @@ const millionVersion = "v1"
 // default one built from this tree.
 func BenchmarkMillion(b *testing.B) {
 	n := 0
-	if s := os.Getenv("NUON_BENCH_MILLION"); s != "" {
+	if s := os.Getenv("NUON_BENCH_MILLION"); s != "" && s != "0" {
 		n = envInt(b, "NUON_BENCH_MILLION", 1000000)
 	}
 	if n == 0 {
-		b.Skip("NUON_BENCH_MILLION is not set (make bench-fleet sets it to 1000000)")
+		b.Skip("NUON_BENCH_MILLION is not set or 0 (make bench-fleet sets it to 1000000)")
 	}
 	bin := os.Getenv("NUON_BENCH_NUON")
 	if bin == "" {
