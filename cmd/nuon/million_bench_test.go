@@ -37,7 +37,7 @@ import (
 // millionVersion names the cached repositories of BenchmarkMillion: change
 // it when the fleet they hold or the rendered layout changes, and the next
 // run builds them again.
-const millionVersion = "v1"
+const millionVersion = "v2"
 
 // BenchmarkMillion measures a fleet of NUON_BENCH_MILLION installs (make
 // bench-fleet runs it with 1,000,000) with the built nuon binary, as
@@ -320,8 +320,10 @@ func millionRendered(b *testing.B, bin, cache string, n int) (string, coldRun) {
 }
 
 // millionSource commits the sample tenant with n generated installs (in
-// place of its own) on main of the bare repository dir, through git
-// fast-import.
+// place of its own) on main of the bare repository dir: the blobs through
+// git fast-import (a blob command each: fast-import's own tree of one
+// directory is a list it searches for every entry, quadratic in n), the
+// installs/ tree with git mktree.
 func millionSource(b *testing.B, dir string, n int) {
 	agentKey, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "keys", "acme.pub"))
 	if err != nil {
@@ -340,12 +342,14 @@ func millionSource(b *testing.B, dir string, n int) {
 		b.Fatal(err)
 	}
 	w := bufio.NewWriterSize(in, 1<<20)
-	fmt.Fprintf(w, "commit %s\ncommitter nuon bench <bench@nuon.invalid> 1772366400 +0000\ndata 6\nfleet\n", schemas.MainRef)
-	file := func(name string, data []byte) {
-		fmt.Fprintf(w, "M 100644 inline %s\ndata %d\n", name, len(data))
-		w.Write(data)
-		w.WriteString("\n")
+	var tree strings.Builder
+	for i := range n {
+		data := millionInstallFile(i, "", ak)
+		fmt.Fprintf(w, "blob\ndata %d\n%s\n", len(data), data)
+		fmt.Fprintf(&tree, "100644 blob %s\t%s.yaml\n", plumbing.ComputeHash(plumbing.BlobObject, []byte(data)), millionInstall(i))
 	}
+	// The sample tenant's other files, on a commit of their own.
+	fmt.Fprintf(w, "commit refs/heads/bench-base\ncommitter nuon bench <bench@nuon.invalid> 1772366400 +0000\ndata 5\nbase\n")
 	root := filepath.Join(repoRoot(), "fixtures", "tenant")
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -359,14 +363,13 @@ func millionSource(b *testing.B, dir string, n int) {
 		if err != nil {
 			return err
 		}
-		file(filepath.ToSlash(rel), data)
+		fmt.Fprintf(w, "M 100644 inline %s\ndata %d\n", filepath.ToSlash(rel), len(data))
+		w.Write(data)
+		w.WriteString("\n")
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
-	}
-	for i := range n {
-		file("installs/"+millionInstall(i)+".yaml", []byte(millionInstallFile(i, "", ak)))
 	}
 	if err := w.Flush(); err != nil {
 		b.Fatal(err)
@@ -375,6 +378,19 @@ func millionSource(b *testing.B, dir string, n int) {
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("git fast-import: %v: %s", err, stderr.String())
 	}
+	installs, err := gittest.Run(dir, []byte(tree.String()), "mktree")
+	if err != nil {
+		b.Fatal(err)
+	}
+	top := gittest.Git(b, dir, "ls-tree", "refs/heads/bench-base")
+	top = strings.TrimSpace(top) + "\n040000 tree " + installs + "\tinstalls\n"
+	rootTree, err := gittest.Run(dir, []byte(top), "mktree")
+	if err != nil {
+		b.Fatal(err)
+	}
+	main := gittest.Git(b, dir, "commit-tree", rootTree, "-m", "fleet")
+	gittest.Git(b, dir, "update-ref", schemas.MainRef, main)
+	gittest.Git(b, dir, "update-ref", "-d", "refs/heads/bench-base")
 }
 
 // millionEdit commits on main of dir the change of install id's cidr
