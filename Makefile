@@ -125,10 +125,11 @@ registry: ## install docker-registry, htpasswd and openssl for the registry test
 	hack/registry.sh install
 
 .PHONY: bench-fleet
-bench-fleet: ## render 1,000, 10,000 and 100,000 installs cold and re-render one, then re-render one 10 times in-process (NUON_BENCH_FLEET lists the sizes; make bench runs 1,000 and 10,000); then the soak: NUON_BENCH_SOAK_INSTALLS (100,000) installs through the real server for a simulated week, NUON_BENCH_SOAK_CHANGES per mille changing a day: repository growth per install per day, loose objects, maintenance time, poll p99 during maintenance
+bench-fleet: ## render 1,000, 10,000 and 100,000 installs cold and re-render one, then re-render one 10 times in-process (NUON_BENCH_FLEET lists the sizes; make bench runs 1,000 and 10,000); then the soak: NUON_BENCH_SOAK_INSTALLS (100,000) installs through the real server for a simulated week, NUON_BENCH_SOAK_CHANGES per mille changing a day: repository growth per install per day, loose objects, maintenance time, poll p99 during maintenance; then NUON_BENCH_MILLION (1,000,000; 0 skips) installs with the built binary beside 1,000: cold render, server start and memory, bytes per poll and push, a one-install change through the server, the fleet view (the repositories cached in ~/.cache/nuon/bench)
 	NUON_BENCH_FLEET=$${NUON_BENCH_FLEET:-1000,10000,100000} $(GO) test -run='^$$' -bench='^BenchmarkRenderFleet$$' -benchtime=1x -count=1 -timeout 60m ./renderer
 	NUON_BENCH_FLEET=$${NUON_BENCH_FLEET:-1000,10000,100000} $(GO) test -run='^$$' -bench='^BenchmarkRerender$$' -benchtime=10x -count=1 -timeout 60m ./renderer
 	NUON_BENCH_SOAK_INSTALLS=$${NUON_BENCH_SOAK_INSTALLS:-100000} $(GO) test -run='^$$' -bench='^BenchmarkFleetSoak$$' -benchtime=1x -count=1 -timeout 120m ./server
+	NUON_BENCH_MILLION=$${NUON_BENCH_MILLION:-1000000} $(GO) test -run='^$$' -bench='^BenchmarkMillion$$' -benchtime=1x -count=1 -timeout 120m ./cmd/nuon
 
 .PHONY: bench-sync
 bench-sync: registry ## artifact sync vs crane copy at 1 GB (NUON_BENCH_SYNC_MB) and a no-op sync of 50 artifacts

@@ -456,21 +456,13 @@ func (v *view) update() (*fleetIndex, error) {
 		v.index.live = v.s.live
 	}
 	v.labels.read(repo.Storer(), main)
-	ids := map[string]bool{}
-	for name := range refs {
-		if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
-			ids[id] = true
-		} else if id, ok := strings.CutPrefix(name, schemas.StatusRefPrefix); ok {
-			ids[id] = true
-		}
-	}
 	rr := tableRepo{st: repo.Storer(), refs: refs}
 	changed := map[string]*viewEntry{}
 	if v.building {
-		v.build.total.Store(int64(len(ids)))
+		v.build.total.Store(int64(len(refs)))
 	}
-	for id := range ids {
-		d, st := refs[schemas.InstallRef(id)], refs[schemas.StatusRef(id)]
+	for id, tips := range refs {
+		d, st := tips.desired, tips.status
 		key := ""
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
@@ -491,7 +483,7 @@ func (v *view) update() (*fleetIndex, error) {
 		}
 	}
 	for id := range v.index.entries {
-		if !ids[id] {
+		if _, ok := refs[id]; !ok {
 			changed[id] = nil
 		}
 	}
@@ -531,7 +523,7 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			old.labels = v.labels.labels[id] // labels move neither counts nor orders
 			continue
 		}
-		refs := map[string]plumbing.Hash{schemas.InstallRef(id): d, schemas.StatusRef(id): st}
+		refs := map[string]installTips{id: {desired: d, status: st}}
 		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
 	}
 	v.index.apply(changed)
@@ -596,26 +588,39 @@ func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id st
 	return in
 }
 
-// tableRepo is a fleet.Repository whose refs are the ref table's.
+// tableRepo is a fleet.Repository whose refs are the ref table's: each
+// install's desired and status tips, by install.
 type tableRepo struct {
 	st   storer.Storer
-	refs map[string]plumbing.Hash
+	refs map[string]installTips
 }
 
 func (t tableRepo) Storer() storer.Storer { return t.st }
 
 func (t tableRepo) Refs(prefix string) (map[plumbing.ReferenceName]plumbing.Hash, error) {
 	out := map[plumbing.ReferenceName]plumbing.Hash{}
-	for n, h := range t.refs {
-		if strings.HasPrefix(n, prefix) {
-			out[plumbing.ReferenceName(n)] = h
+	for id, tips := range t.refs {
+		for _, r := range [2]struct {
+			name string
+			h    plumbing.Hash
+		}{{schemas.InstallRef(id), tips.desired}, {schemas.StatusRef(id), tips.status}} {
+			if !r.h.IsZero() && strings.HasPrefix(r.name, prefix) {
+				out[plumbing.ReferenceName(r.name)] = r.h
+			}
 		}
 	}
 	return out, nil
 }
 
 func (t tableRepo) Ref(name plumbing.ReferenceName) (plumbing.Hash, error) {
-	return t.refs[name.String()], nil
+	id, status, ok := splitRef(name.String())
+	if !ok {
+		return plumbing.ZeroHash, nil
+	}
+	if status {
+		return t.refs[id].status, nil
+	}
+	return t.refs[id].desired, nil
 }
 
 var _ fleet.Repository = tableRepo{}

@@ -12,7 +12,7 @@ import (
 // version while it reaches back that far; past that, or after a
 // replica's refresh, it says to read every ref.
 func TestRefChanges(t *testing.T) {
-	tab := &refTable{refs: map[string]plumbing.Hash{}}
+	tab := newRefTable()
 	h := plumbing.NewHash("1111111111111111111111111111111111111111")
 	tab.set("refs/heads/nuon/status/acme", h)
 	v1 := tab.stamp()
@@ -42,7 +42,7 @@ func TestRefChanges(t *testing.T) {
 	}
 
 	before := tab.stamp()
-	tab.replace(&refTable{refs: map[string]plumbing.Hash{}})
+	tab.replace(newRefTable())
 	if _, _, ok := tab.changes(before); ok {
 		t.Error("changes across a replica's refresh")
 	}
