@@ -151,7 +151,7 @@ func BenchmarkRolloutPageStates(b *testing.B) {
 		}
 	}
 	now := time.Now()
-	s := &Server{cfg: Config{Now: func() time.Time { return now }, ViewStaleAfter: time.Hour}, refs: &refTable{refs: map[string]plumbing.Hash{}}}
+	s := &Server{cfg: Config{Now: func() time.Time { return now }, ViewStaleAfter: time.Hour}, refs: newRefTable()}
 	v, err := newView(s, "t")
 	if err != nil {
 		b.Fatal(err)
@@ -162,7 +162,7 @@ func BenchmarkRolloutPageStates(b *testing.B) {
 	s.rollouts = r
 	for k, id := range st.Waves[1].Installs {
 		desired := plumbing.NewHash(fmt.Sprintf("%040x", k+1))
-		s.refs.refs[schemas.InstallRef(id)] = desired
+		s.refs.put(schemas.InstallRef(id), desired)
 		r.pins[desired] = st.To
 		status := &schemas.Status{Install: id, Desired: desired.String(), Applied: desired.String(), Phase: schemas.InstallReady,
 			Components: map[string]schemas.ComponentStatus{
