@@ -90,3 +90,19 @@ func ResolveSecrets(inputs map[string]any, lookup func(string) (string, bool)) (
 	}
 	return resolved, slices.Sorted(maps.Keys(used)), nil
 }
+
+// PlanRedactor redacts from a plan record the values of the secrets
+// inputs (already normalized to JSON types) resolve to: what every
+// plugin's record of a saved plan passes through before it leaves the
+// job (the job process redacts its result again).
+func PlanRedactor(inputs map[string]any, lookup func(string) (string, bool)) (*redact.Redactor, error) {
+	_, used, err := ResolveSecrets(inputs, lookup)
+	if err != nil {
+		return nil, err
+	}
+	red, err := redact.FromValues(used)
+	if err != nil {
+		return nil, fmt.Errorf("redact the plan: %w", err)
+	}
+	return red, nil
+}

@@ -395,15 +395,7 @@ func manifestObjects(manifest, ns string, mapper meta.RESTMapper) (map[string]ma
 
 // redactor redacts the values of the job's secrets from the record.
 func (r *run) redactor() (*redact.Redactor, error) {
-	_, used, err := reconciler.ResolveSecrets(r.job.Inputs, r.p.lookup())
-	if err != nil {
-		return nil, err
-	}
-	red, err := redact.FromValues(used)
-	if err != nil {
-		return nil, fmt.Errorf("redact the plan: %w", err)
-	}
-	return red, nil
+	return reconciler.PlanRedactor(r.job.Inputs, r.p.lookup())
 }
 
 // ApplySaved installs or upgrades the release with the saved plan whose

@@ -235,15 +235,7 @@ func (r *run) redactor() (*redact.Redactor, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, used, err := reconciler.ResolveSecrets(inputs, r.p.lookup())
-	if err != nil {
-		return nil, err
-	}
-	red, err := redact.FromValues(used)
-	if err != nil {
-		return nil, fmt.Errorf("redact the plan: %w", err)
-	}
-	return red, nil
+	return reconciler.PlanRedactor(inputs, r.p.lookup())
 }
 
 // ApplySaved applies the saved plan whose hash job.Plan.Hash names, and

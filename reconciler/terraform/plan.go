@@ -184,15 +184,11 @@ func (r *run) prune(keep string) {
 // redactor redacts the job's secret values, resolved from its inputs, from
 // the record: the job process redacts its result again.
 func (r *run) redactor() (*redact.Redactor, error) {
-	_, used, err := resolveInputs(r.job.Inputs, r.lookup)
-	if err != nil {
-		return nil, err
+	var vars map[string]any
+	if err := roundTrip(r.job.Inputs, &vars); err != nil {
+		return nil, fmt.Errorf("inputs: %w", err)
 	}
-	red, err := redact.FromValues(used)
-	if err != nil {
-		return nil, fmt.Errorf("redact the plan: %w", err)
-	}
-	return red, nil
+	return reconciler.PlanRedactor(vars, r.lookup)
 }
 
 // contentHash is the SHA-256 of plan's JSON form less its timestamp.
