@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -117,20 +116,8 @@ func TestFleetViewApprovals(t *testing.T) {
 // headless Chromium; the plan diff's script shows as text and never
 // runs, and no script element reaches the page.
 func TestFleetViewApprovalInChromium(t *testing.T) {
-	bin := chromium(t)
 	hs := fixtureApproval(t)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+	ctx := browser(t)
 	var title, diff, approve string
 	var scripts int
 	err := chromedp.Do(ctx,

@@ -200,34 +200,8 @@ func chromium(t *testing.T) string {
 // as an operator would: sign in, read the fleet table, see the failing
 // component's error, filter by channel, open an install's audit log.
 func TestFleetViewInChromium(t *testing.T) {
-	bin := chromium(t)
 	_, hs := fixtureFleet(t)
-
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 900),
-	}
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// The first action starts the browser, on a context without a
-	// deadline (a deadline there would stop the browser); the rest run
-	// under one.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-
+	ctx := browser(t)
 	var loginTitle, title, count string
 	var rows []string
 	var states, failing, traits map[string]string
@@ -453,6 +427,39 @@ func into[T any](dst *T, a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 		*dst = v
 		return chromedp.Void{}, err
 	}
+}
+
+// browser starts headless Chromium for one test and returns a context
+// that drives it, with a deadline of 3 minutes; it is stopped at the
+// test's end.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	bin := chromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	// The first action starts the browser, on a context without a
+	// deadline (a deadline there would stop the browser); the rest run
+	// under one.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		cancelCtx()
+		cancelAlloc()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancel(); cancelCtx(); cancelAlloc() })
+	return ctx
 }
 
 // waitURL waits until the page's address contains s and the page is
