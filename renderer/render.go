@@ -394,6 +394,12 @@ type renderRun struct {
 	// read (TrailerRollouts).
 	rollouts     map[string]*schemas.RolloutState
 	rolloutWords []string
+	// pinsOnly are the channels whose file changed on main since the
+	// previous render in its components' pins only, with the components
+	// whose pin changed (sourceDelta); read are the rollout states
+	// pinsCovered read for them, for loadRollouts.
+	pinsOnly map[string]map[string]bool
+	read     map[string]*schemas.RolloutState
 	// root are the trust root's files on main (trust/root/<n>.json),
 	// carried into every install's tree; nil when main has none.
 	root map[string][]byte
@@ -475,6 +481,11 @@ func (r *renderRun) loadSource(context.Context) error {
 		}
 		r.ids = slices.Sorted(maps.Keys(delta.changed))
 		r.changed, r.removed = delta.changed, delta.removed
+		if !r.pinsCovered() {
+			if err := r.openSource(); err != nil {
+				return err
+			}
+		}
 	} else if err := r.openSource(); err != nil {
 		return err
 	}

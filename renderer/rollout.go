@@ -41,9 +41,12 @@ func (r *renderRun) loadRollouts(context.Context) error {
 		if tip.IsZero() || !ok || c.Rollout == nil {
 			continue
 		}
-		s, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
-		if err != nil {
-			return err
+		s := r.read[ch]
+		if s == nil {
+			var err error
+			if s, err = rollout.Read(r.st, ch, tip, r.opts.Trust); err != nil {
+				return err
+			}
 		}
 		r.rollouts[ch] = s
 		r.rolloutWords = append(r.rolloutWords, ch+"="+tip.String())
@@ -123,6 +126,60 @@ func (r *renderRun) rolloutDelta() (affected []string, finished []*schemas.Rollo
 		}
 	}
 	return slices.Sorted(maps.Keys(set)), finished, true
+}
+
+// pinsCovered reports whether the channels whose pins alone changed on
+// main since the previous render (r.pinsOnly) leave every install as it
+// was rendered, so that an incremental render renders none for them.
+// That holds for a channel when this render reads a rollout state for it
+// (loadRollouts), the previous render read one too (its installs took
+// their pins from it, and rolloutDelta compares the two states without
+// the channel's pins), and every set of pins the state may give an
+// install (rollout.Pins: from-pins, to-pins, an install's from-pins, a
+// rollback's) pins each changed component: rolloutInstall then gives
+// each install the state's version, finished rollouts included, and the
+// channel's pin is never read. A change of the sandbox's pin is not
+// covered: the load judges an install's sandbox against its channel's
+// pin (schemas' checkInstallSandbox), and only a full render judges them
+// all.
+func (r *renderRun) pinsCovered() bool {
+	if len(r.pinsOnly) == 0 {
+		return true
+	}
+	prev := map[string]bool{}
+	for _, w := range strings.Fields(r.prevRollouts()) {
+		ch, _, _ := strings.Cut(w, "=")
+		prev[ch] = true
+	}
+	r.read = map[string]*schemas.RolloutState{}
+	for ch, comps := range r.pinsOnly {
+		c, ok := r.src.Channels[ch]
+		tip := r.opts.Rollouts[ch]
+		if !ok || c.Rollout == nil || tip.IsZero() || !prev[ch] || comps[schemas.SandboxComponent] {
+			return false
+		}
+		s, err := rollout.Read(r.st, ch, tip, r.opts.Trust)
+		if err != nil {
+			// A full render reads it again and says why.
+			return false
+		}
+		r.read[ch] = s
+		sets := []map[string]string{s.From, s.To}
+		for _, p := range s.Rollback {
+			sets = append(sets, p)
+		}
+		for _, p := range s.FromInstalls {
+			sets = append(sets, p)
+		}
+		for _, p := range sets {
+			for comp := range comps {
+				if _, ok := p[comp]; !ok {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // defaultPins are the pins of an install s does not name.

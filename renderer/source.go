@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"gopkg.in/yaml.v3"
 
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/schemas"
@@ -374,7 +376,16 @@ func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
 		return nil, false
 	}
 	for _, name := range []string{schemas.AppFile, schemas.ChannelsDir, schemas.ReleasesDir, trustTop} {
-		if entryOf(cur, name) != entryOf(old, name) {
+		if entryOf(cur, name) == entryOf(old, name) {
+			continue
+		}
+		if name != schemas.ChannelsDir {
+			return nil, false
+		}
+		// A channel whose pins alone changed renders nothing while its
+		// rollout state gives those pins: pinsOnly says which, and
+		// loadSource checks the states once the source is open.
+		if r.pinsOnly, ok = r.channelPins(entryOf(old, name), entryOf(cur, name)); !ok {
 			return nil, false
 		}
 	}
@@ -803,4 +814,104 @@ func readBlob(st storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {
 	}
 	defer rd.Close()
 	return io.ReadAll(rd)
+}
+
+// channelPins compares the channels/ folders old and cur of two sources:
+// when every file that differs is a channel file (<name>.yaml) in both,
+// whose documents are the same but for their components' pins, it
+// returns those channels with the components whose pin differs. ok is
+// false for anything else: a channel added or removed, another field
+// changed, a file that does not parse, an entry that is not a channel
+// file. Nothing here judges a file: the load that follows does.
+func (r *renderRun) channelPins(old, cur entry) (map[string]map[string]bool, bool) {
+	if old.mode != filemode.Dir || cur.mode != filemode.Dir {
+		return nil, false
+	}
+	oldEs, err := parseTree(r.st, old.hash, maxSourceTree)
+	if err != nil {
+		return nil, false
+	}
+	curEs, err := parseTree(r.st, cur.hash, maxSourceTree)
+	if err != nil || len(oldEs) != len(curEs) {
+		return nil, false
+	}
+	out := map[string]map[string]bool{}
+	for i, o := range oldEs {
+		c := curEs[i]
+		if o.name != c.name || o.mode != c.mode {
+			return nil, false
+		}
+		if o.hash == c.hash {
+			continue
+		}
+		name, isYAML := strings.CutSuffix(c.name, ".yaml")
+		if !isYAML || !c.mode.IsFile() {
+			return nil, false
+		}
+		pins, ok := r.pinChange(o.hash, c.hash)
+		if !ok {
+			return nil, false
+		}
+		out[name] = pins
+	}
+	return out, true
+}
+
+// pinChange compares two channel files: the components whose pin
+// differs, and ok when nothing else does. Both are decoded as YAML, every
+// document, and compared as decoded, "components" aside: two files the
+// same but for comments, layout or the pins decode the same.
+func (r *renderRun) pinChange(old, cur plumbing.Hash) (map[string]bool, bool) {
+	o, ok := r.channelDocs(old)
+	if !ok {
+		return nil, false
+	}
+	c, ok := r.channelDocs(cur)
+	if !ok || len(o) != 1 || len(c) != 1 {
+		return nil, false
+	}
+	oc, ok := o[0]["components"].(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	cc, ok := c[0]["components"].(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	delete(o[0], "components")
+	delete(c[0], "components")
+	if !reflect.DeepEqual(o[0], c[0]) {
+		return nil, false
+	}
+	changed := map[string]bool{}
+	for k, v := range oc {
+		if w, has := cc[k]; !has || !reflect.DeepEqual(v, w) {
+			changed[k] = true
+		}
+	}
+	for k := range cc {
+		if _, has := oc[k]; !has {
+			changed[k] = true
+		}
+	}
+	return changed, true
+}
+
+// channelDocs decodes every YAML document of the blob h, each a mapping.
+func (r *renderRun) channelDocs(h plumbing.Hash) ([]map[string]any, bool) {
+	data, err := gitobj.ReadBlob(r.st, h, r.opts.MaxFileSize)
+	if err != nil {
+		return nil, false
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var d map[string]any
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			return docs, true
+		} else if err != nil || d == nil {
+			return nil, false
+		}
+		docs = append(docs, d)
+	}
 }
