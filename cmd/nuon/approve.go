@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/cmd/internal/cli"
+	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/signature"
@@ -48,11 +50,18 @@ approver key), the server checks the approval as the agent will, files it
 on refs/heads/nuon/approvals (and upstream) and renders the install at once:
 the agent finds it at its next poll. The server refuses a key that is not in
 trust/approvals, a request or render key, an approval for a plan that does
-not wait, one filed already, or one valid for more than 168h.`
+not wait, one filed already, or one valid for more than 168h.
+
+The customer's own approval (--customer-policy FILE), for the changes the
+customer's policy says need it (requireApproval), is signed with the key the
+customer pinned in that file and written beside it as
+INSTALL-COMPONENT-HASH.approval.json: the agent reads it there, never from
+main, and no key the vendor trusts counts as the customer's.`
 
 type approveOptions struct {
 	tenant               cli.TenantFlags
 	plan, reason, output string
+	customer             string
 	expires              time.Duration
 	now                  func() time.Time
 }
@@ -64,6 +73,7 @@ func (o *approveOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.expires, "expires", 24*time.Hour, "how long the approval stays valid; the agent refuses it after that (at most 168h)")
 	f.StringVar(&o.reason, "reason", "", "why, for the record")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json (the filed approval)")
+	f.StringVar(&o.customer, "customer-policy", "", "the customer's approval, inside the install: the customer policy FILE that pins --key under its approvers; the signed approval is written beside it, where the agent reads it (no --server, no --repo: nothing leaves the install)")
 	_ = cmd.MarkFlagRequired("plan")
 }
 
@@ -95,7 +105,14 @@ func newDecisionCmd(g *cli.Globals, decision, short, example string) *cobra.Comm
 			if err := cli.CheckOutput(o.output); err != nil {
 				return err
 			}
-			a, err := fileApproval(cmd, g, o, args[0], args[1], decision)
+			file := ""
+			var a *schemas.Approval
+			var err error
+			if o.customer != "" {
+				a, file, err = customerApproval(cmd, o, args[0], args[1], decision)
+			} else {
+				a, err = fileApproval(cmd, g, o, args[0], args[1], decision)
+			}
 			if err != nil {
 				return err
 			}
@@ -104,8 +121,12 @@ func newDecisionCmd(g *cli.Globals, decision, short, example string) *cobra.Comm
 				enc.SetIndent("", "  ")
 				return enc.Encode(a)
 			}
+			where := schemas.ApprovalPath(a)
+			if file != "" {
+				where = file
+			}
 			fmt.Fprintf(g.Stdout, "%s: %s %s plan %s (%s), valid until %s\n", a.Approver, pastDecision(decision), a.Install+"/"+a.Component, a.Plan,
-				schemas.ApprovalPath(a), a.Expires.Format(time.RFC3339))
+				where, a.Expires.Format(time.RFC3339))
 			return nil
 		},
 	}
@@ -118,6 +139,67 @@ func pastDecision(d string) string {
 		return "rejected"
 	}
 	return "approved"
+}
+
+// customerApproval signs the customer's approval with --key, which the
+// customer policy o.customer must pin, and writes it beside that file,
+// where the agent reads the customer's approvals.
+func customerApproval(cmd *cobra.Command, o *approveOptions, install, component, decision string) (*schemas.Approval, string, error) {
+	if cmd.Flags().Changed("server") || cmd.Flags().Changed("repo") {
+		return nil, "", errors.New("--customer-policy signs inside the install: give neither --server nor --repo (the customer's approval never goes to main)")
+	}
+	if !schemas.ValidPlanHash(o.plan) {
+		return nil, "", fmt.Errorf("--plan %q is not a plan hash (sha256: and 64 hex digits, as the install's status shows)", o.plan)
+	}
+	if o.expires <= 0 || o.expires > maxApprovalExpiry {
+		return nil, "", fmt.Errorf("--expires %s: give a duration above 0 and at most %s", o.expires, maxApprovalExpiry)
+	}
+	if o.tenant.KeyFile() == "" {
+		return nil, "", fmt.Errorf("give --key: the customer's approval key, pinned in %s", o.customer)
+	}
+	pol, err := policy.Load(o.customer)
+	if err != nil {
+		return nil, "", err
+	}
+	key, err := signature.LoadSigner(o.tenant.KeyFile())
+	if err != nil {
+		return nil, "", err
+	}
+	name := ""
+	for _, ap := range pol.Approvers {
+		if string(ap.Key.Marshal()) == string(key.PublicKey().Marshal()) {
+			name = ap.Name
+		}
+	}
+	if name == "" {
+		return nil, "", fmt.Errorf("%s pins no approver with the key of %s (%s): add it under approvers", o.customer, o.tenant.KeyFile(), ssh.FingerprintSHA256(key.PublicKey()))
+	}
+	now := o.now().UTC().Truncate(time.Second)
+	a := &schemas.Approval{
+		APIVersion: schemas.APIVersion, Kind: schemas.KindApproval, Install: install, Component: component,
+		Plan: o.plan, Decision: decision, Approver: name, Created: now, Expires: now.Add(o.expires), Reason: o.reason,
+	}
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := schemas.DecodeApproval(data); err != nil {
+		return nil, "", err
+	}
+	signed, err := policy.SignApproval(append(data, '\n'), key.SSH())
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := json.MarshalIndent(signed, "", "  ")
+	if err != nil {
+		return nil, "", err
+	}
+	hash := strings.TrimPrefix(o.plan, "sha256:")[:12]
+	file := filepath.Join(filepath.Dir(o.customer), fmt.Sprintf("%s-%s-%s-%s.approval.json", install, component, hash, decision))
+	if err := atomicfile.Write(file, append(out, '\n'), 0o644); err != nil {
+		return nil, "", err
+	}
+	return a, file, nil
 }
 
 // fileApproval checks that the plan waits in the install's status, signs

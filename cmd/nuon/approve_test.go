@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +236,56 @@ func TestPrintPlansSaysWhy(t *testing.T) {
 		if !strings.Contains(out.String(), tt.want) {
 			t.Errorf("want %q in\n%s", tt.want, out.String())
 		}
+	}
+}
+
+// TestApproveAsCustomer: the customer signs their own approval inside the
+// install with the key their policy pins; the file lands beside the
+// policy, where the agent reads it, and the customer's approvers judge it
+// approved. A key the policy does not pin, or a --server, is refused.
+func TestApproveAsCustomer(t *testing.T) {
+	plan := "sha256:" + strings.Repeat("3f", 32)
+	dir := t.TempDir()
+	pub, err := os.ReadFile("../../fixtures/keys/globex.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(dir, "customer.yaml")
+	writeTestFile(t, pol, []byte("apiVersion: nuon.dev/v1\nkind: CustomerPolicy\napprovers:\n  - name: dba\n    key: "+strings.TrimSpace(string(pub))+"\nrequireApproval: {components: [database], changes: [replace]}\n"))
+	keys := "../../fixtures/keys/"
+	out, err := runApprove(t, "approve", "acme", "database", "--plan", plan, "--key", keys+"globex", "--customer-policy", pol, "--reason", "change window agreed")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.approval.json"))
+	if len(files) != 1 || !strings.Contains(out, files[0]) || !strings.Contains(out, "dba: approved acme/database") {
+		t.Fatalf("files %v, output %s", files, out)
+	}
+	var s schemas.SignedApproval
+	if err := json.Unmarshal([]byte(readFileT(t, files[0])), &s); err != nil {
+		t.Fatal(err)
+	}
+	c, err := policy.Load(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := c.ApprovalKeys(nil).Judge([]schemas.SignedApproval{s}, policy.Target{Install: "acme", Component: "database", Plan: plan, AnyChannel: true}, time.Now())
+	if !v.Approved || !slices.Equal(v.Approvers, []string{"dba"}) {
+		t.Fatalf("the customer's approvers judge %+v", v)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a key not pinned", []string{"--key", keys + "approver"}, "pins no approver with the key"},
+		{"through the server", []string{"--key", keys + "globex", "--server", "http://127.0.0.1:1"}, "give neither --server nor --repo"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"approve", "acme", "database", "--plan", plan, "--customer-policy", pol}, tt.args...)
+			if out, err := runApprove(t, args...); err == nil || !strings.Contains(err.Error()+out, tt.want) {
+				t.Fatalf("want %q, got %v\n%s", tt.want, err, out)
+			}
+		})
 	}
 }
