@@ -294,3 +294,23 @@ func BenchmarkViewLabels(b *testing.B) {
 }
 
 func gobEncode(w io.Writer, v any) error { return gob.NewEncoder(w).Encode(v) }
+
+// BenchmarkYAMLLabels: an installs file without labels, through the fast
+// path and through the full parse.
+func BenchmarkYAMLLabels(b *testing.B) {
+	data := []byte("channel: stable\ncloud: {provider: aws, region: eu-west-1}\nsandbox: {name: aws-eks, version: 1.2.0}\nagentKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n")
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			if yamlLabels(data) != nil {
+				b.Fatal("labels")
+			}
+		}
+	})
+	b.Run("parse", func(b *testing.B) {
+		for b.Loop() {
+			if parseYAMLLabels(data) != nil {
+				b.Fatal("labels")
+			}
+		}
+	})
+}
