@@ -88,15 +88,16 @@ func (v *view) buildIndex() {
 	b := v.build
 	path := v.s.viewCachePath()
 	v.mu.Lock()
-	cache, err := loadViewCache(path)
+	cache, labels, err := loadViewCache(path)
 	if err != nil {
 		v.s.log.Warn("fleet view: the saved index is not read; every install is read again", "error", err)
 	}
+	v.labels.seed(labels)
 	v.cache, v.building = cache, true
 	x, err := v.update()
 	v.cache, v.building = nil, false
 	if err == nil {
-		if serr := saveViewCache(path, x); serr != nil {
+		if serr := saveViewCache(path, x, &v.labels); serr != nil {
 			v.s.log.Warn("fleet view: save the index", "error", serr)
 		}
 	}
@@ -476,7 +477,7 @@ func (v *view) update() (*fleetIndex, error) {
 		} else {
 			v.build.reused.Add(1)
 		}
-		e := newEntry(in, v.labels.labels[id], now, v.s.live)
+		e := newEntry(in, v.labels.of(id), now, v.s.live)
 		changed[id] = e
 		if v.building {
 			v.build.counted(e.state)
@@ -488,7 +489,7 @@ func (v *view) update() (*fleetIndex, error) {
 		}
 	}
 	v.index.apply(changed)
-	v.index.relabel(v.labels.labels)
+	v.index.relabel(&v.labels)
 	v.index.advance(now)
 	v.version, v.main = version, main
 	return v.index, nil
@@ -520,11 +521,11 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			key = authorizedKey(k)
 		}
 		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
-			old.labels = v.labels.labels[id] // labels move neither counts nor orders
+			old.labels = v.labels.of(id) // labels move neither counts nor orders
 			continue
 		}
 		refs := map[string]installTips{id: {desired: d, status: st}}
-		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.labels[id], now, v.s.live)
+		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
 }

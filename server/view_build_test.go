@@ -93,7 +93,7 @@ func FuzzViewCache(f *testing.F) {
 	d := plumbing.NewHash("1111111111111111111111111111111111111111")
 	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, key: "k", Status: &fleet.Install{Install: "acme", Verified: true}}}
 	path := filepath.Join(dir, "seed.gob")
-	if err := saveViewCache(path, x); err != nil {
+	if err := saveViewCache(path, x, nil); err != nil {
 		f.Fatal(err)
 	}
 	seed, err := os.ReadFile(path)
@@ -108,7 +108,7 @@ func FuzzViewCache(f *testing.F) {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, err := loadViewCache(p)
+		got, _, err := loadViewCache(p)
 		if err != nil || got == nil {
 			return
 		}
@@ -116,10 +116,10 @@ func FuzzViewCache(f *testing.F) {
 		for id, c := range got {
 			y.entries[id] = &viewEntry{in: &viewInstall{ID: id, desiredH: c.DesiredH, statsH: c.StatusH, key: c.Key, Desired: c.Desired, Status: c.Status, Err: c.Err}}
 		}
-		if err := saveViewCache(p, y); err != nil {
+		if err := saveViewCache(p, y, nil); err != nil {
 			t.Fatal(err)
 		}
-		again, err := loadViewCache(p)
+		again, _, err := loadViewCache(p)
 		if err != nil || len(again) != len(got) {
 			t.Fatalf("saved again: %d installs, %v; read %d", len(again), err, len(got))
 		}

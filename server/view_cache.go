@@ -21,16 +21,22 @@ import (
 // only the installs whose refs or key moved since.
 const viewCacheFile = "nuon-fleet-index.gob"
 
-// viewCacheVersion is the cache's format: a file of another is ignored.
-const viewCacheVersion = 1
+// viewCacheVersion is the cache's format: a file of another is ignored
+// (2: the labels of main's installs files by blob).
+const viewCacheVersion = 2
 
 // viewCache is the file: each install's reading, keyed by what it was
 // read from (its desired and status commits and its key). An entry is
 // used only when all three are what the ref table and main say now: a
 // status commit verified once against a key stays verified against it.
+//
+// Labels are main's installs files' labels by blob (nil: none): a blob is
+// content, so its labels hold whatever main has it, and a restart parses
+// only the files whose blob is not in it.
 type viewCache struct {
 	Version  int
 	Installs map[string]viewCached
+	Labels   map[plumbing.Hash]map[string]string
 }
 
 type viewCached struct {
@@ -43,29 +49,33 @@ type viewCached struct {
 
 func (s *Server) viewCachePath() string { return filepath.Join(s.cfg.Dir, viewCacheFile) }
 
-// loadViewCache reads the cache; a missing, unreadable or older file is
-// no cache.
-func loadViewCache(path string) (map[string]viewCached, error) {
+// loadViewCache reads the cache: the installs and the labels by blob; a
+// missing, unreadable or older file is no cache.
+func loadViewCache(path string) (map[string]viewCached, map[plumbing.Hash]map[string]string, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var c viewCache
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&c); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if c.Version != viewCacheVersion {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return c.Installs, nil
+	return c.Installs, c.Labels, nil
 }
 
-// saveViewCache writes the installs of x to path.
-func saveViewCache(path string, x *fleetIndex) error {
+// saveViewCache writes the installs of x and the labels of l (nil: none)
+// to path.
+func saveViewCache(path string, x *fleetIndex, l *viewLabels) error {
 	c := viewCache{Version: viewCacheVersion, Installs: make(map[string]viewCached, len(x.entries))}
+	if l != nil {
+		c.Labels = l.byBlob
+	}
 	for id, e := range x.entries {
 		in := e.in
 		c.Installs[id] = viewCached{DesiredH: in.desiredH, StatusH: in.statsH, Key: in.key, Desired: in.Desired, Status: in.Status, Err: in.Err}

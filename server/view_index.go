@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"container/heap"
 	"maps"
 	"slices"
@@ -388,9 +389,9 @@ func (x *fleetIndex) advance(now time.Time) {
 
 // relabel sets every install's labels as main has them; labels move
 // neither counts nor orders.
-func (x *fleetIndex) relabel(labels map[string]map[string]string) {
+func (x *fleetIndex) relabel(l *viewLabels) {
 	for id, e := range x.entries {
-		e.labels = labels[id]
+		e.labels = l.of(id)
 	}
 }
 
@@ -422,19 +423,48 @@ func (h *lateHeap) Pop() any {
 }
 
 // viewLabels reads each install's labels from installs/<id>.yaml on main,
-// parsing only files whose blob changed since the last main.
+// parsing only files whose blob it has not met: blobs are content, so a
+// blob's labels never change, and the saved index keeps them by blob
+// (view_cache.go) for the next start.
 type viewLabels struct {
-	main   plumbing.Hash
-	blobs  map[string]plumbing.Hash // install id → blob of its yaml
+	main  plumbing.Hash
+	blobs map[string]plumbing.Hash // install id → blob of its yaml
+	// byBlob has the labels of every blob of blobs (nil: none); equal
+	// label sets share one map.
 	byBlob map[plumbing.Hash]map[string]string
-	labels map[string]map[string]string // install id → labels
+	// parsed counts the blobs read and parsed, for tests and benchmarks.
+	parsed int
+}
+
+// of is the labels of install id on l's main; nil: none.
+func (l *viewLabels) of(id string) map[string]string {
+	h, ok := l.blobs[id]
+	if !ok {
+		return nil
+	}
+	return l.byBlob[h]
+}
+
+// seed gives l the labels of blobs read before (the saved index), so that
+// read parses only the others.
+func (l *viewLabels) seed(saved map[plumbing.Hash]map[string]string) {
+	if len(saved) == 0 {
+		return
+	}
+	shared := map[string]map[string]string{}
+	if l.byBlob == nil {
+		l.byBlob = make(map[plumbing.Hash]map[string]string, len(saved))
+	}
+	for h, m := range saved {
+		l.byBlob[h] = internLabels(shared, m)
+	}
 }
 
 // read moves l to main and returns the installs whose file on main was
 // added, changed or removed since the last main: only their keys and
 // labels may have changed.
 func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []string {
-	if main == l.main && l.labels != nil {
+	if main == l.main && l.blobs != nil {
 		return nil
 	}
 	l.main = main
@@ -443,6 +473,7 @@ func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []s
 		if root, err := gitobj.ReadTree(st, c.TreeHash); err == nil {
 			if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil {
 				if dir, err := gitobj.ReadTree(st, e.Hash); err == nil {
+					blobs = make(map[string]plumbing.Hash, len(dir.Entries))
 					for _, e := range dir.Entries {
 						if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
 							blobs[id] = e.Hash
@@ -463,22 +494,43 @@ func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []s
 			moved = append(moved, id)
 		}
 	}
-	byBlob := map[plumbing.Hash]map[string]string{}
-	labels := make(map[string]map[string]string, len(blobs))
-	for id, h := range blobs {
-		m, ok := byBlob[h]
+	// Keep the labels of the blobs main has, and no others.
+	byBlob := make(map[plumbing.Hash]map[string]string, min(len(blobs), len(l.byBlob)+len(moved)))
+	shared := map[string]map[string]string{} // label sets parsed now
+	for _, h := range blobs {
+		if _, ok := byBlob[h]; ok {
+			continue
+		}
+		m, ok := l.byBlob[h]
 		if !ok {
-			if m, ok = l.byBlob[h]; !ok {
-				m = parseLabels(st, h)
-			}
-			byBlob[h] = m
+			m = internLabels(shared, parseLabels(st, h))
+			l.parsed++
 		}
-		if m != nil {
-			labels[id] = m
-		}
+		byBlob[h] = m
 	}
-	l.blobs, l.byBlob, l.labels = blobs, byBlob, labels
+	l.blobs, l.byBlob = blobs, byBlob
 	return moved
+}
+
+// internLabels returns the map of shared equal to m, adding m when none
+// is: a fleet has few label sets, so 1,000,000 installs share a few maps.
+func internLabels(shared map[string]map[string]string, m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	if s, ok := shared[b.String()]; ok {
+		return s
+	}
+	shared[b.String()] = m
+	return m
 }
 
 // parseLabels reads the labels of one installs/<id>.yaml; a file that does
@@ -488,6 +540,34 @@ func parseLabels(st storer.EncodedObjectStorer, h plumbing.Hash) map[string]stri
 	if err != nil {
 		return nil
 	}
+	return yamlLabels(data)
+}
+
+// yamlLabels is the labels of an install's file; a file that does not
+// parse has none. A file that cannot hold a labels key is not parsed.
+func yamlLabels(data []byte) map[string]string {
+	if !mayHoldLabels(data) {
+		return nil
+	}
+	return parseYAMLLabels(data)
+}
+
+// mayHoldLabels says whether data may have a labels key. YAML spells a
+// key with other bytes only through escapes (a backslash in a quoted
+// scalar) or another encoding (UTF-16 and UTF-32 have NULs or a byte
+// order mark): without those, no "labels" bytes means no labels key, and
+// the file has no labels whether or not it parses (FuzzYAMLLabels).
+func mayHoldLabels(data []byte) bool {
+	return bytes.Contains(data, []byte("labels")) ||
+		bytes.IndexByte(data, '\\') >= 0 ||
+		bytes.IndexByte(data, 0) >= 0 ||
+		bytes.HasPrefix(data, []byte{0xef, 0xbb, 0xbf}) ||
+		bytes.HasPrefix(data, []byte{0xfe, 0xff}) ||
+		bytes.HasPrefix(data, []byte{0xff, 0xfe})
+}
+
+// parseYAMLLabels parses data for its labels.
+func parseYAMLLabels(data []byte) map[string]string {
 	var in struct {
 		Labels map[string]string `yaml:"labels"`
 	}
