@@ -74,7 +74,13 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 		rec.Spec = specHash
 	}
 	rec = clonePlan(rec)
-	needs, why := spec.Approval.Needs(rec.Summary)
+	// Without approval settings the vendor asks for no approval: a
+	// component planned first only because the customer's policy names it
+	// waits for the customer alone.
+	needs, why := false, ""
+	if spec.Approval != nil {
+		needs, why = spec.Approval.Needs(rec.Summary)
+	}
 	j, err := p.judgePlan(ctx, d, spec, rec)
 	rec.Denied, rec.Warnings = j.Deny, j.Warn
 	if err != nil || len(j.Deny) > 0 {
