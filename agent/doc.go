@@ -119,10 +119,31 @@
 // Read-only requests (logs, debug commands) are answered while a change
 // is deferred, unless the policy says requests: false. `nuon status` shows
 // a deferred install as Held or Waiting for window (opens at …), and the
-// rollout controller counts it apart from failures. The customer's
-// approval keys are parsed and checked now; changes that need their
-// approval come with the approvals work (schemas.DeferredCustomerApproval
-// is reserved for them).
+// rollout controller counts it apart from failures.
+//
+// The customer's own approval: a change of a component the policy's
+// requireApproval names (by its name; the sandbox as "sandbox",
+// schemas.SandboxComponent), of a kind it lists under changes (none: any
+// kind), is applied only once one of the approvers the policy pins (never
+// a key the vendor trusts) signed an approval of its hash, in a file
+// NAME.approval.json beside the policy (`nuon approve INSTALL COMPONENT
+// --plan HASH --customer-policy FILE --key KEY` writes it). Until then
+// the component is AwaitingApproval with the hash in its plan record and
+// the install deferred (reason customer-approval); nothing is applied. A
+// no-op never waits. What the hash binds, by component type:
+//
+//   - terraform, helm, manifests, and so the sandbox (terraform): the
+//     saved plan (step_approve.go); its kinds are the plan's.
+//   - image, which has no plan: its apply is the copy of its artifacts,
+//     and the hash is the SHA-256 of the canonical JSON of exactly what
+//     is copied (the component's name and each artifact's name, source,
+//     local reference, digest and media type). Kinds, against the spec
+//     last applied: create, an artifact not listed before (all of them on
+//     a first apply); update, an artifact listed with another digest;
+//     delete, an artifact no longer listed (its copy stays in the
+//     registry); never replace. A spec change that moves no digest has no
+//     kind and does not wait. Deleting an image component copies and
+//     removes nothing and does not wait.
 //
 // # The sandbox
 //

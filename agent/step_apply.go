@@ -167,6 +167,11 @@ func (p *pass) step(ctx context.Context, s reconciler.Step, mu *sync.Mutex, outs
 			log.Debug("unchanged; no job")
 			return
 		}
+		if typ == schemas.TypeImage && !p.imageAllowed(s, spec, mu) {
+			// The customer's approval of the copy is missing: nothing
+			// is copied (step_approve.go).
+			return
+		}
 		if a.cfg.Sync != nil {
 			if err := syncArtifacts(ctx, a.cfg.Sync, p.desired.Install.Channel, s.Component, spec.Artifacts); err != nil {
 				mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -73,7 +74,13 @@ func (p *pass) approve(ctx context.Context, d *Desired, s reconciler.Step, spec 
 		rec.Spec = specHash
 	}
 	rec = clonePlan(rec)
-	needs, why := spec.Approval.Needs(rec.Summary)
+	// Without approval settings the vendor asks for no approval: a
+	// component planned first only because the customer's policy names it
+	// waits for the customer alone.
+	needs, why := false, ""
+	if spec.Approval != nil {
+		needs, why = spec.Approval.Needs(rec.Summary)
+	}
 	j, err := p.judgePlan(ctx, d, spec, rec)
 	rec.Denied, rec.Warnings = j.Deny, j.Warn
 	if err != nil || len(j.Deny) > 0 {
@@ -378,4 +385,123 @@ func (p *pass) planFirst(spec *schemas.ComponentState) bool {
 // plan by its hash.
 func planBound(typ string) bool {
 	return typ == schemas.TypeTerraform || typ == schemas.TypeManifests || typ == schemas.TypeHelm
+}
+
+// imageFormat names the record an image component's change is hashed
+// as (imageChange).
+const imageFormat = "nuon-image"
+
+// imageChange is the record of the change an image component's apply
+// makes, for the customer's approval: an image component has no plugin
+// and no saved plan, its apply is the copy of its artifacts into the
+// install registry. The change kinds, against applied (the spec last
+// applied, nil for none):
+//
+//   - create: an artifact the applied spec does not list (every artifact
+//     of a first apply);
+//   - update: an artifact listed by the same name with another digest;
+//   - delete: an artifact the applied spec listed and the desired one no
+//     longer does (its copy stays in the registry, whose lifecycle policy
+//     collects it: nothing is removed, but the install stops using it);
+//   - replace: never; a copy by digest is not a replacement.
+//
+// A change of the spec that moves no digest has no kind: it never waits.
+// The hash is "sha256:" and the SHA-256 of the canonical JSON of exactly
+// what the agent copies: the format, the component's name and its
+// artifacts (name, source, local reference, digest, media type), sorted
+// by name. An approval of that hash approves that copy and no other.
+func imageChange(spec, applied *schemas.ComponentState) (*schemas.PlanRecord, error) {
+	arts := slices.Clone(spec.Artifacts)
+	slices.SortFunc(arts, func(x, y schemas.Artifact) int { return strings.Compare(x.Name, y.Name) })
+	data, err := reconciler.Canonical(map[string]any{
+		"format": imageFormat, "component": spec.Name, "artifacts": arts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hash the image change of %s: %w", spec.Name, err)
+	}
+	rec := &schemas.PlanRecord{
+		Component: spec.Name,
+		Hash:      reconciler.HashBytes(data),
+		Spec:      reconciler.SpecHash(spec),
+		Size:      int64(len(data)),
+	}
+	had := map[string]string{}
+	if applied != nil {
+		for _, art := range applied.Artifacts {
+			had[art.Name] = art.Digest
+		}
+	}
+	var lines []string
+	add := func(kind, name, line string) {
+		if rec.Summary.Counts == nil {
+			rec.Summary.Counts = map[string]int{}
+		}
+		rec.Summary.Counts[kind]++
+		switch kind {
+		case schemas.ChangeCreate:
+			rec.Summary.Create = append(rec.Summary.Create, name)
+		case schemas.ChangeUpdate:
+			rec.Summary.Update = append(rec.Summary.Update, name)
+		case schemas.ChangeDelete:
+			rec.Summary.Delete = append(rec.Summary.Delete, name)
+		}
+		lines = append(lines, line)
+	}
+	want := map[string]bool{}
+	for _, art := range arts {
+		want[art.Name] = true
+		switch old, ok := had[art.Name]; {
+		case !ok:
+			add(schemas.ChangeCreate, art.Name, "+ "+art.Name+" "+art.Digest)
+		case old != art.Digest:
+			add(schemas.ChangeUpdate, art.Name, "~ "+art.Name+" "+old+" → "+art.Digest)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(had)) {
+		if !want[name] {
+			add(schemas.ChangeDelete, name, "- "+name+" "+had[name]+" (no longer used; the copy stays)")
+		}
+	}
+	rec.Diff, rec.DiffTruncated = reconciler.BoundDiff(strings.Join(lines, "\n"))
+	return rec, nil
+}
+
+// imageAllowed says whether the apply of image component spec (the copy
+// of its artifacts) may run now: yes unless the customer's policy
+// requires the customer's approval of its change (imageChange), and then
+// only once the customer approved that change's hash. Until then nothing
+// is copied, the component is AwaitingApproval with the change's record
+// in its status, and the install is deferred for the customer's approval.
+// Callers do not hold the lock.
+func (p *pass) imageAllowed(s reconciler.Step, spec *schemas.ComponentState, mu *sync.Mutex) bool {
+	var customer *policy.Customer
+	if p.gate != nil {
+		customer = p.gate.policy
+	}
+	if customer == nil || customer.Require == nil {
+		return true
+	}
+	var applied *schemas.ComponentState
+	if s.Applied != nil && s.Applied.Status.Phase != schemas.PhaseDeleted {
+		applied = s.Applied.Spec
+	}
+	rec, err := imageChange(spec, applied)
+	if err != nil {
+		mu.Lock()
+		p.setPhase(s.Component, schemas.PhaseFailed, err.Error())
+		mu.Unlock()
+		return false
+	}
+	needs, why := customer.Needs(s.Component, rec.Summary)
+	if !needs {
+		return true
+	}
+	rec.Customer = why
+	by, ok := p.customerApproval(p.desired, s.Component, rec, customer, mu)
+	if ok {
+		mu.Lock()
+		p.note("copying the artifacts of %s (change %s; the customer's approval by %s)", s.Component, rec.Hash, by)
+		mu.Unlock()
+	}
+	return ok
 }
