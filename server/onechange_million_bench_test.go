@@ -1,0 +1,189 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"nuon.dev/nuon/internal/gitproto"
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/signature/request"
+	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/server"
+)
+
+// BenchmarkOneChangeMillion is issue 24's one-install change in the
+// server at the size of the repository cmd/nuon's BenchmarkMillion
+// caches (~/.cache/nuon/bench/million-v2-<N>/rendered.git, N from
+// NUON_BENCH_MILLION; skipped unless set and the cache is there): a
+// server.New in this process over a copy whose objects are hard links to
+// the cache (the cache is not changed), its start render, then one
+// install's source file changed on main (update-ref, POST /hooks/main)
+// until its desired ref moved as its agent's poll sees it, twice.
+// NUON_BENCH_CPUPROFILE=PREFIX writes a CPU profile of each change's
+// window to PREFIX-1.pprof and PREFIX-2.pprof.
+func BenchmarkOneChangeMillion(b *testing.B) {
+	n := os.Getenv("NUON_BENCH_MILLION")
+	if n == "" || n == "0" {
+		b.Skip("NUON_BENCH_MILLION not set")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cached := filepath.Join(home, ".cache", "nuon", "bench", "million-v2-"+n, "rendered.git")
+	if _, err := os.Stat(cached); err != nil {
+		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
+	}
+	dir := filepath.Join(b.TempDir(), "tenant.git")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	entries, err := os.ReadDir(cached)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		flag := "-a"
+		if e.Name() == "objects" {
+			flag = "-al"
+		}
+		if out, err := exec.Command("cp", flag, filepath.Join(cached, e.Name()), dir).CombinedOutput(); err != nil {
+			b.Fatalf("copy the cached repository: %v: %s", err, out)
+		}
+	}
+	render, _ := loadKey(b, "render")
+	agentKey, _ := loadKey(b, "acme") // every generated install has acme's key
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t0 := time.Now()
+	srv, err := server.New(ctx, server.Config{Dir: dir, RenderKey: render, PollInterval: time.Hour,
+		HookOpen: true, HookInterval: 10 * time.Millisecond, MaintenanceInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("server.New and start render: %s", time.Since(t0).Round(time.Millisecond))
+	// The rollout controller's first read of main parses every install
+	// file (once per process): done before the changes, not in them.
+	t0 = time.Now()
+	if _, err := srv.EvaluateRollouts(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("rollout controller's first evaluation: %s", time.Since(t0).Round(time.Millisecond))
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	hs := &http.Server{Handler: srv}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go hs.Serve(ln)
+	defer hs.Close()
+	base := "http://" + ln.Addr().String()
+
+	var count int
+	fmt.Sscan(n, &count)
+	id := fmt.Sprintf("i%07d", count/2)
+	ref := schemas.InstallRef(id)
+	client := &gitproto.Client{URL: base + "/tenant.git", Auth: (&request.Signer{Install: id, Key: agentKey}).SetAuth}
+	tip := func() plumbing.Hash {
+		refs, err := client.LsRefs(ctx, ref)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return refs[plumbing.ReferenceName(ref)]
+	}
+	cidrLine := regexp.MustCompile(`(?m)^  cidr: .*$`)
+	edit := func(cidr string) string {
+		parent := strings.TrimSpace(gittest.Git(b, dir, "rev-parse", schemas.MainRef))
+		file := gittest.Git(b, dir, "cat-file", "blob", parent+":installs/"+id+".yaml")
+		blob, err := gittest.Run(dir, []byte(cidrLine.ReplaceAllString(file, "  cidr: "+cidr)), "hash-object", "-w", "--stdin")
+		if err != nil {
+			b.Fatal(err)
+		}
+		swap := func(treeish, name, kind, hash string) string {
+			var out strings.Builder
+			for _, line := range strings.Split(strings.TrimRight(gittest.Git(b, dir, "ls-tree", treeish), "\n"), "\n") {
+				if strings.HasSuffix(line, "\t"+name) {
+					meta, _, _ := strings.Cut(line, "\t")
+					mode, _, _ := strings.Cut(meta, " ")
+					line = mode + " " + kind + " " + hash + "\t" + name
+				}
+				out.WriteString(line + "\n")
+			}
+			h, err := gittest.Run(dir, []byte(out.String()), "mktree")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return strings.TrimSpace(h)
+		}
+		installs := swap(parent+":installs", id+".yaml", "blob", strings.TrimSpace(blob))
+		root := swap(parent+"^{tree}", "installs", "tree", installs)
+		return strings.TrimSpace(gittest.Git(b, dir, "commit-tree", root, "-p", parent, "-m", "bench: change "+id))
+	}
+	profile := os.Getenv("NUON_BENCH_CPUPROFILE")
+	change := func(k int, cidr string) time.Duration {
+		next := edit(cidr)
+		before := tip()
+		runtime.GC()
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		if profile != "" {
+			f, err := os.Create(fmt.Sprintf("%s-%d.pprof", profile, k))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		gittest.Git(b, dir, "update-ref", schemas.MainRef, next)
+		resp, err := http.Post(base+"/hooks/main", "", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		deadline := start.Add(10 * time.Minute)
+		for tip() == before {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s's desired ref did not move", id)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		d := time.Since(start)
+		if profile != "" {
+			pprof.StopCPUProfile()
+		}
+		runtime.ReadMemStats(&ms1)
+		b.Logf("change %d: %s; GCs %d, GC pause %s, allocated %d MB, live heap before %d MB",
+			k, d.Round(time.Millisecond), ms1.NumGC-ms0.NumGC, time.Duration(ms1.PauseTotalNs-ms0.PauseTotalNs),
+			(ms1.TotalAlloc-ms0.TotalAlloc)>>20, ms0.HeapAlloc>>20)
+		return d
+	}
+	for b.Loop() {
+		stamp := time.Now().UnixNano() % 200
+		d1 := change(1, fmt.Sprintf("172.%d.0.0/24", stamp))
+		d2 := change(2, fmt.Sprintf("192.%d.0.0/24", stamp))
+		b.ReportMetric(float64(d1.Microseconds())/1000, "change-ms")
+		b.ReportMetric(float64(d2.Microseconds())/1000, "change2-ms")
+	}
+}
