@@ -36,18 +36,62 @@ type keyTable struct {
 	rot        map[string]*rotation
 	statusTip  func(install string) plumbing.Hash
 	readObject func(plumbing.Hash, int64) (plumbing.ObjectType, []byte, error)
+
+	// gen counts the moves of main and the hand-overs: reset keeps what
+	// it read outside the lock only if nothing moved meanwhile.
+	gen uint64
 }
 
 func newKeyTable(dir string) *keyTable { return &keyTable{dir: dir} }
 
-// reset points the table at a main commit; it reads nothing until asked.
+// reset points the table at a main commit. When the table holds what it
+// read of the previous main, it reads the new main's installs/ folder now,
+// outside its lock (polls keep being answered from the old table
+// meanwhile), and keeps every parsed key whose install file is the same
+// blob: a one-install change costs one folder read, not a parse of every
+// install's file again as each polls. Otherwise it reads nothing until
+// asked.
 func (k *keyTable) reset(main plumbing.Hash) {
+	k.mu.RLock()
+	same := main == k.main && k.repo != nil
+	had, gen := k.entries != nil, k.gen
+	k.mu.RUnlock()
+	if same {
+		return
+	}
+	var repo *gitrepo.Repo
+	var entries map[string]plumbing.Hash
+	var keys map[string]ssh.PublicKey
+	if had && !main.IsZero() {
+		var err error
+		if repo, entries, err = readInstalls(k.dir, main); err == nil {
+			// The keys parsed so far, copied under the read lock:
+			// lookups go on, and one that adds a key meanwhile only
+			// costs that install a parse again.
+			k.mu.RLock()
+			keys = make(map[string]ssh.PublicKey, len(k.keys))
+			for id, key := range k.keys {
+				if h, ok := entries[id]; ok && h == k.entries[id] {
+					keys[id] = key
+				}
+			}
+			k.mu.RUnlock()
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if main == k.main && k.repo != nil {
 		return
 	}
-	k.main, k.repo, k.entries, k.keys = main, nil, nil, nil
+	if entries == nil || k.gen != gen {
+		// Nothing read, or the table moved meanwhile (a hand-over
+		// dropped a key, another reset): read again when asked.
+		k.main, k.repo, k.entries, k.keys = main, nil, nil, nil
+		k.gen++
+		return
+	}
+	k.main, k.repo, k.entries, k.keys = main, repo, entries, keys
+	k.gen++
 }
 
 // lookup returns an install's key in force: main's agentKey, or the key
@@ -119,6 +163,7 @@ func (k *keyTable) handedOver(install string, r *rotation) {
 	}
 	k.rot[install] = r
 	delete(k.keys, install)
+	k.gen++
 }
 
 // rotationFor is rotationOf under the table's lock.
@@ -136,23 +181,34 @@ func (k *keyTable) load() error {
 	if k.main.IsZero() {
 		return fmt.Errorf("no main")
 	}
-	repo, err := gitrepo.Open(k.dir)
+	repo, entries, err := readInstalls(k.dir, k.main)
 	if err != nil {
 		return err
 	}
-	c, err := object.GetCommit(repo.Storer(), k.main)
+	k.repo, k.entries, k.keys = repo, entries, map[string]ssh.PublicKey{}
+	return nil
+}
+
+// readInstalls reads the installs/ folder of the main commit main: each
+// install's id and the blob of its file.
+func readInstalls(dir string, main plumbing.Hash) (*gitrepo.Repo, map[string]plumbing.Hash, error) {
+	repo, err := gitrepo.Open(dir)
 	if err != nil {
-		return fmt.Errorf("read main %s: %w", k.main, err)
+		return nil, nil, err
+	}
+	c, err := object.GetCommit(repo.Storer(), main)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read main %s: %w", main, err)
 	}
 	root, err := object.GetTree(repo.Storer(), c.TreeHash)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	entries := map[string]plumbing.Hash{}
 	if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil && e.Mode == filemode.Dir {
 		t, err := object.GetTree(repo.Storer(), e.Hash)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		for _, e := range t.Entries {
 			if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
@@ -160,8 +216,7 @@ func (k *keyTable) load() error {
 			}
 		}
 	}
-	k.repo, k.entries, k.keys = repo, entries, map[string]ssh.PublicKey{}
-	return nil
+	return repo, entries, nil
 }
 
 // read parses one install's agentKey.
@@ -221,6 +276,7 @@ func (k *keyTable) take(o *keyTable) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.main, k.repo, k.entries, k.keys = main, repo, entries, map[string]ssh.PublicKey{}
+	k.gen++
 }
 
 // mainCommit is the main commit the table reads keys from.

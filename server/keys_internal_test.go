@@ -51,3 +51,75 @@ func TestKeyTableTake(t *testing.T) {
 		t.Errorf("take of a table that read nothing moved to %s", empty.mainCommit())
 	}
 }
+
+// TestKeyTableResetKeeps: moving to a main that changed one install's
+// file keeps every other parsed key (no parse again as each polls) and
+// reads the changed one anew; an install removed from main has no key.
+// Lookups running beside the move see either table, never a torn one
+// (run with -race).
+func TestKeyTableResetKeeps(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, dir)
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "installs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keyA := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv"
+	keyB := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILLAJZAvOoyn5mqGazlrDbIysrLTvQ/yQQcK7bU/Jp6v"
+	write := func(id, key string) {
+		if err := os.WriteFile(filepath.Join(src, "installs", id+".yaml"), []byte("agentKey: "+key+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("acme", keyA)
+	write("globex", keyA)
+	write("initech", keyA)
+	main1 := plumbing.NewHash(gittest.CommitDir(t, dir, "main", src, "three"))
+	k := newKeyTable(dir)
+	k.reset(main1)
+	for _, id := range []string{"acme", "globex", "initech"} {
+		if _, ok := k.lookup(id); !ok {
+			t.Fatalf("%s has no key", id)
+		}
+	}
+	write("globex", keyB)
+	if err := os.Remove(filepath.Join(src, "installs", "initech.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	main2 := plumbing.NewHash(gittest.CommitDir(t, dir, "main", src, "globex's key; initech gone"))
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				k.lookup("acme")
+				k.lookup("globex")
+			}
+		}
+	}()
+	k.reset(main2)
+	close(stop)
+	<-done
+
+	k.mu.RLock()
+	_, keptAcme := k.keys["acme"]
+	main := k.main
+	k.mu.RUnlock()
+	if main != main2 || !keptAcme {
+		t.Errorf("after the move: main %s (want %s), acme's key kept %v", main, main2, keptAcme)
+	}
+	if key, ok := k.lookup("globex"); !ok || authorizedKey(key) != keyB {
+		t.Errorf("globex's key after the move: %v %v, want the new one", key, ok)
+	}
+	if _, ok := k.lookup("initech"); ok {
+		t.Error("initech, gone from main, still has a key")
+	}
+	if key, ok := k.lookup("acme"); !ok || authorizedKey(key) != keyA {
+		t.Errorf("acme's key after the move: %v %v", key, ok)
+	}
+}
