@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
+	"golang.org/x/crypto/ssh"
+
 	"nuon.dev/nuon/internal/trusttest"
 	"nuon.dev/nuon/schemas"
 	"nuon.dev/nuon/trust"
@@ -28,8 +30,9 @@ import (
 // adds key B and a release signed by B is copied and applied; version 3
 // retires A (its window ends) and a new release signed only by A is
 // refused, nothing copied, the status naming why, B's release still
-// applied. The agent runs all along and no file in acme's folder
-// changes.
+// applied; after a leak, version 4 revokes B and names C: B's next
+// release is refused the same way and C's is applied. The agent runs
+// all along and no file in acme's folder changes.
 func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries on real registries")
@@ -39,6 +42,7 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 	agentBinary(t)
 	keyA, pubA := r.cosignKey(t, "cosign-a")
 	keyB, pubB := r.cosignKey(t, "cosign-b")
+	keyC, pubC := r.cosignKey(t, "cosign-c")
 	expires := time.Now().AddDate(1, 0, 0)
 	// version is the root's version n naming vendor keys, signed by
 	// both root keys (the threshold of the previous version and its own).
@@ -78,9 +82,11 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		folderHashes(t, "acme", r.folder, now)
 		sameConfig(t, step, given, now)
 	}
-	// A third image, its own digest: fixtures' image with an annotation.
-	third := filepath.Join(t.TempDir(), "src")
-	{
+	// image writes an image of its own digest under a new --src: fixtures'
+	// image with version as an annotation.
+	image := func(version string) string {
+		t.Helper()
+		src := filepath.Join(t.TempDir(), "src")
 		idx, err := layout.ImageIndexFromPath(filepath.Join(r.root, "fixtures", "images", "api-image"))
 		if err != nil {
 			t.Fatal(err)
@@ -93,14 +99,15 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img = mutate.Annotations(img, map[string]string{"org.opencontainers.image.version": "2.5.0"}).(v1.Image)
-		p, err := layout.Write(filepath.Join(third, "images", "api-image"), empty.Index)
+		img = mutate.Annotations(img, map[string]string{"org.opencontainers.image.version": version}).(v1.Image)
+		p, err := layout.Write(filepath.Join(src, "images", "api-image"), empty.Index)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := p.AppendImage(img); err != nil {
 			t.Fatal(err)
 		}
+		return src
 	}
 
 	var digestA, digestB string
@@ -146,7 +153,7 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		return took
 	})
 	step("a release signed only by the retired A refused", func() time.Duration {
-		report, digestC := r.build(t, "c", third, "--key", keyA)
+		report, digestC := r.build(t, "c", image("2.5.0"), "--key", keyA)
 		if digestC == digestA || digestC == digestB {
 			t.Fatal("the third build made an earlier digest")
 		}
@@ -164,5 +171,57 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		return took
 	})
 	unchanged("key A retired")
+	// A leak: B is revoked from a minute before version 4, which names C;
+	// B's next release is refused, C's is applied.
+	var digestD string
+	step("root version 4 adds C and revokes B after a leak, taken by the running agent", func() time.Duration {
+		c := trusttest.Version{Version: 4, Expires: expires, RootKeys: []string{"root-1", "root-2"}, Threshold: 2,
+			Render: []trusttest.RenderKey{{Name: "render-a"}}}.Content(t)
+		c.Roles.VendorArtifacts = &schemas.TrustRole{Threshold: 1, Keys: []schemas.TrustKey{{Name: "cosign-c", Key: pubC}, {Name: "cosign-b", Key: pubB}}}
+		fp := ssh.FingerprintSHA256(mustAuthorizedKey(t, pubB))
+		c.Revocations = []schemas.TrustRevocation{{Fingerprint: fp, RevokedAt: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339), Reason: "leaked"}}
+		publish(4, trusttest.Sign(t, c, "root-1", "root-2"))
+		got, took := r.commit(t, "trust root version 4: cosign-b revoked")
+		// main still pins A's refused 2.5.0: refused still, B's kept.
+		if got.Phase == "Applied" || got.Digests["image"] != digestB {
+			t.Fatalf("after version 4: %+v, want 2.5.0 refused and %s kept", got, digestB)
+		}
+		return took
+	})
+	step("a release signed by the revoked B refused", func() time.Duration {
+		report, digest := r.build(t, "b-leaked", image("2.6.0"), "--key", keyB)
+		got, took := r.release(t, "2.6.0", report)
+		t.Logf("B's release after its revocation: %s: %s", got.Phase, got.Error)
+		if got.Phase == "Applied" || !strings.Contains(got.Error, digest) || !strings.Contains(got.Error, "no signature verifies with the vendor key") {
+			t.Errorf("B's release after version 4: %+v, want %s refused for its signature\n%s", got, digest, r.logs())
+		}
+		if r.inInstall(t, digest) {
+			t.Errorf("%s, signed by the revoked key, was copied into the install's registry", digest)
+		}
+		if got.Digests["image"] != digestB || !r.inInstall(t, digestB) {
+			t.Errorf("the applied state moved: %+v, want %s kept", got, digestB)
+		}
+		return took
+	})
+	step("a release signed by C copied and applied", func() time.Duration {
+		var report string
+		report, digestD = r.build(t, "c-new", image("2.7.0"), "--key", keyC)
+		got, took := r.release(t, "2.7.0", report)
+		if got.Phase != "Applied" || got.Digests["image"] != digestD || !r.inInstall(t, digestD) {
+			t.Fatalf("C's release: %+v, want %s applied\n%s", got, digestD, r.logs())
+		}
+		return took
+	})
+	unchanged("key B revoked")
 	t.Logf("steps:\n%s", table.String())
+}
+
+// mustAuthorizedKey parses an authorized_keys line.
+func mustAuthorizedKey(t *testing.T, line string) ssh.PublicKey {
+	t.Helper()
+	k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
