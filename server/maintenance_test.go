@@ -84,16 +84,21 @@ func TestMaintenanceBesidePushes(t *testing.T) {
 	}
 	m := scrape(t, hs.URL+"/metrics")
 	runs := m[`nuon_server_maintenance_runs_total{result="ok",task="geometric-repack"}`]
-	if runs < 1 || m[`nuon_server_maintenance_runs_total{result="error",task="geometric-repack"}`] != 0 ||
-		m[`nuon_server_maintenance_runs_total{result="ok",task="pack-refs"}`] < 1 {
-		t.Fatalf("maintenance runs: repack ok %v error %v, pack-refs ok %v", runs, m[`nuon_server_maintenance_runs_total{result="error",task="geometric-repack"}`], m[`nuon_server_maintenance_runs_total{result="ok",task="pack-refs"}`])
+	if runs < 1 || m[`nuon_server_maintenance_runs_total{result="error",task="geometric-repack"}`] != 0 {
+		t.Fatalf("maintenance runs: repack ok %v error %v", runs, m[`nuon_server_maintenance_runs_total{result="error",task="geometric-repack"}`])
 	}
 	t.Logf("%d pushes and %d polls beside %v maintenance runs", pushes.Load(), polls.Load(), runs)
 	if pushes.Load() < 10 {
 		t.Fatalf("only %d pushes in 5 s", pushes.Load())
 	}
+	// A whole run after the pushes: on a loaded machine the scheduled
+	// ones may not have reached pack-refs within the 5 s.
 	if err := srv.Maintain(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if m := scrape(t, hs.URL+"/metrics"); m[`nuon_server_maintenance_runs_total{result="ok",task="pack-refs"}`] < 1 ||
+		m[`nuon_server_maintenance_runs_total{result="error",task="pack-refs"}`] != 0 {
+		t.Fatalf("pack-refs: ok %v error %v", m[`nuon_server_maintenance_runs_total{result="ok",task="pack-refs"}`], m[`nuon_server_maintenance_runs_total{result="error",task="pack-refs"}`])
 	}
 	if out := gittest.Git(t, e.dir, "fsck", "--no-progress", "--connectivity-only"); strings.Contains(out, "missing") {
 		t.Fatalf("fsck: %s", out)
