@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -37,26 +38,35 @@ var _ signature.Verifier = (*VendorKeys)(nil)
 // ErrNoVendorKey: neither the root nor the fallback names a vendor key.
 var ErrNoVendorKey = errors.New("no vendor artifact key")
 
-// verifiers are the keys that verify now.
-func (v *VendorKeys) verifiers() ([]signature.Verifier, error) {
+// vendorKey is one key of the vendor-artifacts role: its verifier, and
+// why it does not verify now ("" when it does).
+type vendorKey struct {
+	name, fingerprint, invalid string
+	sv                         signature.Verifier
+}
+
+// keys are the role's keys, valid now or not, and the root they are of
+// (nil: the fallback alone).
+func (v *VendorKeys) keys() ([]vendorKey, *trust.Root, error) {
 	var root *trust.Root
 	if v.Root != nil {
 		root = v.Root()
 	}
 	if root == nil || root.Role(trust.RoleVendorArtifacts) == nil {
 		if v.Fallback == nil {
-			return nil, fmt.Errorf("%w: the trust root names no vendor-artifacts role and no --vendor-key was given", ErrNoVendorKey)
+			return nil, nil, fmt.Errorf("%w: the trust root names no vendor-artifacts role and no --vendor-key was given", ErrNoVendorKey)
 		}
-		return []signature.Verifier{v.Fallback}, nil
+		return []vendorKey{{name: "--vendor-key", sv: v.Fallback}}, nil, nil
 	}
 	now := time.Now
 	if v.Now != nil {
 		now = v.Now
 	}
-	var out []signature.Verifier
+	var out []vendorKey
 	for _, k := range root.Role(trust.RoleVendorArtifacts).Keys {
+		vk := vendorKey{name: k.Name, fingerprint: k.Fingerprint}
 		if _, err := root.Authorize(trust.RoleVendorArtifacts, k.Fingerprint, now(), trust.Target{}); err != nil && !errors.Is(err, trust.ErrOutOfScope) {
-			continue
+			vk.invalid = err.Error()
 		}
 		cpk, ok := k.PublicKey.(ssh.CryptoPublicKey)
 		if !ok {
@@ -66,7 +76,23 @@ func (v *VendorKeys) verifiers() ([]signature.Verifier, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, sv)
+		vk.sv = sv
+		out = append(out, vk)
+	}
+	return out, root, nil
+}
+
+// verifiers are the keys that verify now.
+func (v *VendorKeys) verifiers() ([]signature.Verifier, error) {
+	ks, root, err := v.keys()
+	if err != nil {
+		return nil, err
+	}
+	var out []signature.Verifier
+	for _, k := range ks {
+		if k.invalid == "" {
+			out = append(out, k.sv)
+		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: no key of %s's vendor-artifacts role is valid now", ErrNoVendorKey, root)
@@ -98,13 +124,26 @@ func (v *VendorKeys) VerifySignature(sig, message io.Reader, opts ...signature.V
 	if err != nil {
 		return err
 	}
-	var errs []error
 	for _, k := range vs {
-		err := k.VerifySignature(bytes.NewReader(s), bytes.NewReader(m), opts...)
-		if err == nil {
+		if k.VerifySignature(bytes.NewReader(s), bytes.NewReader(m), opts...) == nil {
 			return nil
 		}
-		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	// Say whose signature it is when a key the root no longer trusts
+	// made it: a retired or revoked vendor key, not a broken signature.
+	ks, root, _ := v.keys()
+	var valid []string
+	for _, k := range ks {
+		if k.invalid == "" {
+			valid = append(valid, k.name)
+			continue
+		}
+		if k.sv.VerifySignature(bytes.NewReader(s), bytes.NewReader(m), opts...) == nil {
+			return fmt.Errorf("signed by vendor-artifacts key %q (%s), which %s does not trust now: %s", k.name, k.fingerprint, root.File, k.invalid)
+		}
+	}
+	if root == nil {
+		return errors.New("no signature verifies with the vendor key (--vendor-key)")
+	}
+	return fmt.Errorf("no signature verifies with a vendor-artifacts key of %s valid now (%s)", root.File, strings.Join(valid, ", "))
 }

@@ -159,7 +159,8 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		}
 		got, took := r.release(t, "2.5.0", report)
 		t.Logf("A's release after its retirement: %s: %s", got.Phase, got.Error)
-		if got.Phase == "Applied" || !strings.Contains(got.Error, digestC) || !strings.Contains(got.Error, "no signature verifies with the vendor key") {
+		if got.Phase == "Applied" || !strings.Contains(got.Error, digestC) || !strings.Contains(got.Error, "no signature verifies with the vendor key") ||
+			!strings.Contains(got.Error, "does not trust now") {
 			t.Errorf("A's release after version 3: %+v, want %s refused for its signature\n%s", got, digestC, r.logs())
 		}
 		if r.inInstall(t, digestC) {
@@ -192,7 +193,8 @@ func TestVendorKeyRotationDrillWithTheBinaries(t *testing.T) {
 		report, digest := r.build(t, "b-leaked", image("2.6.0"), "--key", keyB)
 		got, took := r.release(t, "2.6.0", report)
 		t.Logf("B's release after its revocation: %s: %s", got.Phase, got.Error)
-		if got.Phase == "Applied" || !strings.Contains(got.Error, digest) || !strings.Contains(got.Error, "no signature verifies with the vendor key") {
+		if got.Phase == "Applied" || !strings.Contains(got.Error, digest) || !strings.Contains(got.Error, "no signature verifies with the vendor key") ||
+			!strings.Contains(got.Error, "does not trust now") {
 			t.Errorf("B's release after version 4: %+v, want %s refused for its signature\n%s", got, digest, r.logs())
 		}
 		if r.inInstall(t, digest) {
