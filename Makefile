@@ -82,7 +82,7 @@ vet: ## gofmt and go vet
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## run every fuzz target on its own for FUZZTIME each (CI: FUZZTIME=10s)
+fuzz: ## run every fuzz target on its own for FUZZTIME each (CI: FUZZTIME=7s)
 	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
