@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -123,5 +124,25 @@ func PrunePlans(stateDir, keep string, logger *slog.Logger) {
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && logger != nil {
 			logger.Warn("prune saved plan", "file", e.Name(), "error", err)
 		}
+	}
+}
+
+// PlanBound is a plugin that plans into a saved plan (Record) and applies
+// a saved plan by its hash (ApplySaved).
+type PlanBound interface {
+	Record(ctx context.Context, job *schemas.Job, env Env) (*schemas.JobResult, error)
+	ApplySaved(ctx context.Context, job *schemas.Job, env Env) (*schemas.JobResult, error)
+}
+
+// ApplyPlanBound routes a plan-bound job (job.Plan) of plugin name by its
+// mode: record to Record, apply to ApplySaved.
+func ApplyPlanBound(ctx context.Context, p PlanBound, name string, job *schemas.Job, env Env) (*schemas.JobResult, error) {
+	switch job.Plan.Mode {
+	case schemas.PlanRecordMode:
+		return p.Record(ctx, job, env)
+	case schemas.PlanApplyMode:
+		return p.ApplySaved(ctx, job, env)
+	default:
+		return nil, fmt.Errorf("%s %s: unknown plan mode %q", name, job.Component, job.Plan.Mode)
 	}
 }

@@ -28,7 +28,7 @@ import (
 // job's timeout; the result's Health is theirs either way.
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	if job != nil && job.Plan != nil {
-		return p.applyPlanBound(ctx, job, env)
+		return reconciler.ApplyPlanBound(ctx, p, "helm", job, env)
 	}
 	r, err := p.start(ctx, job, env)
 	if err != nil {

@@ -73,18 +73,6 @@ type ReleaseBase struct {
 	Last     int `json:"last"`
 }
 
-// applyPlanBound routes a plan-bound job: Record or ApplySaved.
-func (p *Plugin) applyPlanBound(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	switch job.Plan.Mode {
-	case schemas.PlanRecordMode:
-		return p.Record(ctx, job, env)
-	case schemas.PlanApplyMode:
-		return p.ApplySaved(ctx, job, env)
-	default:
-		return nil, fmt.Errorf("helm %s: unknown plan mode %q", job.Component, job.Plan.Mode)
-	}
-}
-
 // Record plans the job's install or upgrade with a server-side dry-run
 // (Helm renders the chart against the cluster, lookups included, and
 // writes nothing) and keeps the saved plan for a later plan-bound apply.

@@ -67,7 +67,7 @@ func (c *changes) add(list *[]string, id string) {
 // set whose hash the job names and nothing else (ApplySaved).
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	if job != nil && job.Plan != nil {
-		return p.applyPlanBound(ctx, job, env)
+		return reconciler.ApplyPlanBound(ctx, p, "manifests", job, env)
 	}
 	r, err := p.start(job, env)
 	if err != nil {

@@ -56,18 +56,6 @@ func (s *SavedSet) encode() ([]byte, error) { return reconciler.Canonical(s) }
 
 func hashBytes(b []byte) string { return reconciler.HashBytes(b) }
 
-// applyPlanBound routes a plan-bound job: Record or ApplySaved.
-func (p *Plugin) applyPlanBound(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
-	switch job.Plan.Mode {
-	case schemas.PlanRecordMode:
-		return p.Record(ctx, job, env)
-	case schemas.PlanApplyMode:
-		return p.ApplySaved(ctx, job, env)
-	default:
-		return nil, fmt.Errorf("manifests %s: unknown plan mode %q", job.Component, job.Plan.Mode)
-	}
-}
-
 // Record plans the job's change with server-side dry-runs and keeps the
 // saved plan for a later plan-bound apply, changing nothing. Each object
 // is a create (it does not exist), an update (the dry-run changes fields

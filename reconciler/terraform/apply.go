@@ -23,14 +23,7 @@ import (
 // hash the job names and nothing else (ApplySaved).
 func (p *Plugin) Apply(ctx context.Context, job *schemas.Job, env reconciler.Env) (*schemas.JobResult, error) {
 	if job != nil && job.Plan != nil {
-		switch job.Plan.Mode {
-		case schemas.PlanRecordMode:
-			return p.Record(ctx, job, env)
-		case schemas.PlanApplyMode:
-			return p.ApplySaved(ctx, job, env)
-		default:
-			return nil, fmt.Errorf("terraform %s: unknown plan mode %q", job.Component, job.Plan.Mode)
-		}
+		return reconciler.ApplyPlanBound(ctx, p, "terraform", job, env)
 	}
 	r, err := p.start(job, env)
 	if err != nil {
