@@ -51,13 +51,7 @@ func (a *Agent) readRootApprovers(root *trust.Root) (*policy.Approvers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the approvers role of %s: %w", root.File, err)
 	}
-	for role, what := range map[trust.Role]string{trust.RoleRender: "render", trust.RoleOperators: "request"} {
-		if rk := root.Role(role); rk != nil {
-			for _, k := range rk.Keys {
-				as.Exclude(what, k.PublicKey)
-			}
-		}
-	}
+	as.ExcludeRoot(root)
 	if a.cfg.RequestTrust != nil {
 		for _, s := range a.cfg.RequestTrust.Signers {
 			as.Exclude("request", s.Key)

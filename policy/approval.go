@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/trust"
 )
 
 // Reasons an approval is refused. They are final for that approval.
@@ -141,6 +142,26 @@ func (as *Approvers) Exclude(what string, keys ...ssh.PublicKey) {
 	}
 	for _, k := range keys {
 		as.excluded[ssh.FingerprintSHA256(k)] = what
+	}
+}
+
+// ExcludeRoot excludes the keys of root's render role ("render") and
+// operators role ("request"), whichever it defines: a key that may sign
+// desired state or file requests never approves. A nil root excludes
+// nothing.
+func (as *Approvers) ExcludeRoot(root *trust.Root) {
+	if root == nil {
+		return
+	}
+	for _, r := range []struct {
+		role trust.Role
+		what string
+	}{{trust.RoleRender, "render"}, {trust.RoleOperators, "request"}} {
+		if rk := root.Role(r.role); rk != nil {
+			for _, k := range rk.Keys {
+				as.Exclude(r.what, k.PublicKey)
+			}
+		}
 	}
 }
 
@@ -311,6 +332,18 @@ func (as *Approvers) Judge(approvals []schemas.SignedApproval, t Target, now tim
 
 func refusal(a *schemas.Approval, err error) string {
 	return fmt.Sprintf("%s by %s for %s: %v", a.Decision, a.Approver, a.Plan, err)
+}
+
+// Keys calls f with each listed key that is not excluded, and its name.
+func (as *Approvers) Keys(f func(name string, key ssh.PublicKey)) {
+	if as == nil {
+		return
+	}
+	for _, k := range as.keys {
+		if _, ok := as.excluded[ssh.FingerprintSHA256(k.key)]; !ok {
+			f(k.name, k.key)
+		}
+	}
 }
 
 // Name is the name trust/approvals gives key, if it lists it (and it is

@@ -128,28 +128,10 @@ func (o *operator) readApproverTrust(main plumbing.Hash) (*approverTrust, error)
 			t.approvers.Exclude("request", s.Key)
 		}
 	}
-	if t.root != nil {
-		for role, what := range map[trust.Role]string{trust.RoleRender: "render", trust.RoleOperators: "request"} {
-			if rk := t.root.Role(role); rk != nil {
-				for _, k := range rk.Keys {
-					t.approvers.Exclude(what, k.PublicKey)
-				}
-			}
-		}
-	}
-	var raw schemas.Approvers
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, err
-	}
-	for _, k := range raw.Keys {
-		pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k.Key))
-		if err != nil {
-			continue // ParseApprovers reported it
-		}
-		if _, ok := t.approvers.Name(pub); ok {
-			t.byID[requests.KeyID(pub)] = signature.AllowedSigner{Principals: []string{k.Name}, Key: pub}
-		}
-	}
+	t.approvers.ExcludeRoot(t.root)
+	t.approvers.Keys(func(name string, key ssh.PublicKey) {
+		t.byID[requests.KeyID(key)] = signature.AllowedSigner{Principals: []string{name}, Key: key}
+	})
 	return t, nil
 }
 

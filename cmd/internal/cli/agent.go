@@ -435,13 +435,7 @@ func loadApprovers(file string, render *signature.AllowedSigners, root *trust.Ro
 			as.Exclude("render", s.Key)
 		}
 	}
-	if root != nil {
-		if rk := root.Role(trust.RoleRender); rk != nil {
-			for _, k := range rk.Keys {
-				as.Exclude("render", k.PublicKey)
-			}
-		}
-	}
+	as.ExcludeRoot(root)
 	if requests != nil {
 		for _, s := range requests.Signers {
 			as.Exclude("request", s.Key)
