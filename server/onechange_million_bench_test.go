@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -47,23 +46,7 @@ func BenchmarkOneChangeMillion(b *testing.B) {
 	if _, err := os.Stat(cached); err != nil {
 		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
 	}
-	dir := filepath.Join(b.TempDir(), "tenant.git")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	entries, err := os.ReadDir(cached)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		flag := "-a"
-		if e.Name() == "objects" {
-			flag = "-al"
-		}
-		if out, err := exec.Command("cp", flag, filepath.Join(cached, e.Name()), dir).CombinedOutput(); err != nil {
-			b.Fatalf("copy the cached repository: %v: %s", err, out)
-		}
-	}
+	dir := gittest.LinkCopy(b, cached, "tenant.git")
 	render, _ := loadKey(b, "render")
 	agentKey, _ := loadKey(b, "acme") // every generated install has acme's key
 	ctx, cancel := context.WithCancel(context.Background())

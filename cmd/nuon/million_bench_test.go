@@ -119,25 +119,9 @@ func benchMillion(b *testing.B, bin string, n int, key *signature.Signer) {
 	b.Logf("%d installs: cold render %.1f s wall, %.1f s CPU, %.0f MB peak (rendered %s, load average %s)", n, cold.WallS, cold.CPUS, cold.PeakMB, cold.At, cold.Load)
 
 	// The served repository is a copy whose objects are hard links to
-	// the cached ones (git never changes an object file in place; the
-	// server's maintenance is off), so the cache does not change.
-	dir := filepath.Join(b.TempDir(), "tenant.git")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	entries, err := os.ReadDir(rendered)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		flag := "-a"
-		if e.Name() == "objects" {
-			flag = "-al"
-		}
-		if out, err := exec.Command("cp", flag, filepath.Join(rendered, e.Name()), dir).CombinedOutput(); err != nil {
-			b.Fatalf("copy the rendered repository: %v: %s", err, out)
-		}
-	}
+	// the cached ones (the server's maintenance is off), so the cache
+	// does not change.
+	dir := gittest.LinkCopy(b, rendered, "tenant.git")
 	token := filepath.Join(b.TempDir(), "view-token")
 	if err := os.WriteFile(token, []byte("million-view-token\n"), 0o600); err != nil {
 		b.Fatal(err)
