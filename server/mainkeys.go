@@ -39,14 +39,6 @@ type mainKeys struct {
 	warned []string
 }
 
-// RoleKeys returns the keys of role on the main the server follows now,
-// at the server's clock, read through the one reader of role keys
-// (trust/maingit): for a caller in package server that needs a role's
-// keys once, such as the build queue.
-func (s *Server) RoleKeys(role trust.Role) (*trust.Keys, error) {
-	return s.roleKeysAt(s.keys.mainCommit(), role)
-}
-
 // roleKeysAt returns the keys of role on the commit main, at the server's
 // clock.
 func (s *Server) roleKeysAt(main plumbing.Hash, role trust.Role) (*trust.Keys, error) {
