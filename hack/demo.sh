@@ -19,8 +19,11 @@
 # (kube-apiserver, a registry with TLS and basic auth), installs/<id>.yaml on
 # main, and its agent as a process, which adopts the sandbox as the install's
 # first component (released by vendor CI from sandboxes/ and pinned on both
-# channels, like any component); the last step deletes one install with
-# `nuon install delete`.
+# channels, like any component); then change control, and one install
+# deleted with `nuon install delete`. Last, a vendor's own plugin (the Perl
+# zonefile plugin) in a second app of the vendor's, zones, with its own
+# nuon server and install: released, synced and run by digest, then
+# upgraded by a release and a pin while the same agent process runs.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +57,11 @@ stop_all() {
 		[[ -x $d/sandbox/module/kube-down.sh ]] && "$d/sandbox/module/kube-down.sh" "$d/sandbox/run/kube" >/dev/null 2>&1 || true
 		[[ -x $d/sandbox/module/registry.sh ]] && "$d/sandbox/module/registry.sh" down "$d/sandbox/run/registry" || true
 	done
+	# The zones app of the plugin act: its install's agent, its nuon
+	# server and its install's registry.
+	[[ -f $demo/zones/acme/agent.pid ]] && kill -- -"$(cat "$demo/zones/acme/agent.pid")" 2>/dev/null || true
+	[[ -f $demo/zones/server/server.pid ]] && kill -- -"$(cat "$demo/zones/server/server.pid")" 2>/dev/null || true
+	[[ -d $demo/zones/registry ]] && "$root/hack/registry.sh" stop "$demo/zones/registry" || true
 	[[ -f $demo/server/server.pid ]] && kill -- -"$(cat "$demo/server/server.pid")" 2>/dev/null || true
 	[[ -d $demo/registries/vendor ]] && "$root/hack/registry.sh" stop "$demo/registries/vendor" || true
 }
@@ -73,6 +81,12 @@ fi
 
 nuon=$(realpath "$1")
 demo=$2
+# The last act's plugin is a Perl script using core modules only (Debian's
+# git package brings perl): better said now than after three minutes.
+if [[ $mode == once ]] && ! perl -MJSON::PP -e 1 2>/dev/null; then
+	echo "demo: the zonefile plugin (fixtures/plugins/zonefile) needs perl with JSON::PP: apt-get install perl" >&2
+	exit 1
+fi
 
 # A demo left up (--up) is stopped before its folder goes.
 if [[ -d $demo/installs ]]; then
@@ -168,13 +182,14 @@ echo "  fleet view   $server_url/fleet  (operators' token in $demo/server/view-t
 
 # hook is the git host's push webhook, signed as GitHub signs it (an
 # HMAC-SHA256 of the body under the hook secret): the server checks main at
-# once instead of at its next poll.
+# once instead of at its next poll. hook URL SECRET-FILE calls another
+# server's.
 hook() {
-	local body='{"ref":"refs/heads/main"}' sig
+	local url=${1:-$server_url} secret=${2:-$demo/server/hook-secret} body='{"ref":"refs/heads/main"}' sig
 	sig=$(printf '%s' "$body" | python3 -c '
 import hashlib, hmac, sys
-print(hmac.new(open(sys.argv[1], "rb").read().strip(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())' "$demo/server/hook-secret")
-	curl -sf -o /dev/null -X POST -H "X-Hub-Signature-256: sha256=$sig" --data "$body" "$server_url/hooks/main"
+print(hmac.new(open(sys.argv[1], "rb").read().strip(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())' "$secret")
+	curl -sf -o /dev/null -X POST -H "X-Hub-Signature-256: sha256=$sig" --data "$body" "$url/hooks/main"
 }
 
 # install_refs lists the rendered desired refs; rendered waits until they
@@ -634,6 +649,146 @@ step "nuon install delete initech: nuon server renders it deleted, its agent del
 	--timeout 5m --log-level warn | sed 's/^/  /'
 git -C "$demo/tenant.git" for-each-ref --format='  %(objectname:short) %(refname)' refs/nuon/archive/initech
 git -C "$demo/tenant.git" log --format='  %h %s' -3 refs/nuon/archive/initech/status
+
+# ---- a vendor's own plugin (plugin/, fixtures/plugins) ----------------------------
+# The vendor's second app, zones (fixtures/plugins/tenant): one component,
+# dns, of type plugin, which no built-in plugin applies but the vendor's
+# own, zonefile (fixtures/plugins/zonefile): a Perl script that keeps DNS
+# records in a zone file, speaking nuon's plugin protocol on stdin and
+# stdout. zones has its own tenant repository, nuon server and install
+# (acme, with a plain registry and no sandbox), so the shop above is left
+# as it was. The plugin is released like any component (pushed to the
+# vendor registry, signed, recorded on main), pinned on a channel,
+# rendered by digest, copied by its install's agent into the install's
+# registry after the signature checks out, and run by the job as its own
+# process with what nuon.yaml grants it and nothing else. An upgrade is a
+# release and a pin: the same agent process runs the new plugin.
+act "a vendor's own plugin: released, synced by digest and run; upgraded by a pin, the agent untouched"
+z=$demo/zones
+# zones_status prints dns as acme's agent last reported it.
+zones_status() {
+	git -C "$z/tenant.git" show refs/heads/nuon/status/acme:status.json 2>/dev/null | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["components"].get("dns", {})
+err = c.get("error", "").splitlines()
+ok = c.get("phase") == "Applied"
+print("dns %s %s%s%s" % (c.get("version", "-"), c.get("phase", "-"), (" plugin " + c["digests"]["plugin"]) if ok else "",
+      (": " + err[0]) if err else ""))'
+}
+# zones_wait waits until zones_status matches $1 (a grep -E pattern).
+zones_wait() {
+	for _ in $(seq 300); do
+		zones_status | grep -Eq "$1" && return 0
+		sleep 0.2
+	done
+	echo "demo: zones' dns is not \"$1\" after a minute: $(zones_status); its agent's log: $z/acme/agent.log" >&2
+	return 1
+}
+# zones_release DIR: vendor CI releases the plugin in DIR as component
+# dns's release (its version is the plugin's).
+zones_release() {
+	COSIGN_PASSWORD= "$nuon" plugin release "$1" --repository "$vendor_reg/acme/plugins/zonefile" \
+		--key "$root/fixtures/keys/cosign.key" --repo "$z/tenant.git" --component dns | sed 's/^/  /'
+}
+# zones_pin VERSION: a pull request moves stable's pin of dns, merged.
+zones_pin() {
+	git -C "$z/main" pull --quiet --ff-only
+	sed -i "s/^  dns: .*/  dns: $1/" "$z/main/channels/stable.yaml"
+	git -C "$z/main" commit --quiet -am "stable: dns $1"
+	git -C "$z/main" push --quiet origin HEAD:main
+	hook "$zones_url" "$z/server/hook-secret"
+}
+# agent_of prints the agent's pid and the checksum of the binary it runs.
+agent_of() {
+	local pid
+	pid=$(cat "$z/acme/agent.pid")
+	# setsid execs nuon-agent in the same process: wait for it.
+	for _ in $(seq 50); do [[ $(readlink "/proc/$pid/exe") == */nuon-agent ]] && break; sleep 0.1; done
+	echo "pid $pid, $(readlink "/proc/$pid/exe") sha256 $(sha256sum <"/proc/$pid/exe" | cut -c1-16)…"
+}
+
+step "zones, the vendor's second app (fixtures/plugins/tenant): its component dns runs the vendor's own plugin"
+git init --quiet --bare --initial-branch=main "$z/tenant.git"
+git clone --quiet "$z/tenant.git" "$z/main" 2>/dev/null
+cp -R "$root/fixtures/plugins/tenant/." "$z/main/"
+mkdir -p "$z/main/trust" && cp "$root/fixtures/tenant/trust/requests" "$z/main/trust/"
+zones_reg=$("$root/hack/registry.sh" serve "$z/registry")
+sed -i "s#registry\.vendor\.example#$vendor_reg#" "$z/main/nuon.yaml"
+sed -i "s#127\.0\.0\.1:5000#$zones_reg#" "$z/main/installs/acme.yaml"
+git -C "$z/main" add --all
+git -C "$z/main" commit --quiet -m "zones: one component, dns, applied by the zonefile plugin; stable pins 0.3.0"
+git -C "$z/main" push --quiet origin HEAD:main
+sed -n '/^  - name: dns/,/^    inputs:/p' "$z/main/nuon.yaml" | sed 's/^/  /'
+mkdir -p "$z/server"
+(umask 077 && head -c 32 /dev/urandom | base64 >"$z/server/hook-secret")
+zones_addr=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+zones_url=http://$zones_addr
+setsid "$nuon" server --repo "$z/tenant.git" --render-key "$root/fixtures/keys/render" --listen "$zones_addr" \
+	--poll-interval 1s --hook-secret-file "$z/server/hook-secret" >"$z/server/server.log" 2>&1 </dev/null &
+echo $! >"$z/server/server.pid"
+for _ in $(seq 100); do curl -sf "$zones_url/readyz" >/dev/null && break; sleep 0.1; done
+# acme's agent, as nuon install create starts one: nuon-agent through
+# nuon server, its requests signed with its install key. The machine
+# gives it the zone folder, which nuon.yaml grants the plugin (env:
+# NUON_ZONE_DIR); the plugin gets no other variable of the agent's.
+mkdir -p "$z/acme/zones"
+NUON_ZONE_DIR=$z/acme/zones setsid "$(dirname "$nuon")/nuon-agent" agent --repo "$zones_url/tenant.git" --server-auth \
+	--install acme --key "$root/fixtures/keys/acme" --trust "$demo/allowed_signers" --workdir "$z/acme/work" \
+	--vendor-key "$root/fixtures/keys/cosign.pub" --interval 500ms --max-backoff 1s --log-level warn \
+	>"$z/acme/agent.log" 2>&1 </dev/null &
+echo $! >"$z/acme/agent.pid"
+agent_before=$(agent_of)
+echo "  nuon server $zones_url/tenant.git; acme's registry $zones_reg; acme's agent $agent_before"
+
+step "vendor CI: nuon plugin release fixtures/plugins/zonefile (0.3.0): pushed, signed, recorded as dns's release on main"
+zones_release "$root/fixtures/plugins/zonefile"
+hook "$zones_url" "$z/server/hook-secret"
+zones_wait '^dns 0\.3\.0 Applied'
+echo "  nuon server rendered it; acme's agent verified the plugin's signature, copied it by digest into acme's registry, and its job ran it:"
+zones_status | sed 's/^/    /'
+digest=$(zones_status | sed 's/.* plugin \(sha256:[0-9a-f]*\).*/\1/')
+echo "    acme's registry, nuon-acme/acme/plugins/zonefile: $digest $(curl -s -o /dev/null -w 'HTTP %{http_code}' -I \
+	-H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$zones_reg/v2/nuon-acme/acme/plugins/zonefile/manifests/$digest"), tags $(
+	curl -s "http://$zones_reg/v2/nuon-acme/acme/plugins/zonefile/tags/list" | python3 -c 'import json, sys; print(" ".join(json.load(sys.stdin)["tags"]))')"
+echo "    $z/acme/zones/acme.shop.internal.zone:"
+grep -v '^;' "$z/acme/zones/acme.shop.internal.zone" | sed 's/^/      /'
+cp "$z/acme/zones/acme.shop.internal.zone" "$z/zone-0.3.0"
+
+step "the upgrade: zonefile 0.4.0 gives a record without a TTL an hour, not five minutes; released, and a pull request pins it"
+mkdir -p "$z/zonefile-0.4.0" && cp -R "$root/fixtures/plugins/zonefile/." "$z/zonefile-0.4.0/"
+sed -i 's/0\.3\.0/0.4.0/' "$z/zonefile-0.4.0/plugin.json" "$z/zonefile-0.4.0/zonefile"
+sed -i 's#\$ttl //= 300;#$ttl //= 3600;#' "$z/zonefile-0.4.0/zonefile"
+{ diff -U0 "$root/fixtures/plugins/zonefile/zonefile" "$z/zonefile-0.4.0/zonefile" || true; } | grep -E '^[-+][^-+]' | sed 's/^/  /'
+zones_release "$z/zonefile-0.4.0"
+zones_pin 0.4.0
+zones_wait '^dns 0\.4\.0 Applied'
+echo "  acme's agent synced 0.4.0 by its digest and ran it; the zone file, before → after:"
+{ diff "$z/zone-0.3.0" "$z/acme/zones/acme.shop.internal.zone" || true; } | grep '^[<>]' | sed 's/^/    /'
+echo "  nuon status, through zones' nuon server with the operator's key (and -o json: the plugin's digest, signed by acme's agent):"
+zones_op=("$nuon" status --server "$zones_url" --key "$root/fixtures/keys/operator")
+"${zones_op[@]}" | sed 's/^/    /'
+"${zones_op[@]}" -o json | python3 -c '
+import json, sys
+for r in json.load(sys.stdin):
+    for c in r["components"]:
+        print("    %s %s %s %s, digests.plugin %s" % (r["install"], c["name"], c["version"], c["phase"], c["digests"]["plugin"]))'
+agent_after=$(agent_of)
+echo "  acme's agent before: $agent_before"
+echo "  acme's agent after:  $agent_after"
+cp "$z/acme/zones/acme.shop.internal.zone" "$z/zone-0.4.0"
+[[ $agent_after == "$agent_before" ]] && echo "  the same process, the same binary: the plugin was upgraded, the agent was not"
+
+step "refused: zonefile 0.5.0 asks for the network, which nuon.yaml does not grant it"
+mkdir -p "$z/zonefile-0.5.0" && cp -R "$root/fixtures/plugins/zonefile/." "$z/zonefile-0.5.0/"
+sed -i 's/0\.3\.0/0.5.0/' "$z/zonefile-0.5.0/plugin.json" "$z/zonefile-0.5.0/zonefile"
+sed -i 's/"capabilities": {/"capabilities": {"network": true, /' "$z/zonefile-0.5.0/plugin.json"
+zones_release "$z/zonefile-0.5.0" >/dev/null
+zones_pin 0.5.0
+zones_wait '^dns 0\.5\.0 Failed'
+zones_status | sed 's/^/  /'
+cmp -s "$z/zone-0.4.0" "$z/acme/zones/acme.shop.internal.zone" &&
+	echo "  no request reached the plugin: the zone file is byte for byte what 0.4.0 wrote"
+# ---- end of a vendor's own plugin -------------------------------------------------
 
 act ""
 printf '\nthe demo took %ds; its state is in %s\n' "$SECONDS" "$demo"
