@@ -675,10 +675,16 @@ ok = c.get("phase") == "Applied"
 print("dns %s %s%s%s" % (c.get("version", "-"), c.get("phase", "-"), (" plugin " + c["digests"]["plugin"]) if ok else "",
       (": " + err[0]) if err else ""))'
 }
-# zones_wait waits until zones_status matches $1 (a grep -E pattern).
+# zones_wait waits until zones_status matches $1 (a grep -E pattern),
+# reading the status again only when acme's agent pushed a new one.
 zones_wait() {
+	local seen= now
 	for _ in $(seq 300); do
-		zones_status | grep -Eq "$1" && return 0
+		now=$(git -C "$z/tenant.git" rev-parse -q --verify refs/heads/nuon/status/acme || true)
+		if [[ $now != "$seen" ]]; then
+			zones_status | grep -Eq "$1" && return 0
+			seen=$now
+		fi
 		sleep 0.2
 	done
 	echo "demo: zones' dns is not \"$1\" after a minute: $(zones_status); its agent's log: $z/acme/agent.log" >&2
@@ -762,6 +768,12 @@ sed -i 's#\$ttl //= 300;#$ttl //= 3600;#' "$z/zonefile-0.4.0/zonefile"
 zones_release "$z/zonefile-0.4.0"
 zones_pin 0.4.0
 zones_wait '^dns 0\.4\.0 Applied'
+# Meanwhile vendor CI releases 0.5.0, which asks for the network (below).
+mkdir -p "$z/zonefile-0.5.0" && cp -R "$root/fixtures/plugins/zonefile/." "$z/zonefile-0.5.0/"
+sed -i 's/0\.3\.0/0.5.0/' "$z/zonefile-0.5.0/plugin.json" "$z/zonefile-0.5.0/zonefile"
+sed -i 's/"capabilities": {/"capabilities": {"network": true, /' "$z/zonefile-0.5.0/plugin.json"
+zones_release "$z/zonefile-0.5.0" >"$z/release-0.5.0.log" 2>&1 &
+release_050=$!
 echo "  acme's agent synced 0.4.0 by its digest and ran it; the zone file, before → after:"
 { diff "$z/zone-0.3.0" "$z/acme/zones/acme.shop.internal.zone" || true; } | grep '^[<>]' | sed 's/^/    /'
 echo "  nuon status, through zones' nuon server with the operator's key (and -o json: the plugin's digest, signed by acme's agent):"
@@ -776,18 +788,27 @@ agent_after=$(agent_of)
 echo "  acme's agent before: $agent_before"
 echo "  acme's agent after:  $agent_after"
 cp "$z/acme/zones/acme.shop.internal.zone" "$z/zone-0.4.0"
-[[ $agent_after == "$agent_before" ]] && echo "  the same process, the same binary: the plugin was upgraded, the agent was not"
+if [[ $agent_after != "$agent_before" ]]; then
+	echo "demo: acme's agent is not the process that applied 0.3.0; its log: $z/acme/agent.log" >&2
+	exit 1
+fi
+echo "  the same process, the same binary: the plugin was upgraded, the agent was not"
 
 step "refused: zonefile 0.5.0 asks for the network, which nuon.yaml does not grant it"
-mkdir -p "$z/zonefile-0.5.0" && cp -R "$root/fixtures/plugins/zonefile/." "$z/zonefile-0.5.0/"
-sed -i 's/0\.3\.0/0.5.0/' "$z/zonefile-0.5.0/plugin.json" "$z/zonefile-0.5.0/zonefile"
-sed -i 's/"capabilities": {/"capabilities": {"network": true, /' "$z/zonefile-0.5.0/plugin.json"
-zones_release "$z/zonefile-0.5.0" >/dev/null
+wait "$release_050" || {
+	echo "demo: nuon plugin release of zonefile 0.5.0 failed:" >&2
+	cat "$z/release-0.5.0.log" >&2
+	exit 1
+}
+sed -n 's/^  released /  vendor CI released it while the upgrade was shown: /p' "$z/release-0.5.0.log"
 zones_pin 0.5.0
 zones_wait '^dns 0\.5\.0 Failed'
 zones_status | sed 's/^/  /'
-cmp -s "$z/zone-0.4.0" "$z/acme/zones/acme.shop.internal.zone" &&
-	echo "  no request reached the plugin: the zone file is byte for byte what 0.4.0 wrote"
+if ! cmp -s "$z/zone-0.4.0" "$z/acme/zones/acme.shop.internal.zone"; then
+	echo "demo: a refused plugin changed the zone file $z/acme/zones/acme.shop.internal.zone" >&2
+	exit 1
+fi
+echo "  no request reached the plugin: the zone file is byte for byte what 0.4.0 wrote"
 # ---- end of a vendor's own plugin -------------------------------------------------
 
 act ""
