@@ -1,16 +1,19 @@
 package jobs
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net/netip"
 	"path"
 	"regexp"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Labels and annotations on the objects of a Kubernetes job.
@@ -165,6 +168,26 @@ type Kube struct {
 	Log io.Writer
 	// Logger receives the runner's events. Default: discard.
 	Logger *slog.Logger
+
+	// AdmitPlugin checks a job of a vendor's plugin (one with Grants)
+	// before any object of it is created, and says what its plugin is
+	// granted; see "Plugin jobs". Required for such jobs.
+	AdmitPlugin PluginAdmission
+	// PluginKey is the vendor's cosign public key (PEM), which a plugin
+	// job's pod verifies the plugin's artifact with again. Required for
+	// jobs of a vendor's plugin.
+	PluginKey []byte
+	// PluginDNS is where a plugin job not granted the network may send
+	// DNS queries. Default DefaultPluginDNS.
+	PluginDNS []networkingv1.NetworkPolicyPeer
+	// PluginEgress is egress a plugin job not granted the network is
+	// allowed beyond DNS and the registry addresses the runner finds: the
+	// install registry's CIDR when its addresses change (a VPC
+	// endpoint), or its pods when it runs in the cluster.
+	PluginEgress []networkingv1.NetworkPolicyEgressRule
+	// LookupIP resolves the install registry's name for a plugin job's
+	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
+	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 var _ EnvRunner = (*Kube)(nil)
