@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ type pluginRegistry struct {
 	another sigstoresig.SignerVerifier
 }
 
-func newPluginRegistry(t *testing.T) *pluginRegistry {
+func newPluginRegistry(t testing.TB) *pluginRegistry {
 	t.Helper()
 	host := ocitest.InProcess(t)
 	c, err := oci.NewClient(oci.WithKeychain(nil))
@@ -67,7 +68,7 @@ func newPluginRegistry(t *testing.T) *pluginRegistry {
 	return r
 }
 
-func cosignKeyPair(t *testing.T) (sigstoresig.SignerVerifier, []byte) {
+func cosignKeyPair(t testing.TB) (sigstoresig.SignerVerifier, []byte) {
 	t.Helper()
 	kb, err := cosign.GenerateKeyPair(func(bool) ([]byte, error) { return []byte("pw"), nil })
 	if err != nil {
@@ -86,7 +87,7 @@ func cosignKeyPair(t *testing.T) (sigstoresig.SignerVerifier, []byte) {
 
 // push releases the zonefile plugin, its manifest edited by edit, signed
 // with key.
-func (r *pluginRegistry) push(t *testing.T, key sigstoresig.SignerVerifier, edit func(string) string) name.Digest {
+func (r *pluginRegistry) push(t testing.TB, key sigstoresig.SignerVerifier, edit func(string) string) name.Digest {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "zonefile")
 	if err := os.CopyFS(dir, os.DirFS(zonefileDir)); err != nil {
@@ -141,6 +142,66 @@ func pluginJob(id string, ref name.Digest, grants schemas.PluginCapabilities) *s
 		Grants:    &grants, Timeout: "2m", StateDir: "/var/lib/nuon/components/dns"}
 }
 
+// pluginNamespace runs the plugin jobs; installSecret is the value of the
+// install's secret TOKEN (Kube.SecretName).
+const (
+	pluginNamespace = "nuon-system"
+	installSecret   = "install-secret-value-0001"
+)
+
+// pluginCluster is the real API server and controller manager with
+// manifests/ applied, the test kubelet, and a Kube runner acting as the
+// agent's service account that admits plugins with reg.
+type pluginCluster struct {
+	srv   *kubetest.Server
+	cs    kubernetes.Interface
+	kl    *kubelet
+	k     *Kube
+	zones string
+	log   *strings.Builder
+}
+
+func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
+	t.Helper()
+	srv := kubetest.New(t, kubetest.WithControllerManager())
+	kubectl := kubetest.Kubectl(t)
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	for _, f := range []string{"00-namespaces.yaml", "10-agent-rbac.yaml", "20-jobs-rbac.yaml"} {
+		out, err := exec.Command(kubectl, "--kubeconfig", srv.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(root, "manifests", f)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+		}
+	}
+	const ns = pluginNamespace
+	cs := srv.Clientset(t)
+	if ns, err := cs.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{}); err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Fatalf("namespace %s: %v, labels %v; want it restricted", ns, err, ns.Labels)
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "nuon-secrets"},
+		Data: map[string][]byte{"TOKEN": []byte(installSecret)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zones := t.TempDir()
+	kl := startKubelet(t, srv, ns, nil)
+
+	agentCfg := srv.Config()
+	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nuon-system:nuon-agent",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nuon-system", "system:authenticated"}}
+	client, err := NewKubeClient(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	k := &Kube{Client: client, Namespace: ns, Image: "registry.example/nuon:test", PollInterval: 100 * time.Millisecond,
+		SecretName: "nuon-secrets", Env: []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: zones}},
+		Volumes: []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-agent-state"}}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "nuon-state", MountPath: "/var/lib/nuon"}},
+		AdmitPlugin:  reg.admission(), PluginKey: reg.pub,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	return &pluginCluster{srv: srv, cs: cs, kl: kl, k: k, zones: zones, log: &log}
+}
+
 // TestKubePlugin runs jobs of a vendor's plugin (the zonefile plugin, a
 // Perl script, from a registry, signed) as the Kubernetes runner does, for
 // real: the real kube-apiserver and controller manager (Job controller,
@@ -170,43 +231,10 @@ func TestKubePlugin(t *testing.T) {
 		return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.2"`, 1)
 	})
 
-	srv := kubetest.New(t, kubetest.WithControllerManager())
-	kubectl := kubetest.Kubectl(t)
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
-	for _, f := range []string{"00-namespaces.yaml", "10-agent-rbac.yaml", "20-jobs-rbac.yaml"} {
-		out, err := exec.Command(kubectl, "--kubeconfig", srv.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(root, "manifests", f)).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
-		}
-	}
-	const ns = "nuon-system"
-	cs := srv.Clientset(t)
-	if ns, err := cs.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{}); err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
-		t.Fatalf("namespace %s: %v, labels %v; want it restricted", ns, err, ns.Labels)
-	}
-	const secretValue = "install-secret-value-0001"
-	if _, err := cs.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "nuon-secrets"},
-		Data: map[string][]byte{"TOKEN": []byte(secretValue)}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	zones := t.TempDir()
-	kl := startKubelet(t, srv, ns, nil)
-
-	agentCfg := srv.Config()
-	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nuon-system:nuon-agent",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nuon-system", "system:authenticated"}}
-	client, err := NewKubeClient(agentCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runnerLog strings.Builder
-	k := &Kube{Client: client, Namespace: ns, Image: "registry.example/nuon:test", PollInterval: 100 * time.Millisecond,
-		SecretName: "nuon-secrets", Env: []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: zones}},
-		Volumes: []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-agent-state"}}}},
-		VolumeMounts: []corev1.VolumeMount{{Name: "nuon-state", MountPath: "/var/lib/nuon"}},
-		AdmitPlugin:  reg.admission(), PluginKey: reg.pub,
-		Logger: slog.New(slog.NewTextHandler(&runnerLog, nil))}
+	pc := newPluginCluster(t, reg)
+	srv, cs, kl, k, zones := pc.srv, pc.cs, pc.kl, pc.k, pc.zones
+	const ns = pluginNamespace
+	runnerLog := pc.log
 	cloud := []string{"AWS_ACCESS_KEY_ID=ASIAPLUGINTEST0001", "AWS_SECRET_ACCESS_KEY=cloud-secret-value-0001"}
 
 	// run runs job with the cloud credentials and checks its zone file.
@@ -234,6 +262,9 @@ func TestKubePlugin(t *testing.T) {
 	granted := pluginJob("dns-g1-update-granted", needsAll, all)
 	run(t, granted)
 	t.Logf("a plugin job through the kubernetes runner and the test kubelet: %s from RunEnv to its result", took.Round(time.Millisecond))
+	if kl.startedAt(KubeName(restricted.ID)).IsZero() {
+		t.Error("the test kubelet never started the plugin job's pod")
+	}
 
 	t.Run("restricted pod security admits the pod, and only it", func(t *testing.T) {
 		pod := jobPod(t, cs, ns, restricted.ID)
@@ -437,7 +468,7 @@ func TestKubePlugin(t *testing.T) {
 		}
 	})
 
-	for _, s := range []string{secretValue, "cloud-secret-value-0001"} {
+	for _, s := range []string{installSecret, "cloud-secret-value-0001"} {
 		if strings.Contains(runnerLog.String(), s) {
 			t.Errorf("the runner's log holds a secret")
 		}
@@ -491,4 +522,48 @@ func egressAllowed(np *networkingv1.NetworkPolicy, addr netip.Addr, port int32) 
 		}
 	}
 	return false
+}
+
+// BenchmarkKubePluginJob is a job of a vendor's plugin (the zonefile
+// plugin, not granted the network, secrets or cloudRole) through the
+// Kubernetes runner against the real API server and controller manager,
+// its pod run by the test kubelet: admitted (signature and signed
+// manifest from the registry), its objects created, its pod scheduled by
+// the Job controller and run, its result read. It reports the time to the
+// pod's process starting (pod-start-ms), from there to Run's return
+// (pod-result-ms), and the objects the job left (objects/job).
+func BenchmarkKubePluginJob(b *testing.B) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		b.Skip("no perl")
+	}
+	reg := newPluginRegistry(b)
+	ref := reg.push(b, reg.vendor, func(s string) string { return s })
+	pc := newPluginCluster(b, reg)
+	ctx := context.Background()
+	var toPod, toResult time.Duration
+	var objects int
+	b.ResetTimer()
+	for i := range b.N {
+		job := pluginJob("dns-g1-update-bench-"+strconv.Itoa(i), ref, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		start := time.Now()
+		if _, err := pc.k.RunEnv(ctx, job, b.TempDir(), []string{"AWS_SECRET_ACCESS_KEY=withheld"}); err != nil {
+			b.Fatalf("RunEnv: %v\n%s", err, pc.kl.log(KubeName(job.ID)))
+		}
+		end := time.Now()
+		started := pc.kl.startedAt(KubeName(job.ID))
+		toPod += started.Sub(start)
+		toResult += end.Sub(started)
+		b.StopTimer()
+		sel := metav1.ListOptions{LabelSelector: LabelJob + "=" + idHash(job.ID)}
+		jobs, _ := pc.cs.BatchV1().Jobs(pluginNamespace).List(ctx, sel)
+		cms, _ := pc.cs.CoreV1().ConfigMaps(pluginNamespace).List(ctx, sel)
+		nps, _ := pc.cs.NetworkingV1().NetworkPolicies(pluginNamespace).List(ctx, sel)
+		secrets, _ := pc.cs.CoreV1().Secrets(pluginNamespace).List(ctx, sel)
+		pods, _ := pc.cs.CoreV1().Pods(pluginNamespace).List(ctx, sel)
+		objects += len(jobs.Items) + len(cms.Items) + len(nps.Items) + len(secrets.Items) + len(pods.Items)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(toPod.Milliseconds())/float64(b.N), "pod-start-ms")
+	b.ReportMetric(float64(toResult.Milliseconds())/float64(b.N), "pod-result-ms")
+	b.ReportMetric(float64(objects)/float64(b.N), "objects/job")
 }

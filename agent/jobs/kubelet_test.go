@@ -121,7 +121,7 @@ func (d dirModules) Extract(_ context.Context, a schemas.Artifact, dir string) e
 // (kubetest.WithControllerManager) do the rest: the Job controller creates
 // the pods and finishes the Jobs from their status.
 type kubelet struct {
-	t       *testing.T
+	t       testing.TB
 	cs      kubernetes.Interface
 	srv     *kubetest.Server
 	ns      string
@@ -138,9 +138,11 @@ type podRun struct {
 	cmd  *exec.Cmd
 	log  string
 	exit chan struct{}
+	// started is when the process started.
+	started time.Time
 }
 
-func startKubelet(t *testing.T, srv *kubetest.Server, ns string, env []string) *kubelet {
+func startKubelet(t testing.TB, srv *kubetest.Server, ns string, env []string) *kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kubelet{t: t, cs: srv.Clientset(t), srv: srv, ns: ns, env: env, root: t.TempDir(),
 		started: map[string]*podRun{}, stop: cancel, done: make(chan struct{})}
@@ -292,7 +294,7 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{})}
+	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{}), started: time.Now()}
 	k.mu.Lock()
 	k.started[p.Name] = pr
 	k.mu.Unlock()
@@ -347,6 +349,19 @@ func (k *kubelet) kill(prefix string) {
 	}
 	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
 	<-pr.exit
+}
+
+// startedAt is when the process of the pod whose name starts with prefix
+// started.
+func (k *kubelet) startedAt(prefix string) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, p := range k.started {
+		if strings.HasPrefix(name, prefix) {
+			return p.started
+		}
+	}
+	return time.Time{}
 }
 
 // log returns the output of the pod whose name starts with prefix.
