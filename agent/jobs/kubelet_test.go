@@ -138,8 +138,8 @@ type podRun struct {
 	cmd  *exec.Cmd
 	log  string
 	exit chan struct{}
-	// started is when the process started.
-	started time.Time
+	// started is when the process started, ended when it exited.
+	started, ended time.Time
 }
 
 func startKubelet(t testing.TB, srv *kubetest.Server, ns string, env []string) *kubelet {
@@ -315,6 +315,9 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 				code = 128 + int32(ws.Signal())
 			}
 		}
+		k.mu.Lock()
+		pr.ended = time.Now()
+		k.mu.Unlock()
 		// The result file stands in for /dev/termination-log.
 		msg, _ := os.ReadFile(hostPath(PodResultFile))
 		end := metav1.Now()
@@ -352,16 +355,16 @@ func (k *kubelet) kill(prefix string) {
 }
 
 // startedAt is when the process of the pod whose name starts with prefix
-// started.
-func (k *kubelet) startedAt(prefix string) time.Time {
+// started, and when it ended (zero while it runs).
+func (k *kubelet) startedAt(prefix string) (started, ended time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for name, p := range k.started {
 		if strings.HasPrefix(name, prefix) {
-			return p.started
+			return p.started, p.ended
 		}
 	}
-	return time.Time{}
+	return time.Time{}, time.Time{}
 }
 
 // log returns the output of the pod whose name starts with prefix.
