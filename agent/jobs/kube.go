@@ -122,8 +122,8 @@ const (
 //     Grants. A refusal fails the job (ErrJobFailed, with why) and creates
 //     nothing. What it returns, the manifest's needs within Grants, is
 //     what the pod gets.
-//   - The Job is created suspended; a NetworkPolicy named as the Job,
-//     owned by it, selecting the Job's pods by the Job's own selector
+//   - The Job is created suspended; a NetworkPolicy of the run's own
+//     (named as the Job, "-net-" and a random suffix), owned by it, selecting the Job's pods by the Job's own selector
 //     (its UID), is created, and only then is the Job started. It denies
 //     all ingress. With the network granted it allows all egress;
 //     otherwise only DNS (Kube.PluginDNS) and the install registry, the

@@ -116,7 +116,7 @@ func (k *Kube) registryEgress(ctx context.Context, job *schemas.Job) ([]networki
 			return nil, fmt.Errorf("the install registry %s, which a plugin job's pod may reach: %w", host, err)
 		}
 		rule := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{
-			Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt(port)),
+			Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(port))),
 		}}}
 		for _, a := range addrs {
 			a = a.Unmap()
@@ -129,19 +129,19 @@ func (k *Kube) registryEgress(ctx context.Context, job *schemas.Job) ([]networki
 	return rules, nil
 }
 
-// networkPolicy is the NetworkPolicy of a plugin job's pod, created owned
-// by the Job: it selects the Job's pods by the Job's own selector (its
-// UID), lets nothing in, and lets out everything with the network
-// granted, else only DNS (Kube.PluginDNS), the install registry
+// networkPolicy is the NetworkPolicy named name of a plugin job's pod,
+// created owned by the Job: it selects the Job's pods by the Job's own
+// selector (its UID), lets nothing in, and lets out everything with the
+// network granted, else only DNS (Kube.PluginDNS), the install registry
 // (egress) and Kube.PluginEgress.
-func (k *Kube) networkPolicy(created *batchv1.Job, owner metav1.OwnerReference, granted *schemas.PluginCapabilities, egress []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
+func (k *Kube) networkPolicy(name string, created *batchv1.Job, owner metav1.OwnerReference, granted *schemas.PluginCapabilities, egress []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
 	sel := metav1.LabelSelector{MatchLabels: map[string]string{LabelJob: created.Labels[LabelJob]}}
 	if created.Spec.Selector != nil {
 		sel = *created.Spec.Selector.DeepCopy()
 	}
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: created.Name, Namespace: k.Namespace,
+			Name: name, Namespace: k.Namespace,
 			Labels: created.Labels, Annotations: map[string]string{AnnotationJobID: created.Annotations[AnnotationJobID]},
 			OwnerReferences: []metav1.OwnerReference{owner},
 		},
@@ -160,8 +160,8 @@ func (k *Kube) networkPolicy(created *batchv1.Job, owner metav1.OwnerReference, 
 		dns = DefaultPluginDNS
 	}
 	np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: dns, Ports: []networkingv1.NetworkPolicyPort{
-		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt(53))},
-		{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt(53))},
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))},
+		{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(53))},
 	}})
 	np.Spec.Egress = append(np.Spec.Egress, egress...)
 	np.Spec.Egress = append(np.Spec.Egress, k.PluginEgress...)

@@ -308,10 +308,7 @@ func TestKubePlugin(t *testing.T) {
 			job     *schemas.Job
 			network bool
 		}{{restricted, false}, {granted, true}} {
-			np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(t.Context(), KubeName(tt.job.ID), metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("%s: no NetworkPolicy: %v", tt.job.ID, err)
-			}
+			np := jobNetworkPolicy(t, cs, ns, tt.job.ID)
 			kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(tt.job.ID), metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -449,28 +446,58 @@ func TestKubePlugin(t *testing.T) {
 	})
 
 	t.Run("the NetworkPolicy goes with its Job", func(t *testing.T) {
-		name := KubeName(restricted.ID)
+		np := jobNetworkPolicy(t, cs, ns, restricted.ID)
 		bg := metav1.DeletePropagationBackground
-		if err := cs.BatchV1().Jobs(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		if err := cs.BatchV1().Jobs(ns).Delete(t.Context(), KubeName(restricted.ID), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			_, err := cs.NetworkingV1().NetworkPolicies(ns).Get(t.Context(), name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the NetworkPolicy outlived its Job: %v", err)
-			}
+		awaitGone(t, cs, ns, np.Name)
+		jobNetworkPolicy(t, cs, ns, granted.ID) // another job's stays
+	})
+
+	t.Run("a rerun gets a NetworkPolicy of its own", func(t *testing.T) {
+		old := jobNetworkPolicy(t, cs, ns, granted.ID)
+		if res, err := k.RunEnv(t.Context(), granted, t.TempDir(), cloud); err != nil || res.Changed {
+			t.Fatalf("rerun = %+v, %v; want nothing changed", res, err)
 		}
-		if _, err := cs.NetworkingV1().NetworkPolicies(ns).Get(t.Context(), KubeName(granted.ID), metav1.GetOptions{}); err != nil {
-			t.Errorf("another job's NetworkPolicy went too: %v", err)
+		kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(granted.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		awaitGone(t, cs, ns, old.Name)
+		if np := jobNetworkPolicy(t, cs, ns, granted.ID); np.OwnerReferences[0].UID != kj.UID || np.Name == old.Name {
+			t.Errorf("the rerun's NetworkPolicy %s is owned by %s, want a new one owned by the Job %s", np.Name, np.OwnerReferences[0].UID, kj.UID)
 		}
 	})
 
 	for _, s := range []string{installSecret, "cloud-secret-value-0001"} {
 		if strings.Contains(runnerLog.String(), s) {
 			t.Errorf("the runner's log holds a secret")
+		}
+	}
+}
+
+// jobNetworkPolicy is the one NetworkPolicy of the job id.
+func jobNetworkPolicy(t *testing.T, cs kubernetes.Interface, ns, id string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	l, err := cs.NetworkingV1().NetworkPolicies(ns).List(t.Context(), metav1.ListOptions{LabelSelector: LabelJob + "=" + idHash(id)})
+	if err != nil || len(l.Items) != 1 {
+		t.Fatalf("NetworkPolicies of %s: %v, %d", id, err, len(l.Items))
+	}
+	return &l.Items[0]
+}
+
+// awaitGone waits until the garbage collector deleted the NetworkPolicy
+// name.
+func awaitGone(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		_, err := cs.NetworkingV1().NetworkPolicies(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NetworkPolicy %s outlived its Job: %v", name, err)
 		}
 	}
 }

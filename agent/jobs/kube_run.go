@@ -252,7 +252,11 @@ func (r *kubeRun) create(ctx context.Context) error {
 func (r *kubeRun) start(ctx context.Context, created *batchv1.Job, owner metav1.OwnerReference) error {
 	api := r.k.api()
 	if r.granted != nil {
-		np := r.k.networkPolicy(created, owner, r.granted, r.egress)
+		// Named afresh for every run, as the Secret: one of an earlier
+		// run of the job may wait for the collector still.
+		var suffix [4]byte
+		_, _ = rand.Read(suffix[:])
+		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.egress)
 		if err := api.createNetworkPolicy(ctx, np); err != nil {
 			return fmt.Errorf("networkpolicy %s: %w", np.Name, err)
 		}
