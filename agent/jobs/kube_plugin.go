@@ -104,7 +104,7 @@ func (k *Kube) registryEgress(ctx context.Context, job *schemas.Job) ([]networki
 	for _, h := range hosts {
 		host, port := h, registryPort
 		if hp, ps, err := net.SplitHostPort(h); err == nil {
-			if port, err = strconv.Atoi(ps); err != nil {
+			if port, err = strconv.Atoi(ps); err != nil || port < 1 || port > 65535 {
 				return nil, fmt.Errorf("registry %s: port %q", h, ps)
 			}
 			host = hp
