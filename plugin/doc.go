@@ -126,7 +126,7 @@
 // filesystem; the pod has no service account token, and the install's
 // secrets and the cloud credentials only when granted; its
 // NetworkPolicy, enforced by the cluster's CNI (Calico, Cilium, the AWS
-// VPC CNI with network policies on, …; not kindnet or flannel alone),
+// VPC CNI with network policies on, …; not flannel alone),
 // lets it reach only DNS and the install registry unless it is granted
 // the network. A restricted pod may not make network namespaces (the
 // runtime's seccomp profile refuses unshare), so the pod runs the plugin
