@@ -136,6 +136,14 @@ func checkAccess(t *testing.T, cs *kubernetes.Clientset) {
 		{agentSA, "get", "coordination.k8s.io", "leases", "", "nuon-state", true},
 		{agentSA, "update", "coordination.k8s.io", "leases", "", "nuon-state", false},
 		{agentSA, "get", "", "secrets", "", "nuon-state", false},
+		// A vendor's plugin's job: its NetworkPolicy, created, never
+		// changed or deleted by the agent (the garbage collector deletes
+		// it with the Job); none elsewhere.
+		{agentSA, "create", "networking.k8s.io", "networkpolicies", "", "nuon-system", true},
+		{agentSA, "update", "networking.k8s.io", "networkpolicies", "", "nuon-system", false},
+		{agentSA, "delete", "networking.k8s.io", "networkpolicies", "", "nuon-system", false},
+		{agentSA, "create", "networking.k8s.io", "networkpolicies", "", "shop", false},
+		{jobSA, "create", "networking.k8s.io", "networkpolicies", "", "nuon-system", false},
 	}
 	for _, tt := range tests {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{

@@ -150,37 +150,7 @@ func Fetch(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Veri
 	if platform == "" {
 		platform = Platform()
 	}
-	d, err := v1.NewHash(ref.DigestStr())
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", ref, err)
-	}
-	if _, err := c.VerifySignature(ctx, ref.Context(), d, v); err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", ref, err)
-	}
-	m, err := c.Get(ctx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", ref, err)
-	}
-	man, err := v1.ParseManifest(bytes.NewReader(m.Raw))
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", ref, err)
-	}
-	if man.Config.MediaType != ConfigMediaType || len(man.Layers) != 1 || man.Layers[0].MediaType != ContentMediaType {
-		return nil, fmt.Errorf("plugin %s: not a plugin artifact (config %s, %d layers)", ref, man.Config.MediaType, len(man.Layers))
-	}
-	if man.Config.Size > maxConfig {
-		return nil, fmt.Errorf("plugin %s: a config of %d bytes", ref, man.Config.Size)
-	}
-	rc, err := c.Blob(ctx, ref.Context(), man.Config)
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", ref, err)
-	}
-	raw, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s config: %w", ref, err)
-	}
-	pm, err := decodeManifest(ref.String()+" config", raw)
+	man, pm, err := fetchManifest(ctx, c, ref, v)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +167,53 @@ func Fetch(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Veri
 		return nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
 	return &Fetched{Ref: ref, Manifest: *pm, Executable: filepath.Join(dir, filepath.FromSlash(exe))}, nil
+}
+
+// FetchManifest is the signed manifest of the plugin artifact ref (pinned
+// by digest): its signature verified with the vendor's key v before
+// anything else is read, then its OCI manifest and its config, each by
+// digest. Nothing is unpacked.
+func FetchManifest(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Verifier) (*schemas.PluginManifest, error) {
+	_, pm, err := fetchManifest(ctx, c, ref, v)
+	return pm, err
+}
+
+func fetchManifest(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Verifier) (*v1.Manifest, *schemas.PluginManifest, error) {
+	d, err := v1.NewHash(ref.DigestStr())
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+	}
+	if _, err := c.VerifySignature(ctx, ref.Context(), d, v); err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+	}
+	m, err := c.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+	}
+	man, err := v1.ParseManifest(bytes.NewReader(m.Raw))
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+	}
+	if man.Config.MediaType != ConfigMediaType || len(man.Layers) != 1 || man.Layers[0].MediaType != ContentMediaType {
+		return nil, nil, fmt.Errorf("plugin %s: not a plugin artifact (config %s, %d layers)", ref, man.Config.MediaType, len(man.Layers))
+	}
+	if man.Config.Size > maxConfig {
+		return nil, nil, fmt.Errorf("plugin %s: a config of %d bytes", ref, man.Config.Size)
+	}
+	rc, err := c.Blob(ctx, ref.Context(), man.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+	}
+	raw, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugin %s config: %w", ref, err)
+	}
+	pm, err := decodeManifest(ref.String()+" config", raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return man, pm, nil
 }
 
 // Process is the fetched plugin as a job runs it, with the capabilities

@@ -101,6 +101,42 @@
 // widen its own. A plugin upgrade is a release and a channel pin: no
 // agent changes.
 //
+// Admit is Pinned without unpacking: the same checks, from the signed
+// manifest in the artifact's config alone (FetchManifest). The
+// Kubernetes runner (agent/jobs.Kube) calls it before it creates any
+// object of the job, and sizes the job's pod to what it returns.
+//
+// # Who enforces what
+//
+// As a process (the Local runner, or inside a job's pod), this package
+// enforces the environment (only granted variables), the state directory
+// (a directory of the request's own without writableState), the bounds
+// above, and, where the kernel lets it make namespaces, the network (a
+// namespace with nothing in it). It cannot stop a plugin from reading
+// what the job's user may read, its parent's environment
+// (/proc/PPID/environ) included: that is why the Kubernetes runner keeps
+// ungranted secrets and credentials out of the pod altogether, not just
+// out of the plugin's environment.
+//
+// In Kubernetes (agent/jobs, "Plugin jobs") the plugin runs as a process
+// in the job's pod, which has only what the plugin is granted: the API
+// server's admission enforces the namespace's restricted Pod Security
+// Standard (non-root, no privilege escalation, all capabilities dropped,
+// RuntimeDefault seccomp) and the container runtime the read-only root
+// filesystem; the pod has no service account token, and the install's
+// secrets and the cloud credentials only when granted; its
+// NetworkPolicy, enforced by the cluster's CNI (Calico, Cilium, the AWS
+// VPC CNI with network policies on, …; not flannel alone),
+// lets it reach only DNS and the install registry unless it is granted
+// the network. A restricted pod may not make network namespaces (the
+// runtime's seccomp profile refuses unshare), so the pod runs the plugin
+// with SharedNetwork (`nuon job run --plugin-shared-network`) and the
+// NetworkPolicy takes the namespace's place, for the job process and the
+// plugin alike: a plugin not granted the network can still reach the
+// install registry, which serves it nothing it could not pull by digest
+// anyway. The plugin is a process of nuon's job image, not an image of
+// its own: see agent/jobs for why.
+//
 // # The built-ins
 //
 // terraform, helm and manifests implement reconciler.Plugin in Go. Server

@@ -36,37 +36,78 @@ func Pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Ve
 }
 
 func pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier, dir string) (*Process, error) {
-	if job.Grants == nil {
-		return nil, fmt.Errorf("plugin %s: %w: the job has no grants", job.Plugin, ErrNotPinned)
-	}
-	i := slices.IndexFunc(job.Artifacts, func(a schemas.Artifact) bool { return a.Name == schemas.PluginArtifactName })
-	if i < 0 {
-		return nil, fmt.Errorf("plugin %s: %w: the job has no artifact %q", job.Plugin, ErrNotPinned, schemas.PluginArtifactName)
-	}
-	art := job.Artifacts[i]
-	ref, err := name.NewDigest(art.Local)
-	if err != nil || ref.DigestStr() != art.Digest {
-		return nil, fmt.Errorf("plugin %s: %w: artifact %s is not pinned by its digest %s", job.Plugin, ErrNotPinned, art.Local, art.Digest)
-	}
-	if v == nil {
-		return nil, fmt.Errorf("plugin %s: no vendor key to verify its artifact %s with (nuon agent --vendor-key, nuon job run --plugin-key)", job.Plugin, ref)
+	ref, err := pinnedRef(job, v)
+	if err != nil {
+		return nil, err
 	}
 	f, err := Fetch(ctx, c, ref, v, dir, "")
 	if err != nil {
 		return nil, err
 	}
-	m := &f.Manifest
+	granted, err := admit(job, ref, &f.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	return f.Process(granted), nil
+}
+
+// Admit checks the plugin a job of a vendor's plugin pins as Pinned does,
+// without unpacking it: its artifact pinned by digest, its signature
+// verified with the vendor's key v before anything else is read, its
+// signed manifest (the artifact's config) naming job.Plugin, speaking a
+// protocol this side speaks and needing nothing job.Grants does not give.
+// It returns the manifest and what the plugin is granted: what it needs
+// of job.Grants. The Kubernetes runner calls it before it creates any
+// object of the job, and sizes the job's pod to the capabilities granted.
+func Admit(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier) (*schemas.PluginManifest, schemas.PluginCapabilities, error) {
+	ref, err := pinnedRef(job, v)
+	if err != nil {
+		return nil, schemas.PluginCapabilities{}, err
+	}
+	m, err := FetchManifest(ctx, c, ref, v)
+	if err != nil {
+		return nil, schemas.PluginCapabilities{}, err
+	}
+	granted, err := admit(job, ref, m)
+	if err != nil {
+		return nil, schemas.PluginCapabilities{}, err
+	}
+	return m, granted, nil
+}
+
+// pinnedRef is the job's plugin artifact, by digest.
+func pinnedRef(job *schemas.Job, v signature.Verifier) (name.Digest, error) {
+	if job.Grants == nil {
+		return name.Digest{}, fmt.Errorf("plugin %s: %w: the job has no grants", job.Plugin, ErrNotPinned)
+	}
+	i := slices.IndexFunc(job.Artifacts, func(a schemas.Artifact) bool { return a.Name == schemas.PluginArtifactName })
+	if i < 0 {
+		return name.Digest{}, fmt.Errorf("plugin %s: %w: the job has no artifact %q", job.Plugin, ErrNotPinned, schemas.PluginArtifactName)
+	}
+	art := job.Artifacts[i]
+	ref, err := name.NewDigest(art.Local)
+	if err != nil || ref.DigestStr() != art.Digest {
+		return name.Digest{}, fmt.Errorf("plugin %s: %w: artifact %s is not pinned by its digest %s", job.Plugin, ErrNotPinned, art.Local, art.Digest)
+	}
+	if v == nil {
+		return name.Digest{}, fmt.Errorf("plugin %s: no vendor key to verify its artifact %s with (nuon agent --vendor-key, nuon job run --plugin-key)", job.Plugin, ref)
+	}
+	return ref, nil
+}
+
+// admit checks the signed manifest m of the job's plugin artifact ref
+// against the job, and returns what of the grants the plugin gets.
+func admit(job *schemas.Job, ref name.Digest, m *schemas.PluginManifest) (schemas.PluginCapabilities, error) {
 	if m.Name != job.Plugin {
-		return nil, fmt.Errorf("plugin %s: the artifact %s is plugin %s %s", job.Plugin, ref, m.Name, m.Version)
+		return schemas.PluginCapabilities{}, fmt.Errorf("plugin %s: the artifact %s is plugin %s %s", job.Plugin, ref, m.Name, m.Version)
 	}
 	if Negotiate(Protocols, m.Protocols) == 0 {
-		return nil, fmt.Errorf("plugin %s %s speaks protocols %v; this job speaks %v: %w", m.Name, m.Version, m.Protocols, Protocols, ErrVersion)
+		return schemas.PluginCapabilities{}, fmt.Errorf("plugin %s %s speaks protocols %v; this job speaks %v: %w", m.Name, m.Version, m.Protocols, Protocols, ErrVersion)
 	}
 	if miss := Missing(m.Capabilities, *job.Grants); len(miss) > 0 {
-		return nil, fmt.Errorf("plugin %s %s needs %s: %w by the install's desired state (nuon.yaml: the component's plugin.grants)", m.Name, m.Version, joinWords(miss), ErrNotGranted)
+		return schemas.PluginCapabilities{}, fmt.Errorf("plugin %s %s needs %s: %w by the install's desired state (nuon.yaml: the component's plugin.grants)", m.Name, m.Version, joinWords(miss), ErrNotGranted)
 	}
-	p := f.Process(Intersect(m.Capabilities, *job.Grants))
-	return p, nil
+	return Intersect(m.Capabilities, *job.Grants), nil
 }
 
 // Intersect is what of granted need asks for: a plugin gets no capability

@@ -130,6 +130,12 @@ func TestPinned(t *testing.T) {
 				if _, err := os.Stat(dir); !os.IsNotExist(err) {
 					t.Errorf("a refused plugin left %s: %v", dir, err)
 				}
+				// Admit, what the Kubernetes runner asks before it creates
+				// anything, refuses it the same way.
+				m, granted, err := Admit(ctx, c, tt.job, tt.key)
+				if err == nil || (tt.is != nil && !errors.Is(err, tt.is)) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Admit = %v, %+v, %v; want %v saying %q", m, granted, err, tt.is, tt.want)
+				}
 			})
 		}
 	})
@@ -146,6 +152,10 @@ func TestPinned(t *testing.T) {
 		}
 		if p.Artifact != signed.DigestStr() || p.Manifest == nil || p.Manifest.Name != "zonefile" {
 			t.Errorf("process %+v", p)
+		}
+		m, granted, err := Admit(ctx, c, j, vendorPub)
+		if err != nil || m.Name != "zonefile" || m.Version != "0.3.0" || !cmp.Equal(granted, p.Granted) {
+			t.Errorf("Admit = %+v, %+v, %v; want zonefile 0.3.0 granted %+v", m, granted, err, p.Granted)
 		}
 		p.Runner.Environ = []string{"NUON_ZONE_DIR=" + zones, "HOME=/root", "NUON_SECRET_TOKEN=s3cret"}
 		if err := os.MkdirAll(j.StateDir, 0o700); err != nil {

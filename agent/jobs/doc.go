@@ -87,6 +87,56 @@
 // the job's result and the end of its log; the agent redacts them again,
 // with the secrets it holds, before they leave it.
 //
+// # Vendors' plugins in Kubernetes: who enforces what
+//
+// A job of a vendor's plugin gets, in Kube, a pod narrowed to its grants
+// (see Kube, "Plugin jobs"). Each limit is enforced by a different part,
+// and this package only asks for it:
+//
+//   - the plugin's admission (signature, digest, name, protocol, needs
+//     within grants): the runner, before any object exists
+//     (Kube.AdmitPlugin), and the job process again in the pod;
+//   - non-root, no privilege escalation, no capabilities, RuntimeDefault
+//     seccomp, no host namespaces: the API server's Pod Security
+//     admission, because the namespace is labelled
+//     pod-security.kubernetes.io/enforce=restricted (manifests/);
+//   - the read-only root filesystem, the dropped capabilities and the
+//     seccomp profile: the node's container runtime;
+//   - egress and ingress: the NetworkPolicy, enforced only where the
+//     cluster's CNI enforces NetworkPolicies. On a CNI that does not,
+//     the object exists and nothing is enforced: the plugin has the
+//     network. Check with a pod in the namespace before trusting it;
+//   - secrets, cloud credentials, the service account token, the shared
+//     state volume: absent from the pod spec, which nothing in the pod
+//     can change.
+//
+// The plugin is a process inside the job's pod, from nuon's job image,
+// not an image of its own. An image per plugin (its executable in an
+// image pinned by digest from the install registry, nuon's job binary
+// handed to it by an init container through an emptyDir, as Tekton's
+// entrypoint does) would let a plugin bring its own runtime, but needs a
+// second artifact form of every plugin, its sync and signature, and a
+// kubelet to prove; within one pod, the pod's limits already bound the
+// job process and the plugin together, and the process runner's own
+// limits (environment, bounds, state directory) still hold inside it.
+// What one pod cannot do: tell the job process's traffic from the
+// plugin's (a plugin not granted the network still reaches the install
+// registry and DNS, as its job must), or keep the plugin from reading
+// what the job process holds: the registry credentials it pulls with, if
+// any (give jobs pull-only credentials), and the job's manifest.
+//
+// What this machine shows and what it cannot: it has no kubelet,
+// container runtime or CNI. TestKubePlugin runs the real kube-apiserver
+// and controller manager (the Job controller creates the pods, so
+// admission is real: the pod is admitted under restricted, and copies of
+// it made to escape are refused; the garbage collector deletes the
+// NetworkPolicy with its Job), and a test kubelet runs each pod's command
+// as a local process, as root, on the host's network and filesystem. So
+// the pod spec, the NetworkPolicy object, the admission and the objects'
+// lifecycle are tested against the real API server; the NetworkPolicy's
+// effect is tested by evaluating its rules, not by sending packets, and
+// the read-only root filesystem and the seccomp profile are not exercised.
+//
 // # Errors
 //
 // ErrJobFailed means the job ran and failed: rerunning it as is fails

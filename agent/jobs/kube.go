@@ -1,16 +1,19 @@
 package jobs
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net/netip"
 	"path"
 	"regexp"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Labels and annotations on the objects of a Kubernetes job.
@@ -108,6 +111,48 @@ const (
 // jobs' service account exactly the Secret and Lease verbs the backend
 // calls there). The manifests inventory still needs a shared volume.
 //
+// # Plugin jobs
+//
+// A job of a vendor's plugin (a component of type plugin: its manifest
+// has Grants) runs in a pod that has only what its plugin is granted:
+//
+//   - Before any object of the job exists, Kube.AdmitPlugin (plugin.Admit)
+//     checks the plugin the job pins: its signature with the vendor's key,
+//     its digest, its signed manifest's name, protocols and needs against
+//     Grants. A refusal fails the job (ErrJobFailed, with why) and creates
+//     nothing. What it returns, the manifest's needs within Grants, is
+//     what the pod gets.
+//   - The Job is created suspended; a NetworkPolicy of the run's own
+//     (named as the Job, "-net-" and a random suffix), owned by it, selecting the Job's pods by the Job's own selector
+//     (its UID), is created, and only then is the Job started. It denies
+//     all ingress. With the network granted it allows all egress;
+//     otherwise only DNS (Kube.PluginDNS) and the install registry, the
+//     addresses the job's artifact references name or their host resolves
+//     to when the job is created, on their port (Kube.PluginEgress adds
+//     more, such as a registry's VPC endpoint CIDR). The job itself needs
+//     nothing else: `nuon job run --pod` for a vendor's plugin pulls the
+//     plugin and the job's artifacts from the install registry, runs the
+//     plugin, and writes its result to a file and its termination
+//     message; it never calls the API server (the built-in plugins do,
+//     and their jobs get no NetworkPolicy).
+//   - The pod mounts no service account token. The keys of
+//     Kube.SecretName reach it only with secrets granted, RunEnv's
+//     environment (the cloud role's credentials) only with cloudRole:
+//     otherwise no Secret is made at all. It mounts none of Kube.Volumes
+//     (the agent's workdir holds every component's state); with
+//     writableState, the volume holding job.StateDir is mounted at that
+//     directory alone (a subPath).
+//   - The container runs as every job's (restricted security context,
+//     read-only root filesystem), with `--plugin-key` naming the vendor
+//     key in the job's ConfigMap (Kube.PluginKey, PluginKeyFile): the pod
+//     verifies the plugin again before it runs it, as a process of the
+//     job's own, with `--plugin-shared-network`: a restricted pod may not
+//     make the network namespace the process runner puts a plugin in, so
+//     the pod's NetworkPolicy takes its place.
+//
+// Objects per plugin job: the Job, its ConfigMap, its NetworkPolicy, its
+// pod, and its Secret only with cloudRole granted and RunEnv used.
+//
 // # State locks
 //
 // A job killed while terraform held the state lock leaves the Lease held,
@@ -165,6 +210,26 @@ type Kube struct {
 	Log io.Writer
 	// Logger receives the runner's events. Default: discard.
 	Logger *slog.Logger
+
+	// AdmitPlugin checks a job of a vendor's plugin (one with Grants)
+	// before any object of it is created, and says what its plugin is
+	// granted; see "Plugin jobs". Required for such jobs.
+	AdmitPlugin PluginAdmission
+	// PluginKey is the vendor's cosign public key (PEM), which a plugin
+	// job's pod verifies the plugin's artifact with again. Required for
+	// jobs of a vendor's plugin.
+	PluginKey []byte
+	// PluginDNS is where a plugin job not granted the network may send
+	// DNS queries. Default DefaultPluginDNS.
+	PluginDNS []networkingv1.NetworkPolicyPeer
+	// PluginEgress is egress a plugin job not granted the network is
+	// allowed beyond DNS and the registry addresses the runner finds: the
+	// install registry's CIDR when its addresses change (a VPC
+	// endpoint), or its pods when it runs in the cluster.
+	PluginEgress []networkingv1.NetworkPolicyEgressRule
+	// LookupIP resolves the install registry's name for a plugin job's
+	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
+	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 var _ EnvRunner = (*Kube)(nil)

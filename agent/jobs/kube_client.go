@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -223,4 +224,13 @@ func (a kubeAPI) getLease(ctx context.Context, ns, name string) (*coordinationv1
 		return nil, err
 	}
 	return &l, nil
+}
+
+// networkingV1 is the API path of NetworkPolicies.
+const networkingV1 = "/apis/networking.k8s.io/v1"
+
+func (a kubeAPI) createNetworkPolicy(ctx context.Context, np *networkingv1.NetworkPolicy) error {
+	np = np.DeepCopy()
+	np.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+	return a.send(ctx, a.c.Post().AbsPath(networkingV1).Namespace(a.ns).Resource("networkpolicies").Param("fieldManager", fieldManager), np, nil)
 }

@@ -57,8 +57,9 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 		return nil, fmt.Errorf("job %s: %w: no kubernetes job", job.ID, ErrNotFinished)
 	}
 	if ptr.Deref(r.obj.Spec.Suspend, false) {
-		// Created suspended by RunEnv and never started: the run stopped
-		// before the job's Secret was made.
+		// Created suspended (by RunEnv, or for a vendor's plugin) and
+		// never started: the run stopped before the job's Secret or
+		// NetworkPolicy was made.
 		r.logger.Info("recovered job never started; deleting it")
 		if err := r.delete(ctx); err != nil {
 			return nil, fmt.Errorf("job %s: %w", job.ID, err)

@@ -25,6 +25,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -63,7 +64,7 @@ func (k *Kube) run(ctx context.Context, job *schemas.Job, dir string, env []stri
 	if r.env, err = envData(env); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
-	for _, step := range []func(context.Context) error{r.prepareDir, r.clearFinished, r.checkStateLock, r.create} {
+	for _, step := range []func(context.Context) error{r.prepareDir, r.admitPlugin, r.clearFinished, r.checkStateLock, r.create} {
 		if err := step(ctx); err != nil {
 			return nil, fmt.Errorf("job %s: %w", job.ID, err)
 		}
@@ -98,6 +99,11 @@ type kubeRun struct {
 	// secret.
 	env    map[string][]byte
 	secret string
+	// granted is what a vendor's plugin is granted (admitPlugin); nil
+	// for other jobs. egress is what its pod needs for itself without
+	// the network.
+	granted *schemas.PluginCapabilities
+	egress  []networkingv1.NetworkPolicyEgressRule
 }
 
 // envName is what a Secret key and an environment variable may be named.
@@ -202,11 +208,12 @@ func (r *kubeRun) create(ctx context.Context) error {
 		_, _ = rand.Read(suffix[:])
 		r.secret = r.name + "-env-" + hex.EncodeToString(suffix[:])
 	}
-	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret)
+	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret, r.granted)
 	if err != nil {
 		return err
 	}
-	if r.env != nil {
+	suspend := r.env != nil || r.granted != nil
+	if suspend {
 		job.Spec.Suspend = ptr.To(true)
 	}
 	api := r.k.api()
@@ -223,8 +230,8 @@ func (r *kubeRun) create(ctx context.Context) error {
 	}
 	r.obj = created
 	owner := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}
-	if r.env != nil {
-		if err := r.startWithEnv(ctx, created, owner); err != nil {
+	if suspend {
+		if err := r.start(ctx, created, owner); err != nil {
 			if derr := r.delete(context.WithoutCancel(ctx)); derr != nil {
 				r.logger.Warn("delete the job", "error", derr)
 			}
@@ -239,12 +246,36 @@ func (r *kubeRun) create(ctx context.Context) error {
 	return nil
 }
 
-// startWithEnv creates the job's Secret, holding RunEnv's environment and
-// owned by the Job (the garbage collector deletes it with the Job), and
-// then lets the suspended Job start. The Secret is immutable, and named
-// afresh for every run: one of an earlier run of the job may wait for the
-// collector still.
-func (r *kubeRun) startWithEnv(ctx context.Context, created *batchv1.Job, owner metav1.OwnerReference) error {
+// start creates what the suspended Job's pod needs before it runs, owned
+// by the Job (the garbage collector deletes them with it), then lets the
+// Job start: a plugin job's NetworkPolicy, and RunEnv's Secret.
+func (r *kubeRun) start(ctx context.Context, created *batchv1.Job, owner metav1.OwnerReference) error {
+	api := r.k.api()
+	if r.granted != nil {
+		// Named afresh for every run, as the Secret: one of an earlier
+		// run of the job may wait for the collector still.
+		var suffix [4]byte
+		_, _ = rand.Read(suffix[:])
+		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.egress)
+		if err := api.createNetworkPolicy(ctx, np); err != nil {
+			return fmt.Errorf("networkpolicy %s: %w", np.Name, err)
+		}
+	}
+	if r.env != nil {
+		if err := r.createEnvSecret(ctx, created, owner); err != nil {
+			return err
+		}
+	}
+	if err := api.mergePatchJob(ctx, r.name, []byte(`{"spec":{"suspend":false}}`)); err != nil {
+		return fmt.Errorf("start kubernetes job %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// createEnvSecret creates the job's Secret, holding RunEnv's environment.
+// The Secret is immutable, and named afresh for every run: one of an
+// earlier run of the job may wait for the collector still.
+func (r *kubeRun) createEnvSecret(ctx context.Context, created *batchv1.Job, owner metav1.OwnerReference) error {
 	api := r.k.api()
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -265,16 +296,14 @@ func (r *kubeRun) startWithEnv(ctx context.Context, created *batchv1.Job, owner 
 	}
 	slices.Sort(names)
 	r.logger.Info("job environment in its secret", "secret", r.secret, "variables", names)
-	if err := api.mergePatchJob(ctx, r.name, []byte(`{"spec":{"suspend":false}}`)); err != nil {
-		return fmt.Errorf("start kubernetes job %s: %w", r.name, err)
-	}
 	return nil
 }
 
 // objects returns the ConfigMap and the Job that run job; a secret names
 // the job's own Secret (RunEnv's), whose keys become its container's
-// environment.
-func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string) (*corev1.ConfigMap, *batchv1.Job, error) {
+// environment. granted, for a job of a vendor's plugin, narrows its pod
+// to what the plugin is granted.
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -294,6 +323,9 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string) (*corev
 		Annotations: map[string]string{AnnotationJobID: job.ID},
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{ManifestFile: string(manifest) + "\n"}}
+	if granted != nil {
+		cm.Data[PluginKeyFile] = string(k.PluginKey)
+	}
 
 	timeout, _ := time.ParseDuration(job.Timeout)
 	deadline := int64(math.Ceil((timeout + k.timeoutMargin()).Seconds()))
@@ -363,6 +395,9 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string) (*corev
 				},
 			},
 		},
+	}
+	if granted != nil {
+		k.pluginPod(&kj.Spec.Template.Spec, job, granted)
 	}
 	return cm, kj, nil
 }

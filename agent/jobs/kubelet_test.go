@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -27,7 +28,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/jobrun"
+	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/reconciler"
 	"nuon.dev/nuon/reconciler/terraform"
 	"nuon.dev/nuon/schemas"
@@ -44,15 +47,59 @@ const (
 // terraform plugin, less PodMain's write of the result to
 // /dev/termination-log, a path of the whole machine here: the test kubelet
 // takes the termination message from the result file instead.
+//
+// A job of a vendor's plugin (its manifest has grants) runs the plugin its
+// manifest pins, as `nuon job run --plugin-key KEY [--plugin-shared-network]`
+// does: plugin.Pinned, from the registry, verified with KEY.
 func podProcess() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	manifest := os.Args[len(os.Args)-1]
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
-	if err := jobrun.Main(ctx, os.Args[len(os.Args)-1], plugins, dirModules(os.Getenv(envModules)), os.Stdout); err != nil {
+	if b, err := os.ReadFile(manifest); err == nil {
+		if job, err := plugin.DecodeJob(manifest, b); err == nil && job.Grants != nil {
+			p, dir, err := pinnedPlugin(ctx, job)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "nuon:", err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			plugins[job.Plugin] = p
+		}
+	}
+	if err := jobrun.Main(ctx, manifest, plugins, dirModules(os.Getenv(envModules)), os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "nuon:", err)
 		return 1
 	}
 	return 0
+}
+
+// pinnedPlugin is the plugin a job of a vendor's plugin pins, fetched from
+// the registry and verified with the key --plugin-key names.
+func pinnedPlugin(ctx context.Context, job *schemas.Job) (*plugin.Process, string, error) {
+	i := slices.Index(os.Args, "--plugin-key")
+	if i < 0 || i+1 >= len(os.Args) {
+		return nil, "", errors.New("no --plugin-key")
+	}
+	v, err := oci.LoadPublicKey(os.Args[i+1])
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := oci.NewClient(oci.WithKeychain(nil))
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "nuon-plugins-")
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := plugin.Pinned(ctx, c, job, v, filepath.Join(dir, "pinned"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	p.Runner.SharedNetwork = slices.Contains(os.Args, "--plugin-shared-network")
+	return p, dir, nil
 }
 
 // dirModules serves each artifact from the folder of dirModules named as
@@ -74,7 +121,7 @@ func (d dirModules) Extract(_ context.Context, a schemas.Artifact, dir string) e
 // (kubetest.WithControllerManager) do the rest: the Job controller creates
 // the pods and finishes the Jobs from their status.
 type kubelet struct {
-	t       *testing.T
+	t       testing.TB
 	cs      kubernetes.Interface
 	srv     *kubetest.Server
 	ns      string
@@ -91,9 +138,11 @@ type podRun struct {
 	cmd  *exec.Cmd
 	log  string
 	exit chan struct{}
+	// started is when the process started, ended when it exited.
+	started, ended time.Time
 }
 
-func startKubelet(t *testing.T, srv *kubetest.Server, ns string, env []string) *kubelet {
+func startKubelet(t testing.TB, srv *kubetest.Server, ns string, env []string) *kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kubelet{t: t, cs: srv.Clientset(t), srv: srv, ns: ns, env: env, root: t.TempDir(),
 		started: map[string]*podRun{}, stop: cancel, done: make(chan struct{})}
@@ -149,7 +198,14 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	}
 	mounts := map[string]string{} // mount path → host folder
 	for _, m := range c.VolumeMounts {
-		mounts[path.Clean(m.MountPath)] = vols[m.Name]
+		host := vols[m.Name]
+		if m.SubPath != "" {
+			host = filepath.Join(host, m.SubPath)
+			if err := os.MkdirAll(host, 0o700); err != nil {
+				return err
+			}
+		}
+		mounts[path.Clean(m.MountPath)] = host
 	}
 	hostPath := func(s string) string {
 		// The longest mount path that holds s.
@@ -208,14 +264,23 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 			env = append(env, ef.Prefix+key+"="+string(val))
 		}
 	}
-	kubeconfig, err := k.serviceAccountKubeconfig(ctx, p, dir)
-	if err != nil {
-		return err
+	if ptr.Deref(p.Spec.AutomountServiceAccountToken, true) {
+		kubeconfig, err := k.serviceAccountKubeconfig(ctx, p, dir)
+		if err != nil {
+			return err
+		}
+		env = append(env, "KUBECONFIG="+kubeconfig)
+	} else {
+		// No token: no kubeconfig, and none of the test's either.
+		env = append(env, "KUBECONFIG="+filepath.Join(dir, "no-kubeconfig"))
 	}
-	env = append(env, "KUBECONFIG="+kubeconfig)
 
 	argv := slices.Clone(c.Command)
-	argv[len(argv)-1] = hostPath(argv[len(argv)-1])
+	for i, a := range argv {
+		if strings.HasPrefix(a, "/") {
+			argv[i] = hostPath(a)
+		}
+	}
 	cmd := exec.Command(os.Args[0], argv[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -229,7 +294,7 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{})}
+	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{}), started: time.Now()}
 	k.mu.Lock()
 	k.started[p.Name] = pr
 	k.mu.Unlock()
@@ -250,6 +315,9 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 				code = 128 + int32(ws.Signal())
 			}
 		}
+		k.mu.Lock()
+		pr.ended = time.Now()
+		k.mu.Unlock()
 		// The result file stands in for /dev/termination-log.
 		msg, _ := os.ReadFile(hostPath(PodResultFile))
 		end := metav1.Now()
@@ -284,6 +352,19 @@ func (k *kubelet) kill(prefix string) {
 	}
 	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
 	<-pr.exit
+}
+
+// startedAt is when the process of the pod whose name starts with prefix
+// started, and when it ended (zero while it runs).
+func (k *kubelet) startedAt(prefix string) (started, ended time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, p := range k.started {
+		if strings.HasPrefix(name, prefix) {
+			return p.started, p.ended
+		}
+	}
+	return time.Time{}, time.Time{}
 }
 
 // log returns the output of the pod whose name starts with prefix.

@@ -323,7 +323,7 @@ func runAgent(ctx context.Context, g *Globals, o *agentOptions) error {
 			// (terraform's is a minute), so a stopping job can finish
 			// writing its state.
 			KillGrace: 90 * time.Second,
-		}, workdir, partsLog)),
+		}, &o.sync, workdir, partsLog)),
 		// A vendor's plugin (type plugin) runs from its signed artifact,
 		// fetched by the job with the vendor key (--plugin-key).
 		Plugins:          append(slices.Clone(JobPlugins), schemas.TypePlugin),

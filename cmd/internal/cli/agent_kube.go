@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nuon.dev/nuon/agent/jobs"
+	"nuon.dev/nuon/internal/oci"
+	"nuon.dev/nuon/plugin"
+	"nuon.dev/nuon/schemas"
 )
 
 // kubeJobOptions are the agent's flags for the install's cluster: the
@@ -49,7 +54,11 @@ func (k *kubeJobOptions) jobArgs(argv []string) []string {
 // kube, whose pods run `nuon job run --pod` with local's flags but
 // --kubeconfig (a pod uses its service account). A configuration error is
 // left in k.err.
-func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Logger) jobs.Runner {
+//
+// With the agent's --vendor-key, a vendor's plugin's job is admitted
+// (plugin.Admit, through the install registry) before any object of it
+// is created, and its pod verifies the plugin again with that key.
+func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir string, log *slog.Logger) jobs.Runner {
 	switch k.mode {
 	case "local", "":
 		return local
@@ -84,6 +93,12 @@ func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Log
 		StateNamespace: k.stateNamespace,
 		Logger:         log,
 	}
+	if s.vendorKey != "" {
+		if err := pluginAdmission(r, s); err != nil {
+			k.err = err
+			return local
+		}
+	}
 	if k.stateClaim != "" {
 		r.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: k.stateClaim},
@@ -94,17 +109,41 @@ func (k *kubeJobOptions) runner(local *jobs.Local, workdir string, log *slog.Log
 }
 
 // podCommand is the argv of a job's pod: nuon, then local's arguments
-// without --kubeconfig and --tf-cli-config (paths of the agent's machine;
-// the pod has its service account and its image's terraform
-// configuration), then --pod.
+// without --kubeconfig, --tf-cli-config and --plugin-key (paths of the
+// agent's machine; the pod has its service account and its image's
+// terraform configuration, and a plugin job's pod the vendor key in its
+// ConfigMap, which the runner names), then --pod.
 func podCommand(local []string) []string {
 	argv := []string{"nuon"}
 	for i := 1; i < len(local); i++ {
-		if local[i] == "--kubeconfig" || local[i] == "--tf-cli-config" {
+		if local[i] == "--kubeconfig" || local[i] == "--tf-cli-config" || local[i] == "--plugin-key" {
 			i++
 			continue
 		}
 		argv = append(argv, local[i])
 	}
 	return append(argv, "--pod")
+}
+
+// pluginAdmission gives r the vendor key of --vendor-key, for the pods,
+// and the check of a plugin job before its objects are created.
+func pluginAdmission(r *jobs.Kube, s *syncOptions) error {
+	pem, err := os.ReadFile(s.vendorKey)
+	if err != nil {
+		return fmt.Errorf("--vendor-key: %w", err)
+	}
+	v, err := oci.LoadPublicKey(s.vendorKey)
+	if err != nil {
+		return fmt.Errorf("--vendor-key: %w", err)
+	}
+	c, _, err := s.registry.Client()
+	if err != nil {
+		return err
+	}
+	r.PluginKey = pem
+	r.AdmitPlugin = func(ctx context.Context, job *schemas.Job) (schemas.PluginCapabilities, error) {
+		_, granted, err := plugin.Admit(ctx, c, job, v)
+		return granted, err
+	}
+	return nil
 }
