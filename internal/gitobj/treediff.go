@@ -243,9 +243,11 @@ func (x *TreeIndex) Find(name string, dir bool) (RawEntry, bool) {
 // and returns cur's index. Only what lies between the bytes the two share
 // at their start and at their end is walked (entries wholly within those
 // are the same entries at the same place from the start or from the end,
-// as x's entries were read from its start); fn is called for each step
-// of that walk (Same ones too), and Delta stops with fn's error. x's
-// entries walked are [i, j).
+// as x's entries were read from its start, and when the bytes between
+// are whole entries of cur); fn is called for each step of that walk
+// (Same ones too), and Delta stops with fn's error. x's entries walked
+// are [i, j). Otherwise Delta fails only when cur is not a tree in git's
+// order (FuzzTreeIndexDelta).
 func (x *TreeIndex) Delta(cur []byte, fn func(w *TreeWalk) error) (idx *TreeIndex, i, j int, err error) {
 	n := len(x.Offs)
 	p := commonPrefix(x.Raw, cur)
@@ -265,6 +267,11 @@ func (x *TreeIndex) Delta(cur []byte, fn func(w *TreeWalk) error) (idx *TreeInde
 		to = int(x.Offs[j])
 	}
 	shift := len(cur) - len(x.Raw)
+	if !wholeEntries(cur[from : to+shift]) {
+		// The shared end does not start at an entry of cur (its first
+		// bytes end an entry of cur that starts before): walk to the end.
+		j, to = n, len(x.Raw)
+	}
 	var before, after RawEntry
 	if i > 0 {
 		before = x.Entry(i - 1)
@@ -292,6 +299,18 @@ func (x *TreeIndex) Delta(cur []byte, fn func(w *TreeWalk) error) (idx *TreeInde
 		offs = append(offs, uint32(int(o)+shift))
 	}
 	return &TreeIndex{Raw: cur, Offs: offs}, i, j, nil
+}
+
+// wholeEntries reports whether data is tree entries, the last ending
+// where data does.
+func wholeEntries(data []byte) bool {
+	for len(data) > 0 {
+		var ok bool
+		if _, data, ok = NextRawEntry(data); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // commonPrefix is the length of what a and b share at their start.
