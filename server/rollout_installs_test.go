@@ -114,6 +114,38 @@ func TestRolloutInstallsRead(t *testing.T) {
 	if f := read("globex leaves", 0, ""); len(f) != 2 {
 		t.Fatalf("holds %d files after globex left", len(f))
 	}
+	// An install added beside a changed one, a file that is no install,
+	// a main refused in between: each read holds what a full read does.
+	hooli := strings.Replace(string(mustRead(os.ReadFile(filepath.Join(src, "installs", "acme.yaml")))), "acme", "hooli", -1)
+	hooli = strings.Replace(hooli, "AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv", "AAAAILLAJZAvOoyn5mqGazlrDbIysrLTvQ/yQQcK7bU/Jp6v", 1)
+	if err := os.WriteFile(filepath.Join(src, "installs", "hooli.yaml"), []byte(hooli), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edit("installs/acme.yaml", "ring: canary", "ring: early")
+	if f := read("hooli joins; acme is early", 2, ""); len(f) != 3 || f["hooli.yaml"].install.ID != "hooli" || f["acme.yaml"].install.Labels["ring"] != "early" {
+		t.Fatalf("after hooli joined: %+v", f)
+	}
+	if err := os.WriteFile(filepath.Join(src, "installs", "README.md"), []byte("the fleet\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edit("installs/hooli.yaml", "channel: stable", "channel: nope")
+	read("hooli on a channel that does not exist", 0, `channel "nope" does not exist`)
+	edit("installs/hooli.yaml", "channel: nope", "channel: beta")
+	if err := os.Remove(filepath.Join(src, "installs", "initech.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if f := read("hooli on beta, a README, initech leaves", 2, ""); len(f) != 2 || f["hooli.yaml"].install.Channel != "beta" {
+		t.Fatalf("after initech left: %+v", f)
+	}
+	if ri.tree == nil || ri.tree.index == nil {
+		t.Fatal("holds no installs/ tree")
+	}
+	tree := ri.tree
+	edit("channels/stable.yaml", "database: 1.1.0", "database: 1.0.0")
+	read("stable: database 1.0.0", 0, "")
+	if ri.tree != tree {
+		t.Error("a main whose installs/ is the same tree read it again")
+	}
 }
 
 func mustRead(b []byte, err error) []byte {
