@@ -485,8 +485,9 @@ func rawTree(st storer.EncodedObjectStorer, e entry) ([]byte, error) {
 	if e.mode != filemode.Dir {
 		return nil, errors.New("not a folder")
 	}
-	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, e.hash, maxSourceTree)
-	return data, err
+	// Shared: the tenant server's key table and rollout controller read
+	// the same tree when main moves.
+	return gitobj.ReadTreeShared(st, e.hash, maxSourceTree)
 }
 
 // rawIndex is an installs/ tree as written, with where each entry starts

@@ -260,7 +260,7 @@ func readInstallsFrom(dir string, main plumbing.Hash, prev *installsTree) (*gitr
 		}
 		return repo, &installsTree{}, changed, nil
 	}
-	_, raw, err := gitobj.ReadObject(st, plumbing.TreeObject, h, 0)
+	raw, err := gitobj.ReadTreeShared(st, h, 0)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
 	}
