@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -34,7 +36,14 @@ type rolloutInstalls struct {
 	// tree is the installs/ folder files were read from; nil before the
 	// first read.
 	tree *installsTree
+	// list is fleet's answer, kept for the next main: patched where a
+	// few installs changed, built again from files otherwise.
+	list []rollout.FleetInstall
 }
+
+// patchAbove is the number of changed entries above which fleet's list
+// is built again rather than patched: each patch moves the list's tail.
+const patchAbove = 64
 
 // installSeen is one install file as the controller read it.
 type installSeen struct {
@@ -87,26 +96,51 @@ func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStor
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
 	if prev == nil {
-		ri.files = fresh
+		ri.files, ri.list = fresh, nil
 	} else {
-		for _, name := range gone {
+		patch := ri.list != nil && len(gone)+len(changed) <= patchAbove
+		if !patch {
+			ri.list = nil
+		}
+		drop := func(name string) {
 			delete(ri.files, name)
+			if i, found := slices.BinarySearchFunc(ri.list, name, byName); found && patch {
+				ri.list = slices.Delete(ri.list, i, i+1)
+			}
+		}
+		for _, name := range gone {
+			drop(name)
 		}
 		for _, e := range changed {
-			delete(ri.files, e.Name)
+			drop(e.Name)
 		}
 		maps.Copy(ri.files, fresh)
+		if patch {
+			for _, seen := range fresh {
+				if seen.deleted {
+					continue
+				}
+				i, _ := slices.BinarySearchFunc(ri.list, seen.install.ID+".yaml", byName)
+				ri.list = slices.Insert(ri.list, i, seen.install)
+			}
+		}
 	}
 	ri.tree = next
 	return src, ri.files, len(changed), nil
 }
 
 // fleet is the installs of the files read last that take changes,
-// sorted by id: in the order of the installs/ tree they were read from
+// sorted by file name: in the order of the installs/ tree they were read from
 // (git's order, which for the files <id>.yaml is their names' order),
 // where sorting the names of a million files cost a second of CPU on
 // every move of main.
+//
+// The list is kept and patched by read where a few installs changed; the
+// caller does not change it.
 func (ri *rolloutInstalls) fleet() []rollout.FleetInstall {
+	if ri.list != nil {
+		return ri.list
+	}
 	out := make([]rollout.FleetInstall, 0, len(ri.files))
 	if ri.tree == nil || ri.tree.index == nil {
 		return out
@@ -118,8 +152,13 @@ func (ri *rolloutInstalls) fleet() []rollout.FleetInstall {
 			out = append(out, seen.install)
 		}
 	}
+	ri.list = out
 	return out
 }
+
+// byName orders a listed install against a file name of installs/: the
+// list is in the order of the files' names.
+func byName(in rollout.FleetInstall, name string) int { return strings.Compare(in.ID+".yaml", name) }
 
 // installChanges reads the installs/ folder of main and returns it with
 // its entries that are new or changed since prev's (every entry when prev

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,6 +88,22 @@ func TestRolloutInstallsRead(t *testing.T) {
 			}
 		}
 		ri.files = files
+		// The list waves are assigned from, patched or not, is a full
+		// read's, in the order of the file names.
+		got, want := ri.fleet(), full.fleet()
+		if len(got) != len(want) {
+			t.Fatalf("%s: lists %d installs, a full read %d", msg, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID || got[i].Channel != want[i].Channel || !maps.Equal(got[i].Labels, want[i].Labels) {
+				t.Fatalf("%s: lists %+v at %d, a full read %+v", msg, got[i], i, want[i])
+			}
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1].ID+".yaml" >= got[i].ID+".yaml" {
+				t.Fatalf("%s: %s listed before %s", msg, got[i-1].ID, got[i].ID)
+			}
+		}
 		return files
 	}
 	read("tenant", 3, "")
