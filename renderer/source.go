@@ -9,7 +9,6 @@ import (
 	"path"
 	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +46,24 @@ func LoadSource(st storer.EncodedObjectStorer, commit plumbing.Hash, opts ...sch
 // Stat without its content ever being inflated.
 func SourceFS(st storer.EncodedObjectStorer, commit plumbing.Hash) (fs.FS, error) {
 	f, err := sourceFS(st, commit, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// SourceFSOnly is SourceFS whose installs/ folder lists only the entries
+// only (as main's installs/ tree holds them, by name, mode and blob; any
+// order): a reader of a few install files of a main of a million installs
+// then reads neither that tree nor its entries. A name that is not in
+// main's tree is listed all the same: only's entries are the caller's
+// word.
+func SourceFSOnly(st storer.EncodedObjectStorer, commit plumbing.Hash, only []gitobj.Entry) (fs.FS, error) {
+	es := make([]treeEntry, len(only))
+	for i, e := range only {
+		es[i] = treeEntry{name: e.Name, mode: e.Mode, hash: e.Hash}
+	}
+	f, err := sourceFS(st, commit, true, es)
 	if err != nil {
 		return nil, err
 	}
@@ -468,14 +485,15 @@ func rawTree(st storer.EncodedObjectStorer, e entry) ([]byte, error) {
 	if e.mode != filemode.Dir {
 		return nil, errors.New("not a folder")
 	}
-	_, data, err := gitobj.ReadObject(st, plumbing.TreeObject, e.hash, maxSourceTree)
-	return data, err
+	// Shared: the tenant server's key table and rollout controller read
+	// the same tree when main moves.
+	return gitobj.ReadTreeShared(st, e.hash, maxSourceTree)
 }
 
-// rawIndex is an installs/ tree as written, with where each entry starts:
-// what a Cache keeps of the last source's installs/, so that the next
-// source's tree, which differs in a few entries, is compared around them
-// rather than entry by entry.
+// rawIndex is an installs/ tree as written, with where each entry starts
+// (gitobj.TreeIndex): what a Cache keeps of the last source's installs/,
+// so that the next source's tree, which differs in a few entries, is
+// compared around them rather than entry by entry.
 type rawIndex struct {
 	raw []byte
 	// offs[k] is where entry k starts in raw.
@@ -484,219 +502,104 @@ type rawIndex struct {
 	installs int
 }
 
-// end is where entry k of x ends.
-func (x *rawIndex) end(k int) int {
-	if k+1 < len(x.offs) {
-		return int(x.offs[k+1])
-	}
-	return len(x.raw)
-}
-
-// entry is entry k of x.
-func (x *rawIndex) entry(k int) rawEntry {
-	e, _, _ := nextRaw(x.raw[x.offs[k]:x.end(k)])
-	return e
-}
-
 // delta compares cur, the tree as written that follows x's, with x, as
 // diffRaw does, adding to ch what changed; it returns cur's index, or nil
 // when the change cannot be placed by x's index and both are to be walked
-// whole (ok is then meaningless). The bytes the two share at their start
-// and at their end are compared as bytes: the entries wholly within them
-// are the same entries, at the same place from the start or from the end,
-// because x's entries were read from its start. Only the entries between
-// are read and ordered, against their neighbours too.
+// whole (ok is then meaningless). gitobj.TreeIndex.Delta walks only the
+// entries between what the two trees share at their start and end.
 func (x *rawIndex) delta(cur []byte, ch *sourceChange) (idx *rawIndex, ok bool) {
-	n := len(x.offs)
-	p := commonPrefix(x.raw, cur)
-	// i: the first entry not wholly within the shared start.
-	i := sort.Search(n, func(k int) bool { return x.end(k) > p })
-	from := len(x.raw)
-	if i < n {
-		from = int(x.offs[i])
-	}
-	s := commonSuffix(x.raw[from:], cur[from:])
-	// j: the first entry from i on wholly within the shared end.
-	j := i + sort.Search(n-i, func(k int) bool { return int(x.offs[i+k]) >= len(x.raw)-s })
-	to := len(x.raw)
-	if j < n {
-		to = int(x.offs[j])
-	}
-	shift := len(cur) - len(x.raw)
-	var before, after rawEntry
-	if i > 0 {
-		before = x.entry(i - 1)
-	}
-	if j < n {
-		after = x.entry(j)
-	}
-	offs := make([]uint32, 0, n+8)
-	offs = append(offs, x.offs[:i]...)
-	offs, oldMid, curMid, ok := diffRaw(x.raw[from:to], cur[from:to+shift], before, after, uint32(from), ch, offs)
-	if !ok {
+	var oldMid, curMid int
+	ti, _, _, err := (&gitobj.TreeIndex{Raw: x.raw, Offs: x.offs}).Delta(cur, func(w *gitobj.TreeWalk) error {
+		o, c, ok := diffStep(w, ch)
+		if !ok {
+			return errNotIncremental
+		}
+		oldMid += o
+		curMid += c
+		return nil
+	})
+	if err != nil {
 		return nil, false
 	}
-	for _, o := range x.offs[j:] {
-		offs = append(offs, uint32(int(o)+shift))
-	}
-	return &rawIndex{raw: cur, offs: offs, installs: x.installs - oldMid + curMid}, true
+	return &rawIndex{raw: cur, offs: ti.Offs, installs: x.installs - oldMid + curMid}, true
 }
 
-// commonPrefix is the length of what a and b share at their start.
-func commonPrefix(a, b []byte) int {
-	n := 0
-	const chunk = 4 << 10
-	for len(a)-n >= chunk && len(b)-n >= chunk && bytes.Equal(a[n:n+chunk], b[n:n+chunk]) {
-		n += chunk
-	}
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
-// commonSuffix is the length of what a and b share at their end.
-func commonSuffix(a, b []byte) int {
-	n := 0
-	const chunk = 4 << 10
-	for len(a)-n >= chunk && len(b)-n >= chunk && bytes.Equal(a[len(a)-n-chunk:len(a)-n], b[len(b)-n-chunk:len(b)-n]) {
-		n += chunk
-	}
-	for n < len(a) && n < len(b) && a[len(a)-1-n] == b[len(b)-1-n] {
-		n++
-	}
-	return n
-}
+// errNotIncremental stops a tree walk whose change a full load must
+// report.
+var errNotIncremental = errors.New("not an incremental change")
 
 // diffRaw walks the installs/ tree entries old and cur (as written, each
-// in git's order) side by side and adds to ch the installs whose file is
-// new, changed or gone. before and after, when set, are the entries that
-// bound cur in git's order (those around a part of a tree). It appends
-// to offs where each entry of cur starts, base added, and returns the
-// install files in old and in cur; ok is false when a full load must say
-// what the trees hold: an entry that is not in order, a folder, a file
-// that is not a source file.
+// in git's order; gitobj.TreeWalk) side by side and adds to ch the
+// installs whose file is new, changed or gone. before and after, when
+// set, are the entries that bound both in git's order (those around a
+// part of a tree). It appends to offs where each entry of cur starts,
+// base added, and returns the install files in old and in cur; ok is
+// false when a full load must say what the trees hold: an entry that is
+// not in order, a folder, a file that is not a source file.
 func diffRaw(old, cur []byte, before, after rawEntry, base uint32, ch *sourceChange, offs []uint32) (_ []uint32, oldCount, curCount int, ok bool) {
-	curLen := len(cur)
-	last := before
-	// next takes the next entry of cur, checking git's order.
-	next := func() (rawEntry, bool) {
-		e, rest, ok := nextRaw(cur)
-		if !ok || last.raw != nil && rawOrder(last, e) >= 0 {
-			return rawEntry{}, false
+	w := gitobj.NewTreeWalk(old, cur, before, after, base)
+	for w.Next() {
+		if !w.Cur.IsZero() {
+			offs = append(offs, w.CurOff)
 		}
-		offs = append(offs, base+uint32(curLen-len(cur)))
-		cur, last = rest, e
-		return e, true
-	}
-	for len(old) > 0 || len(cur) > 0 {
-		var o, c rawEntry
-		if len(old) > 0 {
-			if o, _, ok = nextRaw(old); !ok {
-				return nil, 0, 0, false
-			}
-		}
-		if len(cur) > 0 {
-			if c, _, ok = nextRaw(cur); !ok {
-				return nil, 0, 0, false
-			}
-		}
-		order := 0
-		switch {
-		case o.raw == nil:
-			order = 1
-		case c.raw == nil:
-			order = -1
-		default:
-			order = rawOrder(o, c)
-		}
-		if order < 0 || order == 0 {
-			old = old[len(o.raw):]
-			if !o.mode.IsFile() {
-				// A folder gone or changed: let a full load say what it was.
-				return nil, 0, 0, false
-			}
-			// The previous render read this source: its entries are
-			// install files (<id>.yaml), README.md and .gitkeep.
-			if id, isInstall := bytes.CutSuffix(o.name, []byte(".yaml")); isInstall {
-				oldCount++
-				if order < 0 {
-					ch.removed = append(ch.removed, string(id))
-				}
-			}
-			if order < 0 {
-				continue
-			}
-		}
-		if c, ok = next(); !ok {
+		o, c, ok := diffStep(w, ch)
+		if !ok {
 			return nil, 0, 0, false
 		}
-		if order == 0 && bytes.Equal(o.raw, c.raw) {
-			if bytes.HasSuffix(c.name, []byte(".yaml")) {
-				curCount++
-			}
-			continue
-		}
-		e := treeEntry{name: string(c.name), mode: c.mode, hash: plumbing.Hash(c.raw[len(c.raw)-len(plumbing.ZeroHash):])}
-		switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
-		case schemas.SourceFile:
-			curCount++
-			ch.changed[strings.TrimSuffix(e.name, ".yaml")] = true
-			ch.entries = append(ch.entries, e)
-		case schemas.NotRead:
-			// README.md, .gitkeep
-		default:
-			// Let a full load report it.
-			return nil, 0, 0, false
-		}
+		oldCount += o
+		curCount += c
 	}
-	if after.raw != nil && last.raw != nil && rawOrder(last, after) >= 0 {
+	if w.Err() != nil {
 		return nil, 0, 0, false
 	}
 	return offs, oldCount, curCount, true
 }
 
-// rawEntry is one entry of a tree object, as written.
-type rawEntry struct {
-	// raw is the whole entry: mode, name and object id.
-	raw  []byte
-	name []byte
-	mode filemode.FileMode
-}
-
-// nextRaw reads the first entry of the tree object data.
-func nextRaw(data []byte) (rawEntry, []byte, bool) {
-	sp := bytes.IndexByte(data, ' ')
-	if sp <= 0 || sp > 7 {
-		return rawEntry{}, nil, false
-	}
-	var mode uint32
-	for _, c := range data[:sp] {
-		if c < '0' || c > '7' {
-			return rawEntry{}, nil, false
+// diffStep adds to ch what one step of a walk of installs/ says, and
+// returns the install files of the step in the old tree and in the new
+// one (0 or 1 each); false when a full load must say what they hold.
+func diffStep(w *gitobj.TreeWalk, ch *sourceChange) (oldCount, curCount int, ok bool) {
+	o, c := w.Old, w.Cur
+	if !o.IsZero() {
+		if !o.Mode.IsFile() {
+			// A folder gone or changed: let a full load say what it was.
+			return 0, 0, false
 		}
-		mode = mode<<3 | uint32(c-'0')
+		// The previous render read this source: its entries are
+		// install files (<id>.yaml), README.md and .gitkeep.
+		if id, isInstall := bytes.CutSuffix(o.Name, []byte(".yaml")); isInstall {
+			oldCount++
+			if c.IsZero() {
+				ch.removed = append(ch.removed, string(id))
+			}
+		}
 	}
-	nul := bytes.IndexByte(data[sp+1:], 0)
-	end := sp + 1 + nul + 1 + len(plumbing.ZeroHash)
-	if nul < 0 || end > len(data) {
-		return rawEntry{}, nil, false
+	if c.IsZero() {
+		return oldCount, 0, true
 	}
-	return rawEntry{raw: data[:end], name: data[sp+1 : sp+1+nul], mode: filemode.FileMode(mode)}, data[end:], true
+	if w.Same() {
+		if bytes.HasSuffix(c.Name, []byte(".yaml")) {
+			curCount++
+		}
+		return oldCount, curCount, true
+	}
+	e := treeEntry{name: string(c.Name), mode: c.Mode, hash: c.Hash()}
+	switch kind, _ := schemas.Classify(schemas.InstallsDir, e.name, fsMode(e.mode)); kind {
+	case schemas.SourceFile:
+		curCount++
+		ch.changed[strings.TrimSuffix(e.name, ".yaml")] = true
+		ch.entries = append(ch.entries, e)
+	case schemas.NotRead:
+		// README.md, .gitkeep
+	default:
+		// Let a full load report it.
+		return 0, 0, false
+	}
+	return oldCount, curCount, true
 }
 
-// rawOrder compares raw entries as git orders them (see
-// gitobj.CompareEntries).
-func rawOrder(a, b rawEntry) int {
-	n := min(len(a.name), len(b.name))
-	if c := bytes.Compare(a.name[:n], b.name[:n]); c != 0 {
-		return c
-	}
-	if len(a.name) == len(b.name) && (a.mode == filemode.Dir) == (b.mode == filemode.Dir) {
-		return 0
-	}
-	return gitOrder(treeEntry{name: string(a.name), mode: a.mode}, treeEntry{name: string(b.name), mode: b.mode})
-}
+// rawEntry is one entry of a tree object, as written.
+type rawEntry = gitobj.RawEntry
 
 // subtreeList lists the folder name of t, which may not exist, as its
 // tree holds it; an error when its entries are not each once in git's

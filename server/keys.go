@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -9,9 +10,11 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"golang.org/x/crypto/ssh"
 	"gopkg.in/yaml.v3"
 
+	"nuon.dev/nuon/internal/gitobj"
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/schemas"
 )
@@ -21,14 +24,23 @@ import (
 // install's file the first time that install is asked for, so the cost of a
 // request does not grow with the fleet and an install added on main is
 // known as soon as the server sees the new main.
+//
+// main's installs/ folder is kept as its tree object, indexed
+// (installsTree): an install's blob is found in it by name, and the next
+// main's tree is compared with it around the bytes the two share
+// (gitobj.TreeIndex.Delta), so a one-install change on a main of a million
+// installs reads one tree and walks a few entries, with no map of the
+// fleet built. A main whose installs/ tree is the same (a channel pin, a
+// release) keeps the table as it is.
 type keyTable struct {
 	dir string
 
-	mu      sync.RWMutex
-	main    plumbing.Hash
-	repo    *gitrepo.Repo
-	entries map[string]plumbing.Hash // install id → blob of its yaml
-	keys    map[string]ssh.PublicKey // parsed so far; nil value: no usable key
+	mu   sync.RWMutex
+	main plumbing.Hash
+	repo *gitrepo.Repo
+	// inst is main's installs/ folder; nil until read.
+	inst *installsTree
+	keys map[string]ssh.PublicKey // parsed so far; nil value: no usable key
 
 	// rot is each install's key hand-overs read from its status ref
 	// (handover.go); it outlives main commits. statusTip and readObject
@@ -36,62 +48,59 @@ type keyTable struct {
 	rot        map[string]*rotation
 	statusTip  func(install string) plumbing.Hash
 	readObject func(plumbing.Hash, int64) (plumbing.ObjectType, []byte, error)
-
-	// gen counts the moves of main and the hand-overs: reset keeps what
-	// it read outside the lock only if nothing moved meanwhile.
-	gen uint64
 }
 
 func newKeyTable(dir string) *keyTable { return &keyTable{dir: dir} }
 
 // reset points the table at a main commit. When the table holds what it
-// read of the previous main, it reads the new main's installs/ folder now,
+// read of the previous main, it reads the new main's installs/ tree now,
 // outside its lock (polls keep being answered from the old table
-// meanwhile), and keeps every parsed key whose install file is the same
-// blob: a one-install change costs one folder read, not a parse of every
-// install's file again as each polls. Otherwise it reads nothing until
-// asked.
+// meanwhile), compares it with the old one and then drops only the keys of
+// the installs whose entry changed: a one-install change costs one tree
+// read and the walk of the entries around it, and every other parsed key
+// is kept. Otherwise it reads nothing until asked.
 func (k *keyTable) reset(main plumbing.Hash) {
 	k.mu.RLock()
-	same := main == k.main && k.repo != nil
-	had, gen := k.entries != nil, k.gen
+	same := main == k.main && k.inst != nil
+	prev := k.inst
 	k.mu.RUnlock()
 	if same {
 		return
 	}
 	var repo *gitrepo.Repo
-	var entries map[string]plumbing.Hash
-	var keys map[string]ssh.PublicKey
-	if had && !main.IsZero() {
-		var err error
-		if repo, entries, err = readInstalls(k.dir, main); err == nil {
-			// The keys parsed so far, copied under the read lock:
-			// lookups go on, and one that adds a key meanwhile only
-			// costs that install a parse again.
-			k.mu.RLock()
-			keys = make(map[string]ssh.PublicKey, len(k.keys))
-			for id, key := range k.keys {
-				if h, ok := entries[id]; ok && h == k.entries[id] {
-					keys[id] = key
-				}
-			}
-			k.mu.RUnlock()
-		}
+	var next *installsTree
+	var changed []string
+	var err error
+	if prev != nil && !main.IsZero() {
+		repo, next, changed, err = readInstallsFrom(k.dir, main, prev)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if main == k.main && k.repo != nil {
+	if main == k.main && k.inst != nil {
 		return
 	}
-	if entries == nil || k.gen != gen {
-		// Nothing read, or the table moved meanwhile (a hand-over
-		// dropped a key, another reset): read again when asked.
-		k.main, k.repo, k.entries, k.keys = main, nil, nil, nil
-		k.gen++
+	if next == nil || err != nil {
+		// Nothing read: read when asked.
+		k.main, k.repo, k.inst, k.keys = main, nil, nil, nil
 		return
 	}
-	k.main, k.repo, k.entries, k.keys = main, repo, entries, keys
-	k.gen++
+	k.patch(repo, next, prev, changed)
+	k.main = main
+}
+
+// patch moves the table to next, read as changed from prev; k.mu is held.
+// A hand-over's dropped key stays dropped (the keys map is patched in
+// place); when the table moved from prev meanwhile, every key is parsed
+// again.
+func (k *keyTable) patch(repo *gitrepo.Repo, next, prev *installsTree, changed []string) {
+	if k.inst != prev || changed == nil || k.keys == nil {
+		k.keys = map[string]ssh.PublicKey{}
+	} else {
+		for _, id := range changed {
+			delete(k.keys, id)
+		}
+	}
+	k.repo, k.inst = repo, next
 }
 
 // lookup returns an install's key in force: main's agentKey, or the key
@@ -112,7 +121,7 @@ func (k *keyTable) lookup(install string) (ssh.PublicKey, bool) {
 	if err := k.load(); err != nil {
 		return nil, false
 	}
-	if _, ok := k.entries[install]; !ok {
+	if _, ok := k.inst.blob(install); !ok {
 		// Not cached: ids nobody has must not grow the table.
 		return nil, false
 	}
@@ -163,7 +172,6 @@ func (k *keyTable) handedOver(install string, r *rotation) {
 	}
 	k.rot[install] = r
 	delete(k.keys, install)
-	k.gen++
 }
 
 // rotationFor is rotationOf under the table's lock.
@@ -175,53 +183,146 @@ func (k *keyTable) rotationFor(install string) *rotation {
 
 // load reads main's installs/ folder.
 func (k *keyTable) load() error {
-	if k.entries != nil {
+	if k.inst != nil {
 		return nil
 	}
 	if k.main.IsZero() {
 		return fmt.Errorf("no main")
 	}
-	repo, entries, err := readInstalls(k.dir, k.main)
+	repo, inst, _, err := readInstallsFrom(k.dir, k.main, nil)
 	if err != nil {
 		return err
 	}
-	k.repo, k.entries, k.keys = repo, entries, map[string]ssh.PublicKey{}
+	k.repo, k.inst, k.keys = repo, inst, map[string]ssh.PublicKey{}
 	return nil
 }
 
-// readInstalls reads the installs/ folder of the main commit main: each
-// install's id and the blob of its file.
-func readInstalls(dir string, main plumbing.Hash) (*gitrepo.Repo, map[string]plumbing.Hash, error) {
+// entries yields the id of every install main names, in git's order of
+// their files; k.mu is held and main read (load).
+func (k *keyTable) entries(yield func(string) bool) {
+	if k.inst == nil || k.inst.index == nil {
+		return
+	}
+	x := k.inst.index
+	for i := range x.Len() {
+		e := x.Entry(i)
+		if id, ok := bytes.CutSuffix(e.Name, []byte(".yaml")); ok && e.Mode.IsFile() && !yield(string(id)) {
+			return
+		}
+	}
+}
+
+// installsTree is the installs/ folder of a main commit: its tree's id
+// and content, indexed. Neither changes once read: tables share it.
+type installsTree struct {
+	hash  plumbing.Hash     // zero: main has no installs/ folder
+	index *gitobj.TreeIndex // nil when hash is zero
+}
+
+// blob is the blob of install's file, installs/<id>.yaml.
+func (t *installsTree) blob(install string) (plumbing.Hash, bool) {
+	if t.index == nil {
+		return plumbing.ZeroHash, false
+	}
+	e, ok := t.index.Find(install+".yaml", false)
+	if !ok || !e.Mode.IsFile() {
+		return plumbing.ZeroHash, false
+	}
+	return e.Hash(), true
+}
+
+// readInstallsFrom reads the installs/ folder of the main commit main.
+// With prev (a previous main's), it returns as changed the install ids
+// whose file differs (added, changed, removed; the kind of entry too):
+// the tree is compared with prev's around the bytes they share, and when
+// its id is prev's, prev itself is returned and nothing changed. changed
+// is nil when the trees could not be compared (no prev): every id may
+// have changed.
+func readInstallsFrom(dir string, main plumbing.Hash, prev *installsTree) (*gitrepo.Repo, *installsTree, []string, error) {
 	repo, err := gitrepo.Open(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	c, err := object.GetCommit(repo.Storer(), main)
+	st := repo.Storer()
+	h, err := installsTreeOf(st, main)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read main %s: %w", main, err)
+		return nil, nil, nil, err
 	}
-	root, err := object.GetTree(repo.Storer(), c.TreeHash)
-	if err != nil {
-		return nil, nil, err
+	if prev != nil && h == prev.hash {
+		return repo, prev, []string{}, nil
 	}
-	entries := map[string]plumbing.Hash{}
-	if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil && e.Mode == filemode.Dir {
-		t, err := object.GetTree(repo.Storer(), e.Hash)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, e := range t.Entries {
-			if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
-				entries[id] = e.Hash
+	if h.IsZero() {
+		var changed []string
+		if prev != nil && prev.index != nil {
+			for k := range prev.index.Len() {
+				changed = appendInstall(changed, prev.index.Entry(k))
 			}
 		}
+		return repo, &installsTree{}, changed, nil
 	}
-	return repo, entries, nil
+	raw, err := gitobj.ReadTreeShared(st, h, 0)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
+	}
+	if prev != nil && prev.index != nil {
+		changed := []string{}
+		idx, _, _, err := prev.index.Delta(raw, func(w *gitobj.TreeWalk) error {
+			changed = appendChange(changed, w)
+			return nil
+		})
+		if err == nil {
+			return repo, &installsTree{hash: h, index: idx}, changed, nil
+		}
+	}
+	idx, err := gitobj.IndexTree(raw)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
+	}
+	if prev != nil && prev.index == nil {
+		// No folder before: every file is new.
+		changed := []string{}
+		for k := range idx.Len() {
+			changed = appendInstall(changed, idx.Entry(k))
+		}
+		return repo, &installsTree{hash: h, index: idx}, changed, nil
+	}
+	return repo, &installsTree{hash: h, index: idx}, nil, nil
+}
+
+// appendInstall appends the install id of e, a tree entry of installs/,
+// when it names one (<id>.yaml).
+func appendInstall(ids []string, e gitobj.RawEntry) []string {
+	if e.IsZero() {
+		return ids
+	}
+	if id, ok := bytes.CutSuffix(e.Name, []byte(".yaml")); ok {
+		ids = append(ids, string(id))
+	}
+	return ids
+}
+
+// installsTreeOf is the id of the installs/ tree of the commit main; zero
+// when it has no such folder.
+func installsTreeOf(st storer.EncodedObjectStorer, main plumbing.Hash) (plumbing.Hash, error) {
+	c, err := gitobj.ReadCommit(st, main)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read main %s: %w", main, err)
+	}
+	root, err := gitobj.ReadTree(st, c.TreeHash)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read main %s: %w", main, err)
+	}
+	for _, e := range root.Entries {
+		if e.Name == schemas.InstallsDir && e.Mode == filemode.Dir {
+			return e.Hash, nil
+		}
+	}
+	return plumbing.ZeroHash, nil
 }
 
 // read parses one install's agentKey.
 func (k *keyTable) read(install string) ssh.PublicKey {
-	h, ok := k.entries[install]
+	h, ok := k.inst.blob(install)
 	if !ok {
 		return nil
 	}
@@ -259,24 +360,62 @@ func (k *keyTable) known(install string) (bool, error) {
 	if err := k.load(); err != nil {
 		return false, err
 	}
-	_, ok := k.entries[install]
+	_, ok := k.inst.blob(install)
 	return ok, nil
 }
 
 // take moves k to the main commit o read installs/ of, with what o read,
-// rather than reading the folder again: 100,000 entries at fleet size.
-// It does nothing when o has read nothing.
+// rather than reading the folder again: a million entries at fleet size.
+// The keys k parsed of installs whose file did not change are kept. It
+// does nothing when o has read nothing.
 func (k *keyTable) take(o *keyTable) {
 	o.mu.RLock()
-	main, repo, entries := o.main, o.repo, o.entries
+	main, repo, inst := o.main, o.repo, o.inst
 	o.mu.RUnlock()
-	if entries == nil {
+	if inst == nil {
 		return
 	}
+	k.mu.RLock()
+	prev := k.inst
+	k.mu.RUnlock()
+	changed := changedInstalls(prev, inst)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.main, k.repo, k.entries, k.keys = main, repo, entries, map[string]ssh.PublicKey{}
-	k.gen++
+	k.patch(repo, inst, prev, changed)
+	k.main = main
+}
+
+// changedInstalls is the install ids whose file differs between the
+// installs/ trees prev and next; nil when they cannot be compared.
+func changedInstalls(prev, next *installsTree) []string {
+	switch {
+	case prev == nil:
+		return nil
+	case prev == next || prev.hash == next.hash:
+		return []string{}
+	case prev.index == nil || next.index == nil:
+		return nil
+	}
+	changed := []string{}
+	if _, _, _, err := prev.index.Delta(next.index.Raw, func(w *gitobj.TreeWalk) error {
+		changed = appendChange(changed, w)
+		return nil
+	}); err != nil {
+		return nil
+	}
+	return changed
+}
+
+// appendChange appends the install id of a step of a walk of installs/
+// when its entry changed.
+func appendChange(ids []string, w *gitobj.TreeWalk) []string {
+	if w.Same() {
+		return ids
+	}
+	if !w.Old.IsZero() {
+		return appendInstall(ids, w.Old)
+	}
+	return appendInstall(ids, w.Cur)
 }
 
 // mainCommit is the main commit the table reads keys from.

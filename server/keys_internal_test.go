@@ -1,12 +1,17 @@
 package server
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"golang.org/x/crypto/ssh"
 
 	"nuon.dev/nuon/internal/gittest"
 )
@@ -38,7 +43,7 @@ func TestKeyTableTake(t *testing.T) {
 	if got := k.mainCommit(); got != main {
 		t.Errorf("main %s, want %s", got, main)
 	}
-	if reflect.ValueOf(k.entries).Pointer() != reflect.ValueOf(read.entries).Pointer() {
+	if k.inst != read.inst {
 		t.Error("the reset after take read installs/ again")
 	}
 	if got, ok := k.lookup("acme"); !ok || authorizedKey(got) != key {
@@ -122,4 +127,149 @@ func TestKeyTableResetKeeps(t *testing.T) {
 	if key, ok := k.lookup("acme"); !ok || authorizedKey(key) != keyA {
 		t.Errorf("acme's key after the move: %v %v", key, ok)
 	}
+}
+
+// TestKeyTablePatched moves a key table across several mains (an
+// install's key changed, one removed, one added, a file that is not an
+// install, a main whose installs/ tree is the same, installs/ gone and
+// back, and a hand-over in between): after every move, each install's
+// key is what a table reading that main from scratch gives, the tree it
+// holds is indexed as a whole read indexes it, and the keys parsed of
+// installs whose file did not change are kept, not parsed again.
+func TestKeyTablePatched(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, dir)
+	src := t.TempDir()
+	installs := filepath.Join(src, "installs")
+	if err := os.MkdirAll(installs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var keys []ssh.PublicKey
+	for i := range 4 {
+		pub, _, err := ed25519.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{byte(i + 1)}, 64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := ssh.NewPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	write := func(id string, key int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(installs, id+".yaml"), []byte("agentKey: "+authorizedKey(keys[key])+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remove := func(name string) {
+		t.Helper()
+		if err := os.Remove(filepath.Join(installs, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []string{"nobody"}
+	for i := range 30 {
+		id := fmt.Sprintf("i%02d", 2*i)
+		write(id, i%2)
+		ids = append(ids, id, fmt.Sprintf("i%02d", 2*i+1))
+	}
+	if err := os.WriteFile(filepath.Join(installs, "README.md"), []byte("installs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// handed are the hand-overs so far: the process's, not main's.
+	handed := map[string]*rotation{}
+
+	k := newKeyTable(dir)
+	var prevTree plumbing.Hash
+	step := func(msg string) {
+		t.Helper()
+		main := plumbing.NewHash(gittest.CommitDir(t, dir, "main", src, msg))
+		k.mu.RLock()
+		before := maps.Clone(k.keys)
+		k.mu.RUnlock()
+		k.reset(main)
+		fresh := newKeyTable(dir)
+		for id, r := range handed {
+			fresh.handedOver(id, r)
+		}
+		fresh.reset(main)
+		if err := fresh.load(); err != nil {
+			t.Fatal(err)
+		}
+		// Kept: the keys of files that did not change.
+		k.mu.RLock()
+		tree := k.inst
+		for id, key := range before {
+			if _, kept := k.keys[id]; !kept {
+				continue
+			}
+			if want := fresh.read(id); want == nil && key != nil || want != nil && (key == nil || authorizedKey(want) != authorizedKey(key)) {
+				if handed[id] == nil {
+					t.Errorf("%s: kept key %v, its file on main says %v", msg, key, want)
+				}
+			}
+		}
+		k.mu.RUnlock()
+		if tree != nil && fresh.inst != nil {
+			if tree.hash != fresh.inst.hash || (tree.index == nil) != (fresh.inst.index == nil) ||
+				tree.index != nil && (!slices.Equal(tree.index.Offs, fresh.inst.index.Offs) || !bytes.Equal(tree.index.Raw, fresh.inst.index.Raw)) {
+				t.Errorf("%s: the patched tree differs from one read whole", msg)
+			}
+			if tree.hash == prevTree && len(before) > 0 {
+				k.mu.RLock()
+				n := len(k.keys)
+				k.mu.RUnlock()
+				if n != len(before) {
+					t.Errorf("%s: installs/ is the same tree, yet %d keys of %d kept", msg, n, len(before))
+				}
+			}
+			prevTree = tree.hash
+		}
+		for _, id := range ids {
+			got, gotOK := k.lookup(id)
+			want, wantOK := fresh.lookup(id)
+			if gotOK != wantOK || gotOK && authorizedKey(got) != authorizedKey(want) {
+				t.Errorf("%s: %s's key %v (%v), from scratch %v (%v)", msg, id, got, gotOK, want, wantOK)
+			}
+			gotKnown, err1 := k.known(id)
+			wantKnown, err2 := fresh.known(id)
+			if gotKnown != wantKnown || err1 != nil || err2 != nil {
+				t.Errorf("%s: %s known %v (%v), from scratch %v (%v)", msg, id, gotKnown, err1, wantKnown, err2)
+			}
+		}
+	}
+	step("sixty installs")
+	write("i04", 2)
+	remove("i10.yaml")
+	write("i99", 3)
+	step("i04's key changed, i10 gone, i99 new")
+	// i06 hands its key over to keys[3].
+	r := (*rotation)(nil).step(keys[0], keys[3])
+	handed["i06"] = r
+	k.handedOver("i06", r)
+	step("the same installs/ again")
+	write("i06", 3)
+	if err := os.WriteFile(filepath.Join(installs, "README.md"), []byte("the fleet\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write("i00", 1)
+	step("main catches up with i06's hand-over; i00's key; README")
+	write("i10", 2)
+	remove("i58.yaml")
+	remove("i00.yaml")
+	step("i10 back, the first and last gone")
+	if err := os.RemoveAll(installs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "nuon.yaml"), []byte("# no installs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step("no installs/ folder")
+	if err := os.MkdirAll(installs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("i02", 1)
+	write("i98", 0)
+	step("installs/ back with two")
 }

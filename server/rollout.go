@@ -362,7 +362,7 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	all, err := rollout.Fleet(policies, fleetInstalls(files))
+	all, err := rollout.Fleet(policies, r.installs.fleet())
 	if err != nil {
 		return fmt.Errorf("rollouts of main %s: %w", main, err)
 	}

@@ -6,22 +6,26 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/internal/gitobj"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
 
 // rolloutInstalls is what the rollout controller took of main's install
 // files to assign waves: each file's blob and the install's channel and
-// labels. When main moves, only the files whose blob changed are read
-// again, so a pin change on a channel of 100,000 installs reads none of
-// them; the assignment itself (rollout.Fleet) is then redone from memory.
+// labels. When main moves, only the files whose entry changed are read
+// again, and found by comparing main's installs/ tree with the one read
+// last around the bytes the two share (gitobj.TreeIndex.Delta): a pin
+// change on a channel of a million installs reads no install file and no
+// installs/ tree, a one-install change one tree and one file; the
+// assignment itself (rollout.Fleet) is then redone from memory.
 //
 // An install file is checked here as the render checks it (schema and
 // the rest of main); a file that fails refuses the main, as before.
@@ -29,7 +33,17 @@ import (
 // Fleet reports for every install on it, read again or not.
 type rolloutInstalls struct {
 	files map[string]installSeen // by entry name of installs/
+	// tree is the installs/ folder files were read from; nil before the
+	// first read.
+	tree *installsTree
+	// list is fleet's answer, kept for the next main: patched where a
+	// few installs changed, built again from files otherwise.
+	list []rollout.FleetInstall
 }
+
+// patchAbove is the number of changed entries above which fleet's list
+// is built again rather than patched: each patch moves the list's tail.
+const patchAbove = 64
 
 // installSeen is one install file as the controller read it.
 type installSeen struct {
@@ -40,108 +54,173 @@ type installSeen struct {
 }
 
 // read returns main's installs with their channels and labels, and the
-// files it read; it changes nothing of ri until commit is called, so a
-// main refused leaves it as it was.
+// number of files it read. A main refused (a changed file that fails)
+// leaves ri as it was. A main read is taken in: files is ri.files,
+// patched in place where main's entries changed (each entry is what its
+// name and blob give, whatever else main holds, so a main refused later
+// by the rest of the controller leaves nothing wrong in it). fsys is
+// main's source (renderer.SourceFS); its installs/ folder is not listed.
 func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStorer, main plumbing.Hash, fsys fs.FS) (
-	src *schemas.Source, next map[string]installSeen, read int, err error) {
-	entries, err := installEntries(st, main)
+	src *schemas.Source, files map[string]installSeen, read int, err error) {
+	prev := ri.tree
+	if ri.files == nil {
+		prev = nil
+	}
+	next, changed, gone, err := installChanges(st, main, prev)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	changed := map[string]bool{}
-	for name, h := range entries {
-		if seen, ok := ri.files[name]; !ok || seen.blob != h {
-			changed[name] = true
-		}
+	fsys, err = renderer.SourceFSOnly(st, main, changed)
+	if err != nil {
+		return nil, nil, 0, err
 	}
-	src, err = schemas.Open(onlyInstalls{fsys: fsys, names: changed})
+	src, err = schemas.Open(fsys)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	next = make(map[string]installSeen, len(entries))
-	for name := range entries {
-		if !changed[name] {
-			next[name] = ri.files[name]
-		}
+	fresh := make(map[string]installSeen, len(changed))
+	blobs := make(map[string]plumbing.Hash, len(changed))
+	for _, e := range changed {
+		blobs[e.Name] = e.Hash
 	}
 	var mu sync.Mutex
 	err = src.EachInstall(ctx, func(id string, in schemas.Install) {
 		name := id + ".yaml"
-		seen := installSeen{blob: entries[name], deleted: in.Deleted,
+		seen := installSeen{blob: blobs[name], deleted: in.Deleted,
 			install: rollout.FleetInstall{Install: rollout.Install{ID: id, Labels: in.Labels}, Channel: in.Channel}}
 		mu.Lock()
-		next[name] = seen
+		fresh[name] = seen
 		mu.Unlock()
 	})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	return src, next, len(changed), nil
+	if prev == nil {
+		ri.files, ri.list = fresh, nil
+	} else {
+		patch := ri.list != nil && len(gone)+len(changed) <= patchAbove
+		if !patch {
+			ri.list = nil
+		}
+		drop := func(name string) {
+			delete(ri.files, name)
+			if i, found := slices.BinarySearchFunc(ri.list, name, byName); found && patch {
+				ri.list = slices.Delete(ri.list, i, i+1)
+			}
+		}
+		for _, name := range gone {
+			drop(name)
+		}
+		for _, e := range changed {
+			drop(e.Name)
+		}
+		maps.Copy(ri.files, fresh)
+		if patch {
+			for _, seen := range fresh {
+				if seen.deleted {
+					continue
+				}
+				i, _ := slices.BinarySearchFunc(ri.list, seen.install.ID+".yaml", byName)
+				ri.list = slices.Insert(ri.list, i, seen.install)
+			}
+		}
+	}
+	ri.tree = next
+	return src, ri.files, len(changed), nil
 }
 
-// fleetInstalls are the installs of files that take changes, sorted by id.
-func fleetInstalls(files map[string]installSeen) []rollout.FleetInstall {
-	out := make([]rollout.FleetInstall, 0, len(files))
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if seen := files[name]; !seen.deleted {
+// fleet is the installs of the files read last that take changes,
+// sorted by file name: in the order of the installs/ tree they were read from
+// (git's order, which for the files <id>.yaml is their names' order),
+// where sorting the names of a million files cost a second of CPU on
+// every move of main.
+//
+// The list is kept and patched by read where a few installs changed; the
+// caller does not change it.
+func (ri *rolloutInstalls) fleet() []rollout.FleetInstall {
+	if ri.list != nil {
+		return ri.list
+	}
+	out := make([]rollout.FleetInstall, 0, len(ri.files))
+	if ri.tree == nil || ri.tree.index == nil {
+		return out
+	}
+	x := ri.tree.index
+	for k := range x.Len() {
+		e := x.Entry(k)
+		if seen, ok := ri.files[string(e.Name)]; ok && !seen.deleted {
 			out = append(out, seen.install)
 		}
 	}
+	ri.list = out
 	return out
 }
 
-// installEntries reads the blob of each file of main's installs/ folder,
-// by entry name; none when main has no such folder.
-func installEntries(st storer.EncodedObjectStorer, main plumbing.Hash) (map[string]plumbing.Hash, error) {
-	c, err := gitobj.ReadCommit(st, main)
+// byName orders a listed install against a file name of installs/: the
+// list is in the order of the files' names.
+func byName(in rollout.FleetInstall, name string) int { return strings.Compare(in.ID+".yaml", name) }
+
+// installChanges reads the installs/ folder of main and returns it with
+// its entries that are new or changed since prev's (every entry when prev
+// is nil or cannot be compared, prev then taken as nil) and the names of
+// prev's entries gone. An entry whose kind changed (a file now a folder)
+// is both. When main's installs/ tree is prev's, nothing is read.
+func installChanges(st storer.EncodedObjectStorer, main plumbing.Hash, prev *installsTree) (
+	next *installsTree, changed []gitobj.Entry, gone []string, err error) {
+	h, err := installsTreeOf(st, main)
 	if err != nil {
-		return nil, fmt.Errorf("read main %s: %w", main, err)
+		return nil, nil, nil, err
 	}
-	root, err := gitobj.ReadTree(st, c.TreeHash)
+	if prev != nil && h == prev.hash {
+		return prev, nil, nil, nil
+	}
+	if h.IsZero() {
+		if prev != nil && prev.index != nil {
+			for k := range prev.index.Len() {
+				gone = append(gone, string(prev.index.Entry(k).Name))
+			}
+		}
+		return &installsTree{}, nil, gone, nil
+	}
+	raw, err := gitobj.ReadTreeShared(st, h, 0)
 	if err != nil {
-		return nil, fmt.Errorf("read main %s: %w", main, err)
+		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
 	}
-	out := map[string]plumbing.Hash{}
-	var dir plumbing.Hash
-	for _, e := range root.Entries {
-		if e.Name == schemas.InstallsDir && e.Mode == filemode.Dir {
-			dir = e.Hash
+	entry := func(e gitobj.RawEntry) gitobj.Entry {
+		return gitobj.Entry{Name: string(e.Name), Mode: e.Mode, Hash: e.Hash()}
+	}
+	if prev != nil {
+		x := prev.index
+		if x == nil {
+			x = &gitobj.TreeIndex{}
+		}
+		idx, _, _, err := x.Delta(raw, func(w *gitobj.TreeWalk) error {
+			switch {
+			case w.Same():
+			case w.Cur.IsZero():
+				gone = append(gone, string(w.Old.Name))
+			default:
+				changed = append(changed, entry(w.Cur))
+			}
+			return nil
+		})
+		if err == nil {
+			return &installsTree{hash: h, index: idx}, changed, gone, nil
+		}
+		changed, gone = nil, nil
+	}
+	idx, err := gitobj.IndexTree(raw)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
+	}
+	changed = make([]gitobj.Entry, 0, idx.Len())
+	for k := range idx.Len() {
+		changed = append(changed, entry(idx.Entry(k)))
+	}
+	if prev != nil && prev.index != nil {
+		for k := range prev.index.Len() {
+			gone = append(gone, string(prev.index.Entry(k).Name))
 		}
 	}
-	if dir.IsZero() {
-		return out, nil
-	}
-	t, err := gitobj.ReadTree(st, dir)
-	if err != nil {
-		return nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
-	}
-	for _, e := range t.Entries {
-		out[e.Name] = e.Hash
-	}
-	return out, nil
-}
-
-// onlyInstalls is a source tree whose installs/ folder lists only the
-// entries names: schemas.Open then lists, and EachInstall reads, only
-// those.
-type onlyInstalls struct {
-	fsys  fs.FS
-	names map[string]bool
-}
-
-func (o onlyInstalls) Open(name string) (fs.File, error)     { return o.fsys.Open(name) }
-func (o onlyInstalls) Stat(name string) (fs.FileInfo, error) { return fs.Stat(o.fsys, name) }
-
-func (o onlyInstalls) ReadDir(name string) ([]fs.DirEntry, error) {
-	es, err := fs.ReadDir(o.fsys, name)
-	if err != nil || name != schemas.InstallsDir {
-		return es, err
-	}
-	out := es[:0]
-	for _, e := range es {
-		if o.names[e.Name()] {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	return &installsTree{hash: h, index: idx}, changed, gone, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,6 +88,22 @@ func TestRolloutInstallsRead(t *testing.T) {
 			}
 		}
 		ri.files = files
+		// The list waves are assigned from, patched or not, is a full
+		// read's, in the order of the file names.
+		got, want := ri.fleet(), full.fleet()
+		if len(got) != len(want) {
+			t.Fatalf("%s: lists %d installs, a full read %d", msg, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID || got[i].Channel != want[i].Channel || !maps.Equal(got[i].Labels, want[i].Labels) {
+				t.Fatalf("%s: lists %+v at %d, a full read %+v", msg, got[i], i, want[i])
+			}
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1].ID+".yaml" >= got[i].ID+".yaml" {
+				t.Fatalf("%s: %s listed before %s", msg, got[i-1].ID, got[i].ID)
+			}
+		}
 		return files
 	}
 	read("tenant", 3, "")
@@ -113,6 +130,38 @@ func TestRolloutInstallsRead(t *testing.T) {
 	}
 	if f := read("globex leaves", 0, ""); len(f) != 2 {
 		t.Fatalf("holds %d files after globex left", len(f))
+	}
+	// An install added beside a changed one, a file that is no install,
+	// a main refused in between: each read holds what a full read does.
+	hooli := strings.Replace(string(mustRead(os.ReadFile(filepath.Join(src, "installs", "acme.yaml")))), "acme", "hooli", -1)
+	hooli = strings.Replace(hooli, "AAAAIOI093FQc+72WNrTUNkTxXuw9DMb7Qmo+M7BQq0kk/Gv", "AAAAILLAJZAvOoyn5mqGazlrDbIysrLTvQ/yQQcK7bU/Jp6v", 1)
+	if err := os.WriteFile(filepath.Join(src, "installs", "hooli.yaml"), []byte(hooli), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edit("installs/acme.yaml", "ring: canary", "ring: early")
+	if f := read("hooli joins; acme is early", 2, ""); len(f) != 3 || f["hooli.yaml"].install.ID != "hooli" || f["acme.yaml"].install.Labels["ring"] != "early" {
+		t.Fatalf("after hooli joined: %+v", f)
+	}
+	if err := os.WriteFile(filepath.Join(src, "installs", "README.md"), []byte("the fleet\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edit("installs/hooli.yaml", "channel: stable", "channel: nope")
+	read("hooli on a channel that does not exist", 0, `channel "nope" does not exist`)
+	edit("installs/hooli.yaml", "channel: nope", "channel: beta")
+	if err := os.Remove(filepath.Join(src, "installs", "initech.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if f := read("hooli on beta, a README, initech leaves", 2, ""); len(f) != 2 || f["hooli.yaml"].install.Channel != "beta" {
+		t.Fatalf("after initech left: %+v", f)
+	}
+	if ri.tree == nil || ri.tree.index == nil {
+		t.Fatal("holds no installs/ tree")
+	}
+	tree := ri.tree
+	edit("channels/stable.yaml", "database: 1.1.0", "database: 1.0.0")
+	read("stable: database 1.0.0", 0, "")
+	if ri.tree != tree {
+		t.Error("a main whose installs/ is the same tree read it again")
 	}
 }
 

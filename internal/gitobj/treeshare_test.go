@@ -1,0 +1,82 @@
+package gitobj
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/storage/memory"
+)
+
+// bigTree stores a tree of n files, tagged so that each test's tree is
+// its own, and returns its id and content.
+func bigTree(t *testing.T, st *memory.Storage, tag string, n int) (plumbing.Hash, []byte) {
+	t.Helper()
+	es := make([]Entry, n)
+	for i := range es {
+		es[i] = Entry{Name: fmt.Sprintf("%s-%07d.yaml", tag, i), Mode: filemode.Regular}
+	}
+	raw := EncodeTree(es)
+	o := st.NewEncodedObject()
+	o.SetType(plumbing.TreeObject)
+	w, _ := o.Writer()
+	w.Write(raw)
+	w.Close()
+	h, err := st.SetEncodedObject(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, raw
+}
+
+// TestReadTreeShared: a large tree is read once for its readers, at once
+// or one after the other, and only the last two are kept; a small tree,
+// a tree over a reader's limit and a missing one are each read as asked.
+func TestReadTreeShared(t *testing.T) {
+	st := memory.NewStorage()
+	h1, raw1 := bigTree(t, st, "shared-a", 40_000) // some 1.6 MB
+	var wg sync.WaitGroup
+	got := make([][]byte, 4)
+	for i := range got {
+		wg.Go(func() {
+			raw, err := ReadTreeShared(st, h1, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = raw
+		})
+	}
+	wg.Wait()
+	for i, raw := range got {
+		if !bytes.Equal(raw, raw1) || &raw[0] != &got[0][0] {
+			t.Fatalf("reader %d: not the one read of the tree", i)
+		}
+	}
+	if _, err := ReadTreeShared(st, h1, 1000); err == nil {
+		t.Error("a tree over the reader's limit was given")
+	}
+	// Two more large trees: the first is dropped.
+	h2, _ := bigTree(t, st, "shared-b", 40_000)
+	h3, _ := bigTree(t, st, "shared-c", 40_000)
+	for _, h := range []plumbing.Hash{h2, h3} {
+		if _, err := ReadTreeShared(st, h, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := ReadTreeShared(st, h1, 0)
+	if err != nil || !bytes.Equal(again, raw1) || &again[0] == &got[0][0] {
+		t.Error("the third tree back was not read again")
+	}
+	small, rawSmall := bigTree(t, st, "shared-small", 3)
+	a, _ := ReadTreeShared(st, small, 0)
+	b, _ := ReadTreeShared(st, small, 0)
+	if !bytes.Equal(a, rawSmall) || &a[0] == &b[0] {
+		t.Error("a small tree was kept")
+	}
+	if _, err := ReadTreeShared(st, plumbing.NewHash("1111111111111111111111111111111111111111"), 0); err == nil {
+		t.Error("a missing tree read")
+	}
+}
