@@ -50,8 +50,10 @@ import (
 //     POST /hooks/main on the writer) to its desired ref moved on the
 //     writer, and on the replica, which refreshes every
 //     NUON_BENCH_FLEET_REFRESH (default 500ms): change-ms, replica-lag-ms
-//     (from the writer's move to the replica's), and the CPU the refresh
-//     took on each side;
+//     (from the writer's move to the replica's, waiting at most
+//     NUON_BENCH_FLEET_LAG_MINUTES, default 10: replica-caught-up says
+//     whether it moved, and the log names the git processes of both then),
+//     and the CPU the refresh took on each side;
 //   - status pushes for a fleet-wide rollout: the replica stopped,
 //     NUON_BENCH_FLEET_PUSHERS pushers (default 32) push, each for an
 //     install of its own never pushed before (spread over the fleet), one
@@ -94,6 +96,7 @@ func BenchmarkMillionFleet(b *testing.B) {
 		workers:  envInt(b, "NUON_BENCH_FLEET_WORKERS", 32),
 		pushers:  envInt(b, "NUON_BENCH_FLEET_PUSHERS", 32),
 		refresh:  refresh,
+		lagWait:  time.Duration(envInt(b, "NUON_BENCH_FLEET_LAG_MINUTES", 10)) * time.Minute,
 	}
 	if os.Getenv("NUON_BENCH_FLEET_PUSHES") != "" {
 		o.pushes = envInt(b, "NUON_BENCH_FLEET_PUSHES", 0)
@@ -122,7 +125,8 @@ type fleetOpts struct {
 	workers, pushers int
 	pushes           int // at most; 0: as many as the duration and the installs allow
 	refresh          time.Duration
-	only             string // "polls" or "pushes": that part alone
+	lagWait          time.Duration // how long the replica may take to catch up
+	only             string        // "polls" or "pushes": that part alone
 }
 
 func envString(name, def string) string {
@@ -189,9 +193,13 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 
 		// The replica's lag behind a main change on the writer.
 		id := millionInstall(n / 3)
-		lag := fleetLag(b, w, r, dir, id, key)
+		lag := fleetLag(b, w, r, dir, id, key, o.lagWait)
 		b.ReportMetric(float64(lag.writer.Microseconds())/1000, "change-ms")
 		b.ReportMetric(float64(lag.replica.Microseconds())/1000, "replica-lag-ms")
+		b.ReportMetric(map[bool]float64{true: 1}[lag.caughtUp], "replica-caught-up")
+		if !lag.caughtUp {
+			b.Logf("%d installs: the replica had not caught up %s after the writer; its refresh then: %s", n, o.lagWait, lag.refreshing)
+		}
 		b.ReportMetric(float64(lag.writerCPU.Microseconds())/1000, "change-writer-cpu-ms")
 		b.ReportMetric(float64(lag.replicaCPU.Microseconds())/1000, "change-replica-cpu-ms")
 		b.ReportMetric(float64(procStatus(b, r.pid(), "VmHWM"))/1024, "replica-peak-MB")
@@ -384,12 +392,15 @@ func fleetPolls(tb testing.TB, url string, pid int, ids []string, workers int, d
 type fleetLagResult struct {
 	writer, replica       time.Duration // main moved → writer's desired ref moved; writer's → replica's
 	writerCPU, replicaCPU time.Duration // over the whole change, git children included
+	caughtUp              bool          // false: the replica had not moved within the wait (replica is the wait)
+	refreshing            string        // then, the replica's git processes and the writer's
 }
 
 // fleetLag changes install id's file on main of the writer's repository
 // dir and times its desired ref moving on the writer, then on the replica
-// (each polled with a signed ls-refs every 5 ms).
-func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Signer) fleetLagResult {
+// (each polled with a signed ls-refs every 5 ms), waiting at most wait
+// for the replica.
+func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Signer, wait time.Duration) fleetLagResult {
 	tb.Helper()
 	ctx := context.Background()
 	client := func(url string) *gitproto.Client {
@@ -409,13 +420,13 @@ func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Si
 		tb.Fatalf("%s: the replica serves %s, the writer %s", id, h, old)
 	}
 	next := millionEdit(tb, dir, id, fmt.Sprintf("172.%d.0.0/24", time.Now().UnixNano()%200))
-	wait := func(c *gitproto.Client, what string, t0 time.Time) time.Duration {
-		for deadline := t0.Add(15 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+	moved := func(c *gitproto.Client, t0 time.Time, d time.Duration) (time.Duration, bool) {
+		for deadline := t0.Add(d); ; time.Sleep(5 * time.Millisecond) {
 			if h := desired(c); h != old {
-				return time.Since(t0)
+				return time.Since(t0), true
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("%s's desired ref did not move on the %s in 15 minutes\nwriter:\n%s\nreplica:\n%s", id, what, w.log.String(), r.log.String())
+				return time.Since(t0), false
 			}
 		}
 	}
@@ -428,8 +439,13 @@ func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Si
 	}
 	resp.Body.Close()
 	var res fleetLagResult
-	res.writer = wait(wc, "writer", t0)
-	res.replica = wait(rc, "replica", time.Now())
+	var ok bool
+	if res.writer, ok = moved(wc, t0, 15*time.Minute); !ok {
+		tb.Fatalf("%s's desired ref did not move on the writer in 15 minutes\n%s", id, w.log.String())
+	}
+	if res.replica, res.caughtUp = moved(rc, time.Now(), wait); !res.caughtUp {
+		res.refreshing = "replica: " + descendants(r.pid()) + "; writer: " + descendants(w.pid())
+	}
 	// The writer may still be writing what follows the move (its other
 	// refs, the render's bookkeeping): let both settle a refresh or two.
 	time.Sleep(2 * time.Second)
@@ -513,4 +529,44 @@ func fleetPushes(tb *testing.B, url string, pid int, dir string, ids []string, p
 		tb.Fatalf("%d of %.0f acknowledged status pushes are not on the writer", lost, r.pushes)
 	}
 	return r
+}
+
+// descendants lists the command lines of process pid's children and
+// their children (a server's git processes), from /proc.
+func descendants(pid int) string {
+	parent := map[int]int{}
+	cmd := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err1 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		line, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+			cmd[p] = strings.TrimSpace(strings.ReplaceAll(string(line), "\x00", " "))
+		}
+	}
+	var out []string
+	var walk func(int)
+	walk = func(p int) {
+		for c, pp := range parent {
+			if pp == p {
+				out = append(out, fmt.Sprintf("[%d] %s", c, cmd[c]))
+				walk(c)
+			}
+		}
+	}
+	walk(pid)
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
