@@ -163,6 +163,9 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 	w.waitReady(b, 30*time.Minute)
 	b.Logf("%d installs: writer ready in %s", n, time.Since(t0).Round(time.Millisecond))
 	wpid := w.pid()
+	// What the writer does once after its start (the rollout controller's
+	// first read of main, ...) is not what a poll or a push costs.
+	b.ReportMetric(settle(b, wpid).Seconds(), "writer-settle-s")
 
 	var r *nuonServer
 	if o.only != "pushes" {
@@ -173,6 +176,7 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 		rready := time.Since(t0)
 		b.ReportMetric(rready.Seconds(), "replica-start-s")
 		b.ReportMetric(float64(procStatus(b, r.pid(), "VmRSS"))/1024, "replica-start-rss-MB")
+		b.ReportMetric(settle(b, r.pid()).Seconds(), "replica-settle-s")
 
 		// The installs the pollers poll: workers × 32 of them, spread
 		// over the fleet.
@@ -232,6 +236,21 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 	}
 	b.ReportMetric(float64(procStatus(b, wpid, "VmHWM"))/1024, "writer-peak-MB")
 	b.Logf("%d installs: load average %s at start, %s at the end", n, load0, loadAverage())
+}
+
+// settle waits, at most 20 minutes, until process pid (and its git
+// children) used under 10 % of a core over 2 seconds, and returns how
+// long that took.
+func settle(tb testing.TB, pid int) time.Duration {
+	t0 := time.Now()
+	for time.Since(t0) < 20*time.Minute {
+		c0 := serverCPU(tb, pid)
+		time.Sleep(2 * time.Second)
+		if serverCPU(tb, pid)-c0 < 200*time.Millisecond {
+			break
+		}
+	}
+	return time.Since(t0)
 }
 
 // fleetIDs is count installs of a fleet of n spread over it: the k-th is
