@@ -53,7 +53,8 @@ import (
 //     (from the writer's move to the replica's, waiting at most
 //     NUON_BENCH_FLEET_LAG_MINUTES, default 10: replica-caught-up says
 //     whether it moved, and the log names the git processes of both then),
-//     and the CPU the refresh took on each side;
+//     and the CPU the refresh took on each side; NUON_BENCH_FLEET_REPLICA=0
+//     skips the replica and its lag;
 //   - status pushes for a fleet-wide rollout: the replica stopped,
 //     NUON_BENCH_FLEET_PUSHERS pushers (default 32) push, each for an
 //     install of its own never pushed before (spread over the fleet), one
@@ -101,6 +102,7 @@ func BenchmarkMillionFleet(b *testing.B) {
 		pushers:  envInt(b, "NUON_BENCH_FLEET_PUSHERS", 32),
 		refresh:  refresh,
 		lagWait:  time.Duration(envInt(b, "NUON_BENCH_FLEET_LAG_MINUTES", 10)) * time.Minute,
+		replica:  os.Getenv("NUON_BENCH_FLEET_REPLICA") != "0",
 	}
 	if os.Getenv("NUON_BENCH_FLEET_PUSHES") != "" {
 		o.pushes = envInt(b, "NUON_BENCH_FLEET_PUSHES", 0)
@@ -130,6 +132,7 @@ type fleetOpts struct {
 	pushes           int // at most; 0: as many as the duration and the installs allow
 	refresh          time.Duration
 	lagWait          time.Duration // how long the replica may take to catch up
+	replica          bool          // false: no replica, no lag (the writer's polls and pushes alone)
 	only             string        // "polls" or "pushes": that part alone
 }
 
@@ -170,7 +173,7 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 	b.ReportMetric(settle(b, wpid).Seconds(), "writer-settle-s")
 
 	var r *nuonServer
-	if o.only != "pushes" {
+	if o.only != "pushes" && o.replica {
 		t0 = time.Now()
 		r = startServer(b, bin, nil, "--mode", "replica", "--writer", w.url, "--repo", mirror,
 			"--replica-token-file", token, "--poll-interval", o.refresh.String(), "--log-level", "warn")
@@ -179,14 +182,20 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 		b.ReportMetric(rready.Seconds(), "replica-start-s")
 		b.ReportMetric(float64(procStatus(b, r.pid(), "VmRSS"))/1024, "replica-start-rss-MB")
 		b.ReportMetric(settle(b, r.pid()).Seconds(), "replica-settle-s")
-
+	}
+	if o.only != "pushes" {
 		// The installs the pollers poll: workers × 32 of them, spread
 		// over the fleet.
 		ids := fleetIDs(n, o.workers*32)
-		for _, t := range []struct {
+		targets := []struct {
 			name string
 			srv  *nuonServer
-		}{{"writer", w}, {"replica", r}} {
+		}{{"writer", w}, {"replica", r}}
+		if r == nil {
+			targets = targets[:1]
+		}
+		for _, t := range targets {
+			settle(b, t.srv.pid())
 			res := fleetPolls(b, t.srv.url+"/tenant.git", t.srv.pid(), ids, o.workers, o.duration, key)
 			b.ReportMetric(res.polls/res.elapsed.Seconds(), t.name+"-polls/s")
 			b.ReportMetric(float64(res.p50.Microseconds())/1000, t.name+"-p50-ms")
@@ -199,6 +208,8 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 				float64(res.serverCPU.Microseconds())/res.polls, float64(res.genCPU.Microseconds())/res.polls, res.loadBefore, res.loadAfter)
 		}
 
+	}
+	if o.only != "pushes" && r != nil {
 		// The replica's lag behind a main change on the writer.
 		id := millionInstall(n / 3)
 		lag := fleetLag(b, w, r, dir, id, key, o.lagWait)
@@ -242,14 +253,15 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 }
 
 // settle waits, at most 20 minutes, until process pid (and its git
-// children) used under 10 % of a core over 2 seconds, and returns how
-// long that took.
+// children) used under 10 % of a core over 6 seconds (longer than the
+// rollout controller's interval, whose first tick reads main), and
+// returns how long that took.
 func settle(tb testing.TB, pid int) time.Duration {
 	t0 := time.Now()
 	for time.Since(t0) < 20*time.Minute {
 		c0 := serverCPU(tb, pid)
-		time.Sleep(2 * time.Second)
-		if serverCPU(tb, pid)-c0 < 200*time.Millisecond {
+		time.Sleep(6 * time.Second)
+		if serverCPU(tb, pid)-c0 < 600*time.Millisecond {
 			break
 		}
 	}
