@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -354,6 +355,15 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		return err
 	}
 	t0 := time.Now()
+	if !rolloutDeclared(fsys) {
+		// No channel declares a rollout: no waves to assign, and the
+		// install files (a million at fleet size) are not read. A main
+		// that declares one later reads them then.
+		r.channels, r.of, r.main = map[string]*channelRollout{}, map[string]string{}, main
+		r.pins = map[plumbing.Hash]map[string]string{}
+		r.s.log.Info("rollout waves assigned", "main", main.String(), "declared", 0, "took", time.Since(t0))
+		return nil
+	}
 	src, files, read, err := r.installs.read(ctx, st, main, fsys)
 	if err != nil {
 		return err
@@ -424,6 +434,30 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		}
 	}
 	return nil
+}
+
+// rolloutDeclared reports whether a channel file of main declares a
+// rollout, or may: a file that cannot be read or parsed counts, so that
+// the full load reports it where it would have before.
+func rolloutDeclared(fsys fs.FS) bool {
+	entries, err := fs.ReadDir(fsys, schemas.ChannelsDir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		file := path.Join(schemas.ChannelsDir, e.Name())
+		data, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return true
+		}
+		if p, err := rollout.Parse(file, data); err != nil || p != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // open reports whether id is in the open wave of c's running rollout.

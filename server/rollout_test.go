@@ -345,3 +345,25 @@ func TestRolloutForgedRef(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutUndeclaredReadsNoInstall: while no channel declares a
+// rollout the controller reads no install file (a million of them at
+// fleet size); the main that declares one reads them all and assigns
+// waves.
+func TestRolloutUndeclaredReadsNoInstall(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.srv.EvaluateRollouts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if log := e.log.String(); !strings.Contains(log, "rollout waves assigned") || !strings.Contains(log, "declared=0") || strings.Contains(log, "read=") {
+		t.Fatalf("no rollout declared, the controller's load:\n%s", log)
+	}
+	e.pushMain("stable rolls out in waves", func(work string) {
+		appendFile(t, filepath.Join(work, "channels", "stable.yaml"), "rollout:\n  waves:\n    - name: canary\n      selector: {matchLabels: {ring: canary}}\n    - name: rest\n      rest: true\n")
+		appendFile(t, filepath.Join(work, "installs", "acme.yaml"), "labels: {ring: canary}\n")
+	})
+	e.waitDecision(schemas.DecisionBaseline)
+	if !strings.Contains(e.log.String(), "installs=3 read=3") {
+		t.Fatalf("the main declaring a rollout read no install:\n%s", e.log.String())
+	}
+}
