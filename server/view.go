@@ -477,6 +477,7 @@ func (v *view) update() (*fleetIndex, error) {
 		} else {
 			v.build.reused.Add(1)
 		}
+		in = v.index.words.slim(in)
 		e := newEntry(in, v.labels.of(id), now, v.s.live)
 		changed[id] = e
 		if v.building {
@@ -525,7 +526,8 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			continue
 		}
 		refs := map[string]installTips{id: {desired: d, status: st}}
-		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.of(id), now, v.s.live)
+		in := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key)
+		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
 }
@@ -550,7 +552,9 @@ func (v *view) snapshot() (*snapshot, error) {
 }
 
 // install returns one install as it stands now and its labels; nil when
-// the fleet has no such install.
+// the fleet has no such install. The index keeps what its lists show
+// (viewWords.slim): the install's page reads the install whole again,
+// from the refs and key the index has.
 func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -562,8 +566,20 @@ func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 	if e == nil {
 		return nil, nil, nil
 	}
-	in := *e.in
-	in.Status = e.row
+	repo, err := gitrepo.Open(v.s.cfg.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
+	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, e.in.key)
+	in := *whole
+	if whole.Status != nil && e.row != nil {
+		// As the index has it at its time: its last signed contact and
+		// its state.
+		row := *whole.Status
+		row.Contact, row.ContactKind, row.State, row.Unreachable = e.row.Contact, e.row.ContactKind, e.row.State, e.row.Unreachable
+		in.Status = &row
+	}
 	return &in, e.labels, nil
 }
 
