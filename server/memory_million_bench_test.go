@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -26,13 +27,16 @@ import (
 // server.New in this process over a copy whose objects are hard links to
 // the cache (the cache is not changed) and its start render (Sync), after
 // which the server is ready. It reports the live heap after a GC and the
-// process's RSS (before and after that GC) with the ref table loaded
+// process's RSS (before and after that GC, and once the garbage is given
+// back to the OS as nuon server does at ready) with the ref table loaded
 // (New) and at ready, and the peak RSS (VmHWM).
 //
 // NUON_BENCH_HEAPPROFILE=PREFIX writes the heap profile at ready to
-// PREFIX-ready.pprof. NUON_BENCH_MEMORY_INDEX=1 also builds the fleet
-// view's index (a view token given, /fleet polled until it answers) and
-// reports the heap and RSS with it (PREFIX-index.pprof).
+// PREFIX-ready.pprof. NUON_BENCH_MEMORY_INDEX=1 then starts a second
+// server on the same repository with the fleet view on (a view token
+// given, /fleet polled until it answers) and reports the heap and RSS
+// with its index built (PREFIX-index.pprof) and the index's bytes per
+// install: the two live heaps' difference.
 func BenchmarkServerMemoryMillion(b *testing.B) {
 	n := os.Getenv("NUON_BENCH_MILLION")
 	if n == "" || n == "0" {
@@ -96,6 +100,12 @@ func startMemory(b *testing.B, dir string, render *signature.Signer, token, prof
 		return measureMemory(b, "index", profile)
 	}
 	ready := measureMemory(b, "ready", profile)
+	// What nuon server does at ready (cmd/nuon/server.go): the start
+	// render's garbage given back to the OS.
+	debug.FreeOSMemory()
+	ready.freedRSSMB, _ = procStatus(b)
+	b.Logf("ready: RSS %.0f MB once the garbage is given back (debug.FreeOSMemory)", ready.freedRSSMB)
+	b.ReportMetric(ready.freedRSSMB, "ready-freed-rss-MB")
 	b.ReportMetric(ready.rssMB, "ready-rss-MB")
 	b.ReportMetric(ready.heapMB, "ready-heap-MB")
 	b.ReportMetric(ready.gcRSSMB, "ready-gc-rss-MB")
@@ -109,6 +119,8 @@ type memoryFigures struct {
 	heapMB  float64 // live heap after a GC
 	gcRSSMB float64 // VmRSS after it
 	hwmMB   float64 // VmHWM: the peak RSS so far
+	// freedRSSMB is VmRSS once the garbage is given back to the OS.
+	freedRSSMB float64
 }
 
 // measureMemory measures the process at the step named what, and writes
