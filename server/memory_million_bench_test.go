@@ -94,6 +94,13 @@ func startMemory(b *testing.B, dir string, render *signature.Signer, token, prof
 	}
 	b.Logf("server.New and start render: %s", time.Since(t0).Round(time.Millisecond))
 	if token != "" {
+		// At ready the index is being built: what nuon server with a
+		// view token holds when /readyz first answers.
+		viewReady := measureMemory(b, "view-ready", "")
+		debug.FreeOSMemory()
+		viewReady.freedRSSMB, _ = procStatus(b)
+		b.ReportMetric(viewReady.rssMB, "view-ready-rss-MB")
+		b.ReportMetric(viewReady.freedRSSMB, "view-ready-freed-rss-MB")
 		t1 := time.Now()
 		waitIndex(b, srv, token)
 		b.Logf("fleet index built %s after ready", time.Since(t1).Round(time.Millisecond))
@@ -110,6 +117,15 @@ func startMemory(b *testing.B, dir string, render *signature.Signer, token, prof
 	b.ReportMetric(ready.heapMB, "ready-heap-MB")
 	b.ReportMetric(ready.gcRSSMB, "ready-gc-rss-MB")
 	b.ReportMetric(ready.hwmMB, "ready-peak-MB")
+	// Run's rollout controller reads main's install files at its first
+	// evaluation, once per process: what it keeps, apart.
+	t1 := time.Now()
+	if _, err := srv.EvaluateRollouts(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("rollout controller's first evaluation: %s", time.Since(t1).Round(time.Millisecond))
+	rollouts := measureMemory(b, "rollouts", profile)
+	b.ReportMetric(rollouts.heapMB, "rollouts-heap-MB")
 	return ready
 }
 
