@@ -166,10 +166,26 @@ type snapshot struct {
 type viewInstall struct {
 	ID               string
 	desiredH, statsH plumbing.Hash
-	key              string
+	key              viewKey // of the key the status was verified against
 	Desired          fleet.Desired
 	Status           *fleet.Install // nil: no status yet
 	Err              string         // reading its refs failed
+	// authorized is the key itself, for an install's page only (the
+	// index keeps key).
+	authorized string
+}
+
+// viewKey names an install's key (main's agentKey, as authorizedKey
+// writes it) by its SHA-256: what the index compares to know that a
+// status was verified against the key in force, in 32 bytes rather than
+// the key's ~100 (zero: no key).
+type viewKey [sha256.Size]byte
+
+func keyOf(key string) viewKey {
+	if key == "" {
+		return viewKey{}
+	}
+	return sha256.Sum256([]byte(key))
 }
 
 // State is the install's state as the view shows it.
@@ -400,7 +416,7 @@ func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"In": in, "Rows": installRows(in), "Labels": labelList(labels), "QuietAfter": v.s.cfg.ViewStaleAfter}
 	if !in.statsH.IsZero() {
-		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, in.key, 100)
+		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, in.authorized, 100)
 		data["History"], data["HistoryErr"] = h, errText(err)
 	}
 	if !in.desiredH.IsZero() {
@@ -468,10 +484,10 @@ func (v *view) update() (*fleetIndex, error) {
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
 			continue
 		}
-		in := v.cached(id, d, st, key)
+		in := v.cached(id, d, st, keyOf(key))
 		if in == nil {
 			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
 		} else {
@@ -521,7 +537,7 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
 			old.labels = v.labels.of(id) // labels move neither counts nor orders
 			continue
 		}
@@ -575,8 +591,13 @@ func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	key := ""
+	if k, ok := v.s.keys.lookup(id); ok {
+		key = authorizedKey(k) // the index's, as update just brought it to main
+	}
 	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
-	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, e.in.key)
+	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, key)
+	whole.authorized = key
 	in := *whole
 	if whole.Status != nil && e.row != nil {
 		// As the index has it at its time: its last signed contact and
@@ -589,7 +610,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
-	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: key}
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: keyOf(key)}
 	var errs []string
 	if !desired.IsZero() {
 		d, err := fleet.ReadDesired(st, desired)
