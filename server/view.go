@@ -170,9 +170,6 @@ type viewInstall struct {
 	Desired          fleet.Desired
 	Status           *fleet.Install // nil: no status yet
 	Err              string         // reading its refs failed
-	// authorized is the key itself, for an install's page only (the
-	// index keeps key).
-	authorized string
 }
 
 // viewKey names an install's key (main's agentKey, as authorizedKey
@@ -400,7 +397,7 @@ func installRows(in *viewInstall) []fleetRow {
 
 func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	in, labels, err := v.install(id)
+	in, labels, key, err := v.install(id)
 	if err != nil {
 		http.Error(w, "nuon: read the fleet: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -416,7 +413,7 @@ func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"In": in, "Rows": installRows(in), "Labels": labelList(labels), "QuietAfter": v.s.cfg.ViewStaleAfter}
 	if !in.statsH.IsZero() {
-		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, in.authorized, 100)
+		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, key, 100)
 		data["History"], data["HistoryErr"] = h, errText(err)
 	}
 	if !in.desiredH.IsZero() {
@@ -572,24 +569,24 @@ func (v *view) snapshot() (*snapshot, error) {
 	return snap, nil
 }
 
-// install returns one install as it stands now and its labels; nil when
-// the fleet has no such install. The index keeps what its lists show
+// install returns one install as it stands now, its labels and its key
+// (as authorizedKey writes it); nil when the fleet has no such install. The index keeps what its lists show
 // (viewWords.slim): the install's page reads the install whole again,
 // from the refs and key the index has.
-func (v *view) install(id string) (*viewInstall, map[string]string, error) {
+func (v *view) install(id string) (*viewInstall, map[string]string, string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	x, err := v.update()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	e := x.entries[id]
 	if e == nil {
-		return nil, nil, nil
+		return nil, nil, "", nil
 	}
 	repo, err := gitrepo.Open(v.s.cfg.Dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	key := ""
 	if k, ok := v.s.keys.lookup(id); ok {
@@ -597,7 +594,6 @@ func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 	}
 	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
 	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, key)
-	whole.authorized = key
 	in := *whole
 	if whole.Status != nil && e.row != nil {
 		// As the index has it at its time: its last signed contact and
@@ -606,7 +602,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, error) {
 		row.Contact, row.ContactKind, row.State, row.Unreachable = e.row.Contact, e.row.ContactKind, e.row.State, e.row.Unreachable
 		in.Status = &row
 	}
-	return &in, e.labels, nil
+	return &in, e.labels, key, nil
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
