@@ -481,10 +481,11 @@ func (v *view) update() (*fleetIndex, error) {
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
+		kid := keyOf(key)
+		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == kid {
 			continue
 		}
-		in := v.cached(id, d, st, keyOf(key))
+		in := v.cached(id, d, st, kid)
 		if in == nil {
 			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
 		} else {
@@ -570,9 +571,10 @@ func (v *view) snapshot() (*snapshot, error) {
 }
 
 // install returns one install as it stands now, its labels and its key
-// (as authorizedKey writes it); nil when the fleet has no such install. The index keeps what its lists show
-// (viewWords.slim): the install's page reads the install whole again,
-// from the refs and key the index has.
+// (as authorizedKey writes it); nil when the fleet has no such install.
+// The index keeps what its lists show (viewWords.slim): the install's
+// page reads the install whole again, from the refs and key the index
+// has.
 func (v *view) install(id string) (*viewInstall, map[string]string, string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
