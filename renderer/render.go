@@ -916,8 +916,16 @@ func (r *renderRun) writeRendered(context.Context) error {
 	var digest string
 	if r.opts.Cache != nil {
 		// What the refs are once the updates are applied: the next
-		// render's refs, when nothing else moves one.
-		m := hashRefs(r.memo, r.refs, moved)
+		// render's refs, when nothing else moves one. The memo keeps
+		// ids of its own (ownIDs): those it kept already, for the refs
+		// that are, entry by entry, the memo's, and a copy of the rest.
+		var m *refsMemo
+		if r.memo != nil {
+			m = hashRefs(r.memo, r.memo.refs, ownIDs(moved))
+		} else {
+			m = hashRefs(nil, r.refs, moved)
+			m.refs = ownIDs(m.refs)
+		}
 		r.opts.Cache.keepRefs(m)
 		digest = m.digest
 	} else {

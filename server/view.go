@@ -166,10 +166,23 @@ type snapshot struct {
 type viewInstall struct {
 	ID               string
 	desiredH, statsH plumbing.Hash
-	key              string
+	key              viewKey // of the key the status was verified against
 	Desired          fleet.Desired
 	Status           *fleet.Install // nil: no status yet
 	Err              string         // reading its refs failed
+}
+
+// viewKey names an install's key (main's agentKey, as authorizedKey
+// writes it) by its SHA-256: what the index compares to know that a
+// status was verified against the key in force, in 32 bytes rather than
+// the key's ~100 (zero: no key).
+type viewKey [sha256.Size]byte
+
+func keyOf(key string) viewKey {
+	if key == "" {
+		return viewKey{}
+	}
+	return sha256.Sum256([]byte(key))
 }
 
 // State is the install's state as the view shows it.
@@ -384,7 +397,7 @@ func installRows(in *viewInstall) []fleetRow {
 
 func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	in, labels, err := v.install(id)
+	in, labels, key, err := v.install(id)
 	if err != nil {
 		http.Error(w, "nuon: read the fleet: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -400,7 +413,7 @@ func (v *view) installPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"In": in, "Rows": installRows(in), "Labels": labelList(labels), "QuietAfter": v.s.cfg.ViewStaleAfter}
 	if !in.statsH.IsZero() {
-		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, in.key, 100)
+		h, err := fleet.History(repo.Storer(), in.ID, in.statsH, key, 100)
 		data["History"], data["HistoryErr"] = h, errText(err)
 	}
 	if !in.desiredH.IsZero() {
@@ -468,15 +481,17 @@ func (v *view) update() (*fleetIndex, error) {
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+		kid := keyOf(key)
+		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == kid {
 			continue
 		}
-		in := v.cached(id, d, st, key)
+		in := v.cached(id, d, st, kid)
 		if in == nil {
 			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
 		} else {
 			v.build.reused.Add(1)
 		}
+		in = v.index.words.slim(in)
 		e := newEntry(in, v.labels.of(id), now, v.s.live)
 		changed[id] = e
 		if v.building {
@@ -520,12 +535,13 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == key {
+		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
 			old.labels = v.labels.of(id) // labels move neither counts nor orders
 			continue
 		}
 		refs := map[string]installTips{id: {desired: d, status: st}}
-		changed[id] = newEntry(readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key), v.labels.of(id), now, v.s.live)
+		in := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key)
+		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
 }
@@ -540,35 +556,59 @@ func (v *view) snapshot() (*snapshot, error) {
 		return nil, err
 	}
 	snap := &snapshot{installs: make([]*viewInstall, len(x.byID))}
-	copies := make([]viewInstall, len(x.byID))
 	for i, e := range x.byID {
-		copies[i] = *e.in
-		copies[i].Status = e.row
-		snap.installs[i] = &copies[i]
+		if e.row == e.in.Status {
+			// Neither is changed after: no copy of 1,000,000 installs
+			// per scrape.
+			snap.installs[i] = e.in
+			continue
+		}
+		in := *e.in
+		in.Status = e.row
+		snap.installs[i] = &in
 	}
 	return snap, nil
 }
 
-// install returns one install as it stands now and its labels; nil when
-// the fleet has no such install.
-func (v *view) install(id string) (*viewInstall, map[string]string, error) {
+// install returns one install as it stands now, its labels and its key
+// (as authorizedKey writes it); nil when the fleet has no such install.
+// The index keeps what its lists show (viewWords.slim): the install's
+// page reads the install whole again, from the refs and key the index
+// has.
+func (v *view) install(id string) (*viewInstall, map[string]string, string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	x, err := v.update()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	e := x.entries[id]
 	if e == nil {
-		return nil, nil, nil
+		return nil, nil, "", nil
 	}
-	in := *e.in
-	in.Status = e.row
-	return &in, e.labels, nil
+	repo, err := gitrepo.Open(v.s.cfg.Dir)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	key := ""
+	if k, ok := v.s.keys.lookup(id); ok {
+		key = authorizedKey(k) // the index's, as update just brought it to main
+	}
+	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
+	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, key)
+	in := *whole
+	if whole.Status != nil && e.row != nil {
+		// As the index has it at its time: its last signed contact and
+		// its state.
+		row := *whole.Status
+		row.Contact, row.ContactKind, row.State, row.Unreachable = e.row.Contact, e.row.ContactKind, e.row.State, e.row.Unreachable
+		in.Status = &row
+	}
+	return &in, e.labels, key, nil
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
-	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: key}
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: keyOf(key)}
 	var errs []string
 	if !desired.IsZero() {
 		d, err := fleet.ReadDesired(st, desired)

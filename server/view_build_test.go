@@ -64,7 +64,7 @@ func TestFleetViewBuilding(t *testing.T) {
 func TestFleetViewCacheKeyed(t *testing.T) {
 	d, st := plumbing.NewHash("1111111111111111111111111111111111111111"), plumbing.NewHash("2222222222222222222222222222222222222222")
 	other := plumbing.NewHash("3333333333333333333333333333333333333333")
-	v := &view{cache: map[string]viewCached{"acme": {DesiredH: d, StatusH: st, Key: "ssh-ed25519 AAAA", Status: &fleet.Install{Verified: true}}}}
+	v := &view{cache: map[string]viewCached{"acme": {DesiredH: d, StatusH: st, Key: keyOf("ssh-ed25519 AAAA"), Status: &fleet.Install{Verified: true}}}}
 	for _, c := range []struct {
 		name      string
 		id        string
@@ -79,7 +79,7 @@ func TestFleetViewCacheKeyed(t *testing.T) {
 		{"desired moved", "acme", other, st, "ssh-ed25519 AAAA", false},
 		{"other install", "globex", d, st, "ssh-ed25519 AAAA", false},
 	} {
-		if got := v.cached(c.id, c.d, c.st, c.key); (got != nil) != c.wantSaved {
+		if got := v.cached(c.id, c.d, c.st, keyOf(c.key)); (got != nil) != c.wantSaved {
 			t.Errorf("%s: saved install taken %v, want %v", c.name, got != nil, c.wantSaved)
 		}
 	}
@@ -91,7 +91,7 @@ func FuzzViewCache(f *testing.F) {
 	dir := f.TempDir()
 	x := newFleetIndex()
 	d := plumbing.NewHash("1111111111111111111111111111111111111111")
-	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, key: "k", Status: &fleet.Install{Install: "acme", Verified: true}}}
+	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, key: keyOf("k"), Status: &fleet.Install{Install: "acme", Verified: true}}}
 	path := filepath.Join(dir, "seed.gob")
 	if err := saveViewCache(path, x, nil); err != nil {
 		f.Fatal(err)

@@ -22,8 +22,9 @@ import (
 const viewCacheFile = "nuon-fleet-index.gob"
 
 // viewCacheVersion is the cache's format: a file of another is ignored
-// (2: the labels of main's installs files by blob).
-const viewCacheVersion = 2
+// (2: the labels of main's installs files by blob; 3: installs as the
+// index keeps them, viewWords.slim, their key by its SHA-256).
+const viewCacheVersion = 3
 
 // viewCache is the file: each install's reading, keyed by what it was
 // read from (its desired and status commits and its key). An entry is
@@ -41,7 +42,7 @@ type viewCache struct {
 
 type viewCached struct {
 	DesiredH, StatusH plumbing.Hash
-	Key               string
+	Key               viewKey
 	Desired           fleet.Desired
 	Status            *fleet.Install
 	Err               string
@@ -93,7 +94,7 @@ func saveViewCache(path string, x *fleetIndex, l *viewLabels) error {
 
 // cached is the install read from the cache, when it was read from the
 // refs and key given.
-func (v *view) cached(id string, desired, status plumbing.Hash, key string) *viewInstall {
+func (v *view) cached(id string, desired, status plumbing.Hash, key viewKey) *viewInstall {
 	c, ok := v.cache[id]
 	if !ok || c.DesiredH != desired || c.StatusH != status || c.Key != key {
 		return nil

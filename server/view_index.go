@@ -82,6 +82,9 @@ func newEntry(in *viewInstall, labels map[string]string, now time.Time, live *li
 			}
 		}
 		e.row, e.state = &row, row.State
+		if sameRow(in.Status, &row) {
+			e.row = in.Status // one copy, not two
+		}
 		if e.state == "" {
 			e.state = phaseUnreported
 		}
@@ -91,6 +94,12 @@ func newEntry(in *viewInstall, labels map[string]string, now time.Time, live *li
 	}
 	e.rank = e.stateRank()
 	return e
+}
+
+// sameRow says whether row is r as it stands (At and the liveness table
+// change only these fields).
+func sameRow(r, row *fleet.Install) bool {
+	return r.State == row.State && r.Unreachable == row.Unreachable && r.Contact == row.Contact && r.ContactKind == row.ContactKind
 }
 
 // lateFactor mirrors package fleet's: heartbeats a status may miss
@@ -272,10 +281,12 @@ type fleetIndex struct {
 	// component names, versions, phases) from 1; it only grows, as
 	// far as the fleet's variety of words.
 	syms map[string]uint32
+	// words interns what the entries keep (viewWords.slim).
+	words *viewWords
 }
 
 func newFleetIndex() *fleetIndex {
-	return &fleetIndex{summary: newSummary(), entries: map[string]*viewEntry{}, syms: map[string]uint32{}}
+	return &fleetIndex{summary: newSummary(), entries: map[string]*viewEntry{}, syms: map[string]uint32{}, words: newViewWords()}
 }
 
 func (x *fleetIndex) sym(s string) uint32 {
@@ -579,3 +590,108 @@ func parseYAMLLabels(data []byte) map[string]string {
 
 // maxInstallYAML bounds what the view reads of one installs/<id>.yaml.
 const maxInstallYAML = 1 << 20
+
+// viewWords interns what the index keeps of installs that repeats across
+// them: words (phases, states, versions, component names, channels,
+// heartbeats), desired version sets and reported component lists. A
+// fleet of 1,000,000 installs on a few releases holds each once, not
+// 1,000,000 times. It only grows, as far as the fleet's variety; what is
+// not bounded by it (errors, drift, health messages) is not interned.
+type viewWords struct {
+	words    map[string]string
+	versions map[string]map[string]string
+	comps    map[string][]fleet.Component
+	health   map[string]*schemas.Health
+}
+
+func newViewWords() *viewWords {
+	return &viewWords{words: map[string]string{}, versions: map[string]map[string]string{},
+		comps: map[string][]fleet.Component{}, health: map[string]*schemas.Health{}}
+}
+
+// word returns the interned s.
+func (w *viewWords) word(s string) string {
+	if s == "" {
+		return ""
+	}
+	if k, ok := w.words[s]; ok {
+		return k
+	}
+	w.words[s] = s
+	return s
+}
+
+// slim returns in as the index keeps it: what the list, its filters, the
+// summary and the metrics read, its words interned; the rest (the commit
+// ids, each component's digests, outputs, spec, plan and health
+// resources, each drift's details) is read again for an install's page
+// (view.install). in is not changed.
+func (w *viewWords) slim(in *viewInstall) *viewInstall {
+	out := &viewInstall{ID: in.ID, desiredH: in.desiredH, statsH: in.statsH, key: in.key, Err: in.Err}
+	d := in.Desired
+	out.Desired = fleet.Desired{Generation: d.Generation, Channel: w.word(d.Channel), Deleted: d.Deleted, Time: d.Time,
+		Versions: internLabels(w.versions, d.Versions)}
+	if r := in.Status; r != nil {
+		s := *r
+		s.Install = in.ID
+		s.Commit, s.Desired, s.Applied, s.Rendered = "", "", "", ""
+		s.Phase, s.State, s.HeartbeatEvery = w.word(r.Phase), w.word(r.State), w.word(r.HeartbeatEvery)
+		s.ContactKind, s.Artifacts = w.word(r.ContactKind), w.word(r.Artifacts)
+		s.Components = w.components(r.Components)
+		out.Status = &s
+	}
+	return out
+}
+
+// components returns what the index keeps of cs: each component's name,
+// version, phase, error, health (its status and message), drift (as many
+// as found, without their details) and whether it was corrected. A list
+// without errors, drift or health messages is shared by every install
+// that reports it.
+func (w *viewWords) components(cs []fleet.Component) []fleet.Component {
+	if len(cs) == 0 {
+		return cs
+	}
+	out := make([]fleet.Component, len(cs))
+	plain := true
+	var key strings.Builder
+	for i, c := range cs {
+		s := schemas.ComponentStatus{Phase: w.word(c.Phase), Version: w.word(c.Version), Error: c.Error, Corrected: c.Corrected}
+		if c.Health != nil {
+			s.Health = &schemas.Health{Status: w.word(c.Health.Status), Message: c.Health.Message}
+		}
+		if len(c.Drift) > 0 {
+			s.Drift = make([]schemas.ResourceDrift, len(c.Drift))
+		}
+		out[i] = fleet.Component{Name: w.word(c.Name), ComponentStatus: s}
+		if c.Error != "" || len(c.Drift) > 0 || c.Corrected || c.Health != nil && c.Health.Message != "" {
+			plain = false
+			continue
+		}
+		health := "\x01"
+		if c.Health != nil {
+			health = c.Health.Status
+		}
+		for _, f := range []string{c.Name, c.Version, c.Phase, health} {
+			key.WriteString(f)
+			key.WriteByte(0)
+		}
+	}
+	if !plain {
+		return out
+	}
+	if shared, ok := w.comps[key.String()]; ok {
+		return shared
+	}
+	for i := range out {
+		if h := out[i].Health; h != nil {
+			if shared, ok := w.health[h.Status]; ok {
+				out[i].Health = shared
+			} else {
+				w.health[h.Status] = h
+			}
+		}
+	}
+	w.comps[key.String()] = out
+	return out
+}

@@ -1,0 +1,65 @@
+package renderer
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// within says whether s's bytes lie within text's.
+func within(s, text string) bool {
+	if len(s) == 0 || len(text) == 0 {
+		return false
+	}
+	p, lo := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(text)))
+	return p >= lo && p < lo+uintptr(len(text))
+}
+
+// TestOwnIDs: the refs a memo keeps are the refs given, their ids copied
+// out of the text they were read from, so that the memo does not keep it
+// (packed-refs whole), and a render that resumes from the memo keeps
+// ids of its own too.
+func TestOwnIDs(t *testing.T) {
+	var text strings.Builder
+	for _, id := range []string{"acme", "globex", "", "initech", "i0000001"} {
+		text.WriteString("0000000000000000000000000000000000000000 refs/heads/nuon/installs/" + id + "\n")
+	}
+	packed := text.String()
+	var refs []InstallRef
+	for line := range strings.Lines(packed) {
+		_, name, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+		refs = append(refs, InstallRef{ID: strings.TrimPrefix(name, "refs/heads/nuon/installs/"), Commit: plumbing.NewHash(strings.Repeat("ab", 20))})
+	}
+	slices.SortFunc(refs, compareRefs)
+	own := ownIDs(refs)
+	if !slices.Equal(own, refs) {
+		t.Fatalf("ownIDs = %v, want %v", own, refs)
+	}
+	for _, r := range own {
+		if within(r.ID, packed) {
+			t.Errorf("%q still names its id within the text read", r.ID)
+		}
+	}
+	if len(ownIDs(nil)) != 0 {
+		t.Error("ownIDs(nil) is not empty")
+	}
+
+	// A render that moves one ref resumes from the memo: its refs are
+	// the memo's and the moved one, none within the text read.
+	m := hashRefs(nil, refs, nil)
+	m.refs = ownIDs(m.refs)
+	name := "refs/heads/nuon/installs/globex"
+	moved := []InstallRef{{ID: strings.TrimPrefix(name, "refs/heads/nuon/installs/"), Commit: plumbing.NewHash(strings.Repeat("cd", 20))}}
+	next := hashRefs(m, m.refs, ownIDs(moved))
+	if want := hashRefs(nil, refs, moved); next.digest != want.digest || !slices.Equal(next.refs, want.refs) {
+		t.Fatalf("resumed memo %v %s, want %v %s", next.refs, next.digest, want.refs, want.digest)
+	}
+	for _, r := range next.refs {
+		if within(r.ID, packed) || within(r.ID, name) {
+			t.Errorf("%q names its id within the text read", r.ID)
+		}
+	}
+}
