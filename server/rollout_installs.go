@@ -127,7 +127,7 @@ func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStor
 			channels[channel] = channel
 		}
 		fresh[name] = installSeen{blob: blobs[name], deleted: in.Deleted, named: in.ID != "",
-			install: installFleet(id, channel, internLabels(shared, in.Labels))}
+			install: installFleet(name[:len(id)], channel, internLabels(shared, in.Labels))}
 	})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
