@@ -28,6 +28,11 @@ import (
 // installs/ tree, a one-install change one tree and one file; the
 // assignment itself (rollout.Fleet) is then redone from memory.
 //
+// What a file gives depends only on its blob (and, for a file that sets
+// its id, its name): the first read after a start takes what the server
+// accepted before from the store kept beside the repository
+// (install_facts.go), and at a million installs parses none of them.
+//
 // An install file is checked here as the render checks it (schema and
 // the rest of main); a file that fails refuses the main, as before.
 // What only the rest of main decides, a channel that no longer exists,
@@ -77,7 +82,8 @@ func installFleet(id, channel string, labels map[string]string) rollout.FleetIns
 }
 
 // read returns main's installs with their channels and labels, and the
-// number of files it read. A main refused (a changed file that fails)
+// number of files it parsed. The first read after a start parses only
+// the files whose blob is not in the store (fromStore). A main refused (a changed file that fails)
 // leaves ri as it was. A main read is taken in: files is ri.files,
 // patched in place where main's entries changed (each entry is what its
 // name and blob give, whatever else main holds, so a main refused later
