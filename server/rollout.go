@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -364,9 +365,14 @@ func (r *rollouts) load(ctx context.Context, repo *gitrepo.Repo, main plumbing.H
 		r.s.log.Info("rollout waves assigned", "main", main.String(), "declared", 0, "took", time.Since(t0))
 		return nil
 	}
+	r.installs.store = filepath.Join(r.s.cfg.Dir, installFactsFile)
 	src, files, read, err := r.installs.read(ctx, st, main, fsys)
 	if err != nil {
 		return err
+	}
+	if err := r.installs.saveErr; err != nil {
+		r.s.log.Error("install facts not saved: a restart parses the install files again", "error", err)
+		r.installs.saveErr = nil
 	}
 	policies, err := rollout.Policies(fsys, src)
 	if err != nil {

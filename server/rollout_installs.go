@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"nuon.dev/nuon/internal/gitobj"
@@ -27,6 +28,11 @@ import (
 // installs/ tree, a one-install change one tree and one file; the
 // assignment itself (rollout.Fleet) is then redone from memory.
 //
+// What a file gives depends only on its blob (and, for a file that sets
+// its id, its name): the first read after a start takes what the server
+// accepted before from the store kept beside the repository
+// (install_facts.go), and at a million installs parses none of them.
+//
 // An install file is checked here as the render checks it (schema and
 // the rest of main); a file that fails refuses the main, as before.
 // What only the rest of main decides, a channel that no longer exists,
@@ -39,6 +45,20 @@ type rolloutInstalls struct {
 	// list is fleet's answer, kept for the next main: patched where a
 	// few installs changed, built again from files otherwise.
 	list []rollout.FleetInstall
+
+	// store is the path of the facts kept by blob across restarts
+	// (install_facts.go); empty: none. The first read takes the blobs it
+	// has from it and parses only the others; a read that parsed many
+	// files writes it again.
+	store string
+	// unsaved counts the files parsed since the store was last written.
+	unsaved int
+	// saveErr is the last failure to write the store, for the caller to
+	// report; the read itself does not fail for it.
+	saveErr error
+	// parsed counts the files parsed through the schemas, for tests and
+	// benchmarks.
+	parsed int
 }
 
 // patchAbove is the number of changed entries above which fleet's list
@@ -51,10 +71,19 @@ type installSeen struct {
 	install rollout.FleetInstall
 	// deleted installs are in no wave.
 	deleted bool
+	// named: the file sets its id (accepted only under that name).
+	named bool
+}
+
+// installFleet is the install id on channel with labels, as the
+// controller lists it.
+func installFleet(id, channel string, labels map[string]string) rollout.FleetInstall {
+	return rollout.FleetInstall{Install: rollout.Install{ID: id, Labels: labels}, Channel: channel}
 }
 
 // read returns main's installs with their channels and labels, and the
-// number of files it read. A main refused (a changed file that fails)
+// number of files it parsed. The first read after a start parses only
+// the files whose blob is not in the store (fromStore). A main refused (a changed file that fails)
 // leaves ri as it was. A main read is taken in: files is ri.files,
 // patched in place where main's entries changed (each entry is what its
 // name and blob give, whatever else main holds, so a main refused later
@@ -70,7 +99,14 @@ func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStor
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	fsys, err = renderer.SourceFSOnly(st, main, changed)
+	fresh := make(map[string]installSeen, len(changed))
+	// On the first read, the blobs the store has are taken from it: a
+	// blob the server accepted before gives what it gave then.
+	parse := changed
+	if prev == nil && ri.store != "" && len(changed) > 0 {
+		parse = fromStore(loadInstallFacts(ri.store), changed, fresh)
+	}
+	fsys, err = renderer.SourceFSOnly(st, main, parse)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -78,19 +114,26 @@ func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStor
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
 	}
-	fresh := make(map[string]installSeen, len(changed))
-	blobs := make(map[string]plumbing.Hash, len(changed))
-	for _, e := range changed {
+	blobs := make(map[string]plumbing.Hash, len(parse))
+	for _, e := range parse {
 		blobs[e.Name] = e.Hash
 	}
+	// Equal channels and label sets are kept once however many installs
+	// have them.
+	channels := map[string]string{}
+	shared := map[string]map[string]string{}
 	var mu sync.Mutex
 	err = src.EachInstall(ctx, func(id string, in schemas.Install) {
 		name := id + ".yaml"
-		seen := installSeen{blob: blobs[name], deleted: in.Deleted,
-			install: rollout.FleetInstall{Install: rollout.Install{ID: id, Labels: in.Labels}, Channel: in.Channel}}
 		mu.Lock()
-		fresh[name] = seen
-		mu.Unlock()
+		defer mu.Unlock()
+		channel, ok := channels[in.Channel]
+		if !ok {
+			channel = in.Channel
+			channels[channel] = channel
+		}
+		fresh[name] = installSeen{blob: blobs[name], deleted: in.Deleted, named: in.ID != "",
+			install: installFleet(name[:len(id)], channel, internLabels(shared, in.Labels))}
 	})
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rollouts of main %s: %w", main, err)
@@ -126,7 +169,50 @@ func (ri *rolloutInstalls) read(ctx context.Context, st storer.EncodedObjectStor
 		}
 	}
 	ri.tree = next
-	return src, ri.files, len(changed), nil
+	ri.parsed += len(parse)
+	ri.unsaved += len(parse)
+	if ri.store != "" && ri.unsaved > 0 && (prev == nil || ri.unsaved >= max(saveAbove, len(ri.files)/16)) {
+		ri.saveErr = saveInstallFacts(ri.store, ri.files)
+		if ri.saveErr == nil {
+			ri.unsaved = 0
+		}
+	}
+	return src, ri.files, len(parse), nil
+}
+
+// saveAbove is the number of files parsed since the store was written
+// above which a read writes it again (after the first read, which writes
+// it whenever it parsed any): writing it costs a pass over every install.
+const saveAbove = 1024
+
+// fromStore puts in fresh the entries of changed that facts gives and
+// returns the others, to be parsed. An entry is taken only when the
+// schemas would read it as an install file: a regular file whose name
+// is an install's, once in its folder, and (a file that sets its id)
+// under that id.
+func fromStore(facts *installFacts, changed []gitobj.Entry, fresh map[string]installSeen) []gitobj.Entry {
+	if facts == nil {
+		return changed
+	}
+	count := make(map[string]int, len(changed))
+	for _, e := range changed {
+		count[e.Name]++
+	}
+	var parse []gitobj.Entry
+	for _, e := range changed {
+		if e.Mode == filemode.Regular && count[e.Name] == 1 {
+			if kind, _ := schemas.Classify(schemas.InstallsDir, e.Name, 0); kind == schemas.SourceFile {
+				if fact, ok := facts.lookup(e.Hash); ok {
+					if seen, ok := facts.seen(e.Name, fact); ok {
+						fresh[e.Name] = seen
+						continue
+					}
+				}
+			}
+		}
+		parse = append(parse, e)
+	}
+	return parse
 }
 
 // fleet is the installs of the files read last that take changes,
