@@ -121,7 +121,8 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now, Cache: s.renderCache})
+		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now, Cache: s.renderCache,
+			Refs: renderRefs{s.refs, s.cfg.Dir}})
 		var ps schemas.Problems
 		if errors.As(err, &ps) {
 			// Not retried: main must change first.

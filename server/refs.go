@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/renderer"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -41,6 +44,14 @@ type refTable struct {
 	// most maxRefLog), so the fleet view takes in only what moved.
 	log     []string
 	logBase uint64
+
+	// listMu guards list, the install refs sorted by id as of version
+	// listAt (listed: list is set), which installRefs patches from the
+	// log.
+	listMu sync.Mutex
+	list   []renderer.InstallRef
+	listAt uint64
+	listed bool
 }
 
 // installTips is an install's desired and status tips; zero: no such ref.
@@ -283,4 +294,104 @@ func (t *refTable) replace(u *refTable) {
 	t.version++
 	t.log, t.logBase = nil, t.version
 	t.mu.Unlock()
+}
+
+// maxListPatch bounds the installs installRefs patches into the list it
+// kept; more moved, it lists them all again.
+const maxListPatch = 4096
+
+// installRefs returns every install's desired ref, sorted by id: what a
+// render starts from (publish.RefSource). The list is kept and, when few
+// refs moved since, a copy of it is patched where they moved: sorting a
+// million ids took longer than a one-install render. A list returned is
+// never changed after.
+func (t *refTable) installRefs() []renderer.InstallRef {
+	t.listMu.Lock()
+	defer t.listMu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.listed && t.listAt == t.version {
+		return t.list
+	}
+	var moved []string
+	ok := t.listed && t.listAt >= t.logBase && t.listAt <= t.version
+	if ok {
+		seen := map[string]bool{}
+		for _, name := range t.log[t.listAt-t.logBase:] {
+			id, status, mine := splitRef(name)
+			if mine && !status && !seen[id] {
+				seen[id] = true
+				moved = append(moved, id)
+			}
+		}
+		ok = len(moved) <= maxListPatch
+	}
+	switch {
+	case ok && len(moved) == 0:
+		// Status refs alone moved.
+	case ok:
+		slices.Sort(moved)
+		out := make([]renderer.InstallRef, 0, len(t.list)+len(moved))
+		old := t.list
+		for _, id := range moved {
+			i, _ := slices.BinarySearchFunc(old, id, func(r renderer.InstallRef, id string) int { return strings.Compare(r.ID, id) })
+			out = append(out, old[:i]...)
+			old = old[i:]
+			if len(old) > 0 && old[0].ID == id {
+				old = old[1:]
+			}
+			if h := t.installs[id].desired; !h.IsZero() {
+				out = append(out, renderer.InstallRef{ID: id, Commit: h})
+			}
+		}
+		t.list = append(out, old...)
+	default:
+		out := make([]renderer.InstallRef, 0, len(t.installs))
+		for id, tips := range t.installs {
+			if !tips.desired.IsZero() {
+				out = append(out, renderer.InstallRef{ID: id, Commit: tips.desired})
+			}
+		}
+		slices.SortFunc(out, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
+		t.list = out
+	}
+	t.listAt, t.listed = t.version, true
+	return t.list
+}
+
+// renderRefs is where the server's render reads its refs
+// (publish.RefSource): the install refs from the ref table, which the
+// server alone moves, and the few others from git, which finds them in
+// packed-refs by binary search where gitrepo reads the file whole.
+type renderRefs struct {
+	refs *refTable
+	dir  string
+}
+
+// InstallRefs implements publish.RefSource.
+func (r renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+	return r.refs.installRefs(), nil
+}
+
+// Ref implements publish.RefSource.
+func (r renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return n == name.String() }, name.String())
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
+	}
+	return refs[name.String()], nil
+}
+
+// RefList implements publish.RefSource.
+func (r renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
+	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	out := make([]gitrepo.Ref, 0, len(refs))
+	for name, h := range refs {
+		out = append(out, gitrepo.Ref{Name: name, Hash: h})
+	}
+	slices.SortFunc(out, func(a, b gitrepo.Ref) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

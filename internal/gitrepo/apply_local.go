@@ -573,12 +573,55 @@ func currentRef(fsys billy.Filesystem, packed *packedFile, name string) (plumbin
 		// refuses.
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
 	}
-	data, err := packed.bytes()
+	return packed.find(name)
+}
+
+// find returns name's id in packed-refs, zero when it has none: by binary
+// search on the file when git wrote it sorted and it was not read whole,
+// else from its bytes; errUnsorted as bytes.
+func (p *packedFile) find(name string) (plumbing.Hash, error) {
+	if !p.read {
+		h, err := p.search(name)
+		if !errors.Is(err, errNoSearch) {
+			return h, err
+		}
+	}
+	data, err := p.bytes()
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
 	h, _ := findPackedRef(data, name)
 	return h, nil
+}
+
+// search is find by searchPackedRef; errNoSearch when the file must be
+// read whole.
+func (p *packedFile) search(name string) (plumbing.Hash, error) {
+	f, err := p.fsys.Open(packedRefsFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return plumbing.ZeroHash, nil
+	}
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+	}
+	defer f.Close()
+	fi, err := p.fsys.Stat(packedRefsFile)
+	if err != nil {
+		return plumbing.ZeroHash, errNoSearch
+	}
+	head := make([]byte, searchLine)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return plumbing.ZeroHash, fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+	}
+	if n > 0 && !sortedPackedRefs(head[:n]) {
+		return plumbing.ZeroHash, errUnsorted
+	}
+	h, _, err := searchPackedRef(f, fi.Size(), name, searchWindow)
+	if err != nil && !errors.Is(err, errNoSearch) {
+		err = fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+	}
+	return h, err
 }
 
 // checkNewRef refuses a new ref name that git would: one named like a

@@ -31,6 +31,56 @@ type Options struct {
 	// Cache, when not nil, is kept by a process that renders again and
 	// again (the tenant server): see renderer.Cache.
 	Cache *renderer.Cache
+	// Refs, when not nil, gives the refs the render reads in place of
+	// repo's packed-refs: the tenant server keeps every install's tip in
+	// memory, and packed-refs of a million installs is 150 MB read whole
+	// at each read. The refs are only what the render starts from: the
+	// update still moves each ref from the value it read only if it is
+	// there (gitrepo.Repo.Apply), so a source that lags fails the render
+	// with gitrepo.ErrStale and writes nothing over a newer ref.
+	Refs RefSource
+}
+
+// RefSource is where a render reads its refs.
+type RefSource interface {
+	// InstallRefs returns every install ref, sorted by id, each id once;
+	// the caller does not change the list.
+	InstallRefs(ctx context.Context) ([]renderer.InstallRef, error)
+	// Ref returns a ref's tip, zero when there is no such ref.
+	Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error)
+	// RefList returns the refs whose name starts with prefix, sorted by
+	// name.
+	RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error)
+}
+
+// RepoRefs reads the refs from the repository itself (what Render does
+// when Options.Refs is nil).
+type RepoRefs struct{ Repo *gitrepo.Repo }
+
+// InstallRefs implements RefSource.
+func (g RepoRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+	// A list sorted by id, as git keeps refs: 100,000 install refs in a
+	// map, sorted again by the renderer, cost more than a one-install
+	// render.
+	refs, err := g.Repo.RefList(schemas.InstallRefPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]renderer.InstallRef, len(refs))
+	for i, ref := range refs {
+		out[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
+	}
+	return out, nil
+}
+
+// Ref implements RefSource.
+func (g RepoRefs) Ref(_ context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+	return g.Repo.Ref(name)
+}
+
+// RefList implements RefSource.
+func (g RepoRefs) RefList(_ context.Context, prefix string) ([]gitrepo.Ref, error) {
+	return g.Repo.RefList(prefix)
 }
 
 // Render renders opts.Source of repo with signer and, unless DryRun, writes
@@ -51,36 +101,32 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if err != nil {
 		return nil, err
 	}
+	src := opts.Refs
+	if src == nil {
+		src = RepoRefs{repo}
+	}
 	var prev renderer.Previous
-	if prev.Rendered, err = repo.Ref(plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
+	if prev.Rendered, err = src.Ref(ctx, plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	// A list sorted by id, as git keeps refs: 100,000 install refs in a
-	// map, sorted again by the renderer, cost more than a one-install
-	// render.
-	refs, err := repo.RefList(schemas.InstallRefPrefix)
-	if err != nil {
+	if prev.Refs, err = src.InstallRefs(ctx); err != nil {
 		return nil, err
-	}
-	prev.Refs = make([]renderer.InstallRef, len(refs))
-	for i, ref := range refs {
-		prev.Refs[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
 	// Operators' requests (refs/heads/nuon/requests) join the installs'
 	// state; the ref is absent until the first request.
-	reqs, err := repo.Ref(plumbing.ReferenceName(requests.Ref))
+	reqs, err := src.Ref(ctx, plumbing.ReferenceName(requests.Ref))
 	if err != nil {
 		return nil, err
 	}
 	// Approvals of saved plans (schemas.ApprovalsRef) likewise.
-	approvals, err := repo.Ref(plumbing.ReferenceName(schemas.ApprovalsRef))
+	approvals, err := src.Ref(ctx, plumbing.ReferenceName(schemas.ApprovalsRef))
 	if err != nil {
 		return nil, err
 	}
 	// The channels' rollout refs (refs/heads/nuon/rollouts/<channel>):
 	// an install of a channel with a rollout gets the pins its state
 	// gives it.
-	rolloutRefs, err := repo.RefList(schemas.RolloutRefPrefix)
+	rolloutRefs, err := src.RefList(ctx, schemas.RolloutRefPrefix)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/google/go-cmp/cmp"
+
+	"nuon.dev/nuon/internal/gitrepo"
+	"nuon.dev/nuon/internal/gittest"
+	"nuon.dev/nuon/internal/publish"
+	"nuon.dev/nuon/internal/signature"
+	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/schemas"
+)
+
+// TestRenderRefsFromTable renders with the install refs of the ref table
+// (renderRefs) and, of the same repository, reading them from git: across
+// a changed install, status refs pushed, an install deleted and one added,
+// both give the same updates, and the table's list equals git's refs
+// after each real render.
+func TestRenderRefsFromTable(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, dir)
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("../fixtures/tenant")); err != nil {
+		t.Fatal(err)
+	}
+	gittest.CommitDir(t, dir, "main", src, "tenant")
+	key, err := signature.LoadSigner("../fixtures/keys/render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	render := func(dry bool, refs publish.RefSource) (*renderer.Result, error) {
+		repo, err := gitrepo.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return publish.Render(ctx, repo, key, publish.Options{DryRun: dry, Now: now, Refs: refs})
+	}
+	// The first render reads git; the table is loaded after it, as the
+	// server loads it at start.
+	if _, err := render(false, nil); err != nil {
+		t.Fatal(err)
+	}
+	table, err := loadRefs(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src2 := renderRefs{table, dir}
+	gitList := func() []renderer.InstallRef {
+		repo, err := gitrepo.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs, err := publish.RepoRefs{Repo: repo}.InstallRefs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return refs
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"unchanged", func() {}},
+		{"install changed", func() {
+			b, _ := os.ReadFile(filepath.Join(src, "installs", "acme.yaml"))
+			os.WriteFile(filepath.Join(src, "installs", "acme.yaml"), []byte(strings.Replace(string(b), "10.10.0.0/16", "10.11.0.0/16", 1)), 0o644)
+			gittest.CommitDir(t, dir, "main", src, "acme")
+		}},
+		{"status refs pushed", func() {
+			for _, id := range []string{"acme", "globex"} {
+				tip := strings.TrimSpace(gittest.Git(t, dir, "rev-parse", "main"))
+				gittest.Git(t, dir, "update-ref", schemas.StatusRef(id), tip)
+				table.set(schemas.StatusRef(id), plumbing.NewHash(tip))
+			}
+		}},
+		{"install file removed", func() {
+			os.Remove(filepath.Join(src, "installs", "globex.yaml"))
+			gittest.CommitDir(t, dir, "main", src, "no globex")
+		}},
+		{"install deleted", func() {
+			// As an archive retires it (archive.go): its refs go.
+			for _, name := range []string{schemas.InstallRef("globex"), schemas.StatusRef("globex")} {
+				gittest.Git(t, dir, "update-ref", "-d", name)
+				table.set(name, plumbing.ZeroHash)
+			}
+		}},
+		{"install added", func() {
+			b, _ := os.ReadFile(filepath.Join(src, "installs", "initech.yaml"))
+			os.WriteFile(filepath.Join(src, "installs", "hooli.yaml"), []byte(strings.ReplaceAll(string(b), "initech", "hooli")), 0o644)
+			gittest.CommitDir(t, dir, "main", src, "hooli")
+		}},
+	}
+	for _, step := range steps {
+		step.do()
+		if diff := cmp.Diff(gitList(), table.installRefs()); diff != "" {
+			t.Fatalf("%s: table's list (-git +table):\n%s", step.name, diff)
+		}
+		fromGit, err := render(true, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		fromTable, err := render(true, src2)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if diff := cmp.Diff(fromGit.Updates, fromTable.Updates); diff != "" {
+			t.Fatalf("%s: updates (-git +table):\n%s", step.name, diff)
+		}
+		res, err := render(false, src2)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if diff := cmp.Diff(fromGit.Updates, res.Updates); diff != "" {
+			t.Fatalf("%s: written updates (-dry run +real):\n%s", step.name, diff)
+		}
+		for _, u := range res.Updates {
+			if strings.HasPrefix(u.Name.String(), schemas.InstallRefPrefix) {
+				table.set(u.Name.String(), u.New)
+			}
+		}
+		if diff := cmp.Diff(gitList(), table.installRefs()); diff != "" {
+			t.Fatalf("%s: after the render, table's list (-git +table):\n%s", step.name, diff)
+		}
+	}
+	if ids := idsOf(table.installRefs()); ids != "acme hooli initech" {
+		t.Fatalf("installs at the end: %s", ids)
+	}
+}
+
+// TestRenderRefsTableLags is a ref table that lags git (another writer
+// moved an install's ref behind the server's back): the render moves
+// nothing, fails with gitrepo.ErrStale, and the newer ref stays.
+func TestRenderRefsTableLags(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "tenant.git")
+	gittest.InitBare(t, dir)
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("../fixtures/tenant")); err != nil {
+		t.Fatal(err)
+	}
+	gittest.CommitDir(t, dir, "main", src, "tenant")
+	key, err := signature.LoadSigner("../fixtures/keys/render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(refs publish.RefSource) error {
+		repo, err := gitrepo.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = publish.Render(ctx, repo, key, publish.Options{Refs: refs})
+		return err
+	}
+	if err := render(nil); err != nil {
+		t.Fatal(err)
+	}
+	table, err := loadRefs(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, packed := range []bool{false, true} {
+		// The newer ref: a commit of its own on acme's desired ref.
+		newer := strings.TrimSpace(gittest.Git(t, dir, "commit-tree", "-m", "newer", strings.TrimSpace(gittest.Git(t, dir, "rev-parse", "main^{tree}"))))
+		gittest.Git(t, dir, "update-ref", schemas.InstallRef("acme"), newer)
+		if packed {
+			gittest.Git(t, dir, "pack-refs", "--all")
+		}
+		b, _ := os.ReadFile(filepath.Join(src, "installs", "acme.yaml"))
+		cidr := map[bool]string{false: "10.20.0.0/16", true: "10.30.0.0/16"}[packed]
+		os.WriteFile(filepath.Join(src, "installs", "acme.yaml"), regexp.MustCompile(`cidr: .*`).ReplaceAll(b, []byte("cidr: "+cidr)), 0o644)
+		gittest.CommitDir(t, dir, "main", src, "acme again")
+		before := gittest.Git(t, dir, "for-each-ref")
+		err := render(renderRefs{table, dir})
+		if !errors.Is(err, gitrepo.ErrStale) {
+			t.Fatalf("packed %v: render over a lagging table: %v, want ErrStale", packed, err)
+		}
+		if after := gittest.Git(t, dir, "for-each-ref"); after != before {
+			t.Fatalf("packed %v: refs moved:\n%s\nwere\n%s", packed, after, before)
+		}
+	}
+}
+
+func idsOf(refs []renderer.InstallRef) string {
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	return strings.Join(ids, " ")
+}
+
+// TestRefTableInstallRefs moves a table's refs and checks its sorted list
+// against one built from its map after each move: patched (few moved),
+// listed again (more than maxListPatch, or a replica's replace), status
+// refs alone (the same list), and a list handed out is never changed.
+func TestRefTableInstallRefs(t *testing.T) {
+	h := func(i int) plumbing.Hash {
+		var h plumbing.Hash
+		h[0], h[1], h[19] = byte(i>>8), byte(i), 1
+		return h
+	}
+	table := newRefTable()
+	for i := range 100 {
+		table.set(schemas.InstallRef(fmt.Sprintf("i%03d", i)), h(i))
+	}
+	want := func() []renderer.InstallRef {
+		var out []renderer.InstallRef
+		for id, tips := range table.installs {
+			if !tips.desired.IsZero() {
+				out = append(out, renderer.InstallRef{ID: id, Commit: tips.desired})
+			}
+		}
+		slices.SortFunc(out, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
+		return out
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"one moved", func() { table.set(schemas.InstallRef("i050"), h(1000)) }},
+		{"first and last gone, one new between", func() {
+			table.set(schemas.InstallRef("i000"), plumbing.ZeroHash)
+			table.set(schemas.InstallRef("i099"), plumbing.ZeroHash)
+			table.set(schemas.InstallRef("i0505"), h(1001))
+		}},
+		{"new first and last", func() {
+			table.set(schemas.InstallRef("a"), h(1002))
+			table.set(schemas.InstallRef("z"), h(1003))
+		}},
+		{"one moved twice, one added and gone", func() {
+			table.set(schemas.InstallRef("i010"), h(1004))
+			table.set(schemas.InstallRef("i010"), h(1005))
+			table.set(schemas.InstallRef("i0101"), h(1006))
+			table.set(schemas.InstallRef("i0101"), plumbing.ZeroHash)
+		}},
+		{"status refs alone", func() {
+			table.set(schemas.StatusRef("i020"), h(1007))
+			table.set(schemas.StatusRef("nodesired"), h(1008))
+		}},
+		{"more than maxListPatch", func() {
+			for i := range maxListPatch + 1 {
+				table.set(schemas.InstallRef(fmt.Sprintf("m%05d", i)), h(i))
+			}
+		}},
+		{"replaced", func() {
+			u := newRefTable()
+			u.put(schemas.InstallRef("r1"), h(1))
+			u.put(schemas.InstallRef("r2"), h(2))
+			table.replace(u)
+		}},
+	}
+	prev := table.installRefs()
+	for _, step := range steps {
+		kept := slices.Clone(prev)
+		step.do()
+		got := table.installRefs()
+		if diff := cmp.Diff(want(), got); diff != "" {
+			t.Fatalf("%s: list (-want +got):\n%s", step.name, diff)
+		}
+		if diff := cmp.Diff(kept, prev); diff != "" {
+			t.Fatalf("%s: the list handed out before changed (-was +now):\n%s", step.name, diff)
+		}
+		if step.name == "status refs alone" && &got[0] != &prev[0] {
+			t.Fatalf("%s: listed again", step.name)
+		}
+		prev = got
+	}
+}
