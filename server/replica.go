@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,7 @@ const replicaPath = "/replica"
 // replicas refresh from.
 func (s *Server) replicaRoutes() {
 	s.mux.HandleFunc("GET "+replicaPath+"/version", s.replicaOnly(s.replicaVersion))
+	s.mux.HandleFunc("GET "+replicaPath+"/changes", s.replicaOnly(s.replicaChanges))
 	s.mux.HandleFunc("GET "+replicaPath+"/info/refs", s.replicaOnly(s.replicaAdvertise))
 	s.mux.HandleFunc("POST "+replicaPath+"/git-upload-pack", s.replicaOnly(s.replicaUploadPack))
 }
@@ -68,6 +70,54 @@ func (s *Server) replicaOnly(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) replicaVersion(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	fmt.Fprintf(w, "%s %d %s %d\n", s.boot, s.refs.stamp(), s.keys.mainCommit(), s.sideRefs.Load())
+}
+
+// sideRefPrefixes are where the refs outside the ref table live (main,
+// the rendered and approvals branches, build requests, rollouts,
+// liveness, the archive): few, listed whole at each refresh.
+var sideRefPrefixes = []string{schemas.MainRef, schemas.RenderedRef, schemas.ApprovalsRef,
+	schemas.BuildRefPrefix, schemas.RolloutRefPrefix, schemas.LivenessRefPrefix, schemas.ArchiveRefPrefix}
+
+// replicaChanges tells a replica what moved since the version it names
+// (?since=, as /replica/version said it): "changes", the version now, the
+// table's refs set since (a zero hash: deleted) and every ref under
+// sideRefPrefixes, as "<hash>\t<name>" lines; or "full" and the version
+// when the table's log no longer reaches back that far (or the writer
+// restarted): the replica compares every ref then.
+func (s *Server) replicaChanges(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-cache")
+	boot, rest, _ := strings.Cut(r.URL.Query().Get("since"), " ")
+	stampText, _, _ := strings.Cut(rest, " ")
+	since, err := strconv.ParseUint(stampText, 10, 64)
+	var names []string
+	var version uint64
+	ok := false
+	if err == nil && boot == s.boot {
+		names, version, ok = s.refs.changes(since)
+	}
+	if !ok {
+		fmt.Fprintf(w, "full\n%s %d %s %d\n", s.boot, s.refs.stamp(), s.keys.mainCommit(), s.sideRefs.Load())
+		return
+	}
+	// The version before the listing: a move after it is seen again.
+	var b strings.Builder
+	fmt.Fprintf(&b, "changes\n%s %d %s %d\n", s.boot, version, s.keys.mainCommit(), s.sideRefs.Load())
+	side, err := runGit(r.Context(), s.cfg.Dir, nil, nil, append([]string{"for-each-ref", "--format=%(objectname)\t%(refname)"}, sideRefPrefixes...)...)
+	if err != nil {
+		http.Error(w, "nuon: list refs: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		h, _ := s.refs.get(name)
+		fmt.Fprintf(&b, "%s\t%s\n", h, name)
+	}
+	b.Write(side)
+	io.WriteString(w, b.String())
 }
 
 // sideRefMoved tells replicas that a ref outside the ref table moved (a
@@ -219,16 +269,99 @@ func (s *Server) refresh(ctx context.Context) error {
 	}
 	u := s.writer.JoinPath(replicaPath).String()
 	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Bearer " + s.cfg.ReplicaToken}
+	var moves []refMove
+	if s.seen != "" {
+		moves, version, err = s.changedRefs(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	if moves == nil {
+		if moves, err = s.allMoves(ctx, u, env); err != nil {
+			return err
+		}
+	}
+	return s.applyRefresh(ctx, u, env, version, moves)
+}
+
+// allMoves compares every ref of the writer with the mirror's: at a
+// replica's start, and when the writer's log of moves no longer reaches
+// back to the replica's version.
+func (s *Server) allMoves(ctx context.Context, u string, env []string) ([]refMove, error) {
 	remote, err := runGit(ctx, s.cfg.Dir, env, nil, "-c", "protocol.version=2", "ls-remote", u)
 	if err != nil {
-		return fmt.Errorf("refresh from the writer: list its refs: %w", err)
+		return nil, fmt.Errorf("refresh from the writer: list its refs: %w", err)
 	}
 	// The archive too: an archived install is refused as such.
 	local, err := runGit(ctx, s.cfg.Dir, nil, nil, "for-each-ref", "--format=%(objectname)\t%(refname)", "refs/heads/", schemas.ArchiveRefPrefix)
 	if err != nil {
-		return fmt.Errorf("refresh from the writer: list the mirror's refs: %w", err)
+		return nil, fmt.Errorf("refresh from the writer: list the mirror's refs: %w", err)
 	}
 	moves := diffRefs(parseRefList(remote, replicaRefKept), parseRefList(local, replicaRefKept))
+	if moves == nil {
+		moves = []refMove{}
+	}
+	return moves, nil
+}
+
+// changedRefs asks the writer what moved since the replica's version and
+// compares it with the mirror; nil moves (and no error): compare every
+// ref (allMoves).
+func (s *Server) changedRefs(ctx context.Context) ([]refMove, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.writer.JoinPath(replicaPath, "changes").String()+"?since="+url.QueryEscape(s.seen), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.cfg.ReplicaToken)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("ask the writer what moved: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("ask the writer what moved: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", fmt.Errorf("ask the writer what moved: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	kind, rest, _ := strings.Cut(string(b), "\n")
+	version, list, _ := strings.Cut(rest, "\n")
+	if kind != "changes" {
+		return nil, version, nil
+	}
+	remote := parseRefList([]byte(list), replicaRefKept)
+	// The table's refs the writer named, as the mirror has them (the
+	// table is the mirror's), beside the mirror's side refs.
+	local, err := runGit(ctx, s.cfg.Dir, nil, nil, append([]string{"for-each-ref", "--format=%(objectname)\t%(refname)"}, sideRefPrefixes...)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("refresh from the writer: list the mirror's refs: %w", err)
+	}
+	var have strings.Builder
+	have.Write(local)
+	var want []refLine
+	for _, r := range remote {
+		if _, _, ok := splitRef(r.name); ok {
+			if h, ok := s.refs.get(r.name); ok {
+				fmt.Fprintf(&have, "%s\t%s\n", h, r.name)
+			}
+			if r.hash.IsZero() {
+				continue // deleted on the writer
+			}
+		}
+		want = append(want, r)
+	}
+	moves := diffRefs(want, parseRefList([]byte(have.String()), replicaRefKept))
+	if moves == nil {
+		moves = []refMove{}
+	}
+	return moves, version, nil
+}
+
+// applyRefresh sets the moves in the mirror and the ref table, then
+// takes version as seen when every move was made.
+func (s *Server) applyRefresh(ctx context.Context, u string, env []string, version string, moves []refMove) error {
+	var err error
 	complete := true
 	if len(moves) > 0 {
 		moves, complete, err = s.applyMoves(ctx, u, env, moves)

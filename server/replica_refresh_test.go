@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"nuon.dev/nuon/schemas"
 )
 
@@ -183,15 +185,45 @@ func TestReplicaRefreshFollowsExactly(t *testing.T) {
 		}},
 	} {
 		c.change()
-		w.sideRefMoved() // the writer's version moves, as its own writes do
+		writerMoved(t, w)
 		sameRefs(t, c.name, w, r)
 	}
+	// The writer restarted (another boot): every ref is compared again.
+	r.seen = "another-boot 0 x 0"
+	rgit(t, dir, nil, "update-ref", "-d", schemas.InstallRef("i00012"))
+	writerMoved(t, w)
+	sameRefs(t, "after the writer's restart", w, r)
 	// Nothing moved: a refresh changes nothing and fetches nothing.
 	before := objectsIn(t, r.cfg.Dir)
 	sameRefs(t, "nothing moved", w, r)
 	if after := objectsIn(t, r.cfg.Dir); after != before {
 		t.Fatalf("a refresh with nothing moved fetched %d objects", after-before)
 	}
+}
+
+// writerMoved sets in the writer's ref table the refs the test moved in
+// its repository, as the writer's own writes do, and moves its version.
+func writerMoved(t *testing.T, w *Server) {
+	t.Helper()
+	loaded, err := loadRefs(context.Background(), w.cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := loaded.snapshot()
+	have, _ := w.refs.snapshot()
+	for id, tips := range want {
+		if have[id] != tips {
+			w.refs.set(schemas.InstallRef(id), tips.desired)
+			w.refs.set(schemas.StatusRef(id), tips.status)
+		}
+	}
+	for id := range have {
+		if _, ok := want[id]; !ok {
+			w.refs.set(schemas.InstallRef(id), plumbing.ZeroHash)
+			w.refs.set(schemas.StatusRef(id), plumbing.ZeroHash)
+		}
+	}
+	w.sideRefMoved()
 }
 
 // objectsIn is the number of objects in a repository (loose and
@@ -225,7 +257,12 @@ func TestReplicaRefreshTransfersChange(t *testing.T) {
 		old := rgit(t, dir, nil, "rev-parse", ref)
 		// A commit, its tree and one new blob.
 		rgit(t, dir, nil, "update-ref", ref, newCommit(t, dir, old, "desired.json", fmt.Sprintf("change %d", i)))
-		w.sideRefMoved()
+		writerMoved(t, w)
+		// The writer names what moved: no listing of the fleet's refs.
+		moves, _, err := r.changedRefs(context.Background())
+		if err != nil || len(moves) != 1 || moves[0].name != ref {
+			t.Fatalf("the writer's changes since the replica's version: %v, %v; want %s alone", moves, err, ref)
+		}
 		sameRefs(t, "one install changed", w, r)
 		if got := objectsIn(t, r.cfg.Dir) - before; got != 3 {
 			t.Fatalf("a one-install change brought %d objects into the replica, want its 3", got)
