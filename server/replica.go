@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -404,21 +403,24 @@ func (s *Server) applyRefresh(ctx context.Context, u string, env []string, versi
 // the writer while it was fetched (it is set at the next refresh).
 func (s *Server) applyMoves(ctx context.Context, u string, env []string, moves []refMove) (made []refMove, complete bool, err error) {
 	var specs strings.Builder
-	var haves []plumbing.Hash
+	args := []string{"-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--stdin"}
 	if main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef); err == nil {
-		haves = append(haves, main)
+		args = append(args, "--negotiation-tip="+main.String())
 	}
+	tips := 0
 	for _, m := range moves {
 		if m.new.IsZero() {
 			continue
 		}
 		specs.WriteString(m.name + "\n")
-		if !m.old.IsZero() && len(haves) <= maxNegotiationTips {
-			haves = append(haves, m.old)
+		if !m.old.IsZero() && tips < maxNegotiationTips {
+			args = append(args, "--negotiation-tip="+m.old.String())
+			tips++
 		}
 	}
 	if specs.Len() > 0 {
-		if err := s.fetchScratch(ctx, u, env, specs.String(), haves); err != nil {
+		args = append(args, u)
+		if _, err := runGit(ctx, s.cfg.Dir, env, strings.NewReader(specs.String()), args...); err != nil {
 			return nil, false, fmt.Errorf("refresh from the writer: %w", err)
 		}
 	}
@@ -465,102 +467,6 @@ func (s *Server) applyMoves(ctx context.Context, u string, env []string, moves [
 		}
 	}
 	return kept, complete, nil
-}
-
-// scratchPrefix names the scratch repositories a refresh fetches into,
-// inside the mirror's directory.
-const scratchPrefix = "refresh-"
-
-// fetchScratch fetches the refs named in specs into a scratch repository
-// beside the mirror that borrows its objects (objects/info/alternates) and
-// whose only refs are haves, then moves what came into the mirror's
-// objects. git fetch's connectivity check walks the new objects down to
-// every ref of the repository fetched into (rev-list --not --all): in the
-// mirror, 2M refs at 1,000,000 installs; here, main and the moved refs'
-// old tips, which are also all the negotiation offers.
-func (s *Server) fetchScratch(ctx context.Context, u string, env []string, specs string, haves []plumbing.Hash) error {
-	mirror, err := filepath.Abs(s.cfg.Dir)
-	if err != nil {
-		return err
-	}
-	// A scratch repository left by a refresh that did not finish.
-	if old, _ := filepath.Glob(filepath.Join(mirror, scratchPrefix+"*")); len(old) > 0 {
-		for _, d := range old {
-			os.RemoveAll(d)
-		}
-	}
-	tmp, err := os.MkdirTemp(mirror, scratchPrefix)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	if _, err := runGit(ctx, tmp, nil, nil, "init", "--quiet", "--bare", "."); err != nil {
-		return err
-	}
-	objects := filepath.Join(mirror, "objects")
-	if err := os.WriteFile(filepath.Join(tmp, "objects", "info", "alternates"), []byte(objects+"\n"), 0o644); err != nil {
-		return err
-	}
-	var tx strings.Builder
-	for i, h := range haves {
-		fmt.Fprintf(&tx, "create refs/have/%d %s\n", i, h)
-	}
-	if tx.Len() > 0 {
-		if _, err := runGit(ctx, tmp, nil, strings.NewReader(tx.String()), "update-ref", "--stdin"); err != nil {
-			return err
-		}
-	}
-	if _, err := runGit(ctx, tmp, env, strings.NewReader(specs), "-c", "protocol.version=2", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-		"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--stdin", u); err != nil {
-		return err
-	}
-	return moveObjects(filepath.Join(tmp, "objects"), objects)
-}
-
-// moveObjects moves the loose objects and packs of from into to (same
-// file system): a pack's index last, so a reader never sees an index
-// without its pack.
-func moveObjects(from, to string) error {
-	dirs, err := os.ReadDir(from)
-	if err != nil {
-		return err
-	}
-	for _, d := range dirs {
-		if !d.IsDir() || len(d.Name()) != 2 {
-			continue
-		}
-		files, err := os.ReadDir(filepath.Join(from, d.Name()))
-		if err != nil {
-			return err
-		}
-		if len(files) == 0 {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(to, d.Name()), 0o755); err != nil {
-			return err
-		}
-		for _, f := range files {
-			if err := os.Rename(filepath.Join(from, d.Name(), f.Name()), filepath.Join(to, d.Name(), f.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	packs, err := os.ReadDir(filepath.Join(from, "pack"))
-	if err != nil {
-		return err
-	}
-	for _, last := range []bool{false, true} {
-		for _, f := range packs {
-			name := f.Name()
-			if strings.HasSuffix(name, ".keep") || strings.HasSuffix(name, ".idx") != last {
-				continue
-			}
-			if err := os.Rename(filepath.Join(from, "pack", name), filepath.Join(to, "pack", name)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // replicaRefKept says whether a ref of the writer is mirrored: branches
