@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,6 +248,8 @@ var (
 		"Installs Unreachable: no signed contact, nor status commit, for longer than twice the heartbeat their status announces.", nil, nil)
 	contactedDesc = prometheus.NewDesc("nuon_server_installs_contacted",
 		"Installs the server knows a signed contact of (since its liveness file began).", nil, nil)
+	indexReadyDesc = prometheus.NewDesc("nuon_server_fleet_index_ready",
+		"1 once the fleet view's index, which the installs series come from, is built; 0 while it is (the series are left out).", nil, nil)
 	contactAgeBuckets = []float64{10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600}
 )
 
@@ -257,28 +260,61 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- contactAgeDesc
 	ch <- unreachableDesc
 	ch <- contactedDesc
+	ch <- indexReadyDesc
 }
 
+// metricsIndexWait is how long a scrape waits for the fleet view's first
+// index: a small fleet is indexed within it; a large one is reported once
+// built, never read in a scrape.
+const metricsIndexWait = 3 * time.Second
+
+// indexStarted holds the views whose first index a scrape started (a
+// server without a view token builds none at start).
+var indexStarted sync.Map
+
+// Collect reports the fleet from the view's index, which moves one
+// install at a time as refs move: a scrape reads no install's state. It
+// brings the index up to the refs (what moved since the last look), takes
+// the counts by state it keeps, and walks its entries in memory for the
+// status ages. Before the first index is built (in the background, never
+// in a scrape: at 1,000,000 installs it reads every desired state), the
+// fleet series are left out and nuon_server_fleet_index_ready is 0.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
-	snap, err := c.v.snapshot()
+	v := c.v
+	b := v.build
+	if _, loaded := indexStarted.LoadOrStore(v, true); !loaded && v.s.cfg.ViewToken == "" {
+		go v.buildIndex()
+	}
+	c.collectContacts(ch, v.s.cfg.Now())
+	t := time.NewTimer(metricsIndexWait)
+	defer t.Stop()
+	select {
+	case <-b.ready:
+	case <-t.C:
+		ch <- prometheus.MustNewConstMetric(indexReadyDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(indexReadyDesc, prometheus.GaugeValue, 1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	x, err := v.update()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(installsDesc, err)
 		return
 	}
-	now := c.v.s.cfg.Now()
-	states := map[string]int{}
+	now := x.now
+	stale := v.s.cfg.ViewStaleAfter.Seconds()
 	buckets := make(map[float64]uint64, len(statusAgeBuckets))
 	var count uint64
 	var sum float64
 	quiet := 0
-	for _, in := range snap.installs {
-		states[in.State()]++
-		if in.Status == nil {
+	for _, e := range x.byID {
+		if e.row == nil {
 			quiet++
 			continue
 		}
-		age := now.Sub(in.Status.Time).Seconds()
-		if age > c.v.s.cfg.ViewStaleAfter.Seconds() {
+		age := now.Sub(e.row.Time).Seconds()
+		if age > stale {
 			quiet++
 		}
 		count++
@@ -289,13 +325,13 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	states := x.summary.States
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(installsDesc, prometheus.GaugeValue, float64(n), st)
 	}
 	ch <- prometheus.MustNewConstMetric(quietDesc, prometheus.GaugeValue, float64(quiet))
 	ch <- prometheus.MustNewConstHistogram(ageDesc, count, sum, buckets)
 	ch <- prometheus.MustNewConstMetric(unreachableDesc, prometheus.GaugeValue, float64(states[fleet.StateUnreachable]))
-	c.collectContacts(ch, now)
 }
 
 // collectContacts reports the age of every install's last signed contact

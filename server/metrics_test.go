@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -132,4 +133,48 @@ func hasPrefix(m map[string]float64, p string) bool {
 		}
 	}
 	return false
+}
+
+// TestMetricsReplicaFleet: a replica without a view token answers its
+// first scrape at once, builds the fleet index in the background, then
+// reports every install by state, and a status pushed through it moves
+// the status ages.
+func TestMetricsReplicaFleet(t *testing.T) {
+	e := newEnv(t)
+	w := writer(t, e)
+	_, r := replica(t, e, w.URL, time.Hour)
+	waitUntil(t, "the replica to be ready", func() bool { c, _ := getStatus(t, r.URL+"/readyz"); return c == 200 })
+	installs := func(m map[string]float64) (n float64) {
+		for k, v := range m {
+			if strings.HasPrefix(k, "nuon_server_installs{") {
+				n += v
+			}
+		}
+		return n
+	}
+	var m map[string]float64
+	waitUntil(t, "the replica's fleet index", func() bool {
+		m = scrape(t, r.URL+"/metrics")
+		return m["nuon_server_fleet_index_ready"] == 1
+	})
+	desired := len(strings.Fields(e.mustGit(e.dir, "for-each-ref", "--format=%(refname)", schemas.InstallRefPrefix)))
+	if got := installs(m); got != float64(desired) || desired == 0 {
+		t.Fatalf("replica reports %v installs, the writer has %d desired refs", got, desired)
+	}
+	unreported := m[`nuon_server_installs{state="Unreported"}`]
+	if unreported == 0 || m["nuon_server_installs_status_quiet"] != unreported {
+		t.Fatalf("no install Unreported before any status: %v", m)
+	}
+	a := newStatusAgent("acme", r.URL+"/tenant.git", e.keys["acme"], plumbing.ZeroHash)
+	if err := a.push(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { t.Logf("replica metrics: %v", m) }()
+	waitUntil(t, "the replica's metrics to count acme's status", func() bool {
+		m = scrape(t, r.URL+"/metrics")
+		return m["nuon_server_status_age_seconds_count"] == 1 && m["nuon_server_installs_status_quiet"] == unreported-1
+	})
+	if got := installs(m); got != float64(desired) {
+		t.Fatalf("after acme's status the replica reports %v installs, want %d", got, desired)
+	}
 }
