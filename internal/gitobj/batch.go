@@ -13,9 +13,9 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -276,34 +276,11 @@ func EncodeTree(entries []Entry) []byte {
 // name compared as if it ended in "/". It allocates nothing: the rendered
 // installs/ and issued/ trees have an entry per install.
 func CompareEntries(a, b Entry) int {
-	n := min(len(a.Name), len(b.Name))
-	if c := strings.Compare(a.Name[:n], b.Name[:n]); c != 0 {
-		return c
-	}
-	next := func(e Entry) int {
-		switch {
-		case n < len(e.Name):
-			return int(e.Name[n])
-		case e.Mode == filemode.Dir:
-			return '/'
-		}
-		return -1
-	}
-	ca, cb := next(a), next(b)
-	if ca != cb || ca == -1 {
-		return ca - cb
-	}
-	// One name is the other and a "/" (which a tree entry's name cannot
-	// hold): compare as git spells them.
-	return strings.Compare(gitName(a), gitName(b))
+	return compareNames(nameBytes(a.Name), a.Mode == filemode.Dir, nameBytes(b.Name), b.Mode == filemode.Dir)
 }
 
-func gitName(e Entry) string {
-	if e.Mode == filemode.Dir {
-		return e.Name + "/"
-	}
-	return e.Name
-}
+// nameBytes is s's bytes, not copied: compareNames only reads them.
+func nameBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // WritePack writes every object of the batch as one packfile (version 2,
 // no deltas) to w, in a stable order: commits, trees, blobs, each by id. A

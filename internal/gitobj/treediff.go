@@ -2,6 +2,7 @@ package gitobj
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"sort"
@@ -54,32 +55,29 @@ func NextRawEntry(data []byte) (RawEntry, []byte, bool) {
 // CompareEntries): 0 only for the same name of the same kind (folder or
 // not), whatever their ids.
 func CompareRaw(a, b RawEntry) int {
-	n := min(len(a.Name), len(b.Name))
-	if c := bytes.Compare(a.Name[:n], b.Name[:n]); c != 0 {
+	return compareNames(a.Name, a.Mode == filemode.Dir, b.Name, b.Mode == filemode.Dir)
+}
+
+// compareNames orders two entry names as git orders a tree: by bytes, a
+// folder's name compared as if it ended in "/". It is the one ordering
+// of CompareRaw and CompareEntries.
+func compareNames(a []byte, aDir bool, b []byte, bDir bool) int {
+	n := min(len(a), len(b))
+	if c := bytes.Compare(a[:n], b[:n]); c != 0 {
 		return c
 	}
-	next := func(e RawEntry) int {
+	next := func(name []byte, dir bool) int {
 		switch {
-		case n < len(e.Name):
-			return int(e.Name[n])
-		case e.Mode == filemode.Dir:
+		case n < len(name):
+			return int(name[n])
+		case dir:
 			return '/'
 		}
 		return -1
 	}
-	ca, cb := next(a), next(b)
-	if ca != cb || ca == -1 {
-		return ca - cb
-	}
-	// One name is the other and a "/", which a name cannot hold.
-	return bytes.Compare(gitRawName(a), gitRawName(b))
-}
-
-func gitRawName(e RawEntry) []byte {
-	if e.Mode == filemode.Dir {
-		return append(bytes.Clone(e.Name), '/')
-	}
-	return e.Name
+	// Past the common part at least one name has ended; a name cannot
+	// hold "/", so two folders of one name are the only tie left.
+	return cmp.Compare(next(a, aDir), next(b, bDir))
 }
 
 // ErrTreeOrder marks a tree object whose entries are not each once in

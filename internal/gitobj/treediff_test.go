@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -331,6 +332,39 @@ func FuzzTreeIndexDelta(f *testing.F) {
 		_, _, _, err = x.Delta(cur, nil)
 		if valid != (err == nil) {
 			t.Fatalf("delta error %v; cur valid: %v", err, valid)
+		}
+	})
+}
+
+// FuzzCompareNames: CompareEntries and CompareRaw order two entries as
+// git spells them (a folder's name with a trailing "/"), the same way.
+func FuzzCompareNames(f *testing.F) {
+	f.Add("a", false, "a-", false)
+	f.Add("a", true, "a-", false)
+	f.Add("a", true, "a", true)
+	f.Add("a.yaml", false, "a", true)
+	f.Fuzz(func(t *testing.T, a string, aDir bool, b string, bDir bool) {
+		if strings.ContainsAny(a+b, "/\x00") {
+			return
+		}
+		mode := func(dir bool) filemode.FileMode {
+			if dir {
+				return filemode.Dir
+			}
+			return filemode.Regular
+		}
+		spell := func(name string, dir bool) string {
+			if dir {
+				return name + "/"
+			}
+			return name
+		}
+		sign := func(c int) int { return min(max(c, -1), 1) }
+		want := strings.Compare(spell(a, aDir), spell(b, bDir))
+		got := sign(CompareEntries(Entry{Name: a, Mode: mode(aDir)}, Entry{Name: b, Mode: mode(bDir)}))
+		raw := sign(CompareRaw(RawEntry{Name: []byte(a), Mode: mode(aDir)}, RawEntry{Name: []byte(b), Mode: mode(bDir)}))
+		if got != want || raw != want {
+			t.Fatalf("%q dir %t vs %q dir %t: entries %d, raw %d, git %d", a, aDir, b, bDir, got, raw, want)
 		}
 	})
 }
