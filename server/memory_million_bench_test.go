@@ -38,18 +38,7 @@ import (
 // with its index built (PREFIX-index.pprof) and the index's bytes per
 // install: the two live heaps' difference.
 func BenchmarkServerMemoryMillion(b *testing.B) {
-	n := os.Getenv("NUON_BENCH_MILLION")
-	if n == "" || n == "0" {
-		b.Skip("NUON_BENCH_MILLION not set")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cached := filepath.Join(home, ".cache", "nuon", "bench", "million-v2-"+n, "rendered.git")
-	if _, err := os.Stat(cached); err != nil {
-		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
-	}
+	cached, n := millionRepo(b)
 	count, _ := strconv.Atoi(n)
 	profile := os.Getenv("NUON_BENCH_HEAPPROFILE")
 	withIndex := os.Getenv("NUON_BENCH_MEMORY_INDEX") == "1"

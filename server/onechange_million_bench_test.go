@@ -37,7 +37,12 @@ import (
 // NUON_BENCH_MKTREE=1 writes the changed trees with git mktree (see
 // below). NUON_BENCH_CPUPROFILE=PREFIX writes a CPU profile of each change's
 // window to PREFIX-1.pprof and PREFIX-2.pprof.
-func BenchmarkOneChangeMillion(b *testing.B) {
+// millionRepo is the rendered repository of NUON_BENCH_MILLION installs
+// that cmd/nuon's BenchmarkMillion caches
+// (~/.cache/nuon/bench/million-v2-<N>/rendered.git), and N; it skips b
+// unless both are there. Benchmarks serve a gittest.LinkCopy of it: the
+// cache is never changed.
+func millionRepo(b *testing.B) (string, string) {
 	n := os.Getenv("NUON_BENCH_MILLION")
 	if n == "" || n == "0" {
 		b.Skip("NUON_BENCH_MILLION not set")
@@ -50,6 +55,11 @@ func BenchmarkOneChangeMillion(b *testing.B) {
 	if _, err := os.Stat(cached); err != nil {
 		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
 	}
+	return cached, n
+}
+
+func BenchmarkOneChangeMillion(b *testing.B) {
+	cached, n := millionRepo(b)
 	dir := gittest.LinkCopy(b, cached, "tenant.git")
 	render, _ := loadKey(b, "render")
 	agentKey, _ := loadKey(b, "acme") // every generated install has acme's key
