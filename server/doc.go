@@ -66,7 +66,7 @@
 //	GET  /fleet, /fleet/installs/{id}, /fleet/static/   the fleet view (ViewToken; only with one)
 //	GET  /fleet/rollouts, /fleet/rollouts/{channel}     the fleet view's staged rollouts (ViewToken)
 //	GET, POST /fleet/login                              the fleet view's sign-in
-//	GET  /replica/version, /replica/info/refs           a replica's refresh (ReplicaToken; writer only)
+//	GET  /replica/version, /replica/changes, /replica/info/refs  a replica's refresh (ReplicaToken; writer only)
 //	POST /replica/git-upload-pack
 //
 // Agents use any path for the repository (e.g. /tenant.git) followed by
@@ -613,6 +613,15 @@
 // the file is the server's own state: whoever can write Dir can already
 // change what the server serves.
 //
+// The rollout controller (rollout.go) assigns waves from each install's
+// channel and labels. It reads no install file while no channel declares
+// a rollout; once one does, it reads main's install files once, then
+// only those whose entry of installs/ changed. What it took of each file
+// it accepted is kept by blob in nuon-install-facts.bin in Dir (versioned,
+// checksummed, written atomically; a file that fails to decode is
+// ignored and rebuilt), so a restart parses only blobs it has not seen:
+// 4.6 s instead of 107 s at 1,000,000 installs.
+//
 // The pages need the operators' token (a bearer token, or the HttpOnly
 // session cookie /fleet/login sets); an install's request signature never
 // opens them. Status is redacted by the agents before it is committed, so
@@ -627,7 +636,11 @@
 // upstream mirror pushes, archived installs retired,
 // installs by state, installs whose status is stale and a histogram of
 // status age over the fleet (never a series per install), Go and build
-// info. /healthz answers while the process serves; /readyz answers 200
+// info. The fleet series come from the fleet view's index, brought up to
+// what moved: a scrape reads no install's state from git. A server
+// without a view token builds that index in the background on the first
+// scrape (never inside one); until it is built the fleet series are left
+// out and nuon_server_fleet_index_ready is 0. /healthz answers while the process serves; /readyz answers 200
 // once main was checked since start (on a read replica: once its mirror
 // was first refreshed from the writer; it stays ready while the writer is
 // down, serving its mirror as it is, and
@@ -664,8 +677,16 @@
 // /replica/version (boot id, ref table version, main), to replicas only.
 // A replica (ModeReplica) keeps Dir a mirror: every PollInterval, after
 // each push it forwarded and on /hooks/main it asks the writer's version
-// and, when it moved, fetches refs/heads/ (--prune) and the archive and
-// reloads its ref table, install keys and archived installs. Polls and fetches are answered from the mirror
+// and, when it moved, asks /replica/changes which refs moved since the
+// version it holds (the writer's ref table logs the last 16,384 moves,
+// and names main and the few refs outside the table). It fetches only
+// those refs, by name, with main and their old tips as negotiation tips,
+// so a one-install change brings that install's few objects, not main's
+// tree of a million entries, and sets them, deletions included, in one
+// update-ref transaction checked against each old tip, and in its ref
+// table; then it reloads install keys and archived installs. At start,
+// after a writer restart, or when the log no longer reaches back, it
+// compares every ref once. Polls and fetches are answered from the mirror
 // exactly as on the writer. A status push is authenticated on the replica
 // and then forwarded unchanged to the writer, which checks the install's
 // request signature again (it covers method, path and body, not the host),
