@@ -59,6 +59,13 @@ func (w *buildAgentWorld) status(url, id string) *schemas.BuildStatus {
 // the request, released once; requests queued when the server is killed →
 // the restarted server keeps them, nuon build --remote reconnects, they
 // complete; a request id filed before → refused after the restart too.
+// durableLease is TestBuildRemoteDurable's build lease: short, so that a
+// killed agent's request is queued again within seconds, and long enough
+// that a live agent's renewals (every third of it) are not missed on a
+// machine loaded by parallel fuzzing, which took a 2 s lease from an
+// agent still checking out.
+const durableLease = "5s"
+
 func TestBuildRemoteDurable(t *testing.T) {
 	w := newBuildAgentWorld(t)
 	keys := filepath.Join(repoRoot(), "fixtures", "keys")
@@ -68,7 +75,7 @@ func TestBuildRemoteDurable(t *testing.T) {
 	srv.waitReady(t, 30*time.Second)
 	agentArgs := func(key string, extra ...string) []string {
 		return append([]string{"build-agent", "--server", srv.url, "--key", key, "--repo", w.tenant,
-			"--cosign-key", filepath.Join(keys, "cosign.key"), "--work-dir", t.TempDir(), "--lease", "2s"}, extra...)
+			"--cosign-key", filepath.Join(keys, "cosign.key"), "--work-dir", t.TempDir(), "--lease", durableLease}, extra...)
 	}
 	remote := func(id, component, version string) (*exec.Cmd, *lockedBuffer) {
 		return startProcess(t, env, w.agent.Exe, "build", "--remote", "--server", srv.url, "--key", filepath.Join(keys, "ci"),
