@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -43,9 +44,18 @@ func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	var hooked time.Time // when a webhook last started a check
+	released := false
 	for {
-		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+		err := s.Sync(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Error("follow main", "error", err)
+		}
+		if err == nil && !released {
+			// The start render (at 1,000,000 installs it reads every
+			// install ref) leaves hundreds of MB of garbage the runtime
+			// would keep from the OS for minutes: give it back once.
+			released = true
+			debug.FreeOSMemory()
 		}
 		// Pushes do not start git gc themselves (receive.autogc=false).
 		if err := git(ctx, s.cfg.Dir, "gc", "--auto", "--quiet"); err != nil && ctx.Err() == nil {

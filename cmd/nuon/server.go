@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -266,20 +265,7 @@ func runServer(ctx context.Context, g *cli.Globals, o *serverOptions) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	runDone := make(chan struct{})
-	go func() {
-		if cfg.Mode != server.ModeReplica {
-			// The start render (at 1,000,000 installs it reads every
-			// install ref and packed-refs whole) leaves hundreds of MB
-			// of garbage the runtime would keep from the OS for
-			// minutes: give it back once, at ready. Run checks main
-			// again at once and finds it rendered.
-			if err := srv.Sync(ctx); err == nil {
-				debug.FreeOSMemory()
-			}
-		}
-		srv.Run(ctx)
-		close(runDone)
-	}()
+	go func() { srv.Run(ctx); close(runDone) }()
 	log.Info("listening", "addr", ln.Addr().String())
 	fmt.Fprintf(g.Stderr, "nuon server: listening on %s\n", ln.Addr())
 	select {
