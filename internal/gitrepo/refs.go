@@ -49,6 +49,10 @@ func readPackedRefsFile(fsys billy.Filesystem) ([]byte, error) {
 // winning as when git reads a file it did not sort. Lines are "<hash>
 // <name>", and "^<hash>" for the value an annotated tag peels to.
 func findPackedRef(data []byte, name string) (h plumbing.Hash, found bool) {
+	if name == "" {
+		// No line names it, and an empty needle matches everywhere.
+		return h, false
+	}
 	for len(data) > 0 {
 		i := bytes.Index(data, []byte(name))
 		if i < 0 {
