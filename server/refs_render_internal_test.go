@@ -23,16 +23,13 @@ import (
 	"nuon.dev/nuon/schemas"
 )
 
-// TestRenderRefsFromTable renders with the install refs of the ref table
-// (renderRefs) and, of the same repository, reading them from git: across
-// a changed install, status refs pushed, an install deleted and one added,
-// both give the same updates, and the table's list equals git's refs
-// after each real render.
-func TestRenderRefsFromTable(t *testing.T) {
-	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "tenant.git")
+// renderTenant is a bare tenant repository with the fixture tenant on
+// main, the folder main was committed from, and the render key.
+func renderTenant(t *testing.T) (dir, src string, key *signature.Signer) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "tenant.git")
 	gittest.InitBare(t, dir)
-	src := t.TempDir()
+	src = t.TempDir()
 	if err := os.CopyFS(src, os.DirFS("../fixtures/tenant")); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +38,17 @@ func TestRenderRefsFromTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, src, key
+}
+
+// TestRenderRefsFromTable renders with the install refs of the ref table
+// (renderRefs) and, of the same repository, reading them from git: across
+// a changed install, status refs pushed, an install deleted and one added,
+// both give the same updates, and the table's list equals git's refs
+// after each real render.
+func TestRenderRefsFromTable(t *testing.T) {
+	ctx := context.Background()
+	dir, src, key := renderTenant(t)
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 	render := func(dry bool, refs publish.RefSource) (*renderer.Result, error) {
 		repo, err := gitrepo.Open(dir)
@@ -146,17 +154,7 @@ func TestRenderRefsFromTable(t *testing.T) {
 // nothing, fails with gitrepo.ErrStale, and the newer ref stays.
 func TestRenderRefsTableLags(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "tenant.git")
-	gittest.InitBare(t, dir)
-	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS("../fixtures/tenant")); err != nil {
-		t.Fatal(err)
-	}
-	gittest.CommitDir(t, dir, "main", src, "tenant")
-	key, err := signature.LoadSigner("../fixtures/keys/render")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, src, key := renderTenant(t)
 	render := func(refs publish.RefSource) error {
 		repo, err := gitrepo.Open(dir)
 		if err != nil {
