@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -284,42 +283,9 @@ func fleetIDs(n, count int) []string {
 	return ids
 }
 
-// serverCPU is the user + system CPU time process pid and its waited-for
-// children (the git processes a server runs) have used, from
-// /proc/<pid>/stat (fields 14 to 17, in ticks of 10 ms).
-func serverCPU(tb testing.TB, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} {
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			tb.Fatalf("/proc/%d/stat: %q", pid, s)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-// countingClient is an HTTP client on one keep-alive connection whose
-// bytes both ways are counted.
-func countingClient(sent, received *atomic.Int64) *http.Client {
-	dialer := &net.Dialer{}
-	return &http.Client{Transport: &http.Transport{
-		MaxIdleConnsPerHost: 1,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &countedConn{Conn: c, in: received, out: sent}, nil
-		},
-	}, Timeout: 5 * time.Minute}
-}
+// serverCPU is procCPU with the waited-for children (the git processes
+// a server runs).
+func serverCPU(tb testing.TB, pid int) time.Duration { return procCPU(tb, pid, true) }
 
 // loadResult is one run of polls or pushes.
 type loadResult struct {
@@ -353,7 +319,7 @@ func fleetPolls(tb testing.TB, url string, pid int, ids []string, workers int, d
 	}
 	ws := make([]*worker, workers)
 	for i := range ws {
-		hc := countingClient(&sent, &received)
+		hc := countingClient(&sent, &received, 5*time.Minute)
 		wk := &worker{}
 		for k := i; k < len(ids); k += workers {
 			wk.ids = append(wk.ids, ids[k])
@@ -507,7 +473,7 @@ func fleetPushes(tb *testing.B, url string, pid int, dir string, ids []string, p
 	lats := make([][]time.Duration, pushers)
 	clients := make([]*http.Client, pushers)
 	for p := range clients {
-		clients[p] = countingClient(&sent, &received)
+		clients[p] = countingClient(&sent, &received, 5*time.Minute)
 	}
 	var failed atomic.Pointer[error]
 	push := func(p, k int) {

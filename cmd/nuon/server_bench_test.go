@@ -237,18 +237,7 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	stride := max(1, n/(o.workers*o.perWorker))
 	ws := make([]*pollWorker, o.workers)
 	for w := range ws {
-		dialer := &net.Dialer{}
-		tr := &http.Transport{
-			MaxIdleConnsPerHost: 1,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := dialer.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return &countedConn{Conn: c, in: &received, out: &sent}, nil
-			},
-		}
-		hc := &http.Client{Transport: tr, Timeout: time.Minute}
+		hc := countingClient(&sent, &received, time.Minute)
 		pw := &pollWorker{}
 		for k := range o.perWorker {
 			id := pollInstall(((w + k*o.workers) * stride) % n)
@@ -278,7 +267,7 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	r.loadBefore = loadAverage()
 	sent.Store(0)
 	received.Store(0)
-	srv0, gen0 := procCPU(tb, pid), selfCPU()
+	srv0, gen0 := procCPU(tb, pid, false), selfCPU()
 	start := time.Now()
 	deadline := start.Add(o.duration)
 	var wg sync.WaitGroup
@@ -315,7 +304,7 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	}
 	wg.Wait()
 	r.elapsed = time.Since(start)
-	r.serverCPU, r.genCPU = procCPU(tb, pid)-srv0, selfCPU()-gen0
+	r.serverCPU, r.genCPU = procCPU(tb, pid, false)-srv0, selfCPU()-gen0
 	r.loadAfter = loadAverage()
 	if err := failed.Load(); err != nil {
 		tb.Fatal(*err)
@@ -332,6 +321,22 @@ func (o pollLoad) run(tb testing.TB, url string, pid, n int, key *signature.Sign
 	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	r.sent, r.received = sent.Load(), received.Load()
 	return r
+}
+
+// countingClient is an HTTP client on one keep-alive connection whose
+// bytes both ways are counted.
+func countingClient(sent, received *atomic.Int64, timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{}
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 1,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countedConn{Conn: c, in: received, out: sent}, nil
+		},
+	}, Timeout: timeout}
 }
 
 // countedConn counts the bytes a connection reads and writes.
@@ -352,10 +357,10 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// procCPU is the user + system CPU time process pid has used, from
-// /proc/<pid>/stat (fields 14 and 15, in clock ticks of 10 ms: USER_HZ is
-// 100 on Linux).
-func procCPU(tb testing.TB, pid int) time.Duration {
+// procCPU is the user + system CPU time process pid has used, with its
+// waited-for children's when children is set, from /proc/<pid>/stat
+// (fields 14 to 17, in ticks of 10 ms).
+func procCPU(tb testing.TB, pid int, children bool) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		tb.Fatal(err)
@@ -363,12 +368,19 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 	// The command name may hold spaces: fields start after its ')'.
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		tb.Fatalf("/proc/%d/stat: %q", pid, s)
+	fields := []int{11, 12}
+	if children {
+		fields = append(fields, 13, 14)
 	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	var ticks int64
+	for _, i := range fields {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/%d/stat: %q", pid, s)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // selfCPU is the user + system CPU time of this process.
