@@ -400,18 +400,14 @@ func (s *Server) lsRemote(ctx context.Context, names ...string) (map[string]plum
 	if err != nil {
 		return nil, err
 	}
-	return parseRefs(bytes.ReplaceAll(out, []byte("\t"), []byte(" ")), func(name string) bool { return slices.Contains(names, name) }), nil
+	return parseRefs(out, func(name string) bool { return slices.Contains(names, name) }), nil
 }
 
-// parseRefs parses "hash name" lines, keeping the names keep accepts.
+// parseRefs is parseRefList as a map by name.
 func parseRefs(out []byte, keep func(name string) bool) map[string]plumbing.Hash {
 	refs := map[string]plumbing.Hash{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		h, name, _ := strings.Cut(sc.Text(), " ")
-		if isHash(h) && keep(name) {
-			refs[name] = plumbing.NewHash(h)
-		}
+	for _, r := range parseRefList(out, keep) {
+		refs[r.name] = r.hash
 	}
 	return refs
 }

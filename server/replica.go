@@ -481,8 +481,9 @@ type refLine struct {
 	hash plumbing.Hash
 }
 
-// parseRefList reads "<hash>\t<name>" lines (ls-remote, for-each-ref),
-// keeping the names keep accepts, sorted by name.
+// parseRefList reads "<hash>\t<name>" or "<hash> <name>" lines
+// (ls-remote, for-each-ref), keeping the names keep accepts, sorted by
+// name. It is the one reader of such listings (parseRefs is its map).
 func parseRefList(out []byte, keep func(string) bool) []refLine {
 	var refs []refLine
 	sorted := true
@@ -493,8 +494,12 @@ func parseRefList(out []byte, keep func(string) bool) []refLine {
 		} else {
 			out = nil
 		}
-		h, name, ok := bytes.Cut(line, []byte{'\t'})
-		if !ok || len(h) != 40 || !keep(string(name)) {
+		sep := bytes.IndexAny(line, " \t")
+		if sep != 40 {
+			continue
+		}
+		h, name := line[:sep], line[sep+1:]
+		if !keep(string(name)) {
 			continue
 		}
 		var hash plumbing.Hash
