@@ -2,15 +2,19 @@ package kubetest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -203,6 +207,12 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 	if err := writeRSAKeyPair(saKey, saPub); err != nil {
 		return nil, err
 	}
+	// The API server's client certificate to kubelets (logs, exec), from
+	// a CA of this server's own: a node's kubelet trusts nothing else.
+	kubeletClient := filepath.Join(dir, "kubelet-client")
+	if err := writeClientCA(kubeletClient, "kube-apiserver-kubelet-client"); err != nil {
+		return nil, err
+	}
 	port := ports[2]
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	args := []string{
@@ -218,6 +228,11 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 		"--service-account-signing-key-file=" + saKey,
 		"--authorization-mode=RBAC",
 		"--token-auth-file=" + tokens,
+		"--kubelet-client-certificate=" + kubeletClient + ".crt",
+		"--kubelet-client-key=" + kubeletClient + ".key",
+		// A node's name (kubetest-HEX) resolves nowhere: reach its kubelet
+		// by the address it reports.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
 		"--v=0",
 	}
@@ -496,4 +511,57 @@ func writeWebhookConfig(path, url string) error {
 	kc.Contexts["webhook"] = &clientcmdapi.Context{Cluster: "webhook", AuthInfo: "apiserver"}
 	kc.CurrentContext = "webhook"
 	return clientcmd.WriteToFile(*kc, path)
+}
+
+// writeClientCA writes a CA (PREFIX-ca.crt) and a client certificate of
+// user cn signed by it (PREFIX.crt, PREFIX.key), valid for a day.
+func writeClientCA(prefix, cn string) error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "kubetest kubelet client CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	for file, b := range map[string]*pem.Block{
+		prefix + "-ca.crt": {Type: "CERTIFICATE", Bytes: caDER},
+		prefix + ".crt":    {Type: "CERTIFICATE", Bytes: der},
+		prefix + ".key":    {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(file, pem.EncodeToMemory(b), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
