@@ -1,0 +1,242 @@
+package kubetest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"nuon.dev/nuon/internal/oci/ocitest"
+)
+
+// TestNodeRestrictedPod runs a real pod on a real node: an image the test
+// pushes to a local registry, pulled by containerd over plain HTTP, run by
+// runc under the restricted Pod Security Standard with a read-only root
+// filesystem. The pod completes; its write to its root filesystem failed
+// while its write to an emptyDir worked; it ran as its non-root user with
+// the runtime's seccomp profile, no new privileges and no capabilities.
+// A privileged pod and a hostNetwork pod are refused by admission. Stop
+// leaves no process, mount, cgroup or interface behind.
+func TestNodeRestrictedPod(t *testing.T) {
+	RequireNode(t)
+	srv := New(t, WithControllerManager())
+	reg := ocitest.Start(t, ocitest.Options{})
+	node := NewNode(t, srv, NodeOptions{HTTPRegistries: []string{reg.Host}})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cs := srv.Clientset(t)
+
+	image := pushProbe(ctx, t, reg.Host)
+	ns := srv.Namespace(t)
+	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	pod := restrictedPod(node.Name, image)
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the restricted pod is refused: %v", err)
+	}
+	var done *corev1.Pod
+	eventually(t, 2*time.Minute, "pod "+pod.Name+" Succeeded", func(ctx context.Context) (bool, string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		done = p
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod failed: %+v", p.Status)
+		}
+		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase) + " " + podWaiting(p)
+	})
+	st := done.Status.ContainerStatuses
+	if len(st) != 1 || st[0].State.Terminated == nil {
+		t.Fatalf("container statuses: %+v", st)
+	}
+	report := parseReport(st[0].State.Terminated.Message)
+	t.Logf("probe: %v", report)
+	for key, want := range map[string]string{
+		"write /probe":     "open /probe: read-only file system",
+		"write /tmp/probe": "ok",
+		"uid":              "65532",
+		"seccomp":          "2", // a filter: RuntimeDefault
+		"nonewprivs":       "1",
+		"capeff":           "0000000000000000",
+	} {
+		if report[key] != want {
+			t.Errorf("probe %s = %q, want %q", key, report[key], want)
+		}
+	}
+	logs, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Errorf("pod logs through the API server: %v", err)
+	} else if !strings.Contains(string(logs), "write /tmp/probe: ok") {
+		t.Errorf("pod logs = %q, want the probe's report", logs)
+	}
+
+	refused := map[string]func(*corev1.Pod){
+		"privileged": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+		},
+		"hostNetwork": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"root": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr.To(false)
+			p.Spec.SecurityContext.RunAsNonRoot = nil
+			p.Spec.SecurityContext.RunAsUser = ptr.To[int64](0)
+		},
+	}
+	for name, mutate := range refused {
+		p := restrictedPod(node.Name, image)
+		p.Name = "refused-" + strings.ToLower(strings.ReplaceAll(name, " ", "-"))
+		mutate(p)
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		switch {
+		case name == "privileged" && apierrors.IsInvalid(err) && strings.Contains(err.Error(), "privileged: Forbidden"):
+			// The API server refuses privileged containers before
+			// admission (it runs without --allow-privileged).
+		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity"):
+		default:
+			t.Errorf("%s pod: err = %v, want refused", name, err)
+		}
+	}
+
+	if err := node.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	assertNodeGone(t, node)
+}
+
+// restrictedPod is a pod of the probe that the restricted Pod Security
+// Standard admits, on node.
+func restrictedPod(node, image string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](65532),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:  "probe",
+				Image: image,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+// pushProbe builds testdata/probe static and pushes it to the registry
+// as an image; it returns the image's reference by digest.
+func pushProbe(ctx context.Context, t *testing.T, host string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "probe")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./testdata/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build probe: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Image(map[string][]byte{"probe": b}, []string{"/probe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(host+"/kubetest/probe:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host + "/kubetest/probe@" + d.String()
+}
+
+// parseReport reads the probe's "key: value" lines.
+func parseReport(s string) map[string]string {
+	out := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// podWaiting says why a pod's containers wait, for a timeout's message.
+func podWaiting(p *corev1.Pod) string {
+	var out []string
+	for _, c := range p.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil {
+			out = append(out, w.Reason+": "+w.Message)
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			out = append(out, string(c.Type)+": "+c.Message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// assertNodeGone checks that a stopped node left nothing behind: no
+// process serving its containerd, no mount under its folder, no bridge,
+// no cgroup root.
+func assertNodeGone(t *testing.T, n *Node) {
+	t.Helper()
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), n.dir) {
+			t.Errorf("process %s still runs: %q", p.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	if m, err := mountsUnder(n.dir); err != nil || len(m) > 0 {
+		t.Errorf("mounts left under %s: %v %v", n.dir, m, err)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", n.bridge)); err == nil {
+		t.Errorf("bridge %s left", n.bridge)
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, n.cgroupRoot)); err == nil {
+			t.Errorf("cgroup %s left in %s", n.cgroupRoot, m)
+		}
+	}
+}
