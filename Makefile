@@ -113,6 +113,17 @@ kube-up: kube-binaries ## start a local kube-apiserver and kube-controller-manag
 kube-down: ## stop what kube-up started
 	hack/kube-down.sh $(KUBE_DIR)
 
+# A real node for the kubetest API server: kubelet (from tools/kube, like
+# the API server), containerd and the CNI plugins from the Go module proxy,
+# the pods' pause program, and Debian's runc; cached outside the clone by
+# version. internal/kubetest's StartNode runs them (NUON_KUBE_NODE_ASSETS,
+# else this folder). Not yet part of make test.
+KUBE_NODE_ASSETS := $(CACHE)/kube-node/$(KUBE_VERSION)-containerd-v2.4.2-cni-v1.10.0
+
+.PHONY: kube-node
+kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; ~2 min after kube-binaries)
+	hack/kube-node.sh $(KUBE_NODE_ASSETS)
+
 
 # ---- Artifacts: OCI registries ----------------------------------------------
 # Debian's docker-registry (Distribution 2.8) for the builder, sync and demo
