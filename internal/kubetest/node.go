@@ -120,10 +120,12 @@ type Node struct {
 	// PodCIDR is the subnet the node's pods take addresses from.
 	PodCIDR string
 
-	srv        *Server
-	dir        string
-	assets     string
-	bridge     string
+	srv    *Server
+	dir    string
+	assets string
+	bridge string
+	// kubeletURL is the kubelet's https API, on the bridge's address.
+	kubeletURL string
 	cgroupRoot string
 	containerd *process
 	kubelet    *process
@@ -496,6 +498,7 @@ func (n *Node) writeKubeletConfig() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	n.kubeletURL = "https://" + n.gateway() + ":" + strconv.Itoa(ports[0])
 	cfg := map[string]any{
 		"apiVersion": "kubelet.config.k8s.io/v1beta1",
 		"kind":       "KubeletConfiguration",

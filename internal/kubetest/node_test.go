@@ -2,9 +2,13 @@ package kubetest
 
 import (
 	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/internal/oci/ocitest"
@@ -28,27 +33,8 @@ import (
 // A privileged pod and a hostNetwork pod are refused by admission. Stop
 // leaves no process, mount, cgroup or interface behind.
 func TestNodeRestrictedPod(t *testing.T) {
-	RequireNode(t)
-	srv := New(t, WithControllerManager())
-	reg := ocitest.Start(t, ocitest.Options{})
-	node := NewNode(t, srv, NodeOptions{HTTPRegistries: []string{reg.Host}})
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cs := srv.Clientset(t)
-
-	image := pushProbe(ctx, t, reg.Host)
-	ns := srv.Namespace(t)
-	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nsObj.Labels = map[string]string{
-		"pod-security.kubernetes.io/enforce":         "restricted",
-		"pod-security.kubernetes.io/enforce-version": "latest",
-	}
-	if _, err := cs.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f := startNodeFixture(t)
+	ctx, cs, ns, node, image := f.ctx, f.cs, f.ns, f.node, f.image
 
 	pod := restrictedPod(node.Name, image)
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -118,10 +104,149 @@ func TestNodeRestrictedPod(t *testing.T) {
 		}
 	}
 
+	t.Run("kubelet API", func(t *testing.T) {
+		// Pods reach the kubelet's address (their gateway): without the
+		// API server's client certificate it answers nothing.
+		anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		if code := kubeletGet(t, anon, node.kubeletURL+"/pods"); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET /pods = %d, want 401", code)
+		}
+		cert, err := tls.LoadX509KeyPair(filepath.Join(f.srv.Dir(), "kubelet-client.crt"), filepath.Join(f.srv.Dir(), "kubelet-client.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiserver := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}}}
+		if code := kubeletGet(t, apiserver, node.kubeletURL+"/pods"); code != http.StatusOK {
+			t.Errorf("GET /pods as the API server = %d, want 200", code)
+		}
+	})
+
+	// A pod still running when the node stops: the kubelet tears it and
+	// its network down.
+	waiter := restrictedPod(node.Name, image)
+	waiter.Name = "waiter"
+	waiter.Spec.Containers[0].Args = []string{"wait"}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, waiter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, cs, ns, waiter.Name)
 	if err := node.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	assertNodeGone(t, node)
+	f.assertGone(t)
+}
+
+// TestNodeStopAfterKubeletDies stops a node whose kubelet was killed with
+// a pod running: Stop removes the containers through containerd itself and
+// still leaves no process, mount, cgroup or interface behind.
+func TestNodeStopAfterKubeletDies(t *testing.T) {
+	f := startNodeFixture(t)
+	waiter := restrictedPod(f.node.Name, f.image)
+	waiter.Name = "waiter"
+	waiter.Spec.Containers[0].Args = []string{"wait"}
+	if _, err := f.cs.CoreV1().Pods(f.ns).Create(f.ctx, waiter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, f.cs, f.ns, waiter.Name)
+	if err := f.node.kubelet.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-f.node.kubelet.done
+	if err := f.node.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	f.assertGone(t)
+}
+
+// nodeFixture is a server with the controllers, a registry, a node, the
+// probe image pushed and a namespace enforcing the restricted standard.
+type nodeFixture struct {
+	ctx    context.Context
+	srv    *Server
+	cs     *kubernetes.Clientset
+	node   *Node
+	ns     string
+	image  string
+	ifaces []string
+}
+
+func startNodeFixture(t *testing.T) *nodeFixture {
+	t.Helper()
+	RequireNode(t)
+	f := &nodeFixture{ifaces: netInterfaces(t)}
+	f.srv = New(t, WithControllerManager())
+	reg := ocitest.Start(t, ocitest.Options{})
+	f.node = NewNode(t, f.srv, NodeOptions{HTTPRegistries: []string{reg.Host}})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	f.cs = f.srv.Clientset(t)
+	f.image = pushProbe(ctx, t, reg.Host)
+	f.ns = f.srv.Namespace(t)
+	nsObj, err := f.cs.CoreV1().Namespaces().Get(ctx, f.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels = map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}
+	if _, err := f.cs.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// assertGone checks that the stopped node left nothing: see assertNodeGone,
+// and the machine's network interfaces are those before the node (no
+// bridge, no veth).
+func (f *nodeFixture) assertGone(t *testing.T) {
+	t.Helper()
+	assertNodeGone(t, f.node)
+	// The kernel destroys a network namespace, and the veth in it, a
+	// moment after its last mount and process go.
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = netInterfaces(t); slices.Equal(got, f.ifaces) {
+			return
+		}
+	}
+	t.Errorf("network interfaces after stop = %v, before the node %v", got, f.ifaces)
+}
+
+func netInterfaces(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func kubeletGet(t *testing.T, c *http.Client, url string) int {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+func waitRunning(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "pod "+name+" Running", func(ctx context.Context) (bool, string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
+	})
 }
 
 // restrictedPod is a pod of the probe that the restricted Pod Security

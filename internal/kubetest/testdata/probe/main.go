@@ -1,15 +1,24 @@
 // Command probe is the program of TestNodeRestrictedPod's pod: it reports
 // what the pod may do to its own container, one "key: value" line each,
 // to stdout and /dev/termination-log, and exits 0 once it has tried all.
+// With the argument "wait" it reports nothing and waits for SIGTERM.
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "wait" {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		<-c
+		return
+	}
 	var lines []string
 	report := func(key string, err error) {
 		v := "ok"
