@@ -280,7 +280,7 @@ func restrictedPod(node, image string) *corev1.Pod {
 
 // pushProbe builds testdata/probe static and pushes it to the registry
 // as an image; it returns the image's reference by digest.
-func pushProbe(ctx context.Context, t *testing.T, host string) string {
+func pushProbe(ctx context.Context, t testing.TB, host string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "probe")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./testdata/probe")
