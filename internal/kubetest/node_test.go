@@ -3,6 +3,7 @@ package kubetest
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -364,4 +365,47 @@ func assertNodeGone(t *testing.T, n *Node) {
 			t.Errorf("cgroup %s left in %s", n.cgroupRoot, m)
 		}
 	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/tmp/kn-1/root`:       "/tmp/kn-1/root",
+		`/tmp/a\040b`:          "/tmp/a b",
+		`/tmp/tab\011x\134y`:   "/tmp/tab\tx\\y",
+		`/tmp/short\04`:        `/tmp/short\04`,
+		`/tmp/not-octal\089`:   `/tmp/not-octal\089`,
+		`/tmp/too-big\777`:     `/tmp/too-big\777`,
+		`\040`:                 " ",
+		``:                     "",
+		`/tmp/trailing\\`:      `/tmp/trailing\\`,
+		`/tmp/two\040\040x`:    "/tmp/two  x",
+		`/run/netns/cni-\0401`: "/run/netns/cni- 1",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzUnescapeMount holds unescapeMount to mountinfo's escaping: a path
+// escaped as the kernel does comes back whole.
+func FuzzUnescapeMount(f *testing.F) {
+	for _, s := range []string{"/tmp/kn-1/root", "/tmp/a b", "tab\tnl\nbs\\", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		var b strings.Builder
+		for i := 0; i < len(path); i++ {
+			switch c := path[i]; c {
+			case ' ', '\t', '\n', '\\':
+				fmt.Fprintf(&b, `\%03o`, c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		if got := unescapeMount(b.String()); got != path {
+			t.Fatalf("unescapeMount(%q) = %q, want %q", b.String(), got, path)
+		}
+		_ = unescapeMount(path) // never panics on what the kernel did not write
+	})
 }
