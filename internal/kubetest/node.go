@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -127,6 +129,10 @@ type Node struct {
 	// kubeletURL is the kubelet's https API, on the bridge's address.
 	kubeletURL string
 	cgroupRoot string
+	// api forwards the pods' connections to the server's service IP
+	// (port 443) to the API server on loopback.
+	api        net.Listener
+	apiConns   sync.WaitGroup
 	containerd *process
 	kubelet    *process
 	stopped    bool
@@ -193,6 +199,9 @@ func StartNode(ctx context.Context, srv *Server, assets, dir string, o NodeOptio
 		return nil, err
 	}
 	if err := n.makeBridge(); err != nil {
+		return nil, err
+	}
+	if err := n.serveAPI(); err != nil {
 		return nil, err
 	}
 	if err := n.makeCgroupRoot(); err != nil {
@@ -404,11 +413,14 @@ func (n *Node) writeCNIConfig() error {
 		"cniVersion": "1.0.0",
 		"name":       n.Name,
 		"plugins": []any{map[string]any{
-			"type":        "bridge",
-			"bridge":      n.bridge,
-			"isGateway":   true,
-			"ipMasq":      false,
-			"hairpinMode": true,
+			"type":      "bridge",
+			"bridge":    n.bridge,
+			"isGateway": true,
+			// A default route to the bridge: the pods reach the API
+			// server at its service IP there (serveAPI).
+			"isDefaultGateway": true,
+			"ipMasq":           false,
+			"hairpinMode":      true,
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR}}},
@@ -615,6 +627,17 @@ func (n *Node) Stop() error {
 	if n.containerd != nil {
 		errs = append(errs, n.containerd.stop(StopGrace))
 	}
+	if n.api != nil {
+		n.api.Close()
+		// Every pod is gone, and their connections with them; a
+		// connection that lingers is left to end by itself.
+		done := make(chan struct{})
+		go func() { n.apiConns.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	errs = append(errs, n.killShims(), n.unmountAll(), n.removeBridge(), n.removeCgroups())
 	if cs != nil {
 		for _, del := range []func() error{
@@ -801,6 +824,46 @@ func (n *Node) makeBridge() error {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
+	return nil
+}
+
+// serveAPI lets the node's pods reach the API server as in a cluster: the
+// server's service IP (the kubernetes Service, KUBERNETES_SERVICE_HOST in
+// every pod) is an address of the node's bridge, where the test process
+// forwards port 443 to the API server on loopback. The serving
+// certificate names that IP, so in-cluster clients verify it as usual.
+func (n *Node) serveAPI() error {
+	if out, err := exec.Command("ip", "addr", "add", n.srv.serviceIP+"/32", "dev", n.bridge).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip addr add %s: %w: %s", n.srv.serviceIP, err, out)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(n.srv.serviceIP, "443"))
+	if err != nil {
+		return fmt.Errorf("serve the API server to pods: %w", err)
+	}
+	n.api = l
+	target := strings.TrimPrefix(n.srv.URL, "https://")
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n.apiConns.Add(1)
+			go func() {
+				defer n.apiConns.Done()
+				defer c.Close()
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
 	return nil
 }
 

@@ -41,18 +41,7 @@ func TestNodeRestrictedPod(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the restricted pod is refused: %v", err)
 	}
-	var done *corev1.Pod
-	eventually(t, 2*time.Minute, "pod "+pod.Name+" Succeeded", func(ctx context.Context) (bool, string) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		done = p
-		if p.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod failed: %+v", p.Status)
-		}
-		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase) + " " + podWaiting(p)
-	})
+	done := waitSucceeded(t, cs, ns, pod.Name)
 	st := done.Status.ContainerStatuses
 	if len(st) != 1 || st[0].State.Terminated == nil {
 		t.Fatalf("container statuses: %+v", st)
@@ -104,6 +93,22 @@ func TestNodeRestrictedPod(t *testing.T) {
 			t.Errorf("%s pod: err = %v, want refused", name, err)
 		}
 	}
+
+	t.Run("in-cluster API", func(t *testing.T) {
+		// A pod reaches the API server as in a cluster: the kubernetes
+		// Service's address, its service account's token, the CA.
+		p := restrictedPod(node.Name, image)
+		p.Name = "api"
+		p.Spec.AutomountServiceAccountToken = ptr.To(true)
+		p.Spec.Containers[0].Args = []string{"api"}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := waitSucceeded(t, cs, ns, p.Name)
+		if msg := got.Status.ContainerStatuses[0].State.Terminated.Message; msg != "api: 200\n" {
+			t.Errorf("in-cluster GET /api: %q, want 200", msg)
+		}
+	})
 
 	t.Run("kubelet API", func(t *testing.T) {
 		// Pods reach the kubelet's address (their gateway): without the
@@ -408,4 +413,23 @@ func FuzzUnescapeMount(f *testing.F) {
 		}
 		_ = unescapeMount(path) // never panics on what the kernel did not write
 	})
+}
+
+// waitSucceeded waits until the pod completed and returns it; a pod that
+// failed fails the test.
+func waitSucceeded(t *testing.T, cs kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	var done *corev1.Pod
+	eventually(t, 2*time.Minute, "pod "+name+" Succeeded", func(ctx context.Context) (bool, string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		done = p
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod %s failed: %+v", name, p.Status)
+		}
+		return p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase) + " " + podWaiting(p)
+	})
+	return done
 }

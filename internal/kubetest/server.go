@@ -94,7 +94,11 @@ type Server struct {
 	// URL is the API server's https URL.
 	URL string
 
-	config            *rest.Config
+	config *rest.Config
+	// serviceIP is the kubernetes Service's ClusterIP, the first of the
+	// server's service range: a node serves the API server there to its
+	// pods.
+	serviceIP         string
 	dir               string
 	etcd              *process
 	apiserver         *process
@@ -215,6 +219,14 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 	}
 	port := ports[2]
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+	// A service range of this server's own (10.96.0.0/11, a /24 of it at
+	// random): its first address, in the serving certificate, is where a
+	// node's pods reach this server, and two servers' nodes on one machine
+	// must not both claim it.
+	r := make([]byte, 2)
+	_, _ = rand.Read(r)
+	serviceNet := fmt.Sprintf("10.%d.%d.", 96+int(r[0])%32, r[1])
+	s.serviceIP = serviceNet + "1"
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
@@ -222,7 +234,7 @@ func Start(ctx context.Context, assets, dir string, opts ...Option) (s *Server, 
 		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(dir, "certs"),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + serviceNet + "0/24",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + saPub,
 		"--service-account-signing-key-file=" + saKey,
