@@ -121,7 +121,7 @@ kube-down: ## stop what kube-up started
 KUBE_NODE_ASSETS := $(CACHE)/kube-node/$(KUBE_VERSION)-containerd-v2.4.2-cni-v1.10.0
 
 .PHONY: kube-node
-kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; ~2 min after kube-binaries)
+kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; ~4-5 min cold after kube-binaries)
 	hack/kube-node.sh $(KUBE_NODE_ASSETS)
 
 

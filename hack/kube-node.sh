@@ -18,6 +18,11 @@
 # and installs Debian's runc (apt-get) when no runc is on PATH: runc needs
 # cgo and libseccomp, so it is not built here. Only what is missing is
 # built; two builds into one DEST never run at once (DEST/.build.lock).
+# Cold, after kube-binaries filled the build cache: containerd, ctr, the
+# shim, the CNI plugins and pause took 165 s user + 37 s system CPU (an
+# empty GOCACHE, modules already downloaded; 8 min wall on a machine at
+# load 10), the kubelet ~1 min more (105 packages the other binaries do not
+# share). Warm, into an empty DEST: 33 s.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
