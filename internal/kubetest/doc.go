@@ -17,7 +17,8 @@
 //		...
 //	}
 //
-// The shared server has no kube-controller-manager, scheduler or kubelet:
+// The shared server has no kube-controller-manager, scheduler or kubelet
+// (see Nodes for a real kubelet):
 // Pods stay Pending, Deployments never become Available, Jobs never run,
 // and a deleted namespace stays Terminating. A test that needs an object's
 // status writes it itself through the status subresource.
@@ -36,6 +37,26 @@
 // command, writes its status), and the controllers do the rest. Starting
 // and stopping with it costs ~0.9 s more CPU (BenchmarkStart: 3.0 against
 // 2.2 CPU-seconds) and ~120 MB more memory.
+//
+// # Nodes
+//
+// A test that needs pods to really run starts a node for its server:
+//
+//	srv := kubetest.New(t, kubetest.WithControllerManager())
+//	reg := ocitest.Start(t, ocitest.Options{})
+//	node := kubetest.NewNode(t, srv, kubetest.NodeOptions{HTTPRegistries: []string{reg.Host}})
+//	// pods name node.Name in spec.nodeName: there is no scheduler
+//
+// StartNode runs containerd and a kubelet from the folder `make kube-node`
+// fills (NodeAssets), with runc, a CNI bridge of the node's own and a pause
+// image imported, never pulled; it needs root and overlayfs. Images come
+// from the test's registry over plain HTTP (Image builds one). Pods reach
+// the API server in-cluster (the kubernetes Service's address is forwarded
+// to it) and the API server reaches the kubelet (logs) with a client
+// certificate of its own; nothing else may talk to the kubelet. Stop
+// deletes the node's pods through the kubelet, then stops everything and
+// removes what is left: no process, mount, cgroup or interface remains.
+// Until `make test` builds the node, a missing one only skips (RequireNode).
 //
 // # Authentication
 //
