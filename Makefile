@@ -71,7 +71,7 @@ cosign: ## build the cosign CLI for the provenance compatibility test (cached in
 	@test -x $(COSIGN) || GOBIN=$(dir $(COSIGN)) $(GO) install github.com/sigstore/cosign/v2/cmd/cosign@$(COSIGN_VERSION)
 
 .PHONY: test
-test: tf-providers tf-aws cfnspec kube-binaries registry sshd chromium cosign ## run every test (real git servers, terraform, OCI registries and a kube-apiserver on loopback)
+test: tf-providers tf-aws cfnspec kube-binaries kube-node registry sshd chromium cosign ## run every test (real git servers, terraform, OCI registries, a kube-apiserver and a real node on loopback)
 	NUON_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout 30m ./...
 	cd tools/tfaws && GOWORK=off $(GO) test -count=1 ./...
 
@@ -117,8 +117,9 @@ kube-down: ## stop what kube-up started
 # the API server), containerd and the CNI plugins from the Go module proxy,
 # the pods' pause program, and Debian's runc; cached outside the clone by
 # version. internal/kubetest's StartNode runs them (NUON_KUBE_NODE_ASSETS,
-# else this folder). Not yet part of make test.
+# else this folder); make test builds them, so a missing node fails there.
 KUBE_NODE_ASSETS := $(CACHE)/kube-node/$(KUBE_VERSION)-containerd-v2.4.2-cni-v1.10.0
+export NUON_KUBE_NODE_ASSETS := $(KUBE_NODE_ASSETS)
 
 .PHONY: kube-node
 kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; ~4-5 min cold after kube-binaries)

@@ -27,7 +27,16 @@ import (
 	"nuon.dev/nuon/schemas"
 )
 
-func TestMain(m *testing.M) { kubetest.Main(m) }
+// TestMain stops the shared API server and removes the binaries the
+// end-to-end tests built (nuon and nuon-agent, about 230 MB) after the
+// tests.
+func TestMain(m *testing.M) {
+	code := kubetest.Run(m)
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
 
 // TestSecretsNeverReachGitE2E is the property that no secret reaches git:
 // for random secret values (printable text with quotes, backslashes,

@@ -32,7 +32,11 @@ var shared struct {
 
 // Main runs the package's tests and then stops the shared server, if a
 // test started one. Call it from TestMain; it does not return.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with its own cleanup after the tests: it
+// returns the code to exit with.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if shared.srv != nil {
 		if err := shared.srv.Stop(); err != nil {
@@ -42,7 +46,7 @@ func Main(m *testing.M) {
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)
 	}
-	os.Exit(code)
+	return code
 }
 
 // Shared returns the package's API server, starting it on first use. The
