@@ -359,6 +359,74 @@ func (t *refTable) installRefs() []renderer.InstallRef {
 	return t.list
 }
 
+// adoptList takes list, the install refs a render left
+// (renderer.Result.Refs), as the table's sorted list when it is the list
+// patching would give: the render was handed the table's list (handed,
+// that very list), and the desired refs set since are those of ids, the
+// installs whose ref the render moved, as list holds them. The next render
+// is then handed its own list back, which it knows without comparing its
+// entries (renderer.Cache), and no copy of a million entries is patched.
+// Otherwise it takes nothing, and installRefs patches as before; false
+// then.
+func (t *refTable) adoptList(handed, list []renderer.InstallRef, ids []string) bool {
+	t.listMu.Lock()
+	defer t.listMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if list == nil || !t.listed || !sameList(handed, t.list) || t.listAt < t.logBase || t.listAt > t.version {
+		return false
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	set := map[string]bool{}
+	for _, name := range t.log[t.listAt-t.logBase:] {
+		if id, status, mine := splitRef(name); mine && !status {
+			if !want[id] {
+				return false
+			}
+			set[id] = true
+		}
+	}
+	if len(set) != len(want) {
+		return false
+	}
+	n := len(t.list)
+	for id := range set {
+		_, had := findInstallRef(t.list, id)
+		h, has := findInstallRef(list, id)
+		if tip := t.installs[id].desired; has != !tip.IsZero() || has && h != tip {
+			return false
+		}
+		switch {
+		case has && !had:
+			n++
+		case had && !has:
+			n--
+		}
+	}
+	if n != len(list) {
+		return false
+	}
+	t.list, t.listAt = list, t.version
+	return true
+}
+
+// sameList reports whether a and b are the same list in memory.
+func sameList(a, b []renderer.InstallRef) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// findInstallRef finds id in refs, sorted by id.
+func findInstallRef(refs []renderer.InstallRef, id string) (plumbing.Hash, bool) {
+	i, ok := slices.BinarySearchFunc(refs, id, func(r renderer.InstallRef, id string) int { return strings.Compare(r.ID, id) })
+	if !ok {
+		return plumbing.ZeroHash, false
+	}
+	return refs[i].Commit, true
+}
+
 // renderRefs is where the server's render reads its refs
 // (publish.RefSource): the install refs from the ref table, which the
 // server alone moves, and the few others from git, which finds them in
@@ -366,15 +434,18 @@ func (t *refTable) installRefs() []renderer.InstallRef {
 type renderRefs struct {
 	refs *refTable
 	dir  string
+	// handed is the list of install refs handed to the render.
+	handed []renderer.InstallRef
 }
 
 // InstallRefs implements publish.RefSource.
-func (r renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
-	return r.refs.installRefs(), nil
+func (r *renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+	r.handed = r.refs.installRefs()
+	return r.handed, nil
 }
 
 // Ref implements publish.RefSource.
-func (r renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+func (r *renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
 	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return n == name.String() }, name.String())
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
@@ -383,7 +454,7 @@ func (r renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumb
 }
 
 // RefList implements publish.RefSource.
-func (r renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
+func (r *renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
 	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
