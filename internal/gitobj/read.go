@@ -33,7 +33,14 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 			return nil, nil, fmt.Errorf("%s %s: %w: %d bytes, the limit is %d", t, h, ErrTooLarge, size, limit)
 		}
 	}
-	o, err := st.EncodedObject(t, h)
+	var o plumbing.EncodedObject
+	var err error
+	if s, ok := st.(*Store); ok {
+		// The hash is checked below.
+		o, err = s.encodedObject(t, h, false)
+	} else {
+		o, err = st.EncodedObject(t, h)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
