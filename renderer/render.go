@@ -1058,20 +1058,20 @@ func refsDigest(refs, moved []InstallRef, binary bool) string {
 }
 
 // mergeRefs returns refs with moved in place of the refs of their ids,
-// both sorted by id.
+// both sorted by id. The refs between two moved ones are copied as one
+// run: at a million installs, one append each was some 10 ms.
 func mergeRefs(refs, moved []InstallRef) []InstallRef {
 	out := make([]InstallRef, 0, len(refs)+len(moved))
-	for len(refs) > 0 || len(moved) > 0 {
-		switch {
-		case len(moved) == 0 || len(refs) > 0 && refs[0].ID < moved[0].ID:
-			out, refs = append(out, refs[0]), refs[1:]
-		case len(refs) > 0 && refs[0].ID == moved[0].ID:
-			out, refs, moved = append(out, moved[0]), refs[1:], moved[1:]
-		default:
-			out, moved = append(out, moved[0]), moved[1:]
+	for _, m := range moved {
+		i, found := slices.BinarySearchFunc(refs, m.ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
+		out = append(out, refs[:i]...)
+		out = append(out, m)
+		if found {
+			i++
 		}
+		refs = refs[i:]
 	}
-	return out
+	return append(out, refs...)
 }
 
 // ref returns the commit of install id's ref, zero when it has none.
