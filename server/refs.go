@@ -19,6 +19,7 @@ import (
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -430,12 +431,45 @@ func findInstallRef(refs []renderer.InstallRef, id string) (plumbing.Hash, bool)
 // renderRefs is where the server's render reads its refs
 // (publish.RefSource): the install refs from the ref table, which the
 // server alone moves, and the few others from git, which finds them in
-// packed-refs by binary search where gitrepo reads the file whole.
+// packed-refs by binary search where gitrepo reads the file whole. One
+// renderRefs serves one render.
 type renderRefs struct {
 	refs *refTable
 	dir  string
 	// handed is the list of install refs handed to the render.
 	handed []renderer.InstallRef
+	// few are the refs of fewRefs, read for the render with one git
+	// for-each-ref the first time one is asked for; nil until then.
+	few map[string]plumbing.Hash
+}
+
+// fewRefs are the refs outside the table a render reads (publish.Render),
+// by name or, ending in "/", by prefix: read together, where each was a
+// git process of its own, some 2 ms each.
+var fewRefs = []string{schemas.RenderedRef, requests.Ref, schemas.ApprovalsRef, schemas.RolloutRefPrefix}
+
+// fewRef reports whether fewRefs covers the ref name, or every ref of
+// the prefix given (a prefix ending in "/").
+func fewRef(name string) bool {
+	for _, f := range fewRefs {
+		if name == f || strings.HasSuffix(f, "/") && strings.HasPrefix(name, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// readFew reads the refs of fewRefs, once for the render.
+func (r *renderRefs) readFew(ctx context.Context) (map[string]plumbing.Hash, error) {
+	if r.few != nil {
+		return r.few, nil
+	}
+	few, err := forEachRef(ctx, r.dir, fewRef, fewRefs...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", strings.Join(fewRefs, ", "), err)
+	}
+	r.few = few
+	return few, nil
 }
 
 // InstallRefs implements publish.RefSource.
@@ -446,6 +480,10 @@ func (r *renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error)
 
 // Ref implements publish.RefSource.
 func (r *renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+	if fewRef(name.String()) {
+		few, err := r.readFew(ctx)
+		return few[name.String()], err
+	}
 	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return n == name.String() }, name.String())
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
@@ -455,13 +493,21 @@ func (r *renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plum
 
 // RefList implements publish.RefSource.
 func (r *renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
-	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
+	var refs map[string]plumbing.Hash
+	var err error
+	if strings.HasSuffix(prefix, "/") && fewRef(prefix) {
+		refs, err = r.readFew(ctx)
+	} else {
+		refs, err = forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
 	out := make([]gitrepo.Ref, 0, len(refs))
 	for name, h := range refs {
-		out = append(out, gitrepo.Ref{Name: name, Hash: h})
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, gitrepo.Ref{Name: name, Hash: h})
+		}
 	}
 	slices.SortFunc(out, func(a, b gitrepo.Ref) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -20,6 +20,7 @@ import (
 	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -72,7 +73,6 @@ func TestRenderRefsFromTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src2 := &renderRefs{refs: table, dir: dir}
 	gitList := func() []renderer.InstallRef {
 		repo, err := gitrepo.Open(dir)
 		if err != nil {
@@ -127,13 +127,15 @@ func TestRenderRefsFromTable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
-		fromTable, err := render(true, src2)
+		// One renderRefs a render, as the server makes them.
+		fromTable, err := render(true, &renderRefs{refs: table, dir: dir})
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		if diff := cmp.Diff(fromGit.Updates, fromTable.Updates); diff != "" {
 			t.Fatalf("%s: updates (-git +table):\n%s", step.name, diff)
 		}
+		src2 := &renderRefs{refs: table, dir: dir}
 		res, err := render(false, src2)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
@@ -398,5 +400,51 @@ func TestRefTableAdoptList(t *testing.T) {
 				t.Errorf("table's list (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRenderRefsFew: the refs outside the table a render reads, read
+// together once, are git's: named ones, absent ones, a prefix's list, and
+// neither names that only start like them nor a ref under a named one
+// are taken; a ref fewRefs does not cover is read alone.
+func TestRenderRefsFew(t *testing.T) {
+	ctx := context.Background()
+	dir, _, _ := renderTenant(t)
+	tip := strings.TrimSpace(gittest.Git(t, dir, "rev-parse", "main"))
+	for _, name := range []string{schemas.RenderedRef, schemas.ApprovalsRef, schemas.RolloutRef("stable"), schemas.RolloutRef("beta"),
+		"refs/heads/nuon/renderedx", "refs/heads/nuon/rollouts-old", "refs/heads/other"} {
+		gittest.Git(t, dir, "update-ref", name, tip)
+	}
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := publish.RepoRefs{Repo: repo}
+	few := &renderRefs{refs: newRefTable(), dir: dir}
+	for _, name := range []string{schemas.RenderedRef, requests.Ref, schemas.ApprovalsRef, "refs/heads/other", "refs/heads/nuon/renderedx"} {
+		want, err := git.Ref(ctx, plumbing.ReferenceName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := few.Ref(ctx, plumbing.ReferenceName(name))
+		if err != nil || got != want {
+			t.Errorf("%s: %s, %v; git says %s", name, got, err, want)
+		}
+	}
+	for _, prefix := range []string{schemas.RolloutRefPrefix, "refs/heads/nuon/"} {
+		want, err := git.RefList(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := few.RefList(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-git +few):\n%s", prefix, diff)
+		}
+	}
+	if _, ok := few.few["refs/heads/nuon/renderedx"]; ok || len(few.few) != 4 {
+		t.Errorf("read together: %v, want the rendered ref, approvals and two rollouts", few.few)
 	}
 }
