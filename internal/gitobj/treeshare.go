@@ -136,3 +136,16 @@ func sharedCall(h plumbing.Hash, raw []byte) *treeCall {
 	}
 	return c
 }
+
+// sharedContent reports whether raw is the content of a tree kept here,
+// read whole (the same bytes in memory).
+func sharedContent(raw []byte) bool {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for _, h := range shared.order {
+		if c := shared.calls[h]; c != nil && c.err == nil && sameBytes(c.raw, raw) {
+			return true
+		}
+	}
+	return false
+}
