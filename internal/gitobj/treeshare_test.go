@@ -152,3 +152,47 @@ func storeTree(t *testing.T, st *memory.Storage, raw []byte) plumbing.Hash {
 	}
 	return h
 }
+
+// TestReadTreeSharedResumes: a tree of the length of a kept one is
+// hashed from the kept tree's mark before their first differing byte, to
+// the hash of its whole content: trees that differ in their first
+// megabyte, in a later one, in their last byte, and not at all; a tree
+// whose stored content was altered is refused whatever it shares.
+func TestReadTreeSharedResumes(t *testing.T) {
+	st := memory.NewStorage()
+	es := make([]Entry, 90_000) // some 3.5 MB: three marks and a part
+	for i := range es {
+		es[i] = Entry{Name: fmt.Sprintf("resume-%07d.yaml", i), Mode: filemode.Regular}
+	}
+	base := EncodeTree(es)
+	if _, err := ReadTreeShared(st, storeTree(t, st, base), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int{5, 100, 45_000, 89_999} {
+		es[at].Hash = plumbing.NewHash("3333333333333333333333333333333333333333")
+		raw := EncodeTree(es)
+		if len(raw) != len(base) {
+			t.Fatal("not the same length")
+		}
+		got, err := ReadTreeShared(st, storeTree(t, st, raw), 0)
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("entry %d changed: %v", at, err)
+		}
+	}
+	// A tree stored under the id of other content: its hash is checked
+	// from the mark, and found wrong.
+	es[60_000].Hash = plumbing.NewHash("4444444444444444444444444444444444444444")
+	good := EncodeTree(es)
+	bad := bytes.Clone(good)
+	bad[len(bad)-5] ^= 1
+	h := Hash(plumbing.TreeObject, good)
+	o := st.NewEncodedObject()
+	o.SetType(plumbing.TreeObject)
+	w, _ := o.Writer()
+	w.Write(bad)
+	w.Close()
+	st.Objects[h] = o
+	if _, err := ReadTreeShared(st, h, 0); err == nil {
+		t.Error("a tree whose content is not its id's was read")
+	}
+}
