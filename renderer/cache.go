@@ -20,11 +20,15 @@ import (
 //     the next render compares with its own (its previous source). At
 //     100,000 installs that tree is some 4 MB; a one-install render of the
 //     tenant server then reads one tree, not two, and reads as entries
-//     only those between what the two share at their start and end.
+//     only those between what the two share at their start and end. It is
+//     kept from a process's first render too, when installs/ did not
+//     change since the render before (a server's start).
 //   - the install refs the last render left, with their digest
 //     (TrailerInstallRefs) and the hash's state at every 1,024th ref: the
 //     next render compares the refs it is given with that list, entry by
-//     entry, and hashes them only when they differ; the digest it writes
+//     entry (that very list, handed back as Previous.Refs from
+//     Result.Refs, without a look), and hashes them only when they
+//     differ; the digest it writes
 //     it hashes from the state before the first ref it moves. The refs
 //     are always those read from the repository, so a ref moved behind
 //     the renderer's back makes the lists differ and the digest is
@@ -79,7 +83,10 @@ func (c *Cache) keep(h plumbing.Hash, raw *rawIndex) {
 
 // knownRefs returns what the cache keeps of refs (a list sorted by id with
 // no zero commit) when refs are, entry by entry, the list it keeps; nil
-// otherwise.
+// otherwise. The list kept itself (Result.Refs, handed back by the tenant
+// server's ref table) is known without a look at its entries: a memo's
+// list is never changed, and at a million installs the comparison was a
+// tenth of a one-install render.
 func (c *Cache) knownRefs(refs []InstallRef) *refsMemo {
 	if c == nil {
 		return nil
@@ -87,7 +94,12 @@ func (c *Cache) knownRefs(refs []InstallRef) *refsMemo {
 	c.mu.Lock()
 	m := c.refs
 	c.mu.Unlock()
-	if m == nil || !slices.Equal(m.refs, refs) {
+	switch {
+	case m == nil || len(m.refs) != len(refs):
+		return nil
+	case len(refs) > 0 && &m.refs[0] == &refs[0]:
+		return m
+	case !slices.Equal(m.refs, refs):
 		return nil
 	}
 	return m

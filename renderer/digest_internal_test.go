@@ -52,13 +52,17 @@ func TestCacheKnownRefs(t *testing.T) {
 		t.Errorf("empty cache: %+v", m)
 	}
 	// Not the refs' digest, so that a list taken for the kept one shows.
-	c.keepRefs(&refsMemo{refs: slices.Clone(kept), digest: "kept"})
+	own := slices.Clone(kept)
+	c.keepRefs(&refsMemo{refs: own, digest: "kept"})
 	tests := []struct {
 		name string
 		refs []InstallRef
 		want bool
 	}{
 		{"the same refs", slices.Clone(kept), true},
+		{"the list kept itself", own, true},
+		{"the head of the list kept", own[:2], false},
+		{"the list kept and one more", append(own[:3:3], InstallRef{"umbrella", h("u")}), false},
 		{"a ref moved", []InstallRef{kept[0], {"globex", h("x")}, kept[2]}, false},
 		{"a ref added", append(slices.Clone(kept), InstallRef{"umbrella", h("u")}), false},
 		{"a ref gone", kept[:2], false},

@@ -213,6 +213,37 @@ func TestCacheKeepsSourceTree(t *testing.T) {
 	}
 }
 
+// TestCacheKeepsUnchangedSourceTree: a render with a Cache whose source's
+// installs/ tree is the previous render's (a server's first render after
+// a start) keeps that tree all the same, so that the next change is
+// compared with it: with the object gone from the repository, the render
+// of the next change is still incremental; without the cache it is not.
+func TestCacheKeepsUnchangedSourceTree(t *testing.T) {
+	tn := newTenant(t)
+	tn.render(options(t))
+	cache := renderer.NewCache()
+	opts := options(t)
+	opts.Cache = cache
+	if res := tn.render(opts); !res.Incremental || len(res.Updates) != 0 {
+		t.Fatalf("the start render: incremental %v, %d updates; want incremental, none", res.Incremental, len(res.Updates))
+	}
+	tree := gittest.Git(t, tn.dir, "rev-parse", "main:"+schemas.InstallsDir)
+	if err := os.Remove(filepath.Join(tn.dir, "objects", tree[:2], tree[2:])); err != nil {
+		t.Fatalf("the installs/ tree of main is not a loose object: %v", err)
+	}
+	tn.edit("installs/globex.yaml", "channel: beta", "channel: stable")
+	tn.commit("globex on stable")
+	if _, res := tn.plan(options(t)); res.Incremental {
+		t.Fatal("without the previous source's tree, an incremental render")
+	}
+	opts = options(t)
+	opts.Cache = cache
+	res := tn.render(opts)
+	if !res.Incremental || len(res.Installs) != 1 || res.Installs[0].ID != "globex" {
+		t.Errorf("with the cache: incremental %v, installs %+v; want globex alone", res.Incremental, res.Installs)
+	}
+}
+
 // FuzzIncrementalSourceTree renders the crafted tenant, then a main whose
 // installs/ tree object is any bytes: the render that compares the two
 // trees as bytes never panics, fails only with problems, and when it is

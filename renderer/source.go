@@ -410,6 +410,11 @@ func (r *renderRun) sourceDelta() (ch *sourceChange, ok bool) {
 	oldDir, curDir := entryOf(old, schemas.InstallsDir), entryOf(cur, schemas.InstallsDir)
 	if oldDir == curDir {
 		// Nothing that is rendered changed: every install keeps its state.
+		// The tree is indexed all the same, once per process (the first
+		// render of a server, most often): the next change is compared
+		// with it around what moved, where without it both trees were
+		// walked whole, 0.12 s at a million installs.
+		r.keepIndex(curDir)
 		return ch, true
 	}
 	// Both trees are compared as written, in git's order, which each
@@ -474,6 +479,35 @@ func (r *renderRun) addUnrendered(ch *sourceChange, dir entry) error {
 	}
 	slices.SortFunc(ch.entries, gitOrder)
 	return nil
+}
+
+// keepIndex keeps in the render's Cache the installs/ tree dir with its
+// index (gitobj.ReadIndexShared, shared with the tenant server's key table
+// and rollout controller), unless the Cache keeps it already. Nothing is
+// kept when the tree cannot be read, or holds a folder, which the next
+// render then reports from a full load.
+func (r *renderRun) keepIndex(dir entry) {
+	if r.opts.Cache == nil || dir.hash.IsZero() || dir.mode != filemode.Dir {
+		return
+	}
+	if _, kept := r.opts.Cache.rawTree(dir.hash); kept {
+		return
+	}
+	x, err := gitobj.ReadIndexShared(r.st, dir.hash, maxSourceTree)
+	if err != nil {
+		return
+	}
+	installs := 0
+	for k := range x.Len() {
+		e := x.Entry(k)
+		if !e.Mode.IsFile() {
+			return
+		}
+		if bytes.HasSuffix(e.Name, []byte(".yaml")) {
+			installs++
+		}
+	}
+	r.opts.Cache.keep(dir.hash, &rawIndex{raw: x.Raw, offs: x.Offs, installs: installs})
 }
 
 // rawTree reads the tree of a folder entry as written; nothing when there

@@ -131,8 +131,9 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		refs := &renderRefs{refs: s.refs, dir: s.cfg.Dir}
 		res, err := publish.Render(ctx, repo, s.cfg.RenderKey, publish.Options{Source: main.String(), Now: s.cfg.Now, Cache: s.renderCache,
-			Refs: renderRefs{s.refs, s.cfg.Dir}})
+			Refs: refs})
 		var ps schemas.Problems
 		if errors.As(err, &ps) {
 			// Not retried: main must change first.
@@ -155,14 +156,17 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		for _, in := range res.Failed() {
 			s.log.Error("install not rendered, keeping its previous state", "install", in.ID, "commit", main.String(), "error", in.Error)
 		}
-		var moved []string
+		var moved, ids []string
 		for _, u := range res.Updates {
 			name := u.Name.String()
-			if strings.HasPrefix(name, schemas.InstallRefPrefix) {
+			if id, ok := strings.CutPrefix(name, schemas.InstallRefPrefix); ok {
 				s.refs.set(name, u.New)
+				ids = append(ids, id)
 			}
 			moved = append(moved, name)
 		}
+		// The next render is handed the list this one left.
+		s.refs.adoptList(refs.handed, res.Refs, ids)
 		s.log.Info("rendered", "commit", main.String(), "changed", res.ChangedCount(), "refs", len(moved), "duration", time.Since(start).Round(time.Millisecond))
 		if s.mirror != nil && len(moved) > 0 {
 			s.mirror.add(moved...)

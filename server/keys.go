@@ -260,21 +260,24 @@ func readInstallsFrom(dir string, main plumbing.Hash, prev *installsTree) (*gitr
 		}
 		return repo, &installsTree{}, changed, nil
 	}
-	raw, err := gitobj.ReadTreeShared(st, h, 0)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
-	}
 	if prev != nil && prev.index != nil {
+		raw, err := gitobj.ReadTreeShared(st, h, 0)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
+		}
 		changed := []string{}
 		idx, _, _, err := prev.index.Delta(raw, func(w *gitobj.TreeWalk) error {
 			changed = appendChange(changed, w)
 			return nil
 		})
 		if err == nil {
+			gitobj.KeepIndex(h, idx)
 			return repo, &installsTree{hash: h, index: idx}, changed, nil
 		}
 	}
-	idx, err := gitobj.IndexTree(raw)
+	// Indexed once in the process for its readers: the render keeps the
+	// index of main's tree from its first render.
+	idx, err := gitobj.ReadIndexShared(st, h, 0)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -359,22 +360,130 @@ func (t *refTable) installRefs() []renderer.InstallRef {
 	return t.list
 }
 
+// adoptList takes list, the install refs a render left
+// (renderer.Result.Refs), as the table's sorted list when it is the list
+// patching would give: the render was handed the table's list (handed,
+// that very list), and the desired refs set since are those of ids, the
+// installs whose ref the render moved, as list holds them. The next render
+// is then handed its own list back, which it knows without comparing its
+// entries (renderer.Cache), and no copy of a million entries is patched.
+// Otherwise it takes nothing, and installRefs patches as before; false
+// then.
+func (t *refTable) adoptList(handed, list []renderer.InstallRef, ids []string) bool {
+	t.listMu.Lock()
+	defer t.listMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if list == nil || !t.listed || !sameList(handed, t.list) || t.listAt < t.logBase || t.listAt > t.version {
+		return false
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	set := map[string]bool{}
+	for _, name := range t.log[t.listAt-t.logBase:] {
+		if id, status, mine := splitRef(name); mine && !status {
+			if !want[id] {
+				return false
+			}
+			set[id] = true
+		}
+	}
+	if len(set) != len(want) {
+		return false
+	}
+	n := len(t.list)
+	for id := range set {
+		_, had := findInstallRef(t.list, id)
+		h, has := findInstallRef(list, id)
+		if tip := t.installs[id].desired; has != !tip.IsZero() || has && h != tip {
+			return false
+		}
+		switch {
+		case has && !had:
+			n++
+		case had && !has:
+			n--
+		}
+	}
+	if n != len(list) {
+		return false
+	}
+	t.list, t.listAt = list, t.version
+	return true
+}
+
+// sameList reports whether a and b are the same list in memory.
+func sameList(a, b []renderer.InstallRef) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// findInstallRef finds id in refs, sorted by id.
+func findInstallRef(refs []renderer.InstallRef, id string) (plumbing.Hash, bool) {
+	i, ok := slices.BinarySearchFunc(refs, id, func(r renderer.InstallRef, id string) int { return strings.Compare(r.ID, id) })
+	if !ok {
+		return plumbing.ZeroHash, false
+	}
+	return refs[i].Commit, true
+}
+
 // renderRefs is where the server's render reads its refs
 // (publish.RefSource): the install refs from the ref table, which the
 // server alone moves, and the few others from git, which finds them in
-// packed-refs by binary search where gitrepo reads the file whole.
+// packed-refs by binary search where gitrepo reads the file whole. One
+// renderRefs serves one render.
 type renderRefs struct {
 	refs *refTable
 	dir  string
+	// handed is the list of install refs handed to the render.
+	handed []renderer.InstallRef
+	// few are the refs of fewRefs, read for the render with one git
+	// for-each-ref the first time one is asked for; nil until then.
+	few map[string]plumbing.Hash
+}
+
+// fewRefs are the refs outside the table a render reads (publish.Render),
+// by name or, ending in "/", by prefix: read together, where each was a
+// git process of its own, some 2 ms each.
+var fewRefs = []string{schemas.RenderedRef, requests.Ref, schemas.ApprovalsRef, schemas.RolloutRefPrefix}
+
+// fewRef reports whether fewRefs covers the ref name, or every ref of
+// the prefix given (a prefix ending in "/").
+func fewRef(name string) bool {
+	for _, f := range fewRefs {
+		if name == f || strings.HasSuffix(f, "/") && strings.HasPrefix(name, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// readFew reads the refs of fewRefs, once for the render.
+func (r *renderRefs) readFew(ctx context.Context) (map[string]plumbing.Hash, error) {
+	if r.few != nil {
+		return r.few, nil
+	}
+	few, err := forEachRef(ctx, r.dir, fewRef, fewRefs...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", strings.Join(fewRefs, ", "), err)
+	}
+	r.few = few
+	return few, nil
 }
 
 // InstallRefs implements publish.RefSource.
-func (r renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
-	return r.refs.installRefs(), nil
+func (r *renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+	r.handed = r.refs.installRefs()
+	return r.handed, nil
 }
 
 // Ref implements publish.RefSource.
-func (r renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+func (r *renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error) {
+	if fewRef(name.String()) {
+		few, err := r.readFew(ctx)
+		return few[name.String()], err
+	}
 	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return n == name.String() }, name.String())
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("read %s: %w", name, err)
@@ -383,14 +492,22 @@ func (r renderRefs) Ref(ctx context.Context, name plumbing.ReferenceName) (plumb
 }
 
 // RefList implements publish.RefSource.
-func (r renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
-	refs, err := forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
+func (r *renderRefs) RefList(ctx context.Context, prefix string) ([]gitrepo.Ref, error) {
+	var refs map[string]plumbing.Hash
+	var err error
+	if strings.HasSuffix(prefix, "/") && fewRef(prefix) {
+		refs, err = r.readFew(ctx)
+	} else {
+		refs, err = forEachRef(ctx, r.dir, func(n string) bool { return strings.HasPrefix(n, prefix) }, prefix)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
 	out := make([]gitrepo.Ref, 0, len(refs))
 	for name, h := range refs {
-		out = append(out, gitrepo.Ref{Name: name, Hash: h})
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, gitrepo.Ref{Name: name, Hash: h})
+		}
 	}
 	slices.SortFunc(out, func(a, b gitrepo.Ref) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

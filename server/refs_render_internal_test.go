@@ -20,6 +20,7 @@ import (
 	"nuon.dev/nuon/internal/publish"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/requests"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -50,12 +51,18 @@ func TestRenderRefsFromTable(t *testing.T) {
 	ctx := context.Background()
 	dir, src, key := renderTenant(t)
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	// The real renders with the table keep a Cache, as the server's do.
+	cache := renderer.NewCache()
 	render := func(dry bool, refs publish.RefSource) (*renderer.Result, error) {
 		repo, err := gitrepo.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return publish.Render(ctx, repo, key, publish.Options{DryRun: dry, Now: now, Refs: refs})
+		opts := publish.Options{DryRun: dry, Now: now, Refs: refs}
+		if !dry && refs != nil {
+			opts.Cache = cache
+		}
+		return publish.Render(ctx, repo, key, opts)
 	}
 	// The first render reads git; the table is loaded after it, as the
 	// server loads it at start.
@@ -66,7 +73,6 @@ func TestRenderRefsFromTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src2 := renderRefs{table, dir}
 	gitList := func() []renderer.InstallRef {
 		repo, err := gitrepo.Open(dir)
 		if err != nil {
@@ -121,13 +127,15 @@ func TestRenderRefsFromTable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
-		fromTable, err := render(true, src2)
+		// One renderRefs a render, as the server makes them.
+		fromTable, err := render(true, &renderRefs{refs: table, dir: dir})
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		if diff := cmp.Diff(fromGit.Updates, fromTable.Updates); diff != "" {
 			t.Fatalf("%s: updates (-git +table):\n%s", step.name, diff)
 		}
+		src2 := &renderRefs{refs: table, dir: dir}
 		res, err := render(false, src2)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
@@ -135,10 +143,20 @@ func TestRenderRefsFromTable(t *testing.T) {
 		if diff := cmp.Diff(fromGit.Updates, res.Updates); diff != "" {
 			t.Fatalf("%s: written updates (-dry run +real):\n%s", step.name, diff)
 		}
+		var ids []string
 		for _, u := range res.Updates {
-			if strings.HasPrefix(u.Name.String(), schemas.InstallRefPrefix) {
+			if id, ok := strings.CutPrefix(u.Name.String(), schemas.InstallRefPrefix); ok {
 				table.set(u.Name.String(), u.New)
+				ids = append(ids, id)
 			}
+		}
+		// As the server does: the table takes the list the render left,
+		// and hands it to the next render, which knows it.
+		if !table.adoptList(src2.handed, res.Refs, ids) {
+			t.Fatalf("%s: the render's list of refs not taken", step.name)
+		}
+		if got := table.installRefs(); !sameList(got, res.Refs) {
+			t.Fatalf("%s: the table hands out a list of its own", step.name)
 		}
 		if diff := cmp.Diff(gitList(), table.installRefs()); diff != "" {
 			t.Fatalf("%s: after the render, table's list (-git +table):\n%s", step.name, diff)
@@ -182,7 +200,7 @@ func TestRenderRefsTableLags(t *testing.T) {
 		os.WriteFile(filepath.Join(src, "installs", "acme.yaml"), regexp.MustCompile(`cidr: .*`).ReplaceAll(b, []byte("cidr: "+cidr)), 0o644)
 		gittest.CommitDir(t, dir, "main", src, "acme again")
 		before := gittest.Git(t, dir, "for-each-ref")
-		err := render(renderRefs{table, dir})
+		err := render(&renderRefs{refs: table, dir: dir})
 		if !errors.Is(err, gitrepo.ErrStale) {
 			t.Fatalf("packed %v: render over a lagging table: %v, want ErrStale", packed, err)
 		}
@@ -275,5 +293,158 @@ func TestRefTableInstallRefs(t *testing.T) {
 			t.Fatalf("%s: listed again", step.name)
 		}
 		prev = got
+	}
+}
+
+// TestRefTableAdoptList: the table takes a render's list only when it is
+// the list patching would give, the render handed the table's own list
+// and the desired refs moved since being the render's alone; a list that
+// lags or leads the table, of another base, or after another writer's
+// move, is not taken, and the table's list stays what git would say.
+func TestRefTableAdoptList(t *testing.T) {
+	h := func(i int) plumbing.Hash {
+		var h plumbing.Hash
+		h[0], h[1], h[19] = byte(i>>8), byte(i), 2
+		return h
+	}
+	newTable := func() (*refTable, []renderer.InstallRef) {
+		table := newRefTable()
+		for i := range 10 {
+			table.set(schemas.InstallRef(fmt.Sprintf("i%02d", i)), h(i))
+		}
+		return table, table.installRefs()
+	}
+	// patched is base with id at commit c (zero: gone).
+	patched := func(base []renderer.InstallRef, id string, c plumbing.Hash) []renderer.InstallRef {
+		out := slices.DeleteFunc(slices.Clone(base), func(r renderer.InstallRef) bool { return r.ID == id })
+		if !c.IsZero() {
+			out = append(out, renderer.InstallRef{ID: id, Commit: c})
+			slices.SortFunc(out, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		// do moves the table's refs after the render was handed base,
+		// and returns the render's list, its ids and the list handed.
+		do   func(table *refTable, base []renderer.InstallRef) (handed, list []renderer.InstallRef, ids []string)
+		take bool
+	}{
+		{"one moved", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, patched(base, "i05", h(100)), []string{"i05"}
+		}, true},
+		{"one added, status refs moved too", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.StatusRef("i01"), h(101))
+			table.set(schemas.InstallRef("i055"), h(102))
+			table.set(schemas.StatusRef("i02"), h(103))
+			return base, patched(base, "i055", h(102)), []string{"i055"}
+		}, true},
+		{"nothing moved", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			return base, slices.Clone(base), nil
+		}, true},
+		{"no list", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, nil, []string{"i05"}
+		}, false},
+		{"another list handed", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return slices.Clone(base), patched(base, "i05", h(100)), []string{"i05"}
+		}, false},
+		{"another writer moved one more", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			table.set(schemas.InstallRef("i07"), plumbing.ZeroHash)
+			return base, patched(base, "i05", h(100)), []string{"i05"}
+		}, false},
+		{"the render's commit not the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, patched(base, "i05", h(104)), []string{"i05"}
+		}, false},
+		{"a move the table lacks", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			return base, patched(base, "i05", h(100)), []string{"i05"}
+		}, false},
+		{"an entry more than the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, patched(patched(base, "i05", h(100)), "i99", h(105)), []string{"i05"}
+		}, false},
+		{"an entry less than the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, patched(patched(base, "i05", h(100)), "i00", plumbing.ZeroHash), []string{"i05"}
+		}, false},
+		{"listed again meanwhile", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+			table.set(schemas.InstallRef("i03"), h(106))
+			table.installRefs()
+			table.set(schemas.InstallRef("i05"), h(100))
+			return base, patched(base, "i05", h(100)), []string{"i05"}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table, base := newTable()
+			handed, list, ids := tt.do(table, base)
+			if got := table.adoptList(handed, list, ids); got != tt.take {
+				t.Fatalf("taken %v, want %v", got, tt.take)
+			}
+			got := table.installRefs()
+			if tt.take && !sameList(got, list) {
+				t.Error("taken, but the table hands out another list")
+			}
+			var want []renderer.InstallRef
+			for id, tips := range table.installs {
+				if !tips.desired.IsZero() {
+					want = append(want, renderer.InstallRef{ID: id, Commit: tips.desired})
+				}
+			}
+			slices.SortFunc(want, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("table's list (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRenderRefsFew: the refs outside the table a render reads, read
+// together once, are git's: named ones, absent ones, a prefix's list, and
+// neither names that only start like them nor a ref under a named one
+// are taken; a ref fewRefs does not cover is read alone.
+func TestRenderRefsFew(t *testing.T) {
+	ctx := context.Background()
+	dir, _, _ := renderTenant(t)
+	tip := strings.TrimSpace(gittest.Git(t, dir, "rev-parse", "main"))
+	for _, name := range []string{schemas.RenderedRef, schemas.ApprovalsRef, schemas.RolloutRef("stable"), schemas.RolloutRef("beta"),
+		"refs/heads/nuon/renderedx", "refs/heads/nuon/rollouts-old", "refs/heads/other"} {
+		gittest.Git(t, dir, "update-ref", name, tip)
+	}
+	repo, err := gitrepo.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := publish.RepoRefs{Repo: repo}
+	few := &renderRefs{refs: newRefTable(), dir: dir}
+	for _, name := range []string{schemas.RenderedRef, requests.Ref, schemas.ApprovalsRef, "refs/heads/other", "refs/heads/nuon/renderedx"} {
+		want, err := git.Ref(ctx, plumbing.ReferenceName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := few.Ref(ctx, plumbing.ReferenceName(name))
+		if err != nil || got != want {
+			t.Errorf("%s: %s, %v; git says %s", name, got, err, want)
+		}
+	}
+	for _, prefix := range []string{schemas.RolloutRefPrefix, "refs/heads/nuon/"} {
+		want, err := git.RefList(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := few.RefList(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-git +few):\n%s", prefix, diff)
+		}
+	}
+	if _, ok := few.few["refs/heads/nuon/renderedx"]; ok || len(few.few) != 4 {
+		t.Errorf("read together: %v, want the rendered ref, approvals and two rollouts", few.few)
 	}
 }

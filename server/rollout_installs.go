@@ -268,14 +268,14 @@ func installChanges(st storer.EncodedObjectStorer, main plumbing.Hash, prev *ins
 		}
 		return &installsTree{}, nil, gone, nil
 	}
-	raw, err := gitobj.ReadTreeShared(st, h, 0)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
-	}
 	entry := func(e gitobj.RawEntry) gitobj.Entry {
 		return gitobj.Entry{Name: string(e.Name), Mode: e.Mode, Hash: e.Hash()}
 	}
 	if prev != nil {
+		raw, err := gitobj.ReadTreeShared(st, h, 0)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
+		}
 		x := prev.index
 		if x == nil {
 			x = &gitobj.TreeIndex{}
@@ -291,11 +291,12 @@ func installChanges(st storer.EncodedObjectStorer, main plumbing.Hash, prev *ins
 			return nil
 		})
 		if err == nil {
+			gitobj.KeepIndex(h, idx)
 			return &installsTree{hash: h, index: idx}, changed, gone, nil
 		}
 		changed, gone = nil, nil
 	}
-	idx, err := gitobj.IndexTree(raw)
+	idx, err := gitobj.ReadIndexShared(st, h, 0)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read main %s: %s: %w", main, schemas.InstallsDir, err)
 	}

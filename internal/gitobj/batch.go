@@ -125,17 +125,21 @@ func NewBatch() *Batch { return &Batch{objs: map[plumbing.Hash]newObject{}} }
 // standard library: the objects hashed here are built by this process, so
 // the collision detection go-git's default hasher pays for buys nothing.
 func Hash(t plumbing.ObjectType, content []byte) plumbing.Hash {
-	var hdr [32]byte
 	h := sha1.New()
-	b := append(hdr[:0], t.Bytes()...)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(len(content)), 10)
-	b = append(b, 0)
-	h.Write(b)
+	h.Write(objectHeader(t, len(content)))
 	h.Write(content)
 	var id plumbing.Hash
 	h.Sum(id[:0])
 	return id
+}
+
+// objectHeader is what git hashes before an object's content: its type
+// and size.
+func objectHeader(t plumbing.ObjectType, size int) []byte {
+	b := append(make([]byte, 0, 32), t.Bytes()...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(size), 10)
+	return append(b, 0)
 }
 
 // Add stores an object and returns its id. Adding the same object twice

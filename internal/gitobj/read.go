@@ -22,6 +22,24 @@ var ErrTooLarge = errors.New("object too large")
 // object's own (a Store's objects are not copied again): neither is to be
 // changed.
 func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, limit int64) (plumbing.EncodedObject, []byte, error) {
+	o, content, err := readUnchecked(st, t, h, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	if got := Hash(t, content); got != h {
+		return nil, nil, corrupt(h, got)
+	}
+	return o, content, nil
+}
+
+// corrupt is the error of the object h whose content hashes to got.
+func corrupt(h, got plumbing.Hash) error {
+	return fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
+}
+
+// readUnchecked is ReadObject without the check of the content's hash,
+// for a caller that checks it (ReadTreeShared).
+func readUnchecked(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing.Hash, limit int64) (plumbing.EncodedObject, []byte, error) {
 	if limit > 0 {
 		// From the object's header (Store.EncodedObjectSize): reading
 		// the object first would inflate it whole.
@@ -33,7 +51,14 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 			return nil, nil, fmt.Errorf("%s %s: %w: %d bytes, the limit is %d", t, h, ErrTooLarge, size, limit)
 		}
 	}
-	o, err := st.EncodedObject(t, h)
+	var o plumbing.EncodedObject
+	var err error
+	if s, ok := st.(*Store); ok {
+		// The hash is checked below.
+		o, err = s.encodedObject(t, h, false)
+	} else {
+		o, err = st.EncodedObject(t, h)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -43,9 +68,6 @@ func ReadObject(st storer.EncodedObjectStorer, t plumbing.ObjectType, h plumbing
 	content, err := objectContent(o, h, t)
 	if err != nil {
 		return nil, nil, err
-	}
-	if got := Hash(t, content); got != h {
-		return nil, nil, fmt.Errorf("object %s is corrupt: its content hashes to %s", h, got)
 	}
 	return o, content, nil
 }

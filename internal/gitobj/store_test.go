@@ -109,6 +109,17 @@ func TestStore(t *testing.T) {
 			commitFiles(t, dir, 0, 10)
 			commitFiles(t, dir, 1, 10)
 		}},
+		{"loose stored", func(t *testing.T, dir string) {
+			// As the tenant server keeps its repository: loose objects
+			// of stored blocks, one of them over a block's 64 KB.
+			gittest.Git(t, dir, "config", "core.looseCompression", "0")
+			commitFiles(t, dir, 0, 10)
+			big := bytes.Repeat([]byte("a line of a file over one stored block\n"), 5000)
+			if err := os.WriteFile(filepath.Join(dir, "big.txt"), big, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			commitFiles(t, dir, 1, 10)
+		}},
 		{"several packs and loose", func(t *testing.T, dir string) {
 			commitFiles(t, dir, 0, 20)
 			gittest.Git(t, dir, "repack", "-d", "--quiet")
@@ -248,5 +259,41 @@ func TestStoreCorrupt(t *testing.T) {
 	st = gitobj.NewStore(open(t, dir))
 	if o, err := st.EncodedObject(plumbing.BlobObject, h); err == nil {
 		t.Fatalf("read a damaged entry: got %d bytes, no error", o.Size())
+	}
+}
+
+// TestStoreCorruptStored: a loose object of stored blocks whose content
+// is damaged, its lengths intact, is refused by a read that does not
+// check the hash (its zlib checksum) and by ReadObject (its hash).
+func TestStoreCorruptStored(t *testing.T) {
+	dir := newRepo(t)
+	gittest.Git(t, dir, "config", "core.looseCompression", "0")
+	content := bytes.Repeat([]byte("stored content, a block of it and more\n"), 3000)
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := plumbing.NewHash(strings.TrimSpace(gittest.Git(t, dir, "hash-object", "-w", "f.txt")))
+	name := filepath.Join(dir, ".git", "objects", h.String()[:2], h.String()[2:])
+	st := gitobj.NewStore(open(t, dir))
+	if _, got, err := gitobj.ReadObject(st, plumbing.BlobObject, h, 0); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("read the stored object: %v", err)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x01 // within the content of a block
+	if err := os.Chmod(name, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st = gitobj.NewStore(open(t, dir))
+	if o, err := st.EncodedObject(plumbing.BlobObject, h); err == nil {
+		t.Errorf("read a damaged stored object: %d bytes, no error", o.Size())
+	}
+	if _, _, err := gitobj.ReadObject(st, plumbing.BlobObject, h, 0); err == nil {
+		t.Error("ReadObject read a damaged stored object")
 	}
 }

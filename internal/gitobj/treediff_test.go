@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -329,11 +330,82 @@ func FuzzTreeIndexDelta(f *testing.F) {
 		}
 		ces, ok := parseAll(cur)
 		valid := ok && ordered(ces)
-		_, _, _, err = x.Delta(cur, nil)
+		var steps [2][]string
+		step := func(k int) func(w *TreeWalk) error {
+			return func(w *TreeWalk) error {
+				steps[k] = append(steps[k], fmt.Sprintf("%q %q %d", w.Old.Raw, w.Cur.Raw, w.CurOff))
+				return nil
+			}
+		}
+		idx, i, j, err := x.Delta(cur, step(0))
 		if valid != (err == nil) {
 			t.Fatalf("delta error %v; cur valid: %v", err, valid)
 		}
+		// Again from another index of the same content: the Delta kept,
+		// the same steps and index.
+		y, _ := IndexTree(old)
+		idx2, i2, j2, err2 := y.Delta(cur, step(1))
+		if (err == nil) != (err2 == nil) || i != i2 || j != j2 || !slices.Equal(steps[0], steps[1]) {
+			t.Fatalf("again: [%d, %d) %v, %d steps; first [%d, %d) %v, %d steps", i2, j2, err2, len(steps[1]), i, j, err, len(steps[0]))
+		}
+		if err == nil && !slices.Equal(idx.Offs, idx2.Offs) {
+			t.Fatal("again: another index")
+		}
 	})
+}
+
+// TestTreeIndexDeltaKept: a Delta of the same two shared trees
+// (ReadTreeShared) from another index of the first takes the Delta kept
+// (the same index made) and walks the same steps; of a copy of either
+// tree, which its owner may change, it is done again, to the same result.
+func TestTreeIndexDeltaKept(t *testing.T) {
+	names := map[string]byte{}
+	for i := range 40_000 { // over shareAbove
+		names[fmt.Sprintf("kept-%05d.yaml", i)] = byte(i)
+	}
+	st := memory.NewStorage()
+	read := func(raw []byte) []byte {
+		shared, err := ReadTreeShared(st, storeTree(t, st, raw), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return shared
+	}
+	old := read(tree(names))
+	names["kept-01500.yaml"] = 0xee
+	names["kept-01501.yaml+"] = 1
+	cur := read(tree(names))
+	walk := func(x *TreeIndex, cur []byte) (*TreeIndex, []string) {
+		t.Helper()
+		var steps []string
+		idx, _, _, err := x.Delta(cur, func(w *TreeWalk) error {
+			if !w.Same() {
+				steps = append(steps, string(w.Old.Name)+"|"+string(w.Cur.Name))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idx, steps
+	}
+	a, _ := IndexTree(old)
+	b, _ := IndexTree(old)
+	first, steps := walk(a, cur)
+	if want := []string{"kept-01500.yaml|kept-01500.yaml", "|kept-01501.yaml+"}; !slices.Equal(steps, want) {
+		t.Fatalf("steps %q, want %q", steps, want)
+	}
+	again, steps2 := walk(b, cur)
+	if again != first || !slices.Equal(steps, steps2) {
+		t.Error("a Delta of the same trees from another index was done again, or walked other steps")
+	}
+	for name, c := range map[string][2][]byte{"old copied": {bytes.Clone(old), cur}, "cur copied": {old, bytes.Clone(cur)}} {
+		x, _ := IndexTree(c[0])
+		idx, s := walk(x, c[1])
+		if idx == first || !slices.Equal(idx.Offs, first.Offs) || !slices.Equal(s, steps) {
+			t.Errorf("%s: taken from the Delta kept, or another result", name)
+		}
+	}
 }
 
 // FuzzCompareNames: CompareEntries and CompareRaw order two entries as
