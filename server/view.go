@@ -166,23 +166,25 @@ type snapshot struct {
 type viewInstall struct {
 	ID               string
 	desiredH, statsH plumbing.Hash
-	key              viewKey // of the key the status was verified against
-	Desired          fleet.Desired
-	Status           *fleet.Install // nil: no status yet
-	Err              string         // reading its refs failed
+	// file is the blob of installs/<id>.yaml on the main the install was
+	// read at (zero: none). The key its status is checked against, the
+	// key in force, is what that file and the status history from statsH
+	// give (keyTable.lookup; a hand-over moves the status ref), so
+	// (desiredH, statsH, file) says what the install was read from, and
+	// a restart takes a saved install without parsing its file for the
+	// key. keyless: its status was read with no key in force, which may
+	// be a history that could not be read: such a reading is not taken
+	// from the saved index.
+	file    plumbing.Hash
+	keyless bool
+	Desired fleet.Desired
+	Status  *fleet.Install // nil: no status yet
+	Err     string         // reading its refs failed
 }
 
-// viewKey names an install's key (main's agentKey, as authorizedKey
-// writes it) by its SHA-256: what the index compares to know that a
-// status was verified against the key in force, in 32 bytes rather than
-// the key's ~100 (zero: no key).
-type viewKey [sha256.Size]byte
-
-func keyOf(key string) viewKey {
-	if key == "" {
-		return viewKey{}
-	}
-	return sha256.Sum256([]byte(key))
+// readFrom says whether in was read from the refs and install file given.
+func (in *viewInstall) readFrom(desired, status, file plumbing.Hash) bool {
+	return in.desiredH == desired && in.statsH == status && in.file == file && !(in.keyless && !status.IsZero())
 }
 
 // State is the install's state as the view shows it.
@@ -431,7 +433,7 @@ func errText(err error) string {
 }
 
 // update brings the index to the ref table and main as they are now,
-// re-reading only the installs whose refs (or key) moved, and to the
+// re-reading only the installs whose refs (or file) moved, and to the
 // time now (heartbeats turn late with time alone). The caller holds v.mu.
 func (v *view) update() (*fleetIndex, error) {
 	now, main := v.s.cfg.Now(), v.s.keys.mainCommit()
@@ -470,24 +472,23 @@ func (v *view) update() (*fleetIndex, error) {
 		v.index.live = v.s.live
 	}
 	v.labels.read(repo.Storer(), main)
-	rr := tableRepo{st: repo.Storer(), refs: refs}
 	changed := map[string]*viewEntry{}
 	if v.building {
 		v.build.total.Store(int64(len(refs)))
 	}
-	for id, tips := range refs {
-		d, st := tips.desired, tips.status
-		key := ""
-		if k, ok := v.s.keys.lookup(id); ok {
-			key = authorizedKey(k)
-		}
-		kid := keyOf(key)
-		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == kid {
+	// In the order of the ids, which is the order the render wrote the
+	// installs' objects in and main's installs/ folder lists their files:
+	// objects read in the order of their pack share its delta bases,
+	// where the order of a map read a million installs' at random.
+	for _, id := range slices.Sorted(maps.Keys(refs)) {
+		d, st := refs[id].desired, refs[id].status
+		file := v.labels.blob(id)
+		if old := v.index.entries[id]; old != nil && old.in.readFrom(d, st, file) {
 			continue
 		}
-		in := v.cached(id, d, st, kid)
+		in := v.cached(id, d, st, file)
 		if in == nil {
-			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
+			in = v.readIndexInstall(repo.Storer(), id, d, st, file)
 		} else {
 			v.build.reused.Add(1)
 		}
@@ -510,8 +511,37 @@ func (v *view) update() (*fleetIndex, error) {
 	return v.index, nil
 }
 
+// readIndexInstall reads what the index keeps of install id (view_read.go),
+// its status checked against its key in force.
+func (v *view) readIndexInstall(st storer.Storer, id string, desired, status, file plumbing.Hash) *viewInstall {
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, file: file}
+	var errs []string
+	if !desired.IsZero() {
+		d, err := readIndexDesired(st, desired)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		in.Desired = d
+	}
+	if !status.IsZero() {
+		key := ""
+		if k, ok := v.s.keys.lookup(id); ok {
+			key = authorizedKey(k)
+		}
+		in.keyless = key == ""
+		row, err := readIndexStatus(st, id, status, desired, key)
+		if err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			in.Status = &row
+		}
+	}
+	in.Err = strings.Join(errs, "; ")
+	return in
+}
+
 // take re-reads the installs ids (whose refs moved, or whose file on
-// main changed) when their refs or key differ from what the index has,
+// main changed) when their refs or file differ from what the index has,
 // and gives each its labels: the cost of a status pushed, a render or a
 // new main is the installs it moved, not the fleet.
 func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
@@ -531,16 +561,12 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			}
 			continue
 		}
-		key := ""
-		if k, ok := v.s.keys.lookup(id); ok {
-			key = authorizedKey(k)
-		}
-		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
+		file := v.labels.blob(id)
+		if old != nil && old.in.readFrom(d, st, file) {
 			old.labels = v.labels.of(id) // labels move neither counts nor orders
 			continue
 		}
-		refs := map[string]installTips{id: {desired: d, status: st}}
-		in := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key)
+		in := v.readIndexInstall(repo.Storer(), id, d, st, file)
 		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
@@ -596,6 +622,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, string, erro
 	}
 	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
 	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, key)
+	whole.file = e.in.file
 	in := *whole
 	if whole.Status != nil && e.row != nil {
 		// As the index has it at its time: its last signed contact and
@@ -608,7 +635,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, string, erro
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
-	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: keyOf(key)}
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, keyless: key == ""}
 	var errs []string
 	if !desired.IsZero() {
 		d, err := fleet.ReadDesired(st, desired)
