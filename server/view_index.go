@@ -283,6 +283,8 @@ type fleetIndex struct {
 	syms map[string]uint32
 	// words interns what the entries keep (viewWords.slim).
 	words *viewWords
+	// times are the entries' status times, for the metrics' status ages.
+	times statusTimes
 }
 
 func newFleetIndex() *fleetIndex {
@@ -347,6 +349,9 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 			if !bulk {
 				x.byID = removeEntry(x.byID, old, compareID)
 				x.order = removeEntry(x.order, old, compareProblems)
+				if old.row != nil {
+					x.times.remove(statusMillis(old.row.Time))
+				}
 			}
 			delete(x.entries, id)
 		}
@@ -362,12 +367,22 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 		if !bulk {
 			x.byID = insertEntry(x.byID, e, compareID)
 			x.order = insertEntry(x.order, e, compareProblems)
+			if e.row != nil {
+				x.times.add(statusMillis(e.row.Time))
+			}
 		}
 	}
 	if bulk {
 		x.byID = slices.SortedFunc(maps.Values(x.entries), compareID)
 		x.order = slices.Clone(x.byID)
 		slices.SortStableFunc(x.order, compareProblems)
+		times := make([]int64, 0, len(x.byID))
+		for _, e := range x.byID {
+			if e.row != nil {
+				times = append(times, statusMillis(e.row.Time))
+			}
+		}
+		x.times.reset(times)
 	}
 }
 
