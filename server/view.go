@@ -62,6 +62,38 @@ type view struct {
 	// cache is the saved index the first build takes installs from
 	// (view_cache.go); nil after it.
 	cache map[string]viewCached
+	// versions are the desired versions of the desired states whose rows
+	// pages showed (versionsOf), at most maxVersionsMemo.
+	versions map[plumbing.Hash]map[string]string
+}
+
+// maxVersionsMemo bounds view.versions: a few pages' rows, many times.
+const maxVersionsMemo = 4096
+
+// versionsOf is each component's version in in's desired state, which
+// the index does not keep: read for the rows a page shows, and kept for
+// the next pages. The caller holds v.mu.
+func (v *view) versionsOf(in *viewInstall) map[string]string {
+	if in.Desired.Versions != nil || in.desiredH.IsZero() {
+		return in.Desired.Versions
+	}
+	if m, ok := v.versions[in.desiredH]; ok {
+		return m
+	}
+	repo, err := gitrepo.Open(v.s.cfg.Dir)
+	if err != nil {
+		return nil
+	}
+	d, err := readIndexDesired(repo.Storer(), in.desiredH, true)
+	if err != nil {
+		return nil // the row's install says why (Err)
+	}
+	if v.versions == nil || len(v.versions) >= maxVersionsMemo {
+		v.versions = map[plumbing.Hash]map[string]string{}
+	}
+	m := internLabels(v.index.words.versions, d.Versions)
+	v.versions[in.desiredH] = m
+	return m
 }
 
 // viewBuild is the progress of the first index, built in the background
@@ -517,7 +549,7 @@ func (v *view) readIndexInstall(st storer.Storer, id string, desired, status, fi
 	in := &viewInstall{ID: id, desiredH: desired, statsH: status, file: file}
 	var errs []string
 	if !desired.IsZero() {
-		d, err := readIndexDesired(st, desired)
+		d, err := readIndexDesired(st, desired, false)
 		if err != nil {
 			errs = append(errs, err.Error())
 		}

@@ -27,9 +27,10 @@ import (
 // and fleet.ReadInstall walks the whole status history for key
 // hand-overs. For the index:
 //
-//   - of the desired state, the commit, its tree, install.json, the
-//     components folder and the state file of each component install.json
-//     names, decoded for the fields the index keeps;
+//   - of the desired state, the commit, its tree and install.json,
+//     decoded for the fields the index keeps; each component's desired
+//     version is read only for the rows a page shows (view.versionsOf),
+//     where it was five more files of every install;
 //   - of the status, the commit, its tree and status.json; the key it is
 //     checked against is the key in force (keyTable.lookup), which is
 //     what fleet's walk gives for a tip that is not itself a hand-over
@@ -38,10 +39,14 @@ import (
 // TestIndexReadSameAsFleet holds both to what fleet reads.
 
 // readIndexDesired reads the desired state at h as fleet.ReadDesired does,
-// keeping what the index keeps: its generation, time, channel, deletion
-// and each component's version (Commit is left out).
-func readIndexDesired(st storer.EncodedObjectStorer, h plumbing.Hash) (fleet.Desired, error) {
-	d := fleet.Desired{Versions: map[string]string{}}
+// keeping what the index keeps: its generation, time, channel and
+// deletion (Commit is left out), and with versions each component's
+// version (nil without).
+func readIndexDesired(st storer.EncodedObjectStorer, h plumbing.Hash, versions bool) (fleet.Desired, error) {
+	var d fleet.Desired
+	if versions {
+		d.Versions = map[string]string{}
+	}
 	c, err := gitobj.ReadCommit(st, h)
 	if err != nil {
 		return d, fmt.Errorf("desired state %s: %w", h, err)
@@ -67,6 +72,9 @@ func readIndexDesired(st storer.EncodedObjectStorer, h plumbing.Hash) (fleet.Des
 		return d, fmt.Errorf("desired state %s: %s: %w", h, schemas.InstallStateFile, err)
 	}
 	d.Channel, d.Deleted = in.Channel, in.Deleted
+	if !versions {
+		return d, nil
+	}
 	var comps *indexTree
 	for _, name := range in.Components {
 		if comps == nil {

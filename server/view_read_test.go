@@ -145,14 +145,21 @@ func TestIndexReadSameAsFleet(t *testing.T) {
 	for name, h := range r.desired {
 		t.Run("desired/"+name, func(t *testing.T) {
 			want, werr := fleet.ReadDesired(st, h)
-			got, gerr := readIndexDesired(st, h)
 			want.Commit = ""
-			if (werr == nil) != (gerr == nil) {
-				t.Fatalf("error %v, fleet's %v", gerr, werr)
-			}
-			if werr == nil {
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Errorf("(-fleet +index)\n%s", diff)
+			for _, versions := range []bool{true, false} {
+				got, gerr := readIndexDesired(st, h, versions)
+				if (werr == nil) != (gerr == nil) {
+					t.Fatalf("versions %v: error %v, fleet's %v", versions, gerr, werr)
+				}
+				if werr != nil {
+					continue
+				}
+				w := want
+				if !versions {
+					w.Versions = nil // read for a page's rows only
+				}
+				if diff := cmp.Diff(w, got); diff != "" {
+					t.Errorf("versions %v: (-fleet +index)\n%s", versions, diff)
 				}
 			}
 		})

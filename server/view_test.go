@@ -563,3 +563,37 @@ func TestFleetViewLabels(t *testing.T) {
 		t.Error("a label moved the count of Ready installs")
 	}
 }
+
+// TestFleetViewRowsDesired: a row shows each component's desired version
+// beside what the install applied, read for the rows of the page (the
+// index keeps no desired versions): initech, which has not reported,
+// lists every component of its desired state; globex its failed
+// database's desired version.
+func TestFleetViewRowsDesired(t *testing.T) {
+	e, hs := fixtureFleet(t)
+	repo, err := gitrepo.Open(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, only string }{{"initech", ""}, {"globex", "database"}} {
+		h, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(c.id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := fleet.ReadDesired(repo.Storer(), h)
+		if err != nil || len(d.Versions) == 0 {
+			t.Fatalf("%s's desired state: %v, %v", c.id, d.Versions, err)
+		}
+		for i := range 2 { // the second from what the first page read
+			body := page(t, hs, "/fleet?q="+c.id)
+			for name, v := range d.Versions {
+				if c.only != "" && name != c.only {
+					continue
+				}
+				if want := "<div>" + name + " –" + " / " + v + "</div>"; !strings.Contains(body, want) {
+					t.Errorf("page %d: %s's row lacks %q\n%s", i+1, c.id, want, body)
+				}
+			}
+		}
+	}
+}
