@@ -189,11 +189,6 @@ func (v *view) indexed(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// snapshot is every install as it stands at one moment, by id.
-type snapshot struct {
-	installs []*viewInstall
-}
-
 // viewInstall is one install in the fleet view.
 type viewInstall struct {
 	ID               string
@@ -602,30 +597,6 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
-}
-
-// snapshot returns every install as it stands now, by id, for the
-// metrics: a copy, read outside the view's lock.
-func (v *view) snapshot() (*snapshot, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	x, err := v.update()
-	if err != nil {
-		return nil, err
-	}
-	snap := &snapshot{installs: make([]*viewInstall, len(x.byID))}
-	for i, e := range x.byID {
-		if e.row == e.in.Status {
-			// Neither is changed after: no copy of 1,000,000 installs
-			// per scrape.
-			snap.installs[i] = e.in
-			continue
-		}
-		in := *e.in
-		in.Status = e.row
-		snap.installs[i] = &in
-	}
-	return snap, nil
 }
 
 // install returns one install as it stands now, its labels and its key
