@@ -204,14 +204,56 @@ type viewInstall struct {
 	// from the saved index.
 	file    plumbing.Hash
 	keyless bool
+	// key is the key in force its status was checked against (zero: no
+	// status read, or taken from the saved index): a file changed for
+	// its labels or channel keeps the status as checked (view.kept).
+	key     viewKey
 	Desired fleet.Desired
 	Status  *fleet.Install // nil: no status yet
 	Err     string         // reading its refs failed
 }
 
+// viewKey names an install's key (as authorizedKey writes it) by the
+// first 16 bytes of its SHA-256; zero: none.
+type viewKey [16]byte
+
+func keyOf(key string) viewKey {
+	var k viewKey
+	if key != "" {
+		s := sha256.Sum256([]byte(key))
+		copy(k[:], s[:])
+	}
+	return k
+}
+
 // readFrom says whether in was read from the refs and install file given.
 func (in *viewInstall) readFrom(desired, status, file plumbing.Hash) bool {
 	return in.desiredH == desired && in.statsH == status && in.file == file && !(in.keyless && !status.IsZero())
+}
+
+// kept is in as it stands with the refs and install file given without
+// reading it again, or nil when it must be read: its refs moved, or its
+// file did and with it the key in force. A file changed for its labels
+// or channel keeps the status as checked, where a label added to every
+// install's file would read the fleet again. The caller holds v.mu.
+func (v *view) kept(in *viewInstall, desired, status, file plumbing.Hash) *viewInstall {
+	switch {
+	case in.readFrom(desired, status, file):
+		return in
+	case in.desiredH != desired || in.statsH != status || in.keyless && !status.IsZero():
+		return nil
+	case !status.IsZero():
+		key := ""
+		if k, ok := v.s.keys.lookup(in.ID); ok {
+			key = authorizedKey(k)
+		}
+		if in.key == (viewKey{}) || keyOf(key) != in.key {
+			return nil
+		}
+	}
+	out := *in
+	out.file = file
+	return &out
 }
 
 // State is the install's state as the view shows it.
@@ -510,8 +552,11 @@ func (v *view) update() (*fleetIndex, error) {
 	for _, id := range slices.Sorted(maps.Keys(refs)) {
 		d, st := refs[id].desired, refs[id].status
 		file := v.labels.blob(id)
-		if old := v.index.entries[id]; old != nil && old.in.readFrom(d, st, file) {
-			continue
+		if old := v.index.entries[id]; old != nil {
+			if in := v.kept(old.in, d, st, file); in != nil {
+				old.in = in // labels: relabel, below
+				continue
+			}
 		}
 		in := v.cached(id, d, st, file)
 		if in == nil {
@@ -555,7 +600,7 @@ func (v *view) readIndexInstall(st storer.Storer, id string, desired, status, fi
 		if k, ok := v.s.keys.lookup(id); ok {
 			key = authorizedKey(k)
 		}
-		in.keyless = key == ""
+		in.keyless, in.key = key == "", keyOf(key)
 		row, err := readIndexStatus(st, id, status, desired, key)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -589,9 +634,12 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			continue
 		}
 		file := v.labels.blob(id)
-		if old != nil && old.in.readFrom(d, st, file) {
-			old.labels = v.labels.of(id) // labels move neither counts nor orders
-			continue
+		if old != nil {
+			if in := v.kept(old.in, d, st, file); in != nil {
+				old.in = in
+				old.labels = v.labels.of(id) // labels move neither counts nor orders
+				continue
+			}
 		}
 		in := v.readIndexInstall(repo.Storer(), id, d, st, file)
 		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)

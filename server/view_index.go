@@ -650,7 +650,7 @@ func (w *viewWords) word(s string) string {
 // resources, each drift's details) is read again for an install's page
 // (view.install). in is not changed.
 func (w *viewWords) slim(in *viewInstall) *viewInstall {
-	out := &viewInstall{ID: in.ID, desiredH: in.desiredH, statsH: in.statsH, file: in.file, keyless: in.keyless, Err: in.Err}
+	out := &viewInstall{ID: in.ID, desiredH: in.desiredH, statsH: in.statsH, file: in.file, keyless: in.keyless, key: in.key, Err: in.Err}
 	d := in.Desired
 	out.Desired = fleet.Desired{Generation: d.Generation, Channel: w.word(d.Channel), Deleted: d.Deleted, Time: d.Time,
 		Versions: internLabels(w.versions, d.Versions)}

@@ -562,6 +562,35 @@ func TestFleetViewLabels(t *testing.T) {
 	if !strings.Contains(get("/fleet"), `<a href="/fleet?state=Ready">1</a>`) {
 		t.Error("a label moved the count of Ready installs")
 	}
+	if got := count(get("/fleet?is=unverified")); !strings.HasPrefix(got, "0 of 3 installs") {
+		t.Fatalf("before the new key: %q unverified", got)
+	}
+	// The operator re-keys acme on main: its status, signed by its old
+	// key, is checked again and is not signed by the key in force.
+	b, err = os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, _ := strings.Cut(string(b)[strings.Index(string(b), "agentKey: ")+len("agentKey: "):], "\n")
+	ci, err := os.ReadFile(filepath.Join(fixtureKeys, "ci.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte(strings.Replace(string(b), old, strings.TrimSpace(string(ci)), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(work, "commit", "--quiet", "-am", "re-key acme")
+	e.mustGit(work, "push", "--quiet", e.dir, "main")
+	if err := srv.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	page = get("/fleet?is=unverified")
+	if !strings.HasPrefix(count(page), "1 of 3 installs") || !strings.Contains(page, `data-install="acme"`) {
+		t.Fatalf("acme re-keyed is not unverified: %q\n%.2000s", count(page), page)
+	}
+	if got := count(get("/fleet?q=region%3Deu")); got != "1 of 3 installs" {
+		t.Errorf("after the new key: %q labelled region=eu", got)
+	}
 }
 
 // TestFleetViewRowsDesired: a row shows each component's desired version
