@@ -128,7 +128,9 @@ func (v *view) buildIndex() {
 	v.cache, v.building = cache, true
 	x, err := v.update()
 	v.cache, v.building = nil, false
-	if err == nil {
+	// An index taken whole from the saved one, no install file parsed,
+	// is what the file holds: not written again (5 s at 1,000,000).
+	if err == nil && (b.reused.Load() < int64(len(x.entries)) || v.labels.parsed > 0 || len(cache) != len(x.entries)) {
 		if serr := saveViewCache(path, x, &v.labels); serr != nil {
 			v.s.log.Warn("fleet view: save the index", "error", serr)
 		}
