@@ -228,8 +228,8 @@ func (m *metrics) observePush(result string, start time.Time) {
 }
 
 // fleetCollector reports installs by state and the age of their newest
-// status from the fleet view's snapshot, which is rebuilt only when refs
-// moved: a handful of series whatever the size of the fleet.
+// status from the fleet view's index, which moves only with the installs
+// that moved: a handful of series whatever the size of the fleet.
 type fleetCollector struct{ v *view }
 
 var (
@@ -274,9 +274,9 @@ var indexStarted sync.Map
 
 // Collect reports the fleet from the view's index, which moves one
 // install at a time as refs move: a scrape reads no install's state. It
-// brings the index up to the refs (what moved since the last look), takes
-// the counts by state it keeps, and walks its entries in memory for the
-// status ages. Before the first index is built (in the background, never
+// brings the index up to the refs (what moved since the last look) and
+// takes the counts by state and the status times it keeps (statusTimes):
+// a few searches, whatever the size of the fleet. Before the first index is built (in the background, never
 // in a scrape: at 1,000,000 installs it reads every desired state), the
 // fleet series are left out and nuon_server_fleet_index_ready is 0.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -302,29 +302,10 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(installsDesc, err)
 		return
 	}
-	now := x.now
-	stale := v.s.cfg.ViewStaleAfter.Seconds()
-	buckets := make(map[float64]uint64, len(statusAgeBuckets))
-	var count uint64
-	var sum float64
-	quiet := 0
-	for _, e := range x.byID {
-		if e.row == nil {
-			quiet++
-			continue
-		}
-		age := now.Sub(e.row.Time).Seconds()
-		if age > stale {
-			quiet++
-		}
-		count++
-		sum += age
-		for _, b := range statusAgeBuckets {
-			if age <= b {
-				buckets[b]++
-			}
-		}
-	}
+	// Kept as the index is patched (statusTimes): a scrape walks no
+	// install.
+	count, sum, buckets, older := x.times.ages(x.now, statusAgeBuckets, v.s.cfg.ViewStaleAfter)
+	quiet := older + x.summary.Installs - x.times.n // and those that never reported
 	states := x.summary.States
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(installsDesc, prometheus.GaugeValue, float64(n), st)

@@ -62,6 +62,38 @@ type view struct {
 	// cache is the saved index the first build takes installs from
 	// (view_cache.go); nil after it.
 	cache map[string]viewCached
+	// versions are the desired versions of the desired states whose rows
+	// pages showed (versionsOf), at most maxVersionsMemo.
+	versions map[plumbing.Hash]map[string]string
+}
+
+// maxVersionsMemo bounds view.versions: a few pages' rows, many times.
+const maxVersionsMemo = 4096
+
+// versionsOf is each component's version in in's desired state, which
+// the index does not keep: read for the rows a page shows, and kept for
+// the next pages. The caller holds v.mu.
+func (v *view) versionsOf(in *viewInstall) map[string]string {
+	if in.Desired.Versions != nil || in.desiredH.IsZero() {
+		return in.Desired.Versions
+	}
+	if m, ok := v.versions[in.desiredH]; ok {
+		return m
+	}
+	repo, err := gitrepo.Open(v.s.cfg.Dir)
+	if err != nil {
+		return nil
+	}
+	d, err := readIndexDesired(repo.Storer(), in.desiredH, true)
+	if err != nil {
+		return nil // the row's install says why (Err)
+	}
+	if v.versions == nil || len(v.versions) >= maxVersionsMemo {
+		v.versions = map[plumbing.Hash]map[string]string{}
+	}
+	m := internLabels(v.index.words.versions, d.Versions)
+	v.versions[in.desiredH] = m
+	return m
 }
 
 // viewBuild is the progress of the first index, built in the background
@@ -96,7 +128,9 @@ func (v *view) buildIndex() {
 	v.cache, v.building = cache, true
 	x, err := v.update()
 	v.cache, v.building = nil, false
-	if err == nil {
+	// An index taken whole from the saved one, no install file parsed,
+	// is what the file holds: not written again (5 s at 1,000,000).
+	if err == nil && (b.reused.Load() < int64(len(x.entries)) || v.labels.parsed > 0 || len(cache) != len(x.entries)) {
 		if serr := saveViewCache(path, x, &v.labels); serr != nil {
 			v.s.log.Warn("fleet view: save the index", "error", serr)
 		}
@@ -157,32 +191,71 @@ func (v *view) indexed(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// snapshot is every install as it stands at one moment, by id.
-type snapshot struct {
-	installs []*viewInstall
-}
-
 // viewInstall is one install in the fleet view.
 type viewInstall struct {
 	ID               string
 	desiredH, statsH plumbing.Hash
-	key              viewKey // of the key the status was verified against
-	Desired          fleet.Desired
-	Status           *fleet.Install // nil: no status yet
-	Err              string         // reading its refs failed
+	// file is the blob of installs/<id>.yaml on the main the install was
+	// read at (zero: none). The key its status is checked against, the
+	// key in force, is what that file and the status history from statsH
+	// give (keyTable.lookup; a hand-over moves the status ref), so
+	// (desiredH, statsH, file) says what the install was read from, and
+	// a restart takes a saved install without parsing its file for the
+	// key. keyless: its status was read with no key in force, which may
+	// be a history that could not be read: such a reading is not taken
+	// from the saved index.
+	file    plumbing.Hash
+	keyless bool
+	// key is the key in force its status was checked against (zero: no
+	// status read, or taken from the saved index): a file changed for
+	// its labels or channel keeps the status as checked (view.kept).
+	key     viewKey
+	Desired fleet.Desired
+	Status  *fleet.Install // nil: no status yet
+	Err     string         // reading its refs failed
 }
 
-// viewKey names an install's key (main's agentKey, as authorizedKey
-// writes it) by its SHA-256: what the index compares to know that a
-// status was verified against the key in force, in 32 bytes rather than
-// the key's ~100 (zero: no key).
-type viewKey [sha256.Size]byte
+// viewKey names an install's key (as authorizedKey writes it) by the
+// first 16 bytes of its SHA-256; zero: none.
+type viewKey [16]byte
 
 func keyOf(key string) viewKey {
-	if key == "" {
-		return viewKey{}
+	var k viewKey
+	if key != "" {
+		s := sha256.Sum256([]byte(key))
+		copy(k[:], s[:])
 	}
-	return sha256.Sum256([]byte(key))
+	return k
+}
+
+// readFrom says whether in was read from the refs and install file given.
+func (in *viewInstall) readFrom(desired, status, file plumbing.Hash) bool {
+	return in.desiredH == desired && in.statsH == status && in.file == file && !(in.keyless && !status.IsZero())
+}
+
+// kept is in as it stands with the refs and install file given without
+// reading it again, or nil when it must be read: its refs moved, or its
+// file did and with it the key in force. A file changed for its labels
+// or channel keeps the status as checked, where a label added to every
+// install's file would read the fleet again. The caller holds v.mu.
+func (v *view) kept(in *viewInstall, desired, status, file plumbing.Hash) *viewInstall {
+	switch {
+	case in.readFrom(desired, status, file):
+		return in
+	case in.desiredH != desired || in.statsH != status || in.keyless && !status.IsZero():
+		return nil
+	case !status.IsZero():
+		key := ""
+		if k, ok := v.s.keys.lookup(in.ID); ok {
+			key = authorizedKey(k)
+		}
+		if in.key == (viewKey{}) || keyOf(key) != in.key {
+			return nil
+		}
+	}
+	out := *in
+	out.file = file
+	return &out
 }
 
 // State is the install's state as the view shows it.
@@ -431,7 +504,7 @@ func errText(err error) string {
 }
 
 // update brings the index to the ref table and main as they are now,
-// re-reading only the installs whose refs (or key) moved, and to the
+// re-reading only the installs whose refs (or file) moved, and to the
 // time now (heartbeats turn late with time alone). The caller holds v.mu.
 func (v *view) update() (*fleetIndex, error) {
 	now, main := v.s.cfg.Now(), v.s.keys.mainCommit()
@@ -470,24 +543,26 @@ func (v *view) update() (*fleetIndex, error) {
 		v.index.live = v.s.live
 	}
 	v.labels.read(repo.Storer(), main)
-	rr := tableRepo{st: repo.Storer(), refs: refs}
 	changed := map[string]*viewEntry{}
 	if v.building {
 		v.build.total.Store(int64(len(refs)))
 	}
-	for id, tips := range refs {
-		d, st := tips.desired, tips.status
-		key := ""
-		if k, ok := v.s.keys.lookup(id); ok {
-			key = authorizedKey(k)
+	// In the order of the ids, which is the order the render wrote the
+	// installs' objects in and main's installs/ folder lists their files:
+	// objects read in the order of their pack share its delta bases,
+	// where the order of a map read a million installs' at random.
+	for _, id := range slices.Sorted(maps.Keys(refs)) {
+		d, st := refs[id].desired, refs[id].status
+		file := v.labels.blob(id)
+		if old := v.index.entries[id]; old != nil {
+			if in := v.kept(old.in, d, st, file); in != nil {
+				old.in = in // labels: relabel, below
+				continue
+			}
 		}
-		kid := keyOf(key)
-		if old := v.index.entries[id]; old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == kid {
-			continue
-		}
-		in := v.cached(id, d, st, kid)
+		in := v.cached(id, d, st, file)
 		if in == nil {
-			in = readViewInstall(rr, repo.Storer(), id, d, st, key)
+			in = v.readIndexInstall(repo.Storer(), id, d, st, file)
 		} else {
 			v.build.reused.Add(1)
 		}
@@ -510,8 +585,37 @@ func (v *view) update() (*fleetIndex, error) {
 	return v.index, nil
 }
 
+// readIndexInstall reads what the index keeps of install id (view_read.go),
+// its status checked against its key in force.
+func (v *view) readIndexInstall(st storer.Storer, id string, desired, status, file plumbing.Hash) *viewInstall {
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, file: file}
+	var errs []string
+	if !desired.IsZero() {
+		d, err := readIndexDesired(st, desired, false)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		in.Desired = d
+	}
+	if !status.IsZero() {
+		key := ""
+		if k, ok := v.s.keys.lookup(id); ok {
+			key = authorizedKey(k)
+		}
+		in.keyless, in.key = key == "", keyOf(key)
+		row, err := readIndexStatus(st, id, status, desired, key)
+		if err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			in.Status = &row
+		}
+	}
+	in.Err = strings.Join(errs, "; ")
+	return in
+}
+
 // take re-reads the installs ids (whose refs moved, or whose file on
-// main changed) when their refs or key differ from what the index has,
+// main changed) when their refs or file differ from what the index has,
 // and gives each its labels: the cost of a status pushed, a render or a
 // new main is the installs it moved, not the fleet.
 func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
@@ -531,43 +635,18 @@ func (v *view) take(repo *gitrepo.Repo, ids []string, now time.Time) {
 			}
 			continue
 		}
-		key := ""
-		if k, ok := v.s.keys.lookup(id); ok {
-			key = authorizedKey(k)
+		file := v.labels.blob(id)
+		if old != nil {
+			if in := v.kept(old.in, d, st, file); in != nil {
+				old.in = in
+				old.labels = v.labels.of(id) // labels move neither counts nor orders
+				continue
+			}
 		}
-		if old != nil && old.in.desiredH == d && old.in.statsH == st && old.in.key == keyOf(key) {
-			old.labels = v.labels.of(id) // labels move neither counts nor orders
-			continue
-		}
-		refs := map[string]installTips{id: {desired: d, status: st}}
-		in := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, d, st, key)
+		in := v.readIndexInstall(repo.Storer(), id, d, st, file)
 		changed[id] = newEntry(v.index.words.slim(in), v.labels.of(id), now, v.s.live)
 	}
 	v.index.apply(changed)
-}
-
-// snapshot returns every install as it stands now, by id, for the
-// metrics: a copy, read outside the view's lock.
-func (v *view) snapshot() (*snapshot, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	x, err := v.update()
-	if err != nil {
-		return nil, err
-	}
-	snap := &snapshot{installs: make([]*viewInstall, len(x.byID))}
-	for i, e := range x.byID {
-		if e.row == e.in.Status {
-			// Neither is changed after: no copy of 1,000,000 installs
-			// per scrape.
-			snap.installs[i] = e.in
-			continue
-		}
-		in := *e.in
-		in.Status = e.row
-		snap.installs[i] = &in
-	}
-	return snap, nil
 }
 
 // install returns one install as it stands now, its labels and its key
@@ -596,6 +675,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, string, erro
 	}
 	refs := map[string]installTips{id: {desired: e.in.desiredH, status: e.in.statsH}}
 	whole := readViewInstall(tableRepo{st: repo.Storer(), refs: refs}, repo.Storer(), id, e.in.desiredH, e.in.statsH, key)
+	whole.file = e.in.file
 	in := *whole
 	if whole.Status != nil && e.row != nil {
 		// As the index has it at its time: its last signed contact and
@@ -608,7 +688,7 @@ func (v *view) install(id string) (*viewInstall, map[string]string, string, erro
 }
 
 func readViewInstall(repo fleet.Repository, st storer.EncodedObjectStorer, id string, desired, status plumbing.Hash, key string) *viewInstall {
-	in := &viewInstall{ID: id, desiredH: desired, statsH: status, key: keyOf(key)}
+	in := &viewInstall{ID: id, desiredH: desired, statsH: status, keyless: key == ""}
 	var errs []string
 	if !desired.IsZero() {
 		d, err := fleet.ReadDesired(st, desired)

@@ -60,26 +60,34 @@ func TestFleetViewBuilding(t *testing.T) {
 }
 
 // TestFleetViewCacheKeyed: a saved install is taken only when its
-// desired commit, status commit and key are all the ones read now.
+// desired commit, status commit and install file are all the ones read
+// now, and never when its status was read with no key in force.
 func TestFleetViewCacheKeyed(t *testing.T) {
 	d, st := plumbing.NewHash("1111111111111111111111111111111111111111"), plumbing.NewHash("2222222222222222222222222222222222222222")
 	other := plumbing.NewHash("3333333333333333333333333333333333333333")
-	v := &view{cache: map[string]viewCached{"acme": {DesiredH: d, StatusH: st, Key: keyOf("ssh-ed25519 AAAA"), Status: &fleet.Install{Verified: true}}}}
+	file, file2 := plumbing.NewHash("4444444444444444444444444444444444444444"), plumbing.NewHash("5555555555555555555555555555555555555555")
+	v := &view{cache: map[string]viewCached{
+		"acme":    {DesiredH: d, StatusH: st, File: file, Status: &fleet.Install{Verified: true}},
+		"keyless": {DesiredH: d, StatusH: st, File: file, Keyless: true, Status: &fleet.Install{}},
+		"fresh":   {DesiredH: d, File: file, Keyless: true},
+	}}
 	for _, c := range []struct {
-		name      string
-		id        string
-		d, st     plumbing.Hash
-		key       string
-		wantSaved bool
+		name        string
+		id          string
+		d, st, file plumbing.Hash
+		wantSaved   bool
 	}{
-		{"same", "acme", d, st, "ssh-ed25519 AAAA", true},
-		{"other key", "acme", d, st, "ssh-ed25519 BBBB", false},
-		{"no key now", "acme", d, st, "", false},
-		{"status moved", "acme", d, other, "ssh-ed25519 AAAA", false},
-		{"desired moved", "acme", other, st, "ssh-ed25519 AAAA", false},
-		{"other install", "globex", d, st, "ssh-ed25519 AAAA", false},
+		{"same", "acme", d, st, file, true},
+		{"other file", "acme", d, st, file2, false},
+		{"no file now", "acme", d, st, plumbing.ZeroHash, false},
+		{"status moved", "acme", d, other, file, false},
+		{"status gone", "acme", d, plumbing.ZeroHash, file, false},
+		{"desired moved", "acme", other, st, file, false},
+		{"other install", "globex", d, st, file, false},
+		{"status read without a key", "keyless", d, st, file, false},
+		{"no status, no key needed", "fresh", d, plumbing.ZeroHash, file, true},
 	} {
-		if got := v.cached(c.id, c.d, c.st, keyOf(c.key)); (got != nil) != c.wantSaved {
+		if got := v.cached(c.id, c.d, c.st, c.file); (got != nil) != c.wantSaved {
 			t.Errorf("%s: saved install taken %v, want %v", c.name, got != nil, c.wantSaved)
 		}
 	}
@@ -91,7 +99,7 @@ func FuzzViewCache(f *testing.F) {
 	dir := f.TempDir()
 	x := newFleetIndex()
 	d := plumbing.NewHash("1111111111111111111111111111111111111111")
-	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, key: keyOf("k"), Status: &fleet.Install{Install: "acme", Verified: true}}}
+	x.entries["acme"] = &viewEntry{in: &viewInstall{ID: "acme", desiredH: d, file: d, Status: &fleet.Install{Install: "acme", Verified: true}}}
 	path := filepath.Join(dir, "seed.gob")
 	if err := saveViewCache(path, x, nil); err != nil {
 		f.Fatal(err)
@@ -114,7 +122,7 @@ func FuzzViewCache(f *testing.F) {
 		}
 		y := newFleetIndex()
 		for id, c := range got {
-			y.entries[id] = &viewEntry{in: &viewInstall{ID: id, desiredH: c.DesiredH, statsH: c.StatusH, key: c.Key, Desired: c.Desired, Status: c.Status, Err: c.Err}}
+			y.entries[id] = &viewEntry{in: &viewInstall{ID: id, desiredH: c.DesiredH, statsH: c.StatusH, file: c.File, keyless: c.Keyless, Desired: c.Desired, Status: c.Status, Err: c.Err}}
 		}
 		if err := saveViewCache(p, y, nil); err != nil {
 			t.Fatal(err)

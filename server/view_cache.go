@@ -18,18 +18,23 @@ import (
 
 // viewCacheFile keeps the fleet view's installs as they were read and
 // verified, in the repository directory, so that a restart reads again
-// only the installs whose refs or key moved since.
+// only the installs whose refs or install file moved since.
 const viewCacheFile = "nuon-fleet-index.gob"
 
 // viewCacheVersion is the cache's format: a file of another is ignored
 // (2: the labels of main's installs files by blob; 3: installs as the
-// index keeps them, viewWords.slim, their key by its SHA-256).
-const viewCacheVersion = 3
+// index keeps them, viewWords.slim, their key by its SHA-256; 4: read as
+// the index reads them, view_read.go, keyed by their install file's blob
+// rather than their key, so that a restart parses no install file whose
+// blob it has).
+const viewCacheVersion = 4
 
 // viewCache is the file: each install's reading, keyed by what it was
-// read from (its desired and status commits and its key). An entry is
-// used only when all three are what the ref table and main say now: a
-// status commit verified once against a key stays verified against it.
+// read from (its desired and status commits and its file on main). An
+// entry is used only when all three are what the ref table and main say
+// now: the key in force is what the file and the status history give, and
+// a status commit verified once against a key stays verified against it.
+// A status read with no key in force is not taken (viewInstall.keyless).
 //
 // Labels are main's installs files' labels by blob (nil: none): a blob is
 // content, so its labels hold whatever main has it, and a restart parses
@@ -42,7 +47,8 @@ type viewCache struct {
 
 type viewCached struct {
 	DesiredH, StatusH plumbing.Hash
-	Key               viewKey
+	File              plumbing.Hash
+	Keyless           bool
 	Desired           fleet.Desired
 	Status            *fleet.Install
 	Err               string
@@ -79,7 +85,7 @@ func saveViewCache(path string, x *fleetIndex, l *viewLabels) error {
 	}
 	for id, e := range x.entries {
 		in := e.in
-		c.Installs[id] = viewCached{DesiredH: in.desiredH, StatusH: in.statsH, Key: in.key, Desired: in.Desired, Status: in.Status, Err: in.Err}
+		c.Installs[id] = viewCached{DesiredH: in.desiredH, StatusH: in.statsH, File: in.file, Keyless: in.keyless, Desired: in.Desired, Status: in.Status, Err: in.Err}
 	}
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
@@ -93,11 +99,15 @@ func saveViewCache(path string, x *fleetIndex, l *viewLabels) error {
 }
 
 // cached is the install read from the cache, when it was read from the
-// refs and key given.
-func (v *view) cached(id string, desired, status plumbing.Hash, key viewKey) *viewInstall {
+// refs and install file given.
+func (v *view) cached(id string, desired, status, file plumbing.Hash) *viewInstall {
 	c, ok := v.cache[id]
-	if !ok || c.DesiredH != desired || c.StatusH != status || c.Key != key {
+	if !ok {
 		return nil
 	}
-	return &viewInstall{ID: id, desiredH: desired, statsH: status, key: key, Desired: c.Desired, Status: c.Status, Err: c.Err}
+	in := &viewInstall{ID: id, desiredH: c.DesiredH, statsH: c.StatusH, file: c.File, keyless: c.Keyless, Desired: c.Desired, Status: c.Status, Err: c.Err}
+	if !in.readFrom(desired, status, file) {
+		return nil
+	}
+	return in
 }

@@ -78,10 +78,22 @@ func TestFleetViewSavedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	written := func() time.Time {
+		fi, err := os.Stat(filepath.Join(dir, "nuon-fleet-index.gob"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime()
+	}
+	before := written()
+
 	// One install's status moves while the next server runs.
 	hs, log, stop = start()
 	if got := saved(log); got != "120 120" {
 		t.Errorf("restart: installs and saved %s, want 120 120", got)
+	}
+	if !written().Equal(before) {
+		t.Error("a restart that took every install from the saved index wrote it again")
 	}
 	if again := summary(fleetPage(hs)); again != first {
 		t.Errorf("the summary differs after a restart:\n%s\nwant\n%s", again, first)
@@ -96,6 +108,9 @@ func TestFleetViewSavedIndex(t *testing.T) {
 	hs, log, stop = start()
 	if got := saved(log); got != "120 119" {
 		t.Errorf("restart after one status moved: installs and saved %s, want 120 119", got)
+	}
+	if written().Equal(before) {
+		t.Error("a restart that read an install again did not save the index")
 	}
 	if again := summary(fleetPage(hs)); again != moved {
 		t.Errorf("the summary differs after a restart:\n%s\nwant\n%s", again, moved)

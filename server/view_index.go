@@ -283,6 +283,8 @@ type fleetIndex struct {
 	syms map[string]uint32
 	// words interns what the entries keep (viewWords.slim).
 	words *viewWords
+	// times are the entries' status times, for the metrics' status ages.
+	times statusTimes
 }
 
 func newFleetIndex() *fleetIndex {
@@ -347,6 +349,9 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 			if !bulk {
 				x.byID = removeEntry(x.byID, old, compareID)
 				x.order = removeEntry(x.order, old, compareProblems)
+				if old.row != nil {
+					x.times.remove(statusMillis(old.row.Time))
+				}
 			}
 			delete(x.entries, id)
 		}
@@ -362,12 +367,22 @@ func (x *fleetIndex) apply(changed map[string]*viewEntry) {
 		if !bulk {
 			x.byID = insertEntry(x.byID, e, compareID)
 			x.order = insertEntry(x.order, e, compareProblems)
+			if e.row != nil {
+				x.times.add(statusMillis(e.row.Time))
+			}
 		}
 	}
 	if bulk {
 		x.byID = slices.SortedFunc(maps.Values(x.entries), compareID)
 		x.order = slices.Clone(x.byID)
 		slices.SortStableFunc(x.order, compareProblems)
+		times := make([]int64, 0, len(x.byID))
+		for _, e := range x.byID {
+			if e.row != nil {
+				times = append(times, statusMillis(e.row.Time))
+			}
+		}
+		x.times.reset(times)
 	}
 }
 
@@ -471,25 +486,33 @@ func (l *viewLabels) seed(saved map[plumbing.Hash]map[string]string) {
 	}
 }
 
+// blob is the blob of install id's file on l's main; zero: none.
+func (l *viewLabels) blob(id string) plumbing.Hash { return l.blobs[id] }
+
 // read moves l to main and returns the installs whose file on main was
 // added, changed or removed since the last main: only their keys and
-// labels may have changed.
+// labels may have changed. The files it has not met are read in the
+// order of main's installs/ folder, the order of their pack.
 func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []string {
 	if main == l.main && l.blobs != nil {
 		return nil
 	}
 	l.main = main
+	var order []plumbing.Hash
 	blobs := map[string]plumbing.Hash{}
-	if c, err := gitobj.ReadCommit(st, main); err == nil {
-		if root, err := gitobj.ReadTree(st, c.TreeHash); err == nil {
-			if e, err := root.FindEntry(strings.TrimSuffix(schemas.InstallsDir, "/")); err == nil {
-				if dir, err := gitobj.ReadTree(st, e.Hash); err == nil {
-					blobs = make(map[string]plumbing.Hash, len(dir.Entries))
-					for _, e := range dir.Entries {
-						if id, ok := strings.CutSuffix(e.Name, ".yaml"); ok && e.Mode.IsFile() {
-							blobs[id] = e.Hash
-						}
-					}
+	if h, err := installsTreeOf(st, main); err == nil && !h.IsZero() {
+		if raw, err := gitobj.ReadTreeShared(st, h, 0); err == nil {
+			blobs = make(map[string]plumbing.Hash, len(raw)/48)
+			order = make([]plumbing.Hash, 0, len(raw)/48)
+			for data := raw; len(data) > 0; {
+				e, rest, ok := gitobj.NextRawEntry(data)
+				if !ok {
+					break
+				}
+				data = rest
+				if id, ok := bytes.CutSuffix(e.Name, []byte(".yaml")); ok && e.Mode.IsFile() {
+					blobs[string(id)] = e.Hash()
+					order = append(order, e.Hash())
 				}
 			}
 		}
@@ -508,7 +531,7 @@ func (l *viewLabels) read(st storer.EncodedObjectStorer, main plumbing.Hash) []s
 	// Keep the labels of the blobs main has, and no others.
 	byBlob := make(map[plumbing.Hash]map[string]string, min(len(blobs), len(l.byBlob)+len(moved)))
 	shared := map[string]map[string]string{} // label sets parsed now
-	for _, h := range blobs {
+	for _, h := range order {
 		if _, ok := byBlob[h]; ok {
 			continue
 		}
@@ -627,7 +650,7 @@ func (w *viewWords) word(s string) string {
 // resources, each drift's details) is read again for an install's page
 // (view.install). in is not changed.
 func (w *viewWords) slim(in *viewInstall) *viewInstall {
-	out := &viewInstall{ID: in.ID, desiredH: in.desiredH, statsH: in.statsH, key: in.key, Err: in.Err}
+	out := &viewInstall{ID: in.ID, desiredH: in.desiredH, statsH: in.statsH, file: in.file, keyless: in.keyless, key: in.key, Err: in.Err}
 	d := in.Desired
 	out.Desired = fleet.Desired{Generation: d.Generation, Channel: w.word(d.Channel), Deleted: d.Deleted, Time: d.Time,
 		Versions: internLabels(w.versions, d.Versions)}

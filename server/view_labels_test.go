@@ -233,7 +233,7 @@ func oldViewCache(tb testing.TB) []byte {
 		Version  int
 		Installs map[string]viewCached
 	}
-	if err := gobEncode(f, v1{Version: 1, Installs: map[string]viewCached{"acme": {Key: keyOf("k")}}}); err != nil {
+	if err := gobEncode(f, v1{Version: 1, Installs: map[string]viewCached{"acme": {File: plumbing.Hash{1}}}}); err != nil {
 		tb.Fatal(err)
 	}
 	b, err := os.ReadFile(path)

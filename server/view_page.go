@@ -306,7 +306,8 @@ func (v *view) listRow(e *viewEntry, now time.Time) listRow {
 	in := e.in
 	row := listRow{ID: in.ID, Channel: in.Desired.Channel, Labels: labelList(e.labels), State: e.state, Desired: in.Desired.Generation}
 	names := map[string]bool{}
-	for n := range in.Desired.Versions {
+	versions := v.versionsOf(in)
+	for n := range versions {
 		names[n] = true
 	}
 	reported := map[string]fleet.Component{}
@@ -324,7 +325,7 @@ func (v *view) listRow(e *viewEntry, now time.Time) listRow {
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		c := reported[n]
 		if len(row.Components) < rowComponents {
-			row.Components = append(row.Components, listComponent{Name: n, Desired: in.Desired.Versions[n], Applied: c.Version, Phase: c.Phase})
+			row.Components = append(row.Components, listComponent{Name: n, Desired: versions[n], Applied: c.Version, Phase: c.Phase})
 		} else {
 			row.More++
 		}

@@ -562,4 +562,67 @@ func TestFleetViewLabels(t *testing.T) {
 	if !strings.Contains(get("/fleet"), `<a href="/fleet?state=Ready">1</a>`) {
 		t.Error("a label moved the count of Ready installs")
 	}
+	if got := count(get("/fleet?is=unverified")); !strings.HasPrefix(got, "0 of 3 installs") {
+		t.Fatalf("before the new key: %q unverified", got)
+	}
+	// The operator re-keys acme on main: its status, signed by its old
+	// key, is checked again and is not signed by the key in force.
+	b, err = os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, _ := strings.Cut(string(b)[strings.Index(string(b), "agentKey: ")+len("agentKey: "):], "\n")
+	ci, err := os.ReadFile(filepath.Join(fixtureKeys, "ci.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte(strings.Replace(string(b), old, strings.TrimSpace(string(ci)), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustGit(work, "commit", "--quiet", "-am", "re-key acme")
+	e.mustGit(work, "push", "--quiet", e.dir, "main")
+	if err := srv.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	page = get("/fleet?is=unverified")
+	if !strings.HasPrefix(count(page), "1 of 3 installs") || !strings.Contains(page, `data-install="acme"`) {
+		t.Fatalf("acme re-keyed is not unverified: %q\n%.2000s", count(page), page)
+	}
+	if got := count(get("/fleet?q=region%3Deu")); got != "1 of 3 installs" {
+		t.Errorf("after the new key: %q labelled region=eu", got)
+	}
+}
+
+// TestFleetViewRowsDesired: a row shows each component's desired version
+// beside what the install applied, read for the rows of the page (the
+// index keeps no desired versions): initech, which has not reported,
+// lists every component of its desired state; globex its failed
+// database's desired version.
+func TestFleetViewRowsDesired(t *testing.T) {
+	e, hs := fixtureFleet(t)
+	repo, err := gitrepo.Open(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ id, only string }{{"initech", ""}, {"globex", "database"}} {
+		h, err := repo.Ref(plumbing.ReferenceName(schemas.InstallRef(c.id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := fleet.ReadDesired(repo.Storer(), h)
+		if err != nil || len(d.Versions) == 0 {
+			t.Fatalf("%s's desired state: %v, %v", c.id, d.Versions, err)
+		}
+		for i := range 2 { // the second from what the first page read
+			body := page(t, hs, "/fleet?q="+c.id)
+			for name, v := range d.Versions {
+				if c.only != "" && name != c.only {
+					continue
+				}
+				if want := "<div>" + name + " –" + " / " + v + "</div>"; !strings.Contains(body, want) {
+					t.Errorf("page %d: %s's row lacks %q\n%s", i+1, c.id, want, body)
+				}
+			}
+		}
+	}
 }

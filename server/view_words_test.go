@@ -16,7 +16,7 @@ import (
 // index does not keep: commit ids, digests, outputs, spec, plan, health
 // resources, drift details.
 func wholeInstall(id, channel, phase string, seen time.Time, comps ...fleet.Component) *viewInstall {
-	in := &viewInstall{ID: id, desiredH: [20]byte{1}, statsH: [20]byte{2}, key: keyOf("ssh-ed25519 AAAA " + id),
+	in := &viewInstall{ID: id, desiredH: [20]byte{1}, statsH: [20]byte{2}, file: [20]byte{3},
 		Desired: fleet.Desired{Commit: "0101", Channel: channel, Generation: 3, Time: seen.Add(-time.Hour),
 			Versions: map[string]string{"api": "2.4.0", "db": "1.0.0"}}}
 	if phase != "" {
