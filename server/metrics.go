@@ -282,10 +282,13 @@ var indexStarted sync.Map
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	v := c.v
 	b := v.build
+	c.collectContacts(ch, v.s.cfg.Now())
+	if v.s.cfg.ViewToken == "" && v.s.cfg.NoFleetMetrics {
+		return
+	}
 	if _, loaded := indexStarted.LoadOrStore(v, true); !loaded && v.s.cfg.ViewToken == "" {
 		go v.buildIndex()
 	}
-	c.collectContacts(ch, v.s.cfg.Now())
 	t := time.NewTimer(metricsIndexWait)
 	defer t.Stop()
 	select {

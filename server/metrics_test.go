@@ -5,6 +5,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"nuon.dev/nuon/agent"
 	"nuon.dev/nuon/internal/signature/request"
 	"nuon.dev/nuon/schemas"
+	"nuon.dev/nuon/server"
 )
 
 // scrape reads a Prometheus text exposition: series (name and labels, as
@@ -176,5 +180,38 @@ func TestMetricsReplicaFleet(t *testing.T) {
 	})
 	if got := installs(m); got != float64(desired) {
 		t.Fatalf("after acme's status the replica reports %v installs, want %d", got, desired)
+	}
+}
+
+// TestMetricsNoFleetMetrics: a server without a view token and with
+// NoFleetMetrics answers /metrics without building the fleet index: no
+// series by state, no index gauge, however often it is scraped, while
+// the series that need no index are there.
+func TestMetricsNoFleetMetrics(t *testing.T) {
+	e := newEnv(t)
+	srv, err := server.New(context.Background(), server.Config{Dir: e.dir, PollInterval: time.Hour, NoFleetMetrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	for range 3 {
+		m := scrape(t, hs.URL+"/metrics")
+		for k := range m {
+			if strings.HasPrefix(k, "nuon_server_installs{") || strings.HasPrefix(k, "nuon_server_installs_status_quiet") ||
+				strings.HasPrefix(k, "nuon_server_fleet_index_ready") || strings.HasPrefix(k, "nuon_server_status_age") {
+				t.Fatalf("%s reported without the fleet index: %v", k, m)
+			}
+		}
+		if _, ok := m["nuon_server_installs_contacted"]; !ok {
+			t.Fatalf("no contacts series: %v", m)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "nuon-fleet-index.gob")); err == nil {
+		t.Fatal("a fleet index was saved by a server told not to build one")
 	}
 }

@@ -65,6 +65,13 @@ type Config struct {
 	// /fleet/login, which sets a session cookie). Empty: no fleet view.
 	// An install's request signature never opens the view.
 	ViewToken string
+	// NoFleetMetrics keeps /metrics of a server without a ViewToken from
+	// building the fleet index on its first scrape to report installs by
+	// state and status ages (at 1,000,000 installs about 4 minutes of CPU
+	// and 3.5 GB; 20 s from its saved index): it then reports only the
+	// series that need no index. A server with a ViewToken builds the
+	// index at start for its pages either way.
+	NoFleetMetrics bool
 	// ViewStaleAfter is the age past which the fleet view marks an
 	// install's last status stale; default 10m.
 	ViewStaleAfter time.Duration
