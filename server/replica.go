@@ -665,6 +665,12 @@ func initReplica(ctx context.Context, cfg *Config) (*url.URL, error) {
 			return nil, fmt.Errorf("server: make the replica's mirror %s: %w", cfg.Dir, err)
 		}
 	}
+	// A refresh unpacks main's new installs/ tree, and the key table
+	// reads it, as on the writer: stored, neither deflates nor inflates
+	// 48 MB at a million installs (1.2 s of a refresh's 2.5 s CPU).
+	if err := ConfigureRepo(ctx, cfg.Dir); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
