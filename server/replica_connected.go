@@ -49,7 +49,13 @@ type replicaTip struct {
 // replicaMaxWalk objects, and an error naming the first object missing
 // or not of the type its parent says.
 func replicaConnected(src objectSource, tips []replicaTip, complete []plumbing.Hash) error {
-	c := &replicaCheck{src: src, commits: map[plumbing.Hash]*replicaCommit{}, trees: map[plumbing.Hash]bool{}}
+	return replicaConnectedWithin(src, tips, complete, replicaMaxWalk)
+}
+
+// replicaConnectedWithin is replicaConnected reading at most limit
+// objects.
+func replicaConnectedWithin(src objectSource, tips []replicaTip, complete []plumbing.Hash, limit int) error {
+	c := &replicaCheck{src: src, limit: limit, commits: map[plumbing.Hash]*replicaCommit{}, trees: map[plumbing.Hash]bool{}}
 	q := &replicaQueue{c: c}
 	var mark func(h plumbing.Hash) error
 	// mark makes h and what it reaches, as far as read, uninteresting.
@@ -163,7 +169,8 @@ type replicaCheck struct {
 	// trees are the trees whose every object is known held: checked, or
 	// under a complete commit.
 	trees map[plumbing.Hash]bool
-	read  int
+	read  int // objects read or looked up, at most limit
+	limit int
 }
 
 // replicaCommit is a commit read while checking.
@@ -180,7 +187,7 @@ func (c *replicaCheck) commit(h plumbing.Hash) (*replicaCommit, error) {
 	if rc, ok := c.commits[h]; ok {
 		return rc, nil
 	}
-	if c.read++; c.read > replicaMaxWalk {
+	if c.read++; c.read > c.limit {
 		return nil, errReplicaWalk
 	}
 	ci, err := readCommitInfo(c.src, h)
@@ -203,7 +210,7 @@ func (c *replicaCheck) tree(h, against plumbing.Hash) error {
 		// the walk reached from complete, or checked.
 		against = plumbing.ZeroHash
 	}
-	if c.read++; c.read > replicaMaxWalk {
+	if c.read++; c.read > c.limit {
 		return errReplicaWalk
 	}
 	data, err := c.readTree(h)
@@ -235,7 +242,7 @@ func (c *replicaCheck) tree(h, against plumbing.Hash) error {
 				return fmt.Errorf("%s/: %w", w.Cur.Name, err)
 			}
 		default:
-			if c.read++; c.read > replicaMaxWalk {
+			if c.read++; c.read > c.limit {
 				return errReplicaWalk
 			}
 			t, _, err := c.src.info(e)
