@@ -25,8 +25,9 @@ import (
 // BenchmarkReplicaRefreshMillion times a replica's refresh after one
 // install's change on its writer, on the repository cmd/nuon's
 // BenchmarkMillion caches (NUON_BENCH_MILLION installs, e.g. 1000000):
-// the writer (no render key) and the replica's mirror are hard-link
-// copies of it, the replica's first refresh finds nothing to fetch, then
+// the writer (no render key) and the replica's mirror are copies of its
+// refs that borrow its objects (replicaBorrowCopy; TMPDIR=/dev/shm keeps
+// what they write off the disk), the replica's first refresh finds nothing to fetch, then
 // each iteration changes one install as a render does (main's
 // installs/<id>.yaml, the rendered tree's installs/<shard>/<id>/ and the
 // install's desired ref, written with git mktree and commit-tree) and
@@ -34,7 +35,7 @@ import (
 // children's (the writer's upload-pack included). NUON_BENCH_CPUPROFILE
 // writes a CPU profile of the refreshes; GIT_TRACE2_PERF traces git.
 //
-//	NUON_BENCH_MILLION=1000000 go test -run '^$' -bench '^BenchmarkReplicaRefreshMillion$' -benchtime=1x -timeout 30m ./server/
+//	NUON_BENCH_MILLION=1000000 TMPDIR=/dev/shm go test -run '^$' -bench '^BenchmarkReplicaRefreshMillion$' -benchtime=1x -timeout 30m ./server/
 func BenchmarkReplicaRefreshMillion(b *testing.B) {
 	n := os.Getenv("NUON_BENCH_MILLION")
 	if n == "" || n == "0" {
@@ -48,8 +49,8 @@ func BenchmarkReplicaRefreshMillion(b *testing.B) {
 	if _, err := os.Stat(cached); err != nil {
 		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
 	}
-	dir := replicaLinkCopy(b, cached, "writer.git")
-	mirror := replicaLinkCopy(b, cached, "mirror.git")
+	dir := replicaBorrowCopy(b, cached, "writer.git")
+	mirror := replicaBorrowCopy(b, cached, "mirror.git")
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t0 := time.Now()
@@ -104,14 +105,24 @@ func BenchmarkReplicaRefreshMillion(b *testing.B) {
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(i), "refresh-cpu-ms")
 }
 
-// replicaLinkCopy copies the bare repository src into a temporary folder
-// as hard links: git writes every file it changes anew (a lock file
-// renamed over it), so neither copy changes src.
-func replicaLinkCopy(tb testing.TB, src, name string) string {
+// replicaBorrowCopy makes a bare repository in a temporary folder with
+// src's refs and configuration that borrows src's objects (an alternate):
+// git writes new objects to the copy alone, so src is never changed, and
+// the copy needs no room for src's objects (TMPDIR may be another file
+// system, a tmpfs).
+func replicaBorrowCopy(tb testing.TB, src, name string) string {
 	tb.Helper()
 	dir := filepath.Join(tb.TempDir(), name)
-	if out, err := exec.Command("cp", "-al", src, dir).CombinedOutput(); err != nil {
-		tb.Fatalf("copy %s: %v: %s", src, err, out)
+	if err := os.MkdirAll(filepath.Join(dir, "objects", "info"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	for _, f := range []string{"HEAD", "config", "packed-refs", "refs"} {
+		if out, err := exec.Command("cp", "-a", filepath.Join(src, f), dir).CombinedOutput(); err != nil {
+			tb.Fatalf("copy %s: %v: %s", src, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "objects", "info", "alternates"), []byte(filepath.Join(src, "objects")+"\n"), 0o644); err != nil {
+		tb.Fatal(err)
 	}
 	return dir
 }
