@@ -13,8 +13,9 @@ import (
 
 // replicaMaxWalk bounds the commits and trees replicaConnected reads
 // and the blobs it looks up: a change of a few installs reads a few
-// dozen. Past it the caller asks git to check, as git fetch does.
-const replicaMaxWalk = 100_000
+// dozen. Past it the caller asks git to check, as git fetch does. A
+// variable so that tests can take that way with a small change.
+var replicaMaxWalk = 100_000
 
 // replicaMaxTree bounds one tree read while checking: main's installs/
 // of a million installs is 48 MB.

@@ -409,3 +409,37 @@ func TestReplicaRefreshRefusesIncomplete(t *testing.T) {
 		rgit(t, r.cfg.Dir, nil, "fsck", "--connectivity-only", "--no-dangling")
 	}
 }
+
+// TestReplicaRefreshLargeChange: a change past what the check by
+// difference reads is checked by git against every ref, as git fetch
+// checks: an honest one is taken, one without its blobs is not.
+func TestReplicaRefreshLargeChange(t *testing.T) {
+	defer func(n int) { replicaMaxWalk = n }(replicaMaxWalk)
+	replicaMaxWalk = 2
+	dir := refreshFleet(t, 20)
+	m := &replicaMiddle{t: t, dir: dir}
+	w, r := replicaPairVia(t, dir, func(writer *url.URL) http.Handler { m.writer = writer; return m })
+	sameRefs(t, "first refresh", w, r)
+	for _, mode := range []string{"drop-blobs", ""} {
+		ref := schemas.InstallRef("i00005")
+		before := rgit(t, r.cfg.Dir, nil, "rev-parse", ref)
+		old := rgit(t, dir, nil, "rev-parse", ref)
+		rgit(t, dir, nil, "update-ref", ref, newCommit(t, dir, old, "f", "large "+mode))
+		writerMoved(t, w)
+		m.mode.Store(mode)
+		err := r.Refresh(context.Background())
+		if mode == "" {
+			if err != nil {
+				t.Fatalf("an honest change past the limit: %v", err)
+			}
+			sameRefs(t, "an honest change past the limit", w, r)
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "rev-list") {
+			t.Fatalf("%s past the limit: %v, want git rev-list's refusal", mode, err)
+		}
+		if got := rgit(t, r.cfg.Dir, nil, "rev-parse", ref); got != before {
+			t.Fatalf("%s past the limit: %s moved to %s", mode, ref, got)
+		}
+	}
+}
