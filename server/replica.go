@@ -222,8 +222,8 @@ func (s *Server) kickRefresh() {
 }
 
 // Refresh brings a replica's mirror up to the writer: when the writer's
-// version moved, the refs that differ are fetched by name and updated in
-// one transaction (refresh), then the ref table follows.
+// version moved, the refs that differ are fetched and updated in one
+// transaction (refresh), then the ref table follows.
 func (s *Server) Refresh(ctx context.Context) error {
 	s.renderMu.Lock()
 	defer s.renderMu.Unlock()
@@ -252,13 +252,14 @@ type refMove struct {
 }
 
 // refresh compares the writer's refs with the mirror's and fetches only
-// the refs that moved, by name, offering as common ground their old tips
-// and main's: the writer sends the objects of the change, never a whole
-// tree again because git's negotiation gave up before a tip both have (a
-// fetch of every ref with --prune offered ~900 of the newest commits at
+// the refs that moved, offering as common ground their old tips and
+// main's: the writer sends the objects of the change, never a whole tree
+// again because git's negotiation gave up before a tip both have (a fetch
+// of every ref with --prune offered ~900 of the newest commits at
 // 1,000,000 installs and got main's whole tree for a 4-object change).
-// The moved and deleted refs are then set in one update-ref transaction,
-// each checked against its old tip, and in the ref table.
+// What arrived is checked to be complete (applyMoves), then the moved and
+// deleted refs are set in one update-ref transaction, each checked
+// against its old tip, and in the ref table.
 func (s *Server) refresh(ctx context.Context) error {
 	version, err := s.writerVersion(ctx)
 	if err != nil {
