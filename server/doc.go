@@ -680,11 +680,18 @@
 // and, when it moved, asks /replica/changes which refs moved since the
 // version it holds (the writer's ref table logs the last 16,384 moves,
 // and names main and the few refs outside the table). It fetches only
-// those refs, by name, with main and their old tips as negotiation tips,
-// so a one-install change brings that install's few objects, not main's
-// tree of a million entries, and sets them, deletions included, in one
-// update-ref transaction checked against each old tip, and in its ref
-// table; then it reloads install keys and archived installs. At start,
+// those refs' new tips, by id, in one protocol v2 request with main and
+// their old tips as haves, so a one-install change brings that install's
+// few objects, not main's tree of a million entries; it checks that the
+// mirror then holds everything the new tips reach by comparing each new
+// tree with the old tip's, descending only where they differ
+// (replicaConnected), where git fetch read the commit of every one of the
+// mirror's refs before it negotiated and again in its connectivity check
+// (about 40 s at 1,000,000 installs for one install's change); and sets
+// them, deletions included, in one update-ref transaction checked against
+// each old tip, and in its ref table; then it reloads install keys and
+// archived installs. A mirror without main (a replica's first start)
+// lets git fetch the refs by name instead. At start,
 // after a writer restart, or when the log no longer reaches back, it
 // compares every ref once. Polls and fetches are answered from the mirror
 // exactly as on the writer. A status push is authenticated on the replica

@@ -1,17 +1,22 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +94,12 @@ func newCommit(t *testing.T, dir, parent, file, content string) string {
 // replicaPair serves a writer on dir (no render key) and makes a replica
 // with an empty mirror that is refreshed by hand.
 func replicaPair(t *testing.T, dir string) (w, r *Server) {
+	return replicaPairVia(t, dir, nil)
+}
+
+// replicaPairVia is replicaPair with the replica talking to the writer
+// through the handler via makes of the writer's URL, when via is set.
+func replicaPairVia(t *testing.T, dir string, via func(writer *url.URL) http.Handler) (w, r *Server) {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -97,7 +108,14 @@ func replicaPair(t *testing.T, dir string) (w, r *Server) {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(w)
-	r, err = New(ctx, Config{Dir: filepath.Join(t.TempDir(), "mirror.git"), Mode: ModeReplica, Writer: hs.URL,
+	writerURL := hs.URL
+	if via != nil {
+		u, _ := url.Parse(hs.URL)
+		mid := httptest.NewServer(via(u))
+		t.Cleanup(mid.Close)
+		writerURL = mid.URL
+	}
+	r, err = New(ctx, Config{Dir: filepath.Join(t.TempDir(), "mirror.git"), Mode: ModeReplica, Writer: writerURL,
 		ReplicaToken: "tok", PollInterval: time.Hour, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -266,6 +284,162 @@ func TestReplicaRefreshTransfersChange(t *testing.T) {
 		sameRefs(t, "one install changed", w, r)
 		if got := objectsIn(t, r.cfg.Dir) - before; got != 3 {
 			t.Fatalf("a one-install change brought %d objects into the replica, want its 3", got)
+		}
+	}
+}
+
+// replicaMiddle stands between a replica and its writer, as whoever
+// answers for the writer may: it passes every request on, and answers a
+// fetch as mode says: "drop-blobs", a pack of what the fetch wants
+// without its blobs; "cut", the writer's answer cut off inside the
+// pack's last bytes; "" the writer's answer.
+type replicaMiddle struct {
+	t      *testing.T
+	writer *url.URL
+	dir    string // the writer's repository
+	mode   atomic.Value
+}
+
+func (m *replicaMiddle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	mode, _ := m.mode.Load().(string)
+	if !strings.HasSuffix(r.URL.Path, "/git-upload-pack") || mode == "" {
+		httputil.NewSingleHostReverseProxy(m.writer).ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	switch mode {
+	case "drop-blobs":
+		var wants, haves []string
+		for _, line := range strings.Split(string(body), "\n") {
+			if i := strings.Index(line, "want "); i >= 0 {
+				wants = append(wants, line[i+5:])
+			}
+			if i := strings.Index(line, "have "); i >= 0 {
+				haves = append(haves, "^"+line[i+5:])
+			}
+		}
+		listed := rgit(m.t, m.dir, nil, append(append([]string{"rev-list", "--objects"}, wants...), haves...)...)
+		var keep strings.Builder
+		for _, line := range strings.Split(listed, "\n") {
+			h, _, _ := strings.Cut(line, " ")
+			if rgit(m.t, m.dir, nil, "cat-file", "-t", h) != "blob" {
+				keep.WriteString(h + "\n")
+			}
+		}
+		cmd := exec.Command("git", "pack-objects", "--stdout")
+		cmd.Dir, cmd.Stdin = m.dir, strings.NewReader(keep.String())
+		pack, err := cmd.Output()
+		if err != nil {
+			m.t.Errorf("pack-objects: %v", err)
+			panic(http.ErrAbortHandler)
+		}
+		out := pkt(nil, "packfile\n")
+		out = sideband(out, 1, pack)
+		w.Write(append(out, pktFlush...))
+	case "cut":
+		req, _ := http.NewRequest(r.Method, m.writer.String()+r.URL.Path, bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		whole, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// The pack again in packets of 64 bytes, and half of them sent:
+		// the pack breaks off between two whole packets.
+		var pack []byte
+		rest := whole
+		for {
+			line, next, err := nextPkt(rest)
+			if err != nil {
+				break
+			}
+			if len(line) > 0 && line[0] == 1 {
+				pack = append(pack, line[1:]...)
+			}
+			rest = next
+		}
+		out := pkt(nil, "packfile\n")
+		for i := 0; i < len(pack)/2; i += 64 {
+			out = sideband(out, 1, pack[i:min(i+64, len(pack)/2)])
+		}
+		w.Write(out)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// TestReplicaRefreshRefusesIncomplete: a fetch answered with a pack that
+// lacks the blobs the new tips need, or cut off inside the pack, moves no ref of
+// the replica and nothing in its table, and a later honest answer brings
+// the replica to the writer exactly (the objects the bad answers left
+// behind do not stand in for the missing ones).
+func TestReplicaRefreshRefusesIncomplete(t *testing.T) {
+	dir := refreshFleet(t, 20)
+	m := &replicaMiddle{t: t, dir: dir}
+	w, r := replicaPairVia(t, dir, func(writer *url.URL) http.Handler { m.writer = writer; return m })
+	sameRefs(t, "first refresh", w, r)
+	for i, mode := range []string{"drop-blobs", "cut"} {
+		moved := []string{schemas.InstallRef("i00003"), schemas.StatusRef("i00004"), schemas.MainRef}
+		before := map[string]string{}
+		for _, ref := range moved {
+			before[ref] = rgit(t, dir, nil, "rev-parse", ref)
+			rgit(t, dir, nil, "update-ref", ref, newCommit(t, dir, before[ref], "f", fmt.Sprintf("%s %d %s", mode, i, ref)))
+		}
+		writerMoved(t, w)
+		m.mode.Store(mode)
+		err := r.Refresh(context.Background())
+		if err == nil {
+			t.Fatalf("%s: the refresh took an incomplete answer", mode)
+		}
+		t.Logf("%s: %v", mode, err)
+		for _, ref := range moved {
+			if got := rgit(t, r.cfg.Dir, nil, "rev-parse", ref); got != before[ref] {
+				t.Errorf("%s: %s moved to %s on an incomplete answer", mode, ref, got)
+			}
+		}
+		if h, _ := r.refs.get(schemas.InstallRef("i00003")); h.String() != before[schemas.InstallRef("i00003")] {
+			t.Errorf("%s: the replica's table serves %s", mode, h)
+		}
+		m.mode.Store("")
+		sameRefs(t, mode+", then an honest answer", w, r)
+		rgit(t, r.cfg.Dir, nil, "fsck", "--connectivity-only", "--no-dangling")
+	}
+}
+
+// TestReplicaRefreshLargeChange: a change past what the check by
+// difference reads is checked by git against every ref, as git fetch
+// checks: an honest one is taken, one without its blobs is not.
+func TestReplicaRefreshLargeChange(t *testing.T) {
+	defer func(n int) { replicaMaxWalk = n }(replicaMaxWalk)
+	replicaMaxWalk = 2
+	dir := refreshFleet(t, 20)
+	m := &replicaMiddle{t: t, dir: dir}
+	w, r := replicaPairVia(t, dir, func(writer *url.URL) http.Handler { m.writer = writer; return m })
+	sameRefs(t, "first refresh", w, r)
+	for _, mode := range []string{"drop-blobs", ""} {
+		ref := schemas.InstallRef("i00005")
+		before := rgit(t, r.cfg.Dir, nil, "rev-parse", ref)
+		old := rgit(t, dir, nil, "rev-parse", ref)
+		rgit(t, dir, nil, "update-ref", ref, newCommit(t, dir, old, "f", "large "+mode))
+		writerMoved(t, w)
+		m.mode.Store(mode)
+		err := r.Refresh(context.Background())
+		if mode == "" {
+			if err != nil {
+				t.Fatalf("an honest change past the limit: %v", err)
+			}
+			sameRefs(t, "an honest change past the limit", w, r)
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "rev-list") {
+			t.Fatalf("%s past the limit: %v, want git rev-list's refusal", mode, err)
+		}
+		if got := rgit(t, r.cfg.Dir, nil, "rev-parse", ref); got != before {
+			t.Fatalf("%s past the limit: %s moved to %s", mode, ref, got)
 		}
 	}
 }

@@ -52,8 +52,11 @@ import (
 //     (from the writer's move to the replica's, waiting at most
 //     NUON_BENCH_FLEET_LAG_MINUTES, default 10: replica-caught-up says
 //     whether it moved, and the log names the git processes of both then),
-//     and the CPU the refresh took on each side; NUON_BENCH_FLEET_REPLICA=0
-//     skips the replica and its lag;
+//     and the CPU the refresh took on each side (change-replica-self-cpu-ms:
+//     the replica process without its git children);
+//     NUON_BENCH_FLEET_REPLICA_TRACE=FILE has the replica's git children
+//     write git's performance trace there (GIT_TRACE2_PERF);
+//     NUON_BENCH_FLEET_REPLICA=0 skips the replica and its lag;
 //   - status pushes for a fleet-wide rollout: the replica stopped,
 //     NUON_BENCH_FLEET_PUSHERS pushers (default 32) push, each for an
 //     install of its own never pushed before (spread over the fleet), one
@@ -174,7 +177,12 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 	var r *nuonServer
 	if o.only != "pushes" && o.replica {
 		t0 = time.Now()
-		r = startServer(b, bin, nil, "--mode", "replica", "--writer", w.url, "--repo", mirror,
+		var env []string
+		if f := os.Getenv("NUON_BENCH_FLEET_REPLICA_TRACE"); f != "" {
+			// git's own account of the replica's git children.
+			env = []string{"GIT_TRACE2_PERF=" + f}
+		}
+		r = startServer(b, bin, env, "--mode", "replica", "--writer", w.url, "--repo", mirror,
 			"--replica-token-file", token, "--poll-interval", o.refresh.String(), "--log-level", "warn")
 		r.waitReady(b, 30*time.Minute)
 		rready := time.Since(t0)
@@ -220,9 +228,10 @@ func benchMillionFleet(b *testing.B, bin string, n int, key *signature.Signer, o
 		}
 		b.ReportMetric(float64(lag.writerCPU.Microseconds())/1000, "change-writer-cpu-ms")
 		b.ReportMetric(float64(lag.replicaCPU.Microseconds())/1000, "change-replica-cpu-ms")
+		b.ReportMetric(float64(lag.replicaSelfCPU.Microseconds())/1000, "change-replica-self-cpu-ms")
 		b.ReportMetric(float64(procStatus(b, r.pid(), "VmHWM"))/1024, "replica-peak-MB")
-		b.Logf("%d installs: a main change moved %s's desired ref on the writer in %s, on the replica %s later (refresh every %s); CPU: writer %s, replica %s",
-			n, id, lag.writer.Round(time.Millisecond), lag.replica.Round(time.Millisecond), o.refresh, lag.writerCPU, lag.replicaCPU)
+		b.Logf("%d installs: a main change moved %s's desired ref on the writer in %s, on the replica %s later (refresh every %s); CPU: writer %s, replica %s (%s of it in its git children); load average %s",
+			n, id, lag.writer.Round(time.Millisecond), lag.replica.Round(time.Millisecond), o.refresh, lag.writerCPU, lag.replicaCPU, lag.replicaCPU-lag.replicaSelfCPU, loadAverage())
 		r.stop()
 	}
 
@@ -395,6 +404,7 @@ func fleetPolls(tb testing.TB, url string, pid int, ids []string, workers int, d
 type fleetLagResult struct {
 	writer, replica       time.Duration // main moved → writer's desired ref moved; writer's → replica's
 	writerCPU, replicaCPU time.Duration // over the whole change, git children included
+	replicaSelfCPU        time.Duration // the replica process alone, without its git children
 	caughtUp              bool          // false: the replica had not moved within the wait (replica is the wait)
 	refreshing            string        // then, the replica's git processes and the writer's
 }
@@ -433,7 +443,7 @@ func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Si
 			}
 		}
 	}
-	wcpu, rcpu := serverCPU(tb, w.pid()), serverCPU(tb, r.pid())
+	wcpu, rcpu, rself := serverCPU(tb, w.pid()), serverCPU(tb, r.pid()), procCPU(tb, r.pid(), false)
 	t0 := time.Now()
 	gittest.Git(tb, dir, "update-ref", schemas.MainRef, next)
 	resp, err := http.Post(w.url+"/hooks/main", "application/json", strings.NewReader("{}"))
@@ -453,6 +463,7 @@ func fleetLag(tb *testing.B, w, r *nuonServer, dir, id string, key *signature.Si
 	// refs, the render's bookkeeping): let both settle a refresh or two.
 	time.Sleep(2 * time.Second)
 	res.writerCPU, res.replicaCPU = serverCPU(tb, w.pid())-wcpu, serverCPU(tb, r.pid())-rcpu
+	res.replicaSelfCPU = procCPU(tb, r.pid(), false) - rself
 	return res
 }
 
