@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/oci/ocitest"
 	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/plugin"
@@ -231,6 +234,75 @@ func TestPluginReleaseE2E(t *testing.T) {
 	if res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
 		t.Fatalf("apply from the artifact: %+v\n%s", res, log)
 	}
+}
+
+// TestPluginReleaseImageE2E: a plugin release has a container image
+// beside its artifact, on the base --image-base pins (here perl from this
+// machine, which the zonefile script needs), signed with the vendor's key
+// and tied to the artifact; a script without a base gets no image, and a
+// base not pinned by digest is refused.
+func TestPluginReleaseImageE2E(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/perl"); err != nil {
+		t.Skip("no perl")
+	}
+	host := ocitest.InProcess(t)
+	keys := filepath.Join(repoRoot(), "fixtures", "keys")
+	dir := filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile")
+	base, err := plugintest.HostImageList(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile-base.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := oci.NewClient(oci.WithKeychain(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseRepo, _ := name.NewRepository(host + "/base/perl")
+	bd, _ := base.Digest()
+	p, err := c.NewPusher(t.Context(), baseRepo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Push(t.Context(), baseRepo.Digest(bd.String()), base); err != nil {
+		t.Fatal(err)
+	}
+	release := func(code int, args ...string) string {
+		return nuon(t, []string{"COSIGN_PASSWORD="}, code, append([]string{"plugin", "release", "-o", "json",
+			"--repository", host + "/acme/plugins/zonefile", "--key", filepath.Join(keys, "cosign.key"), dir}, args...)...)
+	}
+	var rel struct{ Ref, Digest, Image string }
+	if err := json.Unmarshal([]byte(release(0, "--image-base", baseRepo.Digest(bd.String()).String())), &rel); err != nil || rel.Image == "" {
+		t.Fatalf("nuon plugin release --image-base: %v, %+v", err, rel)
+	}
+	ref, err := name.NewDigest(rel.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := oci.LoadPublicKey(filepath.Join(keys, "cosign.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := plugin.FetchImage(t.Context(), c, ref, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Artifact != rel.Digest || img.Manifest.Name != "zonefile" || img.Entrypoint[0] != "/nuon-plugin/zonefile" {
+		t.Errorf("the released image %+v, the artifact %s", img, rel.Digest)
+	}
+	m, err := c.Get(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, _ := v1.ParseManifest(bytes.NewReader(m.Raw))
+	baseMan, _ := base.Manifest()
+	if len(man.Layers) != 2 || man.Layers[0].Digest != baseMan.Layers[0].Digest {
+		t.Errorf("the image's layers %+v, want the base's then the plugin's", man.Layers)
+	}
+
+	var plain struct{ Image string }
+	if err := json.Unmarshal([]byte(release(0)), &plain); err != nil || plain.Image != "" {
+		t.Errorf("a script released without a base has image %q (%v): it could not run", plain.Image, err)
+	}
+	release(1, "--image-base", host+"/base/perl:latest") // a base by tag: refused
 }
 
 func TestProcessPluginsFlags(t *testing.T) {
