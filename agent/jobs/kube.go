@@ -227,6 +227,20 @@ type Kube struct {
 	// install registry's CIDR when its addresses change (a VPC
 	// endpoint), or its pods when it runs in the cluster.
 	PluginEgress []networkingv1.NetworkPolicyEgressRule
+	// AdmitPluginImage, when set, runs a job of a vendor's plugin whose
+	// release has a container image in the image form: it checks the
+	// image as AdmitPlugin checks the artifact, and the plugin runs as a
+	// container of its own; see "Plugin images". Unset, such jobs run as
+	// a process of the job's image, as every plugin without an image.
+	AdmitPluginImage PluginImageAdmission
+	// RegistryEnv, RegistryMounts and RegistryVolumes give the image
+	// form's prepare container, and only it, what it pulls from the
+	// install registry with: pull-only credentials and the registry's CA
+	// (for example a Secret mounted read-only and the flags' variables).
+	// The plugin's container never has them.
+	RegistryEnv     []corev1.EnvVar
+	RegistryMounts  []corev1.VolumeMount
+	RegistryVolumes []corev1.Volume
 	// LookupIP resolves the install registry's name for a plugin job's
 	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
 	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
