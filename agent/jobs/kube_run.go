@@ -351,6 +351,10 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 	}
 	volumes = append(volumes, k.Volumes...)
 	mounts = append(mounts, k.VolumeMounts...)
+	// The job's container fetches its artifacts: the registry's pull
+	// settings (the image form moves them to its prepare container).
+	volumes = append(volumes, k.RegistryVolumes...)
+	mounts = append(mounts, k.RegistryMounts...)
 	var envFrom []corev1.EnvFromSource
 	if k.SecretName != "" {
 		envFrom = append(envFrom, corev1.EnvFromSource{
@@ -383,7 +387,7 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 						Name:                     jobContainer,
 						Image:                    k.Image,
 						Command:                  append(append([]string{}, k.command()...), podManifestFile),
-						Env:                      append(append([]corev1.EnvVar{}, k.Env...), k.stateEnv(job, staleLock)...),
+						Env:                      append(append(append([]corev1.EnvVar{}, k.Env...), k.RegistryEnv...), k.stateEnv(job, staleLock)...),
 						EnvFrom:                  envFrom,
 						VolumeMounts:             mounts,
 						Resources:                k.Resources,
