@@ -69,11 +69,17 @@ func Operation(job *schemas.Job) string {
 // and what was admitted (exchange.Admitted). A refusal is written as
 // exchange.Refused instead, and returned.
 func (p *Process) Prepare(ctx context.Context, job *schemas.Job, env reconciler.Env, in string, at ContainerPaths) error {
-	err := p.prepare(ctx, job, env, in, at)
-	if err != nil {
-		if werr := atomicfile.Write(filepath.Join(in, exchange.Refused), []byte(err.Error()+"\n"), 0o644); werr != nil {
-			return errors.Join(err, werr)
-		}
+	if err := p.prepare(ctx, job, env, in, at); err != nil {
+		return p.Refuse(in, err)
+	}
+	return nil
+}
+
+// Refuse writes the refusal err into the exchange's in directory, where
+// Exchanged finds it, and returns it.
+func (p *Process) Refuse(in string, err error) error {
+	if werr := atomicfile.Write(filepath.Join(in, exchange.Refused), []byte(err.Error()+"\n"), 0o644); werr != nil {
+		return errors.Join(err, werr)
 	}
 	return err
 }
