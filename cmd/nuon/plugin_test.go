@@ -303,6 +303,75 @@ func TestPluginReleaseImageE2E(t *testing.T) {
 		t.Errorf("a script released without a base has image %q (%v): it could not run", plain.Image, err)
 	}
 	release(1, "--image-base", host+"/base/perl:latest") // a base by tag: refused
+
+	// The image form's steps in a job's pod, through this binary: prepare
+	// (verify the pinned image, write the request, copy the executor),
+	// the plugin's container (here the script run on this machine's perl
+	// on the request), and the answer read into the job's result.
+	steps := func(t *testing.T, imageDigest string, code int) (*schemas.JobResult, string) {
+		data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job schemas.Job
+		if err := json.Unmarshal(data, &job); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		job.StateDir, job.ResultFile, job.Debug = filepath.Join(dir, "state"), filepath.Join(dir, "result.json"), nil
+		art, _ := name.NewDigest(rel.Ref)
+		job.Grants = &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}
+		job.Artifacts = []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: art.String(), Digest: art.DigestStr()},
+			{Name: schemas.PluginImageArtifactName, Local: ref.Context().Digest(imageDigest).String(), Digest: imageDigest}}
+		b, _ := json.Marshal(&job)
+		manifest := filepath.Join(dir, "manifest.json")
+		if err := os.WriteFile(manifest, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in, out, bin := filepath.Join(dir, "in"), filepath.Join(dir, "out"), filepath.Join(dir, "bin")
+		for _, d := range []string{in, out, bin} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nuon(t, nil, 0, "job", "run", "--pod", "--plugin-key", filepath.Join(keys, "cosign.pub"), "--plugin-prepare", in,
+			"--plugin-executor-to", bin, "--plugin-executor", "/bin/true", manifest)
+		if fi, err := os.Stat(filepath.Join(bin, "nuon-plugin-exec")); err != nil || fi.Mode()&0o111 == 0 {
+			t.Errorf("the executor was not copied: %v", err)
+		}
+		if req, err := os.Open(filepath.Join(in, "request.json")); err == nil {
+			cmd := exec.Command(zonefilePlugin())
+			cmd.Env = []string{"NUON_ZONE_DIR=" + t.TempDir(), "PATH=/usr/bin:/bin"}
+			cmd.Stdin = req
+			resp, err := cmd.Output()
+			req.Close()
+			if err != nil {
+				t.Fatalf("the plugin on the request: %v", err)
+			}
+			_ = os.WriteFile(filepath.Join(out, "response.json"), resp, 0o644)
+			_ = os.WriteFile(filepath.Join(out, "exit"), []byte("0\n"), 0o644)
+		}
+		log := nuon(t, nil, code, "job", "run", "--pod", "--plugin-exchange-in", in, "--plugin-exchange-out", out, manifest)
+		raw, err := os.ReadFile(job.ResultFile)
+		if err != nil {
+			t.Fatalf("no result: %v\n%s", err, log)
+		}
+		var res schemas.JobResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatal(err)
+		}
+		return &res, log
+	}
+	t.Run("the pod's steps", func(t *testing.T) {
+		if res, log := steps(t, ref.DigestStr(), 0); res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+			t.Errorf("the job's result: %+v\n%s", res, log)
+		}
+		// An image pinned by a digest that is not signed: refused in the
+		// pod too, with why in the result.
+		if res, log := steps(t, "sha256:"+strings.Repeat("0", 64), 1); !strings.Contains(res.Error, "signed") && !strings.Contains(res.Error, "sha256-") {
+			t.Errorf("an image that is not there: %+v\n%s", res, log)
+		}
+	})
 }
 
 func TestProcessPluginsFlags(t *testing.T) {
