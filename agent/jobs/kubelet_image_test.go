@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,7 +28,8 @@ import (
 // The test kubelet runs a container of an image (any image but nuon's, a
 // reference by digest) as a container runtime would, within what this
 // machine allows a test running as root: the image pulled from its
-// registry by digest and its layers unpacked into a root of its own; this
+// registry by digest and its layers unpacked into a root of its own (once
+// per digest, as a node keeps the images it pulled); this
 // test binary, as containerProcess, in a mount namespace of its own, binds
 // the container's volumes into that root (read-only where the pod says
 // so) and /dev/null, /dev/zero and /dev/urandom, makes the root read-only
@@ -70,17 +72,27 @@ func (k *kubelet) imageCommand(ctx context.Context, p *corev1.Pod, c *corev1.Con
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
-	root := filepath.Join(dir, "rootfs-"+c.Name)
-	rc := mutate.Extract(img)
-	err = unpack(rc, root)
-	rc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("unpack %s: %w", ref, err)
-	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
+	// Unpacked once per digest, as a node keeps an image it pulled; each
+	// container's root is that tree, bound read-only when it asks.
+	root := filepath.Join(k.root, "images", strings.TrimPrefix(ref.DigestStr(), "sha256:"))
+	k.mu.Lock()
+	if _, err := os.Stat(root); err != nil {
+		rc := mutate.Extract(img)
+		err = unpack(rc, root+".tmp")
+		rc.Close()
+		if err == nil {
+			err = os.Rename(root+".tmp", root)
+		}
+		if err != nil {
+			k.mu.Unlock()
+			return nil, fmt.Errorf("unpack %s: %w", ref, err)
+		}
+	}
+	k.mu.Unlock()
 	spec := containerSpec{Root: root, Env: append(append([]string{}, cf.Config.Env...), env...),
 		ReadOnlyRoot: c.SecurityContext != nil && ptr.Deref(c.SecurityContext.ReadOnlyRootFilesystem, false)}
 	spec.Argv = c.Command
