@@ -84,6 +84,24 @@
 // signature before reading anything else, then every digest, and unpacks
 // the executable for this platform.
 //
+// # A plugin's container image
+//
+// A release also has a container image when its manifest names a
+// linux/amd64 executable (PackageImage, `nuon plugin release`): an OCI
+// image of standard media types, its one added layer the plugin's
+// directory at ImageDir on a base the vendor pins by digest (a script's
+// interpreter; none for a static executable), its config's Entrypoint
+// that executable, its config label ImageManifestLabel the manifest, its
+// manifest annotation ImageArtifactAnnotation the digest of the
+// artifact of the same release. It is signed like the artifact, recorded
+// beside it as schemas.PluginImageArtifactName, synced by digest like any
+// artifact, and AdmitImage checks it as Admit checks the artifact, and
+// that it is that artifact's release. The Kubernetes runner runs it as a
+// container of its own: Prepare writes the request into files, the
+// executor cmd/nuon-plugin-exec (package exchange) runs the entrypoint on
+// it in the plugin's container, and Exchanged reads the answer, bounded
+// and parsed as a plugin's stdout.
+//
 // # A component's plugin, from signed state
 //
 // A component of type plugin names its plugin and grants in nuon.yaml
@@ -134,8 +152,8 @@
 // NetworkPolicy takes the namespace's place, for the job process and the
 // plugin alike: a plugin not granted the network can still reach the
 // install registry, which serves it nothing it could not pull by digest
-// anyway. The plugin is a process of nuon's job image, not an image of
-// its own: see agent/jobs for why.
+// anyway. A plugin released with its container image runs instead as a
+// container of its own, holding only what it is granted: see agent/jobs.
 //
 // # The built-ins
 //

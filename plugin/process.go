@@ -37,6 +37,11 @@ type Process struct {
 	// (synced and recorded like the others), and it is not extracted
 	// again for the plugin.
 	Artifact string
+	// Exchange, when set, is the out directory of an exchange (package
+	// exchange): the plugin ran in a container of its own on the request
+	// Prepare wrote, and each operation reads its response there instead
+	// of starting it (see Exchanged).
+	Exchange string
 
 	once     sync.Once
 	manifest *schemas.PluginManifest
@@ -181,6 +186,9 @@ func (p *Process) Do(ctx context.Context, op string, job *schemas.Job, env recon
 	}
 	if err := Check(m, op, p.Granted); err != nil {
 		return nil, err
+	}
+	if p.Exchange != "" {
+		return p.collect(op, proto, job, env.Log)
 	}
 	stateDir, err := reconciler.StateDir(job, env)
 	if err != nil {

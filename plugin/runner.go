@@ -102,6 +102,12 @@ func (r *Runner) Call(ctx context.Context, req *schemas.PluginRequest, granted s
 	if err != nil {
 		return nil, err
 	}
+	return answer(req, name, out, exit)
+}
+
+// answer is the response of the plugin name to req: its stdout out, read
+// with ParseResponse, and its exit code, as Call describes.
+func answer(req *schemas.PluginRequest, name string, out []byte, exit int) (*schemas.PluginResponse, error) {
 	resp, perr := ParseResponse(req, out)
 	if perr != nil {
 		if exit != ExitOK && errors.Is(perr, ErrNoResponse) {

@@ -82,3 +82,37 @@ func TestDefaults(t *testing.T) {
 		t.Error("no operations setting must allow debug")
 	}
 }
+
+// TestJobPluginImageMediaType: a job's plugin-image artifact is an image
+// manifest, never an index or anything else; other artifacts are not held
+// to it.
+func TestJobPluginImageMediaType(t *testing.T) {
+	d := "sha256:" + strings.Repeat("b", 64)
+	for _, tt := range []struct {
+		name, artifact, mediaType string
+		ok                        bool
+	}{
+		{"an OCI image", PluginImageArtifactName, "application/vnd.oci.image.manifest.v1+json", true},
+		{"a Docker image", PluginImageArtifactName, "application/vnd.docker.distribution.manifest.v2+json", true},
+		{"no media type", PluginImageArtifactName, "", true},
+		{"an index", PluginImageArtifactName, "application/vnd.oci.image.index.v1+json", false},
+		{"a plugin artifact as its image", PluginImageArtifactName, "application/vnd.nuon.plugin.config.v1+json", false},
+		{"another artifact", PluginArtifactName, "application/vnd.oci.image.index.v1+json", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(Job{
+				APIVersion: APIVersion, Kind: KindJob, ID: "j1", Install: "acme", Component: "dns", Operation: OpUpdate,
+				Plugin: TypeManifests, Version: "1.0.0", Generation: 1, Commit: strings.Repeat("a", 40),
+				Artifacts: []Artifact{{Name: tt.artifact, Local: "registry.example/acme/p@" + d, Digest: d, MediaType: tt.mediaType}},
+				Timeout:   "1m", StateDir: "/s", ResultFile: "/r",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = ValidateJSON(SchemaJob, b)
+			if (err == nil) != tt.ok {
+				t.Errorf("ValidateJSON = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}

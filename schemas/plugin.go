@@ -71,6 +71,15 @@ type PluginRequest struct {
 // `nuon release COMPONENT --artifact plugin=REPO@DIGEST` records it.
 const PluginArtifactName = "plugin"
 
+// PluginImageArtifactName names, among a plugin component's release
+// artifacts, the plugin's container image: the same release of the
+// plugin as an OCI image whose entrypoint is its linux/amd64 executable,
+// which the Kubernetes runner runs as a container of its own. `nuon
+// plugin release` pushes and signs it beside the PluginArtifactName
+// artifact and records both; the image names that artifact's digest, so
+// the two are one release.
+const PluginImageArtifactName = "plugin-image"
+
 // PluginSettings are nuon.yaml's plugin of a component of type plugin.
 // Granting a capability is a change on main, reviewed like any other: a
 // new version of the plugin whose signed manifest needs more than Grants

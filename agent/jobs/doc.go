@@ -110,23 +110,35 @@
 //     state volume: absent from the pod spec, which nothing in the pod
 //     can change.
 //
-// The plugin is a process inside the job's pod, from nuon's job image,
-// not an image of its own. An image per plugin (its executable in an
-// image pinned by digest from the install registry, nuon's job binary
-// handed to it by an init container through an emptyDir, as Tekton's
-// entrypoint does) would let a plugin bring its own runtime, but needs a
-// second artifact form of every plugin, its sync and signature, and a
-// kubelet to prove; within one pod, the pod's limits already bound the
-// job process and the plugin together, and the process runner's own
-// limits (environment, bounds, state directory) still hold inside it.
-// What one pod cannot do: tell the job process's traffic from the
-// plugin's (a plugin not granted the network still reaches the install
-// registry and DNS, as its job must), or keep the plugin from reading
-// what the job process holds: the registry credentials it pulls with, if
-// any (give jobs pull-only credentials), and the job's manifest.
+// A plugin released without a container image is a process inside the
+// job's pod, from nuon's job image: the pod's limits bound the job
+// process and the plugin together, and the process runner's own limits
+// (environment, bounds, state directory) hold inside it, but the plugin
+// can read what the job process holds: the registry credentials it pulls
+// with (give jobs pull-only credentials: --job-registry-secret) and the
+// job's manifest.
+//
+// A plugin released with its image runs, with Kube.AdmitPluginImage, as
+// a container of its own (Kube, "Plugin images"), as Tekton and Argo
+// Workflows inject their entrypoint: nuon's image prepares the request
+// in an init container and reads the answer after, and only a small
+// executor, copied through a read-only emptyDir, runs in the plugin's
+// image. The plugin's container has no credential, key, token, manifest
+// or nuon binary, its own environment, and read-only request and
+// executor. What one pod still cannot do in either form: tell one
+// container's traffic from another's, since a NetworkPolicy selects pods
+// (a plugin not granted the network still reaches DNS and the install
+// registry's address, which the prepare container needs).
 //
 // What this machine shows and what it cannot: it has no kubelet,
-// container runtime or CNI. TestKubePlugin runs the real kube-apiserver
+// container runtime or CNI. The test kubelet runs an image's container
+// (the plugin's, in the image form) as root is allowed to: the image
+// pulled by digest and unpacked into a root of its own, the container's
+// volumes bound into it in a mount namespace of its own (read-only where
+// the pod says), the root read-only, chroot, the pod's user and group,
+// then its command; TestKubePluginImage's spy plugin walks that root and
+// reports what it sees. It shares the host's network and PID namespace
+// and has no seccomp profile. TestKubePlugin runs the real kube-apiserver
 // and controller manager (the Job controller creates the pods, so
 // admission is real: the pod is admitted under restricted, and copies of
 // it made to escape are refused; the garbage collector deletes the

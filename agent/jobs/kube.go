@@ -153,6 +153,55 @@ const (
 // Objects per plugin job: the Job, its ConfigMap, its NetworkPolicy, its
 // pod, and its Secret only with cloudRole granted and RunEnv used.
 //
+// # Plugin images
+//
+// With AdmitPluginImage set, a job of a vendor's plugin whose release has
+// a container image (schemas.PluginImageArtifactName: the plugin's
+// executable for linux/amd64 as an OCI image's entrypoint, signed with
+// the vendor's key, the release of the artifact the job pins) runs in the
+// image form. AdmitPluginImage (plugin.AdmitImage) checks the image as
+// AdmitPlugin checks the artifact, before any object exists: its pin by
+// digest, its signature, its tie to the artifact, its signed manifest's
+// name, protocols and needs. The same objects are made, with the same
+// NetworkPolicy, Secret and admission; the pod has three containers, run
+// one after the other (two init containers, then the job's):
+//
+//   - prepare, Image: `nuon job run --pod --plugin-key KEY --plugin-prepare
+//     /nuon/plugin/in --plugin-executor-to /nuon/plugin/bin MANIFEST`
+//     verifies the image again with the vendor key in the ConfigMap
+//     (jobrun.PreparePlugin), writes the plugin's request into the
+//     emptyDir plugin-in (plugin.Process.Prepare) and copies the executor,
+//     nuon-plugin-exec, a static binary of the standard library alone,
+//     into the emptyDir plugin-bin. It alone gets RegistryEnv,
+//     RegistryMounts and RegistryVolumes, the registry's pull credential
+//     and CA. A refusal is written for the last container to report.
+//   - plugin, the plugin's image by its digest in the install registry,
+//     as user and group PluginUser: the executor feeds the request to the
+//     image's entrypoint on stdin and writes its stdout, stderr and exit,
+//     bounded, into the emptyDir plugin-out (package plugin/exchange). It
+//     mounts plugin-in and plugin-bin read-only, plugin-out, its own /tmp
+//     and, at PodPluginState, the component's state directory alone with
+//     writableState or an empty one. Its environment is plugin.Environ of
+//     Env's plain values for its grants; the install's secrets
+//     (SecretName) only with secrets, RunEnv's Secret only with cloudRole.
+//     It holds no service account token, no registry credential, no
+//     vendor key, no manifest ConfigMap and no nuon binary.
+//   - job, Image: `nuon job run --pod --plugin-exchange-in
+//     /nuon/plugin/in --plugin-exchange-out /nuon/plugin/out MANIFEST`
+//     reads the answer as a plugin's stdout is read (plugin.Exchanged),
+//     redacts it with the secrets the plugin had, and writes the result and
+//     termination message as every job's container does.
+//
+// Every container runs restricted with a read-only root filesystem. The
+// NetworkPolicy is the pod's: what it lets out, DNS and the install
+// registry without the network, any of the three containers may use.
+// Only the prepare container needs it, and it runs before the plugin's
+// starts and holds the only credential; the plugin can still reach DNS
+// and the registry's address (without a credential: what the registry
+// serves anonymously) and, with PluginEgress, what that adds. Per-container
+// egress needs a CNI that tells containers apart (none of NetworkPolicy's
+// does: it selects pods).
+//
 // # State locks
 //
 // A job killed while terraform held the state lock leaves the Lease held,
@@ -227,6 +276,20 @@ type Kube struct {
 	// install registry's CIDR when its addresses change (a VPC
 	// endpoint), or its pods when it runs in the cluster.
 	PluginEgress []networkingv1.NetworkPolicyEgressRule
+	// AdmitPluginImage, when set, runs a job of a vendor's plugin whose
+	// release has a container image in the image form: it checks the
+	// image as AdmitPlugin checks the artifact, and the plugin runs as a
+	// container of its own; see "Plugin images". Unset, such jobs run as
+	// a process of the job's image, as every plugin without an image.
+	AdmitPluginImage PluginImageAdmission
+	// RegistryEnv, RegistryMounts and RegistryVolumes give the image
+	// form's prepare container, and only it, what it pulls from the
+	// install registry with: pull-only credentials and the registry's CA
+	// (for example a Secret mounted read-only and the flags' variables).
+	// The plugin's container never has them.
+	RegistryEnv     []corev1.EnvVar
+	RegistryMounts  []corev1.VolumeMount
+	RegistryVolumes []corev1.Volume
 	// LookupIP resolves the install registry's name for a plugin job's
 	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
 	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)

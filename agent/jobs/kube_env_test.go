@@ -115,7 +115,7 @@ func TestKubeRunEnv(t *testing.T) {
 	job.State = &schemas.S3State{Bucket: bucket, Key: "sandbox/terraform.tfstate", Region: "us-east-1"}
 	// A run that stopped between creating its suspended Job and its
 	// Secret left the Job behind: it never started, and is replaced.
-	_, left, err := k.objects(job, KubeName(job.ID), "", KubeName(job.ID)+"-env-lost", nil)
+	_, left, err := k.objects(job, KubeName(job.ID), "", KubeName(job.ID)+"-env-lost", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -59,7 +60,13 @@ func (r *kubeRun) admitPlugin(ctx context.Context) error {
 	if k.AdmitPlugin == nil || len(k.PluginKey) == 0 {
 		return fmt.Errorf("%w: plugin %s: the kubernetes runner has no vendor key to admit a vendor's plugin with (Kube.AdmitPlugin and Kube.PluginKey: nuon agent --vendor-key)", ErrJobFailed, r.job.Plugin)
 	}
-	granted, err := k.AdmitPlugin(ctx, &r.job)
+	var granted schemas.PluginCapabilities
+	var err error
+	if k.AdmitPluginImage != nil && plugin.PinsImage(&r.job) {
+		r.image, granted, err = k.AdmitPluginImage(ctx, &r.job)
+	} else {
+		granted, err = k.AdmitPlugin(ctx, &r.job)
+	}
 	if err != nil {
 		r.logger.Warn("plugin refused: no object created", "error", err)
 		return fmt.Errorf("%w: %w", ErrJobFailed, err)
@@ -75,7 +82,11 @@ func (r *kubeRun) admitPlugin(ctx context.Context) error {
 			return err
 		}
 	}
-	r.logger.Info("plugin admitted", "network", granted.Network, "secrets", granted.Secrets,
+	form := "process"
+	if r.image != nil {
+		form = "image " + r.image.Ref.String()
+	}
+	r.logger.Info("plugin admitted", "form", form, "network", granted.Network, "secrets", granted.Secrets,
 		"cloud_role", granted.CloudRole, "writable_state", granted.WritableState, "env", granted.Env)
 	return nil
 }

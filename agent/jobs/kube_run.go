@@ -4,6 +4,7 @@ import (
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/internal/redact"
 	"nuon.dev/nuon/jobrun"
+	"nuon.dev/nuon/plugin"
 
 	"bufio"
 	"bytes"
@@ -104,6 +105,9 @@ type kubeRun struct {
 	// the network.
 	granted *schemas.PluginCapabilities
 	egress  []networkingv1.NetworkPolicyEgressRule
+	// image is the plugin's container image, admitted, in the image
+	// form; nil otherwise.
+	image *plugin.Image
 }
 
 // envName is what a Secret key and an environment variable may be named.
@@ -208,7 +212,7 @@ func (r *kubeRun) create(ctx context.Context) error {
 		_, _ = rand.Read(suffix[:])
 		r.secret = r.name + "-env-" + hex.EncodeToString(suffix[:])
 	}
-	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret, r.granted)
+	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret, r.granted, r.image)
 	if err != nil {
 		return err
 	}
@@ -303,7 +307,7 @@ func (r *kubeRun) createEnvSecret(ctx context.Context, created *batchv1.Job, own
 // the job's own Secret (RunEnv's), whose keys become its container's
 // environment. granted, for a job of a vendor's plugin, narrows its pod
 // to what the plugin is granted.
-func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities) (*corev1.ConfigMap, *batchv1.Job, error) {
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, image *plugin.Image) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -347,6 +351,10 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 	}
 	volumes = append(volumes, k.Volumes...)
 	mounts = append(mounts, k.VolumeMounts...)
+	// The job's container fetches its artifacts: the registry's pull
+	// settings (the image form moves them to its prepare container).
+	volumes = append(volumes, k.RegistryVolumes...)
+	mounts = append(mounts, k.RegistryMounts...)
 	var envFrom []corev1.EnvFromSource
 	if k.SecretName != "" {
 		envFrom = append(envFrom, corev1.EnvFromSource{
@@ -379,7 +387,7 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 						Name:                     jobContainer,
 						Image:                    k.Image,
 						Command:                  append(append([]string{}, k.command()...), podManifestFile),
-						Env:                      append(append([]corev1.EnvVar{}, k.Env...), k.stateEnv(job, staleLock)...),
+						Env:                      append(append(append([]corev1.EnvVar{}, k.Env...), k.RegistryEnv...), k.stateEnv(job, staleLock)...),
 						EnvFrom:                  envFrom,
 						VolumeMounts:             mounts,
 						Resources:                k.Resources,
@@ -396,7 +404,10 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 			},
 		},
 	}
-	if granted != nil {
+	switch {
+	case granted != nil && image != nil:
+		k.imagePod(&kj.Spec.Template.Spec, job, granted, image, secret)
+	case granted != nil:
 		k.pluginPod(&kj.Spec.Template.Spec, job, granted)
 	}
 	return cm, kj, nil

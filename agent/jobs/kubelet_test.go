@@ -56,8 +56,17 @@ func podProcess() int {
 	defer stop()
 	manifest := os.Args[len(os.Args)-1]
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
+	if in := argAfter("--plugin-prepare"); in != "" {
+		return preparePlugin(ctx, manifest, in)
+	}
 	if b, err := os.ReadFile(manifest); err == nil {
-		if job, err := plugin.DecodeJob(manifest, b); err == nil && job.Grants != nil {
+		if job, err := plugin.DecodeJob(manifest, b); err == nil && job.Grants != nil && argAfter("--plugin-exchange-in") != "" {
+			if q, err := plugin.Exchanged(argAfter("--plugin-exchange-in"), argAfter("--plugin-exchange-out")); err != nil {
+				plugins[job.Plugin] = refused{err}
+			} else {
+				plugins[job.Plugin] = q
+			}
+		} else if err == nil && job.Grants != nil {
 			p, dir, err := pinnedPlugin(ctx, job)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "nuon:", err)
@@ -73,6 +82,39 @@ func podProcess() int {
 	}
 	return 0
 }
+
+// preparePlugin is `nuon job run --pod --plugin-prepare IN
+// --plugin-executor-to BIN --plugin-key KEY MANIFEST`: jobrun.PreparePlugin
+// with the registry and the executor the test built.
+func preparePlugin(ctx context.Context, manifest, in string) int {
+	v, err := oci.LoadPublicKey(argAfter("--plugin-key"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nuon:", err)
+		return 1
+	}
+	c, err := oci.NewClient(oci.WithKeychain(nil))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nuon:", err)
+		return 1
+	}
+	err = jobrun.PreparePlugin(ctx, jobrun.PrepareOptions{Manifest: manifest, Client: c, Key: v, In: in,
+		Paths: PluginContainerPaths, Executor: os.Getenv(envExecutor), Bin: argAfter("--plugin-executor-to")}, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nuon:", err)
+		return 1
+	}
+	return 0
+}
+
+// refused fails every operation with why, as `nuon job run` does for a
+// plugin it will not run.
+type refused struct{ err error }
+
+func (r refused) Apply(context.Context, *schemas.Job, reconciler.Env) (*schemas.JobResult, error) {
+	return nil, r.err
+}
+
+func (r refused) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }
 
 // pinnedPlugin is the plugin a job of a vendor's plugin pins, fetched from
 // the registry and verified with the key --plugin-key names.
@@ -133,13 +175,27 @@ type kubelet struct {
 	done    chan struct{}
 }
 
-// podRun is one pod's process.
+// podRun is one pod's containers, run one after the other: its init
+// containers, then its container.
 type podRun struct {
-	cmd  *exec.Cmd
-	log  string
+	mu  sync.Mutex
+	cmd *exec.Cmd // the container running now
+	log string
+	// exit is closed when the pod's last container ended.
 	exit chan struct{}
-	// started is when the process started, ended when it exited.
+	// started is when the first container started, ended when the last
+	// one exited.
 	started, ended time.Time
+}
+
+// stop kills the container running now, as a node that dies would.
+func (p *podRun) stop() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 func startKubelet(t testing.TB, srv *kubetest.Server, ns string, env []string) *kubelet {
@@ -153,7 +209,7 @@ func startKubelet(t testing.TB, srv *kubetest.Server, ns string, env []string) *
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		for _, p := range k.started {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			p.stop()
 			<-p.exit
 		}
 	})
@@ -184,39 +240,37 @@ func (k *kubelet) loop(ctx context.Context) {
 	}
 }
 
-// run starts the process of pod p and marks the pod running.
+// run prepares pod p's volumes, starts its containers one after the other
+// and marks the pod running.
 func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	dir := filepath.Join(k.root, p.Name)
-	c := p.Spec.Containers[0]
 	vols := map[string]string{} // volume name → host folder
 	for _, v := range p.Spec.Volumes {
 		host := filepath.Join(dir, "volumes", v.Name)
-		if err := os.MkdirAll(host, 0o700); err != nil {
+		if err := os.MkdirAll(host, 0o777); err != nil {
+			return err
+		}
+		// An emptyDir is anyone's to write, as the kubelet makes it.
+		if err := os.Chmod(host, 0o777); err != nil {
 			return err
 		}
 		vols[v.Name] = host
 	}
-	mounts := map[string]string{} // mount path → host folder
-	for _, m := range c.VolumeMounts {
-		host := vols[m.Name]
-		if m.SubPath != "" {
-			host = filepath.Join(host, m.SubPath)
-			if err := os.MkdirAll(host, 0o700); err != nil {
+	main := &p.Spec.Containers[0]
+	hostPath := k.hostPaths(main, vols)
+	for _, v := range p.Spec.Volumes {
+		if v.Secret != nil {
+			// A Secret volume holds its keys as files.
+			sec, err := k.cs.CoreV1().Secrets(k.ns).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
 				return err
 			}
-		}
-		mounts[path.Clean(m.MountPath)] = host
-	}
-	hostPath := func(s string) string {
-		// The longest mount path that holds s.
-		for _, mp := range slices.SortedFunc(maps.Keys(mounts), func(a, b string) int { return len(b) - len(a) }) {
-			if s == mp || strings.HasPrefix(s, mp+"/") {
-				return mounts[mp] + strings.TrimPrefix(s, mp)
+			for key, val := range sec.Data {
+				if err := os.WriteFile(filepath.Join(vols[v.Name], key), val, 0o644); err != nil {
+					return err
+				}
 			}
 		}
-		return s
-	}
-	for _, v := range p.Spec.Volumes {
 		if v.ConfigMap == nil {
 			continue
 		}
@@ -238,14 +292,145 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 				b, _ := json.Marshal(m)
 				val = string(b)
 			}
-			if err := os.WriteFile(filepath.Join(vols[v.Name], key), []byte(val), 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(vols[v.Name], key), []byte(val), 0o644); err != nil {
 				return err
 			}
 		}
 	}
+	logFile := filepath.Join(dir, "log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		return err
+	}
+	pr := &podRun{log: logFile, exit: make(chan struct{}), started: time.Now()}
+	k.mu.Lock()
+	k.started[p.Name] = pr
+	k.mu.Unlock()
+	now := metav1.Now()
+	k.setStatus(p.Name, func(st *corev1.PodStatus) {
+		st.Phase, st.StartTime = corev1.PodRunning, &now
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: main.Name, Image: main.Image, Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
+	})
+	go func() {
+		defer close(pr.exit)
+		defer f.Close()
+		containers := append(slices.Clone(p.Spec.InitContainers), *main)
+		var inits []corev1.ContainerStatus
+		for i := range containers {
+			c := &containers[i]
+			fmt.Fprintf(f, "--- container %s (%s)\n", c.Name, c.Image)
+			code, err := k.runContainer(ctx, p, c, dir, vols, f, pr)
+			if err != nil {
+				fmt.Fprintf(f, "kubelet: container %s: %v\n", c.Name, err)
+				code = 128
+			}
+			end := metav1.Now()
+			term := &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: now, FinishedAt: end}
+			if i < len(p.Spec.InitContainers) {
+				inits = append(inits, corev1.ContainerStatus{Name: c.Name, Image: c.Image, State: corev1.ContainerState{Terminated: term}})
+				if code == 0 {
+					continue
+				}
+			} else {
+				// The result file stands in for /dev/termination-log.
+				msg, _ := os.ReadFile(hostPath(PodResultFile))
+				term.Message = string(msg)
+			}
+			k.mu.Lock()
+			pr.ended = time.Now()
+			k.mu.Unlock()
+			phase := corev1.PodSucceeded
+			if code != 0 {
+				phase = corev1.PodFailed
+			}
+			k.setStatus(p.Name, func(st *corev1.PodStatus) {
+				st.Phase = phase
+				st.InitContainerStatuses = inits
+				st.ContainerStatuses = []corev1.ContainerStatus{{Name: main.Name, Image: main.Image, Started: ptr.To(false),
+					State: corev1.ContainerState{Terminated: term}}}
+			})
+			return
+		}
+	}()
+	return nil
+}
 
-	env := append(os.Environ(), k.env...)
-	env = append(env, envPod+"=1", "GORACE=atexit_sleep_ms=0", "TMPDIR="+hostPath("/tmp"))
+// hostPaths maps the paths container c sees to the host folders of its
+// volumes (vols), through its mounts; a path outside them is the host's.
+func (k *kubelet) hostPaths(c *corev1.Container, vols map[string]string) func(string) string {
+	mounts := map[string]string{} // mount path → host folder
+	for _, m := range c.VolumeMounts {
+		host := vols[m.Name]
+		if m.SubPath != "" {
+			host = filepath.Join(host, m.SubPath)
+			_ = os.MkdirAll(host, 0o777)
+		}
+		mounts[path.Clean(m.MountPath)] = host
+	}
+	return func(s string) string {
+		// The longest mount path that holds s.
+		for _, mp := range slices.SortedFunc(maps.Keys(mounts), func(a, b string) int { return len(b) - len(a) }) {
+			if s == mp || strings.HasPrefix(s, mp+"/") {
+				return mounts[mp] + strings.TrimPrefix(s, mp)
+			}
+		}
+		return s
+	}
+}
+
+// runContainer runs container c of pod p to its end and returns its exit
+// code: nuon's image as a process of this test binary on the host, its
+// paths rewritten to its volumes' folders; any other image (a reference
+// by digest) pulled from its registry, unpacked, and run in a root of its
+// own (runImage).
+func (k *kubelet) runContainer(ctx context.Context, p *corev1.Pod, c *corev1.Container, dir string, vols map[string]string, log *os.File, pr *podRun) (int32, error) {
+	env, err := k.containerEnv(ctx, p, c, dir)
+	if err != nil {
+		return 0, err
+	}
+	var cmd *exec.Cmd
+	if strings.Contains(c.Image, "@sha256:") {
+		if cmd, err = k.imageCommand(ctx, p, c, dir, vols, env); err != nil {
+			return 0, err
+		}
+	} else {
+		hostPath := k.hostPaths(c, vols)
+		env = append(append(os.Environ(), k.env...), env...)
+		env = append(env, envPod+"=1", "GORACE=atexit_sleep_ms=0", "TMPDIR="+hostPath("/tmp"))
+		argv := slices.Clone(c.Command)
+		for i, a := range argv {
+			if strings.HasPrefix(a, "/") {
+				argv[i] = hostPath(a)
+			}
+		}
+		cmd = exec.Command(os.Args[0], argv[1:]...)
+		cmd.Env = env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	pr.mu.Lock()
+	pr.cmd = cmd
+	pr.mu.Unlock()
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code := int32(ee.ExitCode())
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int32(ws.Signal())
+		}
+		return code, nil
+	}
+	return 0, err
+}
+
+// containerEnv is container c's environment as the pod spec gives it: its
+// env, its envFrom Secrets, and a service account kubeconfig when the pod
+// mounts a token.
+func (k *kubelet) containerEnv(ctx context.Context, p *corev1.Pod, c *corev1.Container, dir string) ([]string, error) {
+	var env []string
 	for _, e := range c.Env {
 		env = append(env, e.Name+"="+e.Value)
 	}
@@ -258,7 +443,7 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for key, val := range s.Data {
 			env = append(env, ef.Prefix+key+"="+string(val))
@@ -267,72 +452,14 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	if ptr.Deref(p.Spec.AutomountServiceAccountToken, true) {
 		kubeconfig, err := k.serviceAccountKubeconfig(ctx, p, dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		env = append(env, "KUBECONFIG="+kubeconfig)
-	} else {
+	} else if !strings.Contains(c.Image, "@sha256:") {
 		// No token: no kubeconfig, and none of the test's either.
 		env = append(env, "KUBECONFIG="+filepath.Join(dir, "no-kubeconfig"))
 	}
-
-	argv := slices.Clone(c.Command)
-	for i, a := range argv {
-		if strings.HasPrefix(a, "/") {
-			argv[i] = hostPath(a)
-		}
-	}
-	cmd := exec.Command(os.Args[0], argv[1:]...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logFile := filepath.Join(dir, "log")
-	f, err := os.Create(logFile)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	pr := &podRun{cmd: cmd, log: logFile, exit: make(chan struct{}), started: time.Now()}
-	k.mu.Lock()
-	k.started[p.Name] = pr
-	k.mu.Unlock()
-
-	now := metav1.Now()
-	k.setStatus(p.Name, func(st *corev1.PodStatus) {
-		st.Phase, st.StartTime = corev1.PodRunning, &now
-		st.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Ready: true, Started: ptr.To(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
-	})
-	go func() {
-		defer close(pr.exit)
-		err := cmd.Wait()
-		code := int32(0)
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = int32(ee.ExitCode())
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int32(ws.Signal())
-			}
-		}
-		k.mu.Lock()
-		pr.ended = time.Now()
-		k.mu.Unlock()
-		// The result file stands in for /dev/termination-log.
-		msg, _ := os.ReadFile(hostPath(PodResultFile))
-		end := metav1.Now()
-		phase := corev1.PodSucceeded
-		if code != 0 {
-			phase = corev1.PodFailed
-		}
-		k.setStatus(p.Name, func(st *corev1.PodStatus) {
-			st.Phase = phase
-			st.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Started: ptr.To(false),
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-					ExitCode: code, Message: string(msg), StartedAt: now, FinishedAt: end}}}}
-		})
-	}()
-	return nil
+	return env, nil
 }
 
 // kill kills the process of the pod whose name starts with prefix, as a
@@ -350,7 +477,7 @@ func (k *kubelet) kill(prefix string) {
 	if pr == nil {
 		k.t.Fatalf("no pod %s… runs", prefix)
 	}
-	_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+	pr.stop()
 	<-pr.exit
 }
 

@@ -42,8 +42,14 @@ func TestMain(m *testing.M) {
 		os.Exit(agentProcess(os.Getenv(envAgent)))
 	case os.Getenv(envPod) == "1":
 		os.Exit(podProcess())
+	case os.Getenv(envContainer) != "":
+		os.Exit(containerProcess(os.Getenv(envContainer)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if executorPath != "" {
+		os.RemoveAll(filepath.Dir(executorPath))
+	}
+	os.Exit(code)
 }
 
 // jobProcess is what `nuon job run` does, with the test plugins.

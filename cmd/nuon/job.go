@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"nuon.dev/nuon/cmd/internal/cli"
 
 	"github.com/spf13/cobra"
@@ -89,6 +90,9 @@ before the plugin runs.`,
 			}
 			ps := plugins(kubeconfig, tfConfig)
 			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg, args[0])
+			if errors.Is(err, errPrepared) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,10 +15,14 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/gitobj"
@@ -25,6 +30,7 @@ import (
 	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/toolcache"
+	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
 	"nuon.dev/nuon/reconciler"
@@ -53,6 +59,11 @@ variables). A job that does not grant them does not run the plugin.`,
 type pluginReleaseOptions struct {
 	repository, key, output string
 	reg                     cli.RegistryOptions
+	// imageBase is the base of the plugin's container image (a
+	// reference by digest; empty: none); noImage releases no image.
+	imageBase string
+	noImage   bool
+	stderr    io.Writer
 	// The record on main: --repo, the components whose plugin it is, the
 	// version (default the plugin's), the commit's key and author.
 	repo, version, commitKey, author, cacheDir string
@@ -74,16 +85,31 @@ is signed (password in COSIGN_PASSWORD). It prints the reference by digest,
 which is what pins the plugin: a job fetches it by digest and runs it only when
 the signature verifies.
 
+When the manifest names a linux/amd64 executable, the release also has a
+container image, the form the Kubernetes runner runs as a container of its
+own: a standard OCI image (so any runtime runs it) whose one added layer is
+the directory at ` + plugin.ImageDir + `, whose entrypoint is that executable, whose
+config label ` + plugin.ImageManifestLabel + ` is the manifest and whose
+annotation ` + plugin.ImageArtifactAnnotation + ` names the artifact's digest,
+so the two are one release. It is pushed to REPO tagged VERSION-image and
+signed with the same key. An executable that needs an interpreter (a script)
+needs a base image that has it: --image-base REPO@sha256:…, pulled by
+digest; a static executable needs none. --no-image releases the artifact
+alone, and the Kubernetes runner then runs the plugin as a process of the
+job's own image.
+
 With --repo and --component it also records the artifact on main as a
 release of each component of type plugin that runs this plugin, as 'nuon
 release COMPONENT --artifact plugin=REPO@DIGEST' does: releases/<component>.yaml
-gains VERSION (default the plugin's version) with the artifact named plugin.
+gains VERSION (default the plugin's version) with the artifact named plugin,
+and the image named plugin-image.
 A channel pin moved to that version upgrades the plugin in the installs that
 follow the channel, with no new agent: the agent syncs the artifact by
 digest, and the job runs it with the grants nuon.yaml gives the component
 (plugin.grants), refusing it when its signed manifest needs more.`,
 		Example: `  nuon plugin release fixtures/plugins/zonefile \
-      --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key
+      --repository registry.vendor.example/acme/plugins/zonefile --key cosign.key \
+      --image-base registry.vendor.example/base/perl@sha256:…
 
   # and record it as release 0.3.0 of component dns (type plugin) on main
   nuon plugin release fixtures/plugins/zonefile \
@@ -94,6 +120,7 @@ digest, and the job runs it with the grants nuon.yaml gives the component
       --plugin-key cosign.pub --plugin-grant zonefile=env:NUON_ZONE_DIR manifest.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.stderr = g.Stderr
 			return runPluginRelease(cmd.Context(), g, o, args[0])
 		},
 	}
@@ -101,6 +128,8 @@ digest, and the job runs it with the grants nuon.yaml gives the component
 	f.StringVar(&o.repository, "repository", "", "the repository to push to (required)")
 	f.StringVar(&o.key, "key", "", "the vendor's cosign private key (cosign.key; password in COSIGN_PASSWORD) (required)")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the reference) or json")
+	f.StringVar(&o.imageBase, "image-base", "", "the base of the plugin's container image, by digest (REPO@sha256:…): what its executable needs to run, such as an interpreter (default: none, for a static executable)")
+	f.BoolVar(&o.noImage, "no-image", false, "release no container image: the Kubernetes runner then runs the plugin as a process of the job's image")
 	f.StringVar(&o.repo, "repo", "", "tenant repository to record the release on (a path, or a file://, https:// or ssh:// URL); needs --component")
 	f.StringArrayVar(&o.components, "component", nil, "a component of type plugin that runs this plugin: record the artifact as its release (repeatable; needs --repo)")
 	f.StringVar(&o.version, "version", "", "the components' version to record (default: the plugin's version)")
@@ -157,6 +186,13 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 		return err
 	}
 	out := map[string]any{"name": m.Name, "version": m.Version, "ref": ref.String(), "digest": d.String()}
+	image, err := releaseImage(ctx, c, o, dir, repo, m, d, sv)
+	if err != nil {
+		return err
+	}
+	if image != nil {
+		out["image"] = image.String()
+	}
 	if o.repo != "" {
 		version := o.version
 		if version == "" {
@@ -164,9 +200,13 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 		}
 		var records []builder.Record
 		for _, comp := range o.components {
-			records = append(records, builder.Record{Component: comp, Version: version, Artifacts: map[string]schemas.ReleaseArtifact{
+			arts := map[string]schemas.ReleaseArtifact{
 				schemas.PluginArtifactName: {Repository: repo.String(), Digest: d.String(), MediaType: string(mt)},
-			}})
+			}
+			if image != nil {
+				arts[schemas.PluginImageArtifactName] = schemas.ReleaseArtifact{Repository: repo.String(), Digest: image.DigestStr(), MediaType: string(types.OCIManifestSchema1)}
+			}
+			records = append(records, builder.Record{Component: comp, Version: version, Artifacts: arts})
 		}
 		res, err := recordRelease(ctx, g, o, m.Name, records)
 		if err != nil {
@@ -178,6 +218,9 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 		return json.NewEncoder(g.Stdout).Encode(out)
 	}
 	fmt.Fprintln(g.Stdout, ref.String())
+	if image != nil {
+		fmt.Fprintf(g.Stdout, "image %s\n", image)
+	}
 	if res, ok := out["release"].(*builder.ReleaseResult); ok {
 		for _, r := range res.Unchanged {
 			fmt.Fprintf(g.Stdout, "%s: already released with this plugin\n", r)
@@ -187,6 +230,73 @@ func runPluginRelease(ctx context.Context, g *cli.Globals, o *pluginReleaseOptio
 		}
 	}
 	return nil
+}
+
+// releaseImage packages, pushes and signs the plugin's container image,
+// tied to its artifact art; nil without one (--no-image, or no
+// linux/amd64 executable).
+func releaseImage(ctx context.Context, c *oci.Client, o *pluginReleaseOptions, dir string, repo name.Repository, m *schemas.PluginManifest, art v1.Hash, sv sigstoresig.SignerVerifier) (*name.Digest, error) {
+	if o.noImage {
+		return nil, nil
+	}
+	if _, ok := m.Executables[plugin.ImagePlatform]; !ok {
+		if o.imageBase != "" {
+			return nil, fmt.Errorf("--image-base: plugin %s names no %s executable to run in an image", m.Name, plugin.ImagePlatform)
+		}
+		return nil, nil
+	}
+	if o.imageBase == "" && isScript(filepath.Join(dir, filepath.FromSlash(m.Executables[plugin.ImagePlatform]))) {
+		// An image of a script alone would not run: it needs its
+		// interpreter, which only the vendor can choose.
+		fmt.Fprintf(o.stderr, "no container image: %s's %s executable is a script; give its interpreter's image with --image-base (the Kubernetes runner runs it as a process of the job's image meanwhile)\n", m.Name, plugin.ImagePlatform)
+		return nil, nil
+	}
+	var base v1.Image
+	if o.imageBase != "" {
+		ref, err := name.NewDigest(o.imageBase)
+		if err != nil {
+			return nil, fmt.Errorf("--image-base %q: want REPO@sha256:… (a base pinned by digest): %w", o.imageBase, err)
+		}
+		opts, err := c.Remote(ctx, ref.Context(), false)
+		if err != nil {
+			return nil, err
+		}
+		if base, err = remote.Image(ref, opts...); err != nil {
+			return nil, fmt.Errorf("--image-base %s: %w", ref, err)
+		}
+	}
+	img, _, err := plugin.PackageImage(dir, base, art)
+	if err != nil {
+		return nil, err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	ref := repo.Digest(d.String())
+	p, err := c.NewPusher(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Push(ctx, repo.Tag(m.Version+"-image"), img); err != nil {
+		return nil, fmt.Errorf("push %s: %w", ref, err)
+	}
+	if _, err := builder.Sign(ctx, c, ref, sv); err != nil {
+		return nil, err
+	}
+	return &ref, nil
+}
+
+// isScript tells whether the file starts with "#!".
+func isScript(file string) bool {
+	f, err := os.Open(file)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [2]byte
+	n, _ := f.Read(b[:])
+	return n == 2 && string(b[:]) == "#!"
 }
 
 // recordRelease records the plugin's artifact as a release of each
@@ -370,7 +480,17 @@ type processPlugins struct {
 	artifacts []string
 	key       string
 	shared    bool
+	// The image form's steps in a job's pod (agent/jobs, "Plugin
+	// images"): prepare the request into prepareIn and copy the executor
+	// into prepareBin; or read the plugin container's answer from
+	// exchangeIn and exchangeOut.
+	prepareIn, prepareBin, executor string
+	exchangeIn, exchangeOut         string
 }
+
+// errPrepared: the image form's first step is done; the job runs no
+// plugin in this process.
+var errPrepared = errors.New("plugin request prepared")
 
 // envProcessPlugins is the default of --plugin-process, so that an agent
 // whose environment sets it runs every job's plugins that way.
@@ -385,6 +505,11 @@ func (p *processPlugins) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&p.artifacts, "plugin-artifact", nil, "run plugin NAME from its released artifact, pinned by digest (NAME=REPO@sha256:…), fetched only when --plugin-key verifies its signature (repeatable)")
 	f.StringVar(&p.key, "plugin-key", "", "the vendor's cosign public key that --plugin-artifact's signatures must verify with")
 	f.BoolVar(&p.shared, "plugin-shared-network", false, "run plugins not granted the network in the job's network all the same, where network namespaces are not allowed (default: a namespace of their own, with nothing in it)")
+	f.StringVar(&p.prepareIn, "plugin-prepare", "", "in a Kubernetes job's pod, the image form's first step: verify the plugin image the manifest pins with --plugin-key, write its request into this directory and exit, running no plugin")
+	f.StringVar(&p.prepareBin, "plugin-executor-to", "", "with --plugin-prepare: the directory to copy the plugin executor into, which the plugin's container runs it from")
+	f.StringVar(&p.executor, "plugin-executor", "", "with --plugin-prepare: the plugin executor to copy (default: "+jobrun.ExecutorName+" beside this binary)")
+	f.StringVar(&p.exchangeIn, "plugin-exchange-in", "", "in a Kubernetes job's pod, the image form's last step: the directory --plugin-prepare wrote; the job's plugin answers from --plugin-exchange-out")
+	f.StringVar(&p.exchangeOut, "plugin-exchange-out", "", "with --plugin-exchange-in: the directory the plugin's container wrote its response into")
 	f.StringArrayVar(&p.grants, "plugin-grant", nil, "capabilities granted to an executable plugin: NAME=network,secrets,cloudRole,writableState,env:VAR (repeatable); a built-in gets what it needs")
 }
 
@@ -493,6 +618,17 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 // the signed desired state, never from this command's flags.
 func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions, manifestPath string) (func(), error) {
 	job := pinnedJob(manifestPath)
+	switch {
+	case p.prepareIn != "":
+		return nil, p.prepare(ctx, reg, manifestPath)
+	case p.exchangeIn != "" && job != nil:
+		if q, err := plugin.Exchanged(p.exchangeIn, p.exchangeOut); err != nil {
+			ps[job.Plugin] = refusedPlugin{err}
+		} else {
+			ps[job.Plugin] = q
+		}
+		return func() {}, nil
+	}
 	if len(p.artifacts) == 0 && job == nil {
 		return func() {}, p.apply(ps, kubeconfig, tfConfig)
 	}
@@ -513,6 +649,40 @@ func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugi
 		ps[job.Plugin] = p.pinned(ctx, c, job, filepath.Join(dir, "pinned"))
 	}
 	return cleanup, nil
+}
+
+// prepare is the image form's first step: jobrun.PreparePlugin through
+// the job's registry options, then errPrepared.
+func (p *processPlugins) prepare(ctx context.Context, reg *cli.RegistryOptions, manifestPath string) error {
+	if p.key == "" || p.prepareBin == "" {
+		return errors.New("--plugin-prepare needs --plugin-key and --plugin-executor-to")
+	}
+	v, err := oci.LoadPublicKey(p.key)
+	if err != nil {
+		return err
+	}
+	c, _, err := reg.Client()
+	if err != nil {
+		return err
+	}
+	src, err := reg.ArtifactSource("")
+	if err != nil {
+		return err
+	}
+	exe := p.executor
+	if exe == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		exe = filepath.Join(filepath.Dir(self), jobrun.ExecutorName)
+	}
+	err = jobrun.PreparePlugin(ctx, jobrun.PrepareOptions{Manifest: manifestPath, Client: c, Key: v, Artifacts: src,
+		In: p.prepareIn, Paths: jobs.PluginContainerPaths, Executor: exe, Bin: p.prepareBin}, os.Stderr)
+	if err != nil {
+		return err
+	}
+	return errPrepared
 }
 
 // pinnedJob is the job at path when it is a job of a vendor's plugin

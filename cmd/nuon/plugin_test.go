@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/oci/ocitest"
 	"nuon.dev/nuon/internal/testenv"
 	"nuon.dev/nuon/plugin"
@@ -231,6 +234,144 @@ func TestPluginReleaseE2E(t *testing.T) {
 	if res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
 		t.Fatalf("apply from the artifact: %+v\n%s", res, log)
 	}
+}
+
+// TestPluginReleaseImageE2E: a plugin release has a container image
+// beside its artifact, on the base --image-base pins (here perl from this
+// machine, which the zonefile script needs), signed with the vendor's key
+// and tied to the artifact; a script without a base gets no image, and a
+// base not pinned by digest is refused.
+func TestPluginReleaseImageE2E(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/perl"); err != nil {
+		t.Skip("no perl")
+	}
+	host := ocitest.InProcess(t)
+	keys := filepath.Join(repoRoot(), "fixtures", "keys")
+	dir := filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile")
+	base, err := plugintest.HostImageList(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile-base.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := oci.NewClient(oci.WithKeychain(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseRepo, _ := name.NewRepository(host + "/base/perl")
+	bd, _ := base.Digest()
+	p, err := c.NewPusher(t.Context(), baseRepo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Push(t.Context(), baseRepo.Digest(bd.String()), base); err != nil {
+		t.Fatal(err)
+	}
+	release := func(code int, args ...string) string {
+		return nuon(t, []string{"COSIGN_PASSWORD="}, code, append([]string{"plugin", "release", "-o", "json",
+			"--repository", host + "/acme/plugins/zonefile", "--key", filepath.Join(keys, "cosign.key"), dir}, args...)...)
+	}
+	var rel struct{ Ref, Digest, Image string }
+	if err := json.Unmarshal([]byte(release(0, "--image-base", baseRepo.Digest(bd.String()).String())), &rel); err != nil || rel.Image == "" {
+		t.Fatalf("nuon plugin release --image-base: %v, %+v", err, rel)
+	}
+	ref, err := name.NewDigest(rel.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := oci.LoadPublicKey(filepath.Join(keys, "cosign.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := plugin.FetchImage(t.Context(), c, ref, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Artifact != rel.Digest || img.Manifest.Name != "zonefile" || img.Entrypoint[0] != "/nuon-plugin/zonefile" {
+		t.Errorf("the released image %+v, the artifact %s", img, rel.Digest)
+	}
+	m, err := c.Get(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, _ := v1.ParseManifest(bytes.NewReader(m.Raw))
+	baseMan, _ := base.Manifest()
+	if len(man.Layers) != 2 || man.Layers[0].Digest != baseMan.Layers[0].Digest {
+		t.Errorf("the image's layers %+v, want the base's then the plugin's", man.Layers)
+	}
+
+	var plain struct{ Image string }
+	if err := json.Unmarshal([]byte(release(0)), &plain); err != nil || plain.Image != "" {
+		t.Errorf("a script released without a base has image %q (%v): it could not run", plain.Image, err)
+	}
+	release(1, "--image-base", host+"/base/perl:latest") // a base by tag: refused
+
+	// The image form's steps in a job's pod, through this binary: prepare
+	// (verify the pinned image, write the request, copy the executor),
+	// the plugin's container (here the script run on this machine's perl
+	// on the request), and the answer read into the job's result.
+	steps := func(t *testing.T, imageDigest string, code int) (*schemas.JobResult, string) {
+		data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job schemas.Job
+		if err := json.Unmarshal(data, &job); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		job.StateDir, job.ResultFile, job.Debug = filepath.Join(dir, "state"), filepath.Join(dir, "result.json"), nil
+		art, _ := name.NewDigest(rel.Ref)
+		job.Grants = &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}
+		job.Artifacts = []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: art.String(), Digest: art.DigestStr()},
+			{Name: schemas.PluginImageArtifactName, Local: ref.Context().Digest(imageDigest).String(), Digest: imageDigest}}
+		b, _ := json.Marshal(&job)
+		manifest := filepath.Join(dir, "manifest.json")
+		if err := os.WriteFile(manifest, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in, out, bin := filepath.Join(dir, "in"), filepath.Join(dir, "out"), filepath.Join(dir, "bin")
+		for _, d := range []string{in, out, bin} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nuon(t, nil, 0, "job", "run", "--pod", "--plugin-key", filepath.Join(keys, "cosign.pub"), "--plugin-prepare", in,
+			"--plugin-executor-to", bin, "--plugin-executor", "/bin/true", manifest)
+		if fi, err := os.Stat(filepath.Join(bin, "nuon-plugin-exec")); err != nil || fi.Mode()&0o111 == 0 {
+			t.Errorf("the executor was not copied: %v", err)
+		}
+		if req, err := os.Open(filepath.Join(in, "request.json")); err == nil {
+			cmd := exec.Command(zonefilePlugin())
+			cmd.Env = []string{"NUON_ZONE_DIR=" + t.TempDir(), "PATH=/usr/bin:/bin"}
+			cmd.Stdin = req
+			resp, err := cmd.Output()
+			req.Close()
+			if err != nil {
+				t.Fatalf("the plugin on the request: %v", err)
+			}
+			_ = os.WriteFile(filepath.Join(out, "response.json"), resp, 0o644)
+			_ = os.WriteFile(filepath.Join(out, "exit"), []byte("0\n"), 0o644)
+		}
+		log := nuon(t, nil, code, "job", "run", "--pod", "--plugin-exchange-in", in, "--plugin-exchange-out", out, manifest)
+		raw, err := os.ReadFile(job.ResultFile)
+		if err != nil {
+			t.Fatalf("no result: %v\n%s", err, log)
+		}
+		var res schemas.JobResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatal(err)
+		}
+		return &res, log
+	}
+	t.Run("the pod's steps", func(t *testing.T) {
+		if res, log := steps(t, ref.DigestStr(), 0); res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+			t.Errorf("the job's result: %+v\n%s", res, log)
+		}
+		// An image pinned by a digest that is not signed: refused in the
+		// pod too, with why in the result.
+		if res, log := steps(t, "sha256:"+strings.Repeat("0", 64), 1); !strings.Contains(res.Error, "signed") && !strings.Contains(res.Error, "sha256-") {
+			t.Errorf("an image that is not there: %+v\n%s", res, log)
+		}
+	})
 }
 
 func TestProcessPluginsFlags(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/internal/oci"
@@ -28,8 +29,18 @@ type kubeJobOptions struct {
 	secret         string
 	stateClaim     string
 	stateNamespace string
+	// A vendor's plugin's jobs: the image form, extra egress, DNS.
+	pluginImage  bool
+	pluginEgress []string
+	pluginDNS    []string
+	// registrySecret holds pull-only credentials for the pods.
+	registrySecret string
 	err            error
 }
+
+// podRegistryDir is where a job's fetching container mounts
+// --job-registry-secret.
+const podRegistryDir = "/nuon/registry"
 
 func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig of the install's cluster, for the helm and manifests jobs and the kube runner (default: KUBECONFIG, ~/.kube/config, in-cluster)")
@@ -39,6 +50,10 @@ func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&k.serviceAccount, "job-service-account", jobs.DefaultJobServiceAccount, "with --job-runner kube: service account of the Jobs")
 	f.StringVar(&k.secret, "job-secret", "", "with --job-runner kube: Secret whose keys become the jobs' NUON_SECRET_<KEY> variables")
 	f.StringVar(&k.stateClaim, "job-state-claim", "", "with --job-runner kube: PersistentVolumeClaim mounted at --workdir in the Jobs, for component state")
+	f.BoolVar(&k.pluginImage, "job-plugin-image", true, "with --job-runner kube and --vendor-key: run a vendor's plugin whose release has a container image as a container of its own, holding only what it is granted (false: as a process of --job-image, as a plugin released without an image runs)")
+	f.StringArrayVar(&k.pluginEgress, "job-plugin-egress", nil, "with --job-runner kube: where a vendor's plugin job not granted the network may also connect, beyond DNS and the install registry's addresses when the job starts (repeatable): CIDR[,PORT], such as an ECR VPC endpoint's subnets, whose addresses change (10.0.64.0/20,443), or pods:NAMESPACE/KEY=VALUE[,PORT], such as a registry inside the cluster (pods:registry/app=zot,5000)")
+	f.StringArrayVar(&k.pluginDNS, "job-plugin-dns", nil, "with --job-runner kube: the resolvers a vendor's plugin job not granted the network may query on port 53, instead of CoreDNS (pods:kube-system/k8s-app=kube-dns) (repeatable): CIDR, such as NodeLocal DNSCache's 169.254.20.10/32, or pods:NAMESPACE/KEY=VALUE")
+	f.StringVar(&k.registrySecret, "job-registry-secret", "", "with --job-runner kube: a Secret in --job-namespace holding PULL-ONLY credentials for the install registry, key password (the password of --registry-username) and, with --registry-ca, key ca.crt; the container of a job that fetches artifacts mounts it at "+podRegistryDir+" (a vendor's plugin's own container never does). Without it a job's pod has no registry password and no --registry-ca file (paths of the agent's machine are not passed)")
 	f.StringVar(&k.stateNamespace, "job-state-namespace", jobs.DefaultStateNamespace, "with --job-runner kube: namespace of the terraform components' state (a Secret and a lock Lease each, Terraform's kubernetes backend)")
 }
 
@@ -87,17 +102,39 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 		Client:         client,
 		Namespace:      k.namespace,
 		Image:          k.image,
-		Command:        podCommand(local.Command),
+		Command:        podCommand(local.Command, k.registrySecret != "" && s.registry.caFile != ""),
 		ServiceAccount: k.serviceAccount,
 		SecretName:     k.secret,
 		StateNamespace: k.stateNamespace,
 		Logger:         log,
 	}
 	if s.vendorKey != "" {
-		if err := pluginAdmission(r, s); err != nil {
+		if err := pluginAdmission(r, s, k.pluginImage); err != nil {
 			k.err = err
 			return local
 		}
+	}
+	for _, e := range k.pluginEgress {
+		rule, err := jobs.ParseEgress(e)
+		if err != nil {
+			k.err = fmt.Errorf("--job-plugin-egress: %w", err)
+			return local
+		}
+		r.PluginEgress = append(r.PluginEgress, rule)
+	}
+	for _, d := range k.pluginDNS {
+		peer, err := jobs.ParsePeer(d)
+		if err != nil {
+			k.err = fmt.Errorf("--job-plugin-dns: %w", err)
+			return local
+		}
+		r.PluginDNS = append(r.PluginDNS, peer)
+	}
+	if k.registrySecret != "" {
+		r.RegistryVolumes = []corev1.Volume{{Name: "nuon-registry", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: k.registrySecret}}}}
+		r.RegistryMounts = []corev1.VolumeMount{{Name: "nuon-registry", MountPath: podRegistryDir, ReadOnly: true}}
+		r.RegistryEnv = []corev1.EnvVar{{Name: registryPasswordEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: k.registrySecret}, Key: "password", Optional: ptr.To(true)}}}}
 	}
 	if k.stateClaim != "" {
 		r.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
@@ -109,25 +146,29 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 }
 
 // podCommand is the argv of a job's pod: nuon, then local's arguments
-// without --kubeconfig, --tf-cli-config and --plugin-key (paths of the
-// agent's machine; the pod has its service account and its image's
-// terraform configuration, and a plugin job's pod the vendor key in its
-// ConfigMap, which the runner names), then --pod.
-func podCommand(local []string) []string {
+// without --kubeconfig, --tf-cli-config, --plugin-key and --registry-ca
+// (paths of the agent's machine; the pod has its service account and its
+// image's terraform configuration, a plugin job's pod the vendor key in
+// its ConfigMap, which the runner names, and with --job-registry-secret
+// the registry's CA in that Secret, caFromSecret), then --pod.
+func podCommand(local []string, caFromSecret bool) []string {
 	argv := []string{"nuon"}
 	for i := 1; i < len(local); i++ {
-		if local[i] == "--kubeconfig" || local[i] == "--tf-cli-config" || local[i] == "--plugin-key" {
+		if local[i] == "--kubeconfig" || local[i] == "--tf-cli-config" || local[i] == "--plugin-key" || local[i] == "--registry-ca" {
 			i++
 			continue
 		}
 		argv = append(argv, local[i])
+	}
+	if caFromSecret {
+		argv = append(argv, "--registry-ca", podRegistryDir+"/ca.crt")
 	}
 	return append(argv, "--pod")
 }
 
 // pluginAdmission gives r the vendor key of --vendor-key, for the pods,
 // and the check of a plugin job before its objects are created.
-func pluginAdmission(r *jobs.Kube, s *syncOptions) error {
+func pluginAdmission(r *jobs.Kube, s *syncOptions, images bool) error {
 	pem, err := os.ReadFile(s.vendorKey)
 	if err != nil {
 		return fmt.Errorf("--vendor-key: %w", err)
@@ -144,6 +185,11 @@ func pluginAdmission(r *jobs.Kube, s *syncOptions) error {
 	r.AdmitPlugin = func(ctx context.Context, job *schemas.Job) (schemas.PluginCapabilities, error) {
 		_, granted, err := plugin.Admit(ctx, c, job, v)
 		return granted, err
+	}
+	if images {
+		r.AdmitPluginImage = func(ctx context.Context, job *schemas.Job) (*plugin.Image, schemas.PluginCapabilities, error) {
+			return plugin.AdmitImage(ctx, c, job, v)
+		}
 	}
 	return nil
 }
