@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"nuon.dev/nuon/plugin/exchange"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -182,7 +183,7 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 	stdout := &boundedBuffer{max: maxResp, full: func() {
 		overflow.Do(func() {
 			tooLarge = true
-			killGroup(cmd, syscall.SIGKILL)
+			exchange.KillGroup(cmd, syscall.SIGKILL)
 		})
 	}}
 	cmd.Stdout = stdout
@@ -196,26 +197,8 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 		}
 		return nil, 0, fmt.Errorf("start plugin %s: %w", r.Path, err)
 	}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-done:
-		case <-ctx.Done():
-			killGroup(cmd, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(grace):
-				killGroup(cmd, syscall.SIGKILL)
-			}
-		}
-	}()
-	waitErr := cmd.Wait()
-	close(done)
-	<-stopped
 	// Whatever the plugin left running in its group goes with it.
-	killGroup(cmd, syscall.SIGKILL)
+	waitErr := exchange.Wait(ctx, cmd, grace)
 
 	if tooLarge {
 		return nil, 0, fmt.Errorf("plugin %s: more than %d bytes on stdout: %w", what, maxResp, ErrTooLarge)
@@ -233,12 +216,6 @@ func (r *Runner) exec(ctx context.Context, what string, in []byte, granted schem
 		return nil, 0, fmt.Errorf("plugin %s: %s: %w", what, ee.ProcessState, ErrProtocol)
 	}
 	return nil, 0, fmt.Errorf("plugin %s: %w", what, waitErr)
-}
-
-func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
-	}
 }
 
 // Environ is the environment of a plugin process granted g, drawn from

@@ -129,7 +129,7 @@ func (e *Exec) Run(ctx context.Context) error {
 	cmd.Stdout = &bounded{w: resp, max: maxResp, full: func() {
 		once.Do(func() {
 			tooLarge = true
-			kill(cmd, syscall.SIGKILL)
+			KillGroup(cmd, syscall.SIGKILL)
 		})
 	}}
 	cmd.Stderr = &bounded{w: logf, max: maxLog}
@@ -137,25 +137,7 @@ func (e *Exec) Run(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return writeExit(e.Out, "127", fmt.Errorf("start %s: %w", e.Argv[0], err))
 	}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-done:
-		case <-ctx.Done():
-			kill(cmd, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(grace):
-				kill(cmd, syscall.SIGKILL)
-			}
-		}
-	}()
-	waitErr := cmd.Wait()
-	close(done)
-	<-stopped
-	kill(cmd, syscall.SIGKILL) // whatever it left in its group
+	waitErr := Wait(ctx, cmd, grace)
 	var ee *exec.ExitError
 	switch {
 	case tooLarge:
@@ -182,7 +164,37 @@ func writeExit(dir, ending string, err error) error {
 	return errors.Join(err, os.Rename(tmp, filepath.Join(dir, Exit)))
 }
 
-func kill(cmd *exec.Cmd, sig syscall.Signal) {
+// Wait waits for cmd, started in a process group of its own (Setpgid),
+// to exit. When ctx ends first, the group gets SIGTERM, then SIGKILL
+// after grace. Whatever the process left running in its group is killed
+// before Wait returns. The plugin runner waits for a plugin process the
+// same way.
+func Wait(ctx context.Context, cmd *exec.Cmd, grace time.Duration) error {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			KillGroup(cmd, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(grace):
+				KillGroup(cmd, syscall.SIGKILL)
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	<-stopped
+	KillGroup(cmd, syscall.SIGKILL)
+	return err
+}
+
+// KillGroup sends sig to the process group of cmd's process (started with
+// Setpgid), if it was started.
+func KillGroup(cmd *exec.Cmd, sig syscall.Signal) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, sig)
 	}
