@@ -40,8 +40,9 @@ cfnspec: ## fetch the CloudFormation resource specification for the stack tests 
 	hack/cfnspec.sh $(CFNSPEC)
 
 .PHONY: build
-build: ## build bin/nuon and bin/nuon-agent
+build: ## build bin/nuon, bin/nuon-agent and bin/nuon-plugin-exec (static: it runs inside a vendor plugin's own image)
 	$(GO) build -o $(BIN)/ ./cmd/nuon ./cmd/nuon-agent
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/nuon-plugin-exec
 
 .PHONY: demo
 demo: build tf-providers kube-binaries registry ## the sample tenant on local defaults: nuon server renders it, each install's agent converges through the server (DEMO_DIR=.demo)
