@@ -14,7 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sigstore/sigstore/pkg/signature"
 
@@ -88,7 +88,14 @@ func PackageImage(dir string, base v1.Image, artifact v1.Hash) (v1.Image, *schem
 	}
 	img := mutate.MediaType(base, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(layer, types.OCILayer), MediaType: types.OCILayer,
+	// The layer's diff ID (in the config) is the digest of the tar, not
+	// of its gzip: a node's containerd checks it when it unpacks the layer.
+	gz, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err = mutate.Append(img, mutate.Addendum{Layer: gz, MediaType: types.OCILayer,
 		History: v1.History{CreatedBy: "nuon plugin release " + m.Name + " " + m.Version}})
 	if err != nil {
 		return nil, nil, err

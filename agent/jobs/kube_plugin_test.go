@@ -50,7 +50,12 @@ type pluginRegistry struct {
 
 func newPluginRegistry(t testing.TB) *pluginRegistry {
 	t.Helper()
-	host := ocitest.InProcess(t)
+	return newPluginRegistryAt(t, ocitest.InProcess(t))
+}
+
+// newPluginRegistryAt is newPluginRegistry on the registry at host.
+func newPluginRegistryAt(t testing.TB, host string) *pluginRegistry {
+	t.Helper()
 	c, err := oci.NewClient(oci.WithKeychain(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +168,21 @@ type pluginCluster struct {
 
 func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
 	t.Helper()
+	srv, cs := newPluginServer(t)
+	zones := t.TempDir()
+	kl := startKubelet(t, srv, pluginNamespace, nil)
+	k, log := pluginKube(t, srv, reg)
+	k.Env = []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: zones}}
+	k.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-agent-state"}}}}
+	k.VolumeMounts = []corev1.VolumeMount{{Name: "nuon-state", MountPath: "/var/lib/nuon"}}
+	return &pluginCluster{srv: srv, cs: cs, kl: kl, k: k, zones: zones, log: log}
+}
+
+// newPluginServer is the real API server and controller manager with
+// manifests/ applied and the install's secrets in nuon-secrets.
+func newPluginServer(t testing.TB) (*kubetest.Server, kubernetes.Interface) {
+	t.Helper()
 	srv := kubetest.New(t, kubetest.WithControllerManager())
 	kubectl := kubetest.Kubectl(t)
 	root, _ := filepath.Abs(filepath.Join("..", ".."))
@@ -181,9 +201,13 @@ func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
 		Data: map[string][]byte{"TOKEN": []byte(installSecret)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	zones := t.TempDir()
-	kl := startKubelet(t, srv, ns, nil)
+	return srv, cs
+}
 
+// pluginKube is a Kube runner of nuon-system acting as the agent's service
+// account, admitting plugins with reg.
+func pluginKube(t testing.TB, srv *kubetest.Server, reg *pluginRegistry) (*Kube, *strings.Builder) {
+	t.Helper()
 	agentCfg := srv.Config()
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nuon-system:nuon-agent",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nuon-system", "system:authenticated"}}
@@ -192,14 +216,10 @@ func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
 		t.Fatal(err)
 	}
 	var log strings.Builder
-	k := &Kube{Client: client, Namespace: ns, Image: "registry.example/nuon:test", PollInterval: 100 * time.Millisecond,
-		SecretName: "nuon-secrets", Env: []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: zones}},
-		Volumes: []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-agent-state"}}}},
-		VolumeMounts: []corev1.VolumeMount{{Name: "nuon-state", MountPath: "/var/lib/nuon"}},
-		AdmitPlugin:  reg.admission(), PluginKey: reg.pub,
+	k := &Kube{Client: client, Namespace: pluginNamespace, Image: "registry.example/nuon:test", PollInterval: 100 * time.Millisecond,
+		SecretName: "nuon-secrets", AdmitPlugin: reg.admission(), PluginKey: reg.pub,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))}
-	return &pluginCluster{srv: srv, cs: cs, kl: kl, k: k, zones: zones, log: &log}
+	return k, &log
 }
 
 // TestKubePlugin runs jobs of a vendor's plugin (the zonefile plugin, a

@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if executorPath != "" {
 		os.RemoveAll(filepath.Dir(executorPath))
 	}
+	if nodeBinDir != "" {
+		os.RemoveAll(nodeBinDir)
+	}
 	os.Exit(code)
 }
 
