@@ -267,6 +267,10 @@ func createIn(dir string, open func() (*os.File, error)) (*os.File, error) {
 	return f, err
 }
 
+// refLockWait is how long lockRef waits for another writer's lock on a
+// ref.
+const refLockWait = time.Second
+
 // staleLock is the age past which a ref's lock file is taken to be left
 // by a writer that died (git's own hold one for milliseconds).
 const staleLock = 10 * time.Second
@@ -274,7 +278,7 @@ const staleLock = 10 * time.Second
 // lockRef starts moving the loose ref name of the repository at dir from
 // old to new as git's files backend does: it takes name.lock (O_EXCL:
 // git's writers, pack-refs among them, wait for it or fail; a lock held
-// by another is waited for up to about 130 ms), checks that a
+// by another is waited for up to refLockWait), checks that a
 // loose file still names old and writes new into the lock; committing the
 // pending file renames it onto the ref. The caller has checked old against
 // the ref table, which only this server moves; a loose file that names
@@ -288,12 +292,15 @@ func lockRef(dir, name string, old, new plumbing.Hash) (*pending, error) {
 	// the loose refs it packed.
 	f, err := createIn(filepath.Dir(path), open)
 	// Another writer's lock (git pack-refs, run by maintenance): wait for
-	// it as git does (core.filesRefLockTimeout, 100 ms by default). The
-	// lock's holder may remove the directory as it lets go (pack-refs
-	// prunes the loose ref, drops its lock, then the emptied
-	// directories), so each try makes the directory again too.
-	for wait := time.Millisecond; errors.Is(err, os.ErrExist) && wait <= 64*time.Millisecond; wait *= 2 {
+	// it up to about a second, longer than git's own writers do
+	// (core.filesRefLockTimeout, 100 ms by default): on a loaded machine
+	// pack-refs holds a lock for longer, and maintenance must never
+	// refuse a push. The lock's holder may remove the directory as it
+	// lets go (pack-refs prunes the loose ref, drops its lock, then the
+	// emptied directories), so each try makes the directory again too.
+	for wait, waited := time.Millisecond, time.Duration(0); errors.Is(err, os.ErrExist) && waited < refLockWait; wait = min(2*wait, 64*time.Millisecond) {
 		time.Sleep(wait)
+		waited += wait
 		f, err = createIn(filepath.Dir(path), open)
 	}
 	if errors.Is(err, os.ErrExist) {
