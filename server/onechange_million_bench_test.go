@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/pprof"
@@ -37,26 +36,9 @@ import (
 // NUON_BENCH_MKTREE=1 writes the changed trees with git mktree (see
 // below). NUON_BENCH_CPUPROFILE=PREFIX writes a CPU profile of each change's
 // window to PREFIX-1.pprof and PREFIX-2.pprof.
-// millionRepo is the rendered repository of NUON_BENCH_MILLION installs
-// that cmd/nuon's BenchmarkMillion caches
-// (~/.cache/nuon/bench/million-v2-<N>/rendered.git), and N; it skips b
-// unless both are there. Benchmarks serve a gittest.LinkCopy of it: the
-// cache is never changed.
-func millionRepo(b *testing.B) (string, string) {
-	n := os.Getenv("NUON_BENCH_MILLION")
-	if n == "" || n == "0" {
-		b.Skip("NUON_BENCH_MILLION not set")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cached := filepath.Join(home, ".cache", "nuon", "bench", "million-v2-"+n, "rendered.git")
-	if _, err := os.Stat(cached); err != nil {
-		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
-	}
-	return cached, n
-}
+// millionRepo is server.MillionRepo: the cached repository of
+// NUON_BENCH_MILLION installs, and N.
+func millionRepo(b *testing.B) (string, string) { return server.MillionRepo(b) }
 
 func BenchmarkOneChangeMillion(b *testing.B) {
 	cached, n := millionRepo(b)

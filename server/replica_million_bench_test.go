@@ -37,18 +37,7 @@ import (
 //
 //	NUON_BENCH_MILLION=1000000 TMPDIR=/dev/shm go test -run '^$' -bench '^BenchmarkReplicaRefreshMillion$' -benchtime=1x -timeout 30m ./server/
 func BenchmarkReplicaRefreshMillion(b *testing.B) {
-	n := os.Getenv("NUON_BENCH_MILLION")
-	if n == "" || n == "0" {
-		b.Skip("NUON_BENCH_MILLION not set")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cached := filepath.Join(home, ".cache", "nuon", "bench", "million-v2-"+n, "rendered.git")
-	if _, err := os.Stat(cached); err != nil {
-		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
-	}
+	cached, n := millionRepo(b)
 	dir := replicaBorrowCopy(b, cached, "writer.git")
 	mirror := replicaBorrowCopy(b, cached, "mirror.git")
 	ctx := context.Background()
@@ -216,4 +205,25 @@ func replicaLoad() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// millionRepo is the rendered repository of NUON_BENCH_MILLION installs
+// that cmd/nuon's BenchmarkMillion caches
+// (~/.cache/nuon/bench/million-v2-<N>/rendered.git), and N; it skips b
+// unless both are there. Benchmarks serve a gittest.LinkCopy of it: the
+// cache is never changed.
+func millionRepo(b *testing.B) (string, string) {
+	n := os.Getenv("NUON_BENCH_MILLION")
+	if n == "" || n == "0" {
+		b.Skip("NUON_BENCH_MILLION not set")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cached := filepath.Join(home, ".cache", "nuon", "bench", "million-v2-"+n, "rendered.git")
+	if _, err := os.Stat(cached); err != nil {
+		b.Skipf("no cached repository: %v (cmd/nuon BenchmarkMillion builds it)", err)
+	}
+	return cached, n
 }

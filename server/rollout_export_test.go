@@ -47,3 +47,6 @@ func threadCPU() time.Duration {
 	_ = syscall.Getrusage(rusageThread, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// MillionRepo is millionRepo, for the external test package's benchmarks.
+var MillionRepo = millionRepo
