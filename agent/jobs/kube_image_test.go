@@ -59,18 +59,7 @@ print encode_json({apiVersion => 'nuon.dev/v1', kind => 'PluginResponse', protoc
 // key, its image on base signed with imageKey (nil: unsigned).
 func (r *pluginRegistry) release(t testing.TB, dir string, edit func(string) string, base v1.Image, key, imageKey sigstoresig.SignerVerifier) (art, img name.Digest) {
 	t.Helper()
-	tmp := filepath.Join(t.TempDir(), filepath.Base(dir))
-	if err := os.CopyFS(tmp, os.DirFS(dir)); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(tmp, plugin.ManifestFile)
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, []byte(edit(string(b))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tmp := editedPlugin(t, dir, edit)
 	a, _, err := plugin.Package(tmp)
 	if err != nil {
 		t.Fatal(err)

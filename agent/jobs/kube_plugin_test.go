@@ -94,18 +94,7 @@ func cosignKeyPair(t testing.TB) (sigstoresig.SignerVerifier, []byte) {
 // with key.
 func (r *pluginRegistry) push(t testing.TB, key sigstoresig.SignerVerifier, edit func(string) string) name.Digest {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "zonefile")
-	if err := os.CopyFS(dir, os.DirFS(zonefileDir)); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, plugin.ManifestFile)
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, []byte(edit(string(b))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := editedPlugin(t, zonefileDir, edit)
 	img, _, err := plugin.Package(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -615,4 +604,23 @@ func BenchmarkKubePluginJob(b *testing.B) {
 	b.ReportMetric(float64(inPod.Milliseconds())/float64(b.N), "pod-run-ms")
 	b.ReportMetric(float64(toResult.Milliseconds())/float64(b.N), "result-ms")
 	b.ReportMetric(float64(objects)/float64(b.N), "objects/job")
+}
+
+// editedPlugin copies the plugin directory dir into a temporary one of the
+// same name, its manifest edited by edit, and returns the copy.
+func editedPlugin(t testing.TB, dir string, edit func(string) string) string {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), filepath.Base(dir))
+	if err := os.CopyFS(tmp, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(tmp, plugin.ManifestFile)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(edit(string(b))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tmp
 }
