@@ -123,7 +123,7 @@ KUBE_NODE_ASSETS := $(CACHE)/kube-node/$(KUBE_VERSION)-containerd-v2.4.2-cni-v1.
 export NUON_KUBE_NODE_ASSETS := $(KUBE_NODE_ASSETS)
 
 .PHONY: kube-node
-kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; ~4-5 min cold after kube-binaries)
+kube-node: ## build kubelet, containerd and CNI plugins for a real node on loopback, install runc (cached in $(CACHE)/kube-node/VERSIONS; about 3.5 CPU-minutes cold after kube-binaries, plus the kubelet's build)
 	hack/kube-node.sh $(KUBE_NODE_ASSETS)
 
 
