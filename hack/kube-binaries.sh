@@ -27,9 +27,10 @@ if [[ $# -ne 1 ]]; then
 fi
 
 GO=${GO:-go}
-KUBE_VERSION=v1.37.1
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/kube-build.sh
+source "$root/hack/kube-build.sh"
 mkdir -p "$1"
 dest=$(cd "$1" && pwd)
 
@@ -54,37 +55,8 @@ missing_bins() {
 	version_ok kubectl version --client || missing+=(kubectl)
 }
 
-missing_bins
-if [[ ${#missing[@]} -eq 0 ]]; then
-	echo "kube-binaries: up to date in $dest"
-	exit 0
-fi
-# One build per DEST at a time (two make targets, or two clones sharing the
-# cache); the second looks again at what is missing once the first is done.
-exec 9>"$dest/.build.lock"
-if ! flock -n 9; then
-	echo "kube-binaries: another build into $dest is running; waiting for it" >&2
-	flock 9
-fi
-missing_bins
-if [[ ${#missing[@]} -eq 0 ]]; then
-	echo "kube-binaries: up to date in $dest"
-	exit 0
-fi
-
-minor=${KUBE_VERSION#v1.}
-minor=${minor%%.*}
-# Without these the server reports v0.0.0-master and charts with a
-# kubeVersion constraint refuse to install; kubectl reports its version
-# from the same variables.
-ldflags="-s -w"
-ldflags+=" -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
-ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
-ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-ldflags+=" -X k8s.io/client-go/pkg/version.gitMajor=1"
-ldflags+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+lock_dest kube-binaries
+ldflags=$(kube_ldflags)
 
 tmp=$(mktemp -d "$dest/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -31,11 +31,12 @@ if [[ $# -ne 1 ]]; then
 fi
 
 GO=${GO:-go}
-KUBE_VERSION=v1.37.1
 CONTAINERD_VERSION=v2.4.2
 CNI_VERSION=v1.10.0
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/kube-build.sh
+source "$root/hack/kube-build.sh"
 mkdir -p "$1"
 dest=$(cd "$1" && pwd)
 
@@ -61,21 +62,7 @@ install_runc() {
 }
 
 install_runc
-missing_bins
-if [[ ${#missing[@]} -eq 0 ]]; then
-	echo "kube-node: up to date in $dest"
-	exit 0
-fi
-exec 9>"$dest/.build.lock"
-if ! flock -n 9; then
-	echo "kube-node: another build into $dest is running; waiting for it" >&2
-	flock 9
-fi
-missing_bins
-if [[ ${#missing[@]} -eq 0 ]]; then
-	echo "kube-node: up to date in $dest"
-	exit 0
-fi
+lock_dest kube-node
 
 tmp=$(mktemp -d "$dest/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -85,16 +72,7 @@ echo "kube-node: building ${missing[*]} into $dest"
 for part in "${missing[@]}"; do
 	case $part in
 	kubelet)
-		minor=${KUBE_VERSION#v1.}
-		minor=${minor%%.*}
-		ldflags="-s -w"
-		ldflags+=" -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-		ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
-		ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
-		ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-		ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-		ldflags+=" -X k8s.io/client-go/pkg/version.gitMajor=1"
-		ldflags+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+		ldflags=$(kube_ldflags)
 		(cd "$root/tools/kube" && GOWORK=off "$GO" build -trimpath -ldflags="$ldflags" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet)
 		"$tmp/kubelet" --version
 		;;
