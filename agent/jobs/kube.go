@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"nuon.dev/nuon/reconciler"
 )
 
 // Labels and annotations on the objects of a Kubernetes job.
@@ -282,14 +284,25 @@ type Kube struct {
 	// container of its own; see "Plugin images". Unset, such jobs run as
 	// a process of the job's image, as every plugin without an image.
 	AdmitPluginImage PluginImageAdmission
-	// RegistryEnv, RegistryMounts and RegistryVolumes give the image
-	// form's prepare container, and only it, what it pulls from the
-	// install registry with: pull-only credentials and the registry's CA
-	// (for example a Secret mounted read-only and the flags' variables).
-	// The plugin's container never has them.
+	// PluginArtifacts is where the runner extracts the artifacts of a job
+	// in the image form from (the install registry, with the agent's own
+	// pull credential), into the run's staged directory. Required for
+	// that form.
+	PluginArtifacts reconciler.ArtifactSource
+	// RegistryEnv, RegistryMounts and RegistryVolumes give the container
+	// of a job that fetches artifacts itself (every job but the image
+	// form's) what it pulls from the install registry with: pull-only
+	// credentials and the registry's CA (for example a Secret mounted
+	// read-only and the flags' variables). No container of the image
+	// form's pod has them.
 	RegistryEnv     []corev1.EnvVar
 	RegistryMounts  []corev1.VolumeMount
 	RegistryVolumes []corev1.Volume
+	// ImagePullSecrets are the pods' image pull secrets (Secrets of type
+	// kubernetes.io/dockerconfigjson in Namespace): the kubelet pulls
+	// the job's image and a plugin's image with them; no container sees
+	// them.
+	ImagePullSecrets []corev1.LocalObjectReference
 	// LookupIP resolves the install registry's name for a plugin job's
 	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
 	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
