@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -255,6 +256,39 @@ func TestKubePluginImage(t *testing.T) {
 	}
 
 	checkUnstaged(t, pc.jobDir(job.ID))
+
+	t.Run("an orphaned run recovered", func(t *testing.T) {
+		// The agent died after the Job finished, before it collected the
+		// result and removed what it staged.
+		dir := pc.jobDir(job.ID)
+		if err := os.Remove(filepath.Join(dir, ResultFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(StagedDir(dir), "artifacts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res, err := k.Recover(t.Context(), dir)
+		if err != nil || res.Outputs["records"] != float64(1) {
+			t.Fatalf("Recover = %+v, %v", res, err)
+		}
+		checkUnstaged(t, dir)
+
+		// A run that never got its Job: nothing to wait for.
+		lost := imageJob("dns-g1-update-i-lost", "zonefile", art, img, zone)
+		dir = pc.jobDir(lost.ID)
+		if err := os.MkdirAll(StagedDir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		lost.ResultFile = filepath.Join(dir, ResultFile)
+		b, _ := json.Marshal(lost)
+		if err := os.WriteFile(filepath.Join(dir, ManifestFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Recover(t.Context(), dir); !errors.Is(err, ErrNotFinished) {
+			t.Errorf("Recover = %v, want %v", err, ErrNotFinished)
+		}
+		checkUnstaged(t, dir)
+	})
 
 	t.Run("the pod", func(t *testing.T) {
 		if len(pod.Spec.InitContainers) != 2 || pod.Spec.InitContainers[0].Image != k.Image || pod.Spec.InitContainers[1].Image != img.String() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -133,11 +134,16 @@ type imageForm struct {
 
 // unstage removes the run's staged directory, if the run made one.
 func (r *kubeRun) unstage() {
-	if !r.staged {
-		return
+	if r.staged {
+		unstage(r.dir, r.logger)
 	}
-	if err := os.RemoveAll(StagedDir(r.dir)); err != nil {
-		r.logger.Warn("remove the staged plugin request", "error", err)
+}
+
+// unstage removes the staged directory of the job whose directory is
+// dir, if there is one.
+func unstage(dir string, logger *slog.Logger) {
+	if err := os.RemoveAll(StagedDir(dir)); err != nil {
+		logger.Warn("remove the staged plugin request", "error", err)
 	}
 }
 
