@@ -123,14 +123,16 @@ func TestKubePluginRealNode(t *testing.T) {
 	same := func(s string) string { return s }
 	run := func(t *testing.T, job *schemas.Job) *schemas.JobResult {
 		t.Helper()
+		seen := watchPod(t, cs, pluginNamespace, KubeName(job.ID))
 		start := time.Now()
 		dir := filepath.Join(work, "jobs", job.ID)
 		res, err := k.RunEnv(t.Context(), job, dir, nil)
 		if err != nil {
 			t.Fatalf("RunEnv: %v\nagent: %s\nnode: %s", err, agentLog.String(), node.Dir())
 		}
-		wall := time.Since(start)
-		t.Logf("%s on the real node: %s; %s", job.ID, wall.Round(time.Millisecond), podTimes(jobPod(t, cs, pluginNamespace, job.ID)))
+		end := time.Now()
+		t.Logf("%s on the real node: %s; %s; as the pod's status says (to the second): %s", job.ID, end.Sub(start).Round(time.Millisecond),
+			seen(start, end), podTimes(jobPod(t, cs, pluginNamespace, job.ID)))
 		checkUnstaged(t, dir)
 		return res
 	}
@@ -395,4 +397,58 @@ func podTimes(pod *corev1.Pod) string {
 	exe, plug, job := at(pod.Status.InitContainerStatuses, executorContainer), at(pod.Status.InitContainerStatuses, pluginContainer), at(pod.Status.ContainerStatuses, jobContainer)
 	return fmt.Sprintf("pod created → executor copied %s → plugin done %s → job done %s (total %s)",
 		exe.Sub(created), plug.Sub(exe), job.Sub(plug), job.Sub(created))
+}
+
+// watchPod watches the pod of the Kubernetes Job name from now on and
+// returns what breaks its time down, as the watch saw it happen (to the
+// millisecond; the pod's own timestamps are to the second): from start,
+// the pod created, the executor's container ended, the plugin's ended,
+// the job's ended, then end (the result collected).
+func watchPod(t *testing.T, cs kubernetes.Interface, ns, name string) func(start, end time.Time) string {
+	t.Helper()
+	w, err := cs.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: labelJobName + "=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	mark := func(k string) {
+		if _, ok := at[k]; !ok {
+			at[k] = time.Now()
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			mark("created")
+			for _, st := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+				if st.State.Terminated != nil {
+					mark(st.Name)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return func(start, end time.Time) string {
+		mu.Lock()
+		defer mu.Unlock()
+		prev, b := start, strings.Builder{}
+		for _, k := range []string{"created", executorContainer, pluginContainer, jobContainer} {
+			if at[k].IsZero() {
+				fmt.Fprintf(&b, "%s unseen → ", k)
+				continue
+			}
+			fmt.Fprintf(&b, "%s +%s → ", k, at[k].Sub(prev).Round(time.Millisecond))
+			prev = at[k]
+		}
+		fmt.Fprintf(&b, "result +%s", end.Sub(prev).Round(time.Millisecond))
+		return b.String()
+	}
 }
