@@ -43,7 +43,7 @@ func TestStagedMount(t *testing.T) {
 		{"a link within", root + "/jobs/in/plugin-in", "", "symbolic link"},
 		{"a relative link within", root + "/jobs/rel", "", "symbolic link"},
 		{"dot-dot", root + "/jobs/../../x", "", "not an absolute, clean path"},
-		{"dot-dot cleaned away", filepath.Clean(root + "/jobs/../..") + "/" + filepath.Base(outside), "", "--job-state-claim"},
+		{"dot-dot cleaned away", filepath.Clean(root+"/jobs/../..") + "/" + filepath.Base(outside), "", "--job-state-claim"},
 		{"relative", "jobs/a", "", "not an absolute, clean path"},
 		{"missing", root + "/jobs/none", "", "no such file"},
 		{"outside", outside, "", "--job-state-claim"},
