@@ -7,8 +7,9 @@
 //
 // # The files
 //
-// The job's side writes into the in directory, which the plugin's
-// container mounts read-only:
+// The job's side (on Kubernetes, the agent, before the pod exists)
+// writes into the in directory, which the plugin's container mounts
+// read-only:
 //
 //	request.json   the PluginRequest, as the plugin reads it on stdin
 //	admitted.json  the plugin's signed manifest, what it is granted and
