@@ -108,11 +108,14 @@ func (r *kubeRun) stage(ctx context.Context) error {
 	}
 	p := &plugin.Process{Manifest: &r.image.Manifest, Granted: *r.granted}
 	env := reconciler.Env{StateDir: PodPluginState, Artifacts: k.PluginArtifacts, Log: &logWriter{r.logger}}
-	// The job as the pod's manifest has it: its state where the pod
-	// mounts it, its result file in the pod.
+	// The job as the pod's manifest has it: its result file in the pod.
 	job := r.job
 	job.ResultFile = PodResultFile
 	if err := p.Prepare(ctx, &job, env, staged, PluginContainerPaths); err != nil {
+		if ctx.Err() != nil {
+			// Stopped, not failed: the job runs again.
+			return fmt.Errorf("stage plugin %s: %w", r.job.Plugin, ctx.Err())
+		}
 		return fmt.Errorf("%w: plugin %s: %w", ErrJobFailed, r.job.Plugin, err)
 	}
 	if err := readableTree(staged); err != nil {
