@@ -11,12 +11,13 @@ import (
 
 	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/plugin"
+	"nuon.dev/nuon/plugin/exchange"
 	"nuon.dev/nuon/reconciler"
 )
 
 // ExecutorName is the executor's file name (cmd/nuon-plugin-exec), in
 // the job's image beside nuon and in the volume it is copied to.
-const ExecutorName = "nuon-plugin-exec"
+const ExecutorName = exchange.ExecutorName
 
 // PrepareOptions are the image form's first step (`nuon job run --pod
 // --plugin-prepare`), in the container of the job's pod that holds the
@@ -49,6 +50,13 @@ type PrepareOptions struct {
 // then returns nil, as the job's outcome is the result. Its error is a
 // failure to prepare at all (no manifest, a volume that cannot be
 // written), which fails the pod.
+//
+// The Kubernetes runner no longer runs it in the pod: a container that
+// pulls from the install registry would need the pod's NetworkPolicy to
+// let out DNS and the registry, which the plugin's container of the same
+// pod would then reach too. The agent stages the request itself
+// (agent/jobs, "Plugin images"). It remains behind `nuon job run
+// --plugin-prepare` only.
 func PreparePlugin(ctx context.Context, o PrepareOptions, log io.Writer) error {
 	if err := copyExecutor(o.Executor, filepath.Join(o.Bin, ExecutorName)); err != nil {
 		return err

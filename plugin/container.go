@@ -19,11 +19,13 @@ import (
 )
 
 // A plugin in a container of its own (the Kubernetes runner's image
-// form) gets its request through files (package exchange): the job's side
-// prepares it (Prepare) in one container, the executor feeds it to the
-// plugin in the plugin's container, and the job's side reads the response
-// (a Process with Exchange set) in a third, as the protocol reads a
-// plugin's stdout.
+// form) gets its request through files (package exchange): the agent
+// prepares it (Prepare) on a volume the pod mounts read-only, before the
+// pod exists, the executor feeds it to the plugin in the plugin's
+// container, and the job's side reads the response (a Process with
+// Exchange set) in the pod's last container, as the protocol reads a
+// plugin's stdout. Prepare is the only step that reaches the install
+// registry, so the pod needs no network of its own.
 
 // ContainerPaths are where the plugin's container sees what Prepare
 // writes and what the plugin may use.

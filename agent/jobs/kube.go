@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"nuon.dev/nuon/reconciler"
 )
 
 // Labels and annotations on the objects of a Kubernetes job.
@@ -125,17 +127,23 @@ const (
 //   - The Job is created suspended; a NetworkPolicy of the run's own
 //     (named as the Job, "-net-" and a random suffix), owned by it, selecting the Job's pods by the Job's own selector
 //     (its UID), is created, and only then is the Job started. It denies
-//     all ingress. With the network granted it allows all egress;
-//     otherwise only DNS (Kube.PluginDNS) and the install registry, the
-//     addresses the job's artifact references name or their host resolves
-//     to when the job is created, on their port (Kube.PluginEgress adds
-//     more, such as a registry's VPC endpoint CIDR). The job itself needs
-//     nothing else: `nuon job run --pod` for a vendor's plugin pulls the
+//     all ingress. With the network granted it allows all egress.
+//     Without it, the image form's pod (below) may send nothing at all,
+//     not even a DNS query. The process form's pod may reach only DNS
+//     (Kube.PluginDNS) and the install registry, the addresses the job's
+//     artifact references name or their host resolves to when the job is
+//     created, on their port (Kube.PluginEgress adds more, such as a
+//     registry's VPC endpoint CIDR): its `nuon job run --pod` pulls the
 //     plugin and the job's artifacts from the install registry, runs the
 //     plugin, and writes its result to a file and its termination
 //     message; it never calls the API server (the built-in plugins do,
-//     and their jobs get no NetworkPolicy).
-//   - The pod mounts no service account token. The keys of
+//     and their jobs get no NetworkPolicy). The plugin runs in that pod
+//     as a process, so it may reach DNS and the registry too: the image
+//     form is the one whose pod has exactly the plugin's grants.
+//   - The pod mounts no service account token, and no Service's address
+//     is in its environment (enableServiceLinks: false) but the API
+//     server's, which the kubelet adds to every container and the plugin
+//     never gets (its environment is what it is granted). The keys of
 //     Kube.SecretName reach it only with secrets granted, RunEnv's
 //     environment (the cloud role's credentials) only with cloudRole:
 //     otherwise no Secret is made at all. It mounts none of Kube.Volumes
@@ -163,44 +171,57 @@ const (
 // AdmitPlugin checks the artifact, before any object exists: its pin by
 // digest, its signature, its tie to the artifact, its signed manifest's
 // name, protocols and needs. The same objects are made, with the same
-// NetworkPolicy, Secret and admission; the pod has three containers, run
-// one after the other (two init containers, then the job's):
+// Secret and admission, and the NetworkPolicy lets out nothing without
+// the network granted.
 //
-//   - prepare, Image: `nuon job run --pod --plugin-key KEY --plugin-prepare
-//     /nuon/plugin/in --plugin-executor-to /nuon/plugin/bin MANIFEST`
-//     verifies the image again with the vendor key in the ConfigMap
-//     (jobrun.PreparePlugin), writes the plugin's request into the
-//     emptyDir plugin-in (plugin.Process.Prepare) and copies the executor,
-//     nuon-plugin-exec, a static binary of the standard library alone,
-//     into the emptyDir plugin-bin. It alone gets RegistryEnv,
-//     RegistryMounts and RegistryVolumes, the registry's pull credential
-//     and CA. A refusal is written for the last container to report.
+// What needs the install registry is done by the agent, not the pod:
+// once admitted, the runner writes the plugin's request and extracts the
+// job's artifacts (plugin.Process.Prepare, from Kube.PluginArtifacts, with
+// the agent's own pull credential) into the run's staged directory,
+// StagedDir(dir), on the volume of Kube.VolumeMounts that holds the job's
+// directory (the agent's workdir: --job-state-claim). The path must lie
+// under that mount with no symbolic link on the way (the pod's subPath
+// is computed from it); without such a volume the job fails, naming the
+// flag, before any object exists, as it does when staging fails. The
+// request holds the job's manifest and the artifacts' paths, never a
+// secret: those reach the plugin's environment only, as granted. The
+// staged directory is removed when the run ends, whatever its outcome,
+// and when Recover collects an orphaned run's outcome.
+//
+// The pod has three containers, run one after the other (two init
+// containers, then the job's):
+//
+//   - executor, Image: `nuon-plugin-exec --copy-to /nuon/plugin/bin`
+//     (the executor beside nuon in the image, a static binary of the
+//     standard library alone) copies itself into the emptyDir
+//     plugin-bin. It mounts nothing else and has no environment.
 //   - plugin, the plugin's image by its digest in the install registry,
 //     as user and group PluginUser: the executor feeds the request to the
 //     image's entrypoint on stdin and writes its stdout, stderr and exit,
 //     bounded, into the emptyDir plugin-out (package plugin/exchange). It
-//     mounts plugin-in and plugin-bin read-only, plugin-out, its own /tmp
+//     mounts the staged directory alone, read-only, at PodPluginIn (its
+//     volume's subPath), plugin-bin read-only, plugin-out, its own /tmp
 //     and, at PodPluginState, the component's state directory alone with
 //     writableState or an empty one. Its environment is plugin.Environ of
 //     Env's plain values for its grants; the install's secrets
-//     (SecretName) only with secrets, RunEnv's Secret only with cloudRole.
-//     It holds no service account token, no registry credential, no
-//     vendor key, no manifest ConfigMap and no nuon binary.
+//     (SecretName) only with secrets, RunEnv's Secret only with cloudRole;
+//     the executor withholds the API server's variables the kubelet adds
+//     to every container (exchange.ServiceEnviron). It holds no service
+//     account token, no registry credential, no vendor key, no manifest
+//     ConfigMap and no nuon binary.
 //   - job, Image: `nuon job run --pod --plugin-exchange-in
 //     /nuon/plugin/in --plugin-exchange-out /nuon/plugin/out MANIFEST`
 //     reads the answer as a plugin's stdout is read (plugin.Exchanged),
 //     redacts it with the secrets the plugin had, and writes the result and
 //     termination message as every job's container does.
 //
-// Every container runs restricted with a read-only root filesystem. The
-// NetworkPolicy is the pod's: what it lets out, DNS and the install
-// registry without the network, any of the three containers may use.
-// Only the prepare container needs it, and it runs before the plugin's
-// starts and holds the only credential; the plugin can still reach DNS
-// and the registry's address (without a credential: what the registry
-// serves anonymously) and, with PluginEgress, what that adds. Per-container
-// egress needs a CNI that tells containers apart (none of NetworkPolicy's
-// does: it selects pods).
+// Every container runs restricted with a read-only root filesystem. No
+// container of the pod needs the network for nuon's sake, so the
+// NetworkPolicy, which selects pods and not containers, is exactly the
+// plugin's grant. The kubelet pulls both images with Kube.ImagePullSecrets,
+// which no container sees. Enforcing the policy is the cluster CNI's
+// (Calico, Cilium, the VPC CNI's network policy agent); a CNI that
+// enforces none leaves the pod's network open whatever the object says.
 //
 // # State locks
 //
@@ -268,13 +289,15 @@ type Kube struct {
 	// job's pod verifies the plugin's artifact with again. Required for
 	// jobs of a vendor's plugin.
 	PluginKey []byte
-	// PluginDNS is where a plugin job not granted the network may send
-	// DNS queries. Default DefaultPluginDNS.
+	// PluginDNS is where the process form's pod of a plugin job not
+	// granted the network may send DNS queries. Default DefaultPluginDNS.
 	PluginDNS []networkingv1.NetworkPolicyPeer
-	// PluginEgress is egress a plugin job not granted the network is
-	// allowed beyond DNS and the registry addresses the runner finds: the
+	// PluginEgress is egress the process form's pod of a plugin job not
+	// granted the network is allowed beyond DNS and the registry
+	// addresses the runner finds, for its job container's pulls: the
 	// install registry's CIDR when its addresses change (a VPC
-	// endpoint), or its pods when it runs in the cluster.
+	// endpoint), or its pods when it runs in the cluster. The image
+	// form's pod pulls nothing and gets none of it.
 	PluginEgress []networkingv1.NetworkPolicyEgressRule
 	// AdmitPluginImage, when set, runs a job of a vendor's plugin whose
 	// release has a container image in the image form: it checks the
@@ -282,14 +305,25 @@ type Kube struct {
 	// container of its own; see "Plugin images". Unset, such jobs run as
 	// a process of the job's image, as every plugin without an image.
 	AdmitPluginImage PluginImageAdmission
-	// RegistryEnv, RegistryMounts and RegistryVolumes give the image
-	// form's prepare container, and only it, what it pulls from the
-	// install registry with: pull-only credentials and the registry's CA
-	// (for example a Secret mounted read-only and the flags' variables).
-	// The plugin's container never has them.
+	// PluginArtifacts is where the runner extracts the artifacts of a job
+	// in the image form from (the install registry, with the agent's own
+	// pull credential), into the run's staged directory. Required for
+	// that form.
+	PluginArtifacts reconciler.ArtifactSource
+	// RegistryEnv, RegistryMounts and RegistryVolumes give the container
+	// of a job that fetches artifacts itself (every job but the image
+	// form's) what it pulls from the install registry with: pull-only
+	// credentials and the registry's CA (for example a Secret mounted
+	// read-only and the flags' variables). No container of the image
+	// form's pod has them.
 	RegistryEnv     []corev1.EnvVar
 	RegistryMounts  []corev1.VolumeMount
 	RegistryVolumes []corev1.Volume
+	// ImagePullSecrets are the pods' image pull secrets (Secrets of type
+	// kubernetes.io/dockerconfigjson in Namespace): the kubelet pulls
+	// the job's image and a plugin's image with them; no container sees
+	// them.
+	ImagePullSecrets []corev1.LocalObjectReference
 	// LookupIP resolves the install registry's name for a plugin job's
 	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
 	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"path"
 	"slices"
 	"strings"
 
@@ -15,12 +16,13 @@ import (
 
 // A job of a vendor's plugin whose release has a container image
 // (schemas.PluginImageArtifactName) runs, with Kube.AdmitPluginImage set,
-// in the image form: the plugin's image runs as a container of its own;
-// nuon's image prepares its request before it and reads its answer after
-// it, in containers the plugin never shares.
+// in the image form: the plugin's image runs as a container of its own,
+// on the request the agent staged (kube_stage.go); nuon's image copies
+// the executor before it and reads its answer after it, in containers the
+// plugin never shares.
 const (
-	// PodPluginIn holds the plugin's request: written by the prepare
-	// container, read-only to the plugin's.
+	// PodPluginIn holds the plugin's request and the job's artifacts:
+	// the run's staged directory, read-only to every container.
 	PodPluginIn = "/nuon/plugin/in"
 	// PodPluginOut holds the plugin's response, stderr and exit, written
 	// by the executor in the plugin's container.
@@ -34,8 +36,8 @@ const (
 	// podPluginWork is the plugin's scratch directory.
 	podPluginWork = "/tmp"
 	// The image form's containers.
-	prepareContainer = "prepare"
-	pluginContainer  = "plugin"
+	executorContainer = "executor"
+	pluginContainer   = "plugin"
 	// PluginUser is the user and group the plugin's container runs as.
 	PluginUser = 65532
 )
@@ -49,16 +51,27 @@ var PluginContainerPaths = plugin.ContainerPaths{In: PodPluginIn, State: PodPlug
 // with the install registry's client and the vendor's key.
 type PluginImageAdmission func(ctx context.Context, job *schemas.Job) (*plugin.Image, schemas.PluginCapabilities, error)
 
+// executor is the path of the executor in Kube.Image: beside nuon
+// (Kube.Command's first word), or on PATH as nuon is.
+func (k *Kube) executor() string {
+	nuon := k.command()[0]
+	if !strings.Contains(nuon, "/") {
+		return jobrun.ExecutorName
+	}
+	return path.Join(path.Dir(nuon), jobrun.ExecutorName)
+}
+
 // imagePod makes spec, the pod of a job of a vendor's plugin, the image
-// form's (see Kube, "Plugin images"): the job's container reads the
-// plugin's answer last; before it, the init container prepare (nuon's
-// image, with the vendor key and the registry's pull settings, nothing
-// else) verifies the image again, writes the request and copies the
-// executor, and the init container plugin (the plugin's image, by its
-// digest in the install registry) runs the executor on it with only what
-// the plugin is granted.
-func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas.PluginCapabilities, img *plugin.Image, secret string) {
+// form's (see Kube, "Plugin images"): the init container executor (nuon's
+// image, nothing mounted but the volume it copies into) copies the
+// executor, the init container plugin (the plugin's image, by its digest
+// in the install registry) runs the executor on the staged request with
+// only what the plugin is granted, and the job's container reads the
+// plugin's answer last.
+func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas.PluginCapabilities, form *imageForm, secret string) {
+	img := form.image
 	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.EnableServiceLinks = ptr.To(false)
 	job0 := spec.Containers[0]
 	restricted := func() *corev1.SecurityContext {
 		return &corev1.SecurityContext{
@@ -73,7 +86,8 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 	spec.Volumes = []corev1.Volume{
 		spec.Volumes[0], // the manifest's ConfigMap
 		emptyDir("result"), emptyDir("tmp"), emptyDir("job-state"),
-		emptyDir("plugin-in"), emptyDir("plugin-out"), emptyDir("plugin-bin"), emptyDir("plugin-tmp"),
+		emptyDir("plugin-out"), emptyDir("plugin-bin"), emptyDir("plugin-tmp"),
+		form.volume, // the staged directory's, mounted by subPath
 	}
 	manifest := corev1.VolumeMount{Name: "manifest", MountPath: PodManifestDir, ReadOnly: true}
 	tmp := corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}
@@ -84,7 +98,9 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 	if mount, ok := stateMount(job.StateDir, k.VolumeMounts); ok && granted.WritableState {
 		i := slices.IndexFunc(k.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
 		if i >= 0 {
-			spec.Volumes = append(spec.Volumes, k.Volumes[i])
+			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name }) {
+				spec.Volumes = append(spec.Volumes, k.Volumes[i])
+			}
 			state = corev1.VolumeMount{Name: mount.Name, MountPath: PodPluginState, SubPath: mount.SubPath}
 		}
 	}
@@ -121,12 +137,10 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 	}
 	argv = append(append(argv, "--"), img.Entrypoint...)
 	spec.InitContainers = []corev1.Container{{
-		Name:    prepareContainer,
-		Image:   k.Image,
-		Command: append(slices.Clone(k.command()), "--plugin-key", podPluginKeyFile, "--plugin-prepare", PodPluginIn, "--plugin-executor-to", PodPluginBin, podManifestFile),
-		Env:     slices.Clone(k.RegistryEnv),
-		VolumeMounts: append([]corev1.VolumeMount{manifest, tmp,
-			{Name: "plugin-in", MountPath: PodPluginIn}, {Name: "plugin-bin", MountPath: PodPluginBin}}, k.RegistryMounts...),
+		Name:                     executorContainer,
+		Image:                    k.Image,
+		Command:                  []string{k.executor(), "--copy-to", PodPluginBin},
+		VolumeMounts:             []corev1.VolumeMount{{Name: "plugin-bin", MountPath: PodPluginBin}},
 		Resources:                k.Resources,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext:          restricted(),
@@ -138,7 +152,7 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 		Env:             env,
 		EnvFrom:         envFrom,
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: "plugin-in", MountPath: PodPluginIn, ReadOnly: true},
+			form.in,
 			{Name: "plugin-out", MountPath: PodPluginOut},
 			{Name: "plugin-bin", MountPath: PodPluginBin, ReadOnly: true},
 			{Name: "plugin-tmp", MountPath: podPluginWork},
@@ -152,9 +166,6 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 			return sc
 		}(),
 	}}
-	if len(k.RegistryVolumes) > 0 {
-		spec.Volumes = append(spec.Volumes, k.RegistryVolumes...)
-	}
 
 	// The job's container reads the answer and writes the result: the
 	// install's secrets and the cloud role's credentials only when the
@@ -166,7 +177,7 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 	c.VolumeMounts = []corev1.VolumeMount{manifest, tmp,
 		{Name: "result", MountPath: PodResultDir},
 		{Name: "job-state", MountPath: job.StateDir},
-		{Name: "plugin-in", MountPath: PodPluginIn, ReadOnly: true},
+		form.in,
 		{Name: "plugin-out", MountPath: PodPluginOut, ReadOnly: true},
 	}
 }

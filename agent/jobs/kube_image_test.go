@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,11 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"io/fs"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/builder"
@@ -47,11 +53,17 @@ sub walk {
 	closedir $dh;
 }
 walk('/');
+my @leaks;
+for my $f (grep { m{^/nuon/plugin/in/} } @files) {
+	open(my $h, '<', $f) or next;
+	my $c = <$h>;
+	for my $k (grep { /^(NUON_SECRET_|AWS_)/ } keys %ENV) { push @leaks, "$f:$k" if defined $c && index($c, $ENV{$k}) >= 0 }
+}
 my $root = open(my $a, '>', '/spy-was-here') ? 1 : 0;
 my $in = open(my $b, '>', '/nuon/plugin/in/spy-was-here') ? 1 : 0;
 print encode_json({apiVersion => 'nuon.dev/v1', kind => 'PluginResponse', protocol => 1,
 	operation => $req->{operation}, changed => JSON::PP::false,
-	outputs => {files => \@files, env => [sort keys %ENV], uid => $< + 0, rootWritable => $root, inWritable => $in}});
+	outputs => {files => \@files, env => [sort keys %ENV], uid => $< + 0, rootWritable => $root, inWritable => $in, leaks => \@leaks}});
 `
 
 // release releases the plugin directory dir, its manifest edited by edit,
@@ -106,8 +118,8 @@ func imageJob(id, plug string, art, img name.Digest, grants schemas.PluginCapabi
 }
 
 // imageCluster is newPluginCluster with the image form on: the plugin's
-// zone directory its own /tmp, the registry's pull credential in a Secret
-// only the prepare container mounts.
+// zone directory its own /tmp, the agent's workdir a folder the jobs see
+// through a claim (stagingVolume), the job's artifacts staged from reg.
 func imageCluster(t testing.TB, reg *pluginRegistry) (*pluginCluster, *Kube) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -118,17 +130,91 @@ func imageCluster(t testing.TB, reg *pluginRegistry) (*pluginCluster, *Kube) {
 	}
 	pluginExecutor(t)
 	pc := newPluginCluster(t, reg)
-	if _, err := pc.cs.CoreV1().Secrets(pluginNamespace).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-pull"},
-		Data: map[string][]byte{"password": []byte("registry-pull-password-0001"), "ca.crt": []byte("-----BEGIN CERTIFICATE-----")}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	pc.work = t.TempDir()
 	k := *pc.k
 	k.Env = []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: "/tmp"}, {Name: "NOT_GRANTED", Value: "not-granted-value"}}
 	k.AdmitPluginImage = reg.imageAdmission()
-	k.RegistryVolumes = []corev1.Volume{{Name: "registry", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "registry-pull"}}}}
-	k.RegistryMounts = []corev1.VolumeMount{{Name: "registry", MountPath: "/nuon/registry", ReadOnly: true}}
-	k.RegistryEnv = []corev1.EnvVar{{Name: "NUON_REGISTRY_CA_FILE", Value: "/nuon/registry/ca.crt"}}
+	k.PluginArtifacts = &oci.Source{Client: reg.c}
+	k.Volumes, k.VolumeMounts = stagingVolume(t, pc.cs, pluginNamespace, pc.work)
 	return pc, &k
+}
+
+// stagingVolume makes the folder work the agent's workdir as the jobs see
+// it, as --job-state-claim does: a claim in ns, bound to a hostPath
+// PersistentVolume of work (the restricted namespace admits a claim,
+// never a hostPath volume), mounted at work.
+func stagingVolume(t testing.TB, cs kubernetes.Interface, ns, work string) ([]corev1.Volume, []corev1.VolumeMount) {
+	t.Helper()
+	ctx := t.Context()
+	size := resource.MustParse("1Gi")
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "nuon-work"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		StorageClassName:              "",
+		ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: "nuon-work"},
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: work, Type: ptr.To(corev1.HostPathDirectory)}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "nuon-work", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+		StorageClassName: ptr.To(""),
+		VolumeName:       "nuon-work",
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+	}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet mounts a claim once it is bound (the controller
+	// manager's binder).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "nuon-work", metav1.GetOptions{})
+		if err == nil && c.Status.Phase == corev1.ClaimBound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim nuon-work not bound: %v %+v", err, c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return []corev1.Volume{{Name: "nuon-work", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-work"}}}},
+		[]corev1.VolumeMount{{Name: "nuon-work", MountPath: work}}
+}
+
+// egressOf is the egress of the NetworkPolicy of job id, which must be
+// the only one.
+func egressOf(t testing.TB, cs kubernetes.Interface, id string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	nps, err := cs.NetworkingV1().NetworkPolicies(pluginNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: LabelJob + "=" + idHash(id)})
+	if err != nil || len(nps.Items) != 1 {
+		t.Fatalf("the NetworkPolicies of job %s: %v, %d", id, err, len(nps.Items))
+	}
+	return &nps.Items[0]
+}
+
+// checkDeniesAll fails unless np, as the API server keeps it, lets
+// nothing in and nothing out: both policy types, no rule.
+func checkDeniesAll(t testing.TB, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	types := slices.Clone(np.Spec.PolicyTypes)
+	slices.Sort(types)
+	if !slices.Equal(types, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress, networkingv1.PolicyTypeIngress}) || len(np.Spec.Egress) != 0 || len(np.Spec.Ingress) != 0 {
+		t.Errorf("NetworkPolicy %s: types %v, egress %+v, ingress %+v; want both types and no rule: no DNS, no registry, nothing", np.Name, np.Spec.PolicyTypes, np.Spec.Egress, np.Spec.Ingress)
+	}
+	if len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.PodSelector.MatchExpressions) == 0 {
+		t.Errorf("NetworkPolicy %s selects every pod of the namespace", np.Name)
+	}
+}
+
+// checkUnstaged fails if the job's staged directory is left.
+func checkUnstaged(t testing.TB, dir string) {
+	t.Helper()
+	if _, err := os.Lstat(StagedDir(dir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the staged directory %s is left: %v", StagedDir(dir), err)
+	}
 }
 
 // TestKubePluginImage runs the zonefile plugin (a Perl script) from its
@@ -155,7 +241,7 @@ func TestKubePluginImage(t *testing.T) {
 
 	job := imageJob("dns-g1-update-image", "zonefile", art, img, zone)
 	start := time.Now()
-	res, err := k.RunEnv(t.Context(), job, t.TempDir(), cloud)
+	res, err := k.RunEnv(t.Context(), job, pc.jobDir(job.ID), cloud)
 	if err != nil {
 		t.Fatalf("RunEnv: %v\n%s\n%s", err, pc.kl.log(KubeName(job.ID)), pc.log.String())
 	}
@@ -169,9 +255,63 @@ func TestKubePluginImage(t *testing.T) {
 		t.Errorf("the zone file in the plugin's /tmp: %v\n%s", err, z)
 	}
 
+	checkUnstaged(t, pc.jobDir(job.ID))
+
+	t.Run("an orphaned run recovered", func(t *testing.T) {
+		// The agent died after the Job finished, before it collected the
+		// result and removed what it staged.
+		dir := pc.jobDir(job.ID)
+		if err := os.Remove(filepath.Join(dir, ResultFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(StagedDir(dir), "artifacts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res, err := k.Recover(t.Context(), dir)
+		if err != nil || res.Outputs["records"] != float64(1) {
+			t.Fatalf("Recover = %+v, %v", res, err)
+		}
+		checkUnstaged(t, dir)
+
+		// A run that never got its Job: nothing to wait for.
+		lost := imageJob("dns-g1-update-i-lost", "zonefile", art, img, zone)
+		dir = pc.jobDir(lost.ID)
+		if err := os.MkdirAll(StagedDir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		lost.ResultFile = filepath.Join(dir, ResultFile)
+		b, _ := json.Marshal(lost)
+		if err := os.WriteFile(filepath.Join(dir, ManifestFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Recover(t.Context(), dir); !errors.Is(err, ErrNotFinished) {
+			t.Errorf("Recover = %v, want %v", err, ErrNotFinished)
+		}
+		checkUnstaged(t, dir)
+	})
+
 	t.Run("the pod", func(t *testing.T) {
 		if len(pod.Spec.InitContainers) != 2 || pod.Spec.InitContainers[0].Image != k.Image || pod.Spec.InitContainers[1].Image != img.String() {
 			t.Fatalf("init containers %+v", pod.Spec.InitContainers)
+		}
+		// The executor's container copies a file: no network, no
+		// credential, nothing mounted but where it copies to.
+		ex := pod.Spec.InitContainers[0]
+		if ex.Name != executorContainer || len(ex.Env) != 0 || len(ex.EnvFrom) != 0 || len(ex.VolumeMounts) != 1 || ex.VolumeMounts[0].MountPath != PodPluginBin {
+			t.Errorf("the executor's container: %+v", ex)
+		}
+		if ptr.Deref(pod.Spec.EnableServiceLinks, true) {
+			t.Error("the pod has the Services' addresses in its environment (enableServiceLinks)")
+		}
+		checkDeniesAll(t, egressOf(t, pc.cs, job.ID))
+		// The staged directory alone, read-only, where the agent wrote
+		// it: the same subPath for the plugin and the job.
+		rel, _ := filepath.Rel(pc.work, StagedDir(pc.jobDir(job.ID)))
+		for _, c := range []corev1.Container{pod.Spec.InitContainers[1], pod.Spec.Containers[0]} {
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == PodPluginIn })
+			if i < 0 || c.VolumeMounts[i].Name != "nuon-work" || c.VolumeMounts[i].SubPath != rel || !c.VolumeMounts[i].ReadOnly {
+				t.Errorf("container %s mounts %s as %+v; want nuon-work's %s, read-only", c.Name, PodPluginIn, c.VolumeMounts, rel)
+			}
 		}
 		pl := pod.Spec.InitContainers[1]
 		if len(pl.EnvFrom) != 0 {
@@ -186,8 +326,8 @@ func TestKubePluginImage(t *testing.T) {
 			t.Errorf("the plugin's environment %v, want %v", names, want)
 		}
 		for _, m := range pl.VolumeMounts {
-			if m.Name == "registry" || m.Name == "manifest" || m.Name == "nuon-state" {
-				t.Errorf("the plugin's container mounts %s", m.Name)
+			if m.Name == "registry" || m.Name == "manifest" || (m.Name == "nuon-work" && m.MountPath != PodPluginIn) {
+				t.Errorf("the plugin's container mounts %s at %s", m.Name, m.MountPath)
 			}
 			if (m.MountPath == PodPluginIn || m.MountPath == PodPluginBin) && !m.ReadOnly {
 				t.Errorf("the plugin's container may write %s", m.MountPath)
@@ -199,8 +339,17 @@ func TestKubePluginImage(t *testing.T) {
 				t.Errorf("container %s: security context %+v", c.Name, sc)
 			}
 		}
-		if !slices.ContainsFunc(pod.Spec.InitContainers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "registry" }) {
-			t.Error("the prepare container has no registry credential")
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "NUON_REGISTRY") {
+					t.Errorf("container %s has %s", c.Name, e.Name)
+				}
+			}
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Secret != nil {
+				t.Errorf("the pod mounts Secret %s", v.Secret.SecretName)
+			}
 		}
 		if len(pod.Spec.Containers[0].EnvFrom) != 0 || ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 			t.Errorf("the job's container: %+v, token %v", pod.Spec.Containers[0].EnvFrom, pod.Spec.AutomountServiceAccountToken)
@@ -223,12 +372,12 @@ func TestKubePluginImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(spyDir, plugin.ManifestFile), []byte(`{"apiVersion": "nuon.dev/v1", "kind": "Plugin", "name": "spy",
-  "version": "1.0.0", "protocols": [1], "operations": ["apply"], "capabilities": {}, "executables": {"linux/amd64": "spy"}}`), 0o644); err != nil {
+  "version": "1.0.0", "protocols": [1], "operations": ["apply"], "capabilities": {"network": true, "secrets": true, "cloudRole": true}, "executables": {"linux/amd64": "spy"}}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		sa, si := reg.release(t, spyDir, same, base, reg.vendor, reg.vendor)
 		spy := imageJob("spy-g1-update-image", "spy", sa, si, schemas.PluginCapabilities{Network: true, Secrets: true, CloudRole: true})
-		res, err := k.RunEnv(t.Context(), spy, t.TempDir(), cloud)
+		res, err := k.RunEnv(t.Context(), spy, pc.jobDir(spy.ID), cloud)
 		if err != nil {
 			t.Fatalf("RunEnv: %v\n%s", err, pc.kl.log(KubeName(spy.ID)))
 		}
@@ -257,6 +406,101 @@ func TestKubePluginImage(t *testing.T) {
 		if res.Outputs["rootWritable"] != float64(0) || res.Outputs["inWritable"] != float64(0) || res.Outputs["uid"] != float64(PluginUser) {
 			t.Errorf("root writable %v, request writable %v, uid %v", res.Outputs["rootWritable"], res.Outputs["inWritable"], res.Outputs["uid"])
 		}
+		// Granted secrets and the cloud role, the spy holds their values
+		// and found none of them in what the agent staged.
+		if !slices.Contains(env, any("NUON_SECRET_TOKEN")) || !slices.Contains(env, any("AWS_SECRET_ACCESS_KEY")) {
+			t.Errorf("the spy lacks the secrets it was granted (%v): its search of the staged files proves nothing", env)
+		}
+		if leaks, _ := res.Outputs["leaks"].([]any); len(leaks) != 0 {
+			t.Errorf("secrets in the staged files: %v", leaks)
+		}
+		// Granted the network: all egress, and only then.
+		if np := egressOf(t, pc.cs, spy.ID); len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].To) != 0 || len(np.Spec.Egress[0].Ports) != 0 {
+			t.Errorf("the network granted, egress %+v", np.Spec.Egress)
+		}
+		checkUnstaged(t, pc.jobDir(spy.ID))
+	})
+
+	t.Run("a failed run leaves nothing staged", func(t *testing.T) {
+		failDir := filepath.Join(t.TempDir(), "fails")
+		if err := os.MkdirAll(failDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(failDir, "fails"), []byte("#!/usr/bin/perl\nprint STDERR \"fails on purpose\\n\";\nexit 3;\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(failDir, plugin.ManifestFile), []byte(`{"apiVersion": "nuon.dev/v1", "kind": "Plugin", "name": "fails",
+  "version": "1.0.0", "protocols": [1], "operations": ["apply"], "capabilities": {}, "executables": {"linux/amd64": "fails"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fa, fi := reg.release(t, failDir, same, base, reg.vendor, reg.vendor)
+		fails := imageJob("fails-g1-update-image", "fails", fa, fi, schemas.PluginCapabilities{})
+		_, err := k.RunEnv(t.Context(), fails, pc.jobDir(fails.ID), nil)
+		if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), "exited 3") {
+			t.Errorf("RunEnv = %v; want it failed, the plugin exited 3", err)
+		}
+		checkUnstaged(t, pc.jobDir(fails.ID))
+
+		// An artifact the registry does not hold: the staging fails
+		// before any object exists, and leaves nothing.
+		missing := imageJob("dns-g1-update-i-missing", "zonefile", art, img, zone)
+		missing.Artifacts = append(missing.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("0", 64)).String(),
+			Digest: "sha256:" + strings.Repeat("0", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		_, err = k.RunEnv(t.Context(), missing, pc.jobDir(missing.ID), nil)
+		if !errors.Is(err, ErrJobFailed) {
+			t.Errorf("RunEnv = %v; want it failed", err)
+		}
+		if n := jobObjects(t, pc, missing.ID); n != 0 {
+			t.Errorf("a job whose staging failed left %d objects", n)
+		}
+		checkUnstaged(t, pc.jobDir(missing.ID))
+	})
+
+	t.Run("a staged directory that escapes", func(t *testing.T) {
+		outside := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(pc.work, "jobs"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		linked := filepath.Join(pc.work, "jobs", "linked")
+		if err := os.Symlink(outside, linked); err != nil {
+			t.Fatal(err)
+		}
+		inVolume := filepath.Join(pc.work, "jobs", "other")
+		if err := os.MkdirAll(inVolume, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		within := filepath.Join(pc.work, "jobs", "within")
+		if err := os.Symlink(inVolume, within); err != nil {
+			t.Fatal(err)
+		}
+		noVolume := *k
+		noVolume.Volumes, noVolume.VolumeMounts = nil, nil
+		for i, tt := range []struct {
+			name, dir string
+			k         *Kube
+			want      string
+		}{
+			{"a link out of the volume", linked, k, "symbolic link"},
+			{"a link within the volume", within, k, "symbolic link"},
+			{"dot-dot out of the volume", pc.work + "/jobs/../../" + filepath.Base(outside), k, "--job-state-claim"},
+			{"no staging volume", pc.jobDir("no-volume"), &noVolume, "--job-state-claim"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				j := imageJob("dns-g1-update-i-escape-"+strconv.Itoa(i), "zonefile", art, img, zone)
+				_, err := tt.k.RunEnv(t.Context(), j, tt.dir, nil)
+				if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("RunEnv = %v; want %v saying %q", err, ErrJobFailed, tt.want)
+				}
+				if n := jobObjects(t, pc, j.ID); n != 0 {
+					t.Errorf("refused, the job left %d objects", n)
+				}
+				for _, d := range []string{outside, inVolume} {
+					if _, err := os.Lstat(filepath.Join(d, "plugin-in")); !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("something was staged in %s: %v", d, err)
+					}
+				}
+			})
+		}
 	})
 
 	t.Run("refused before any object exists", func(t *testing.T) {
@@ -283,7 +527,7 @@ func TestKubePluginImage(t *testing.T) {
 			{"the image of another release", imageJob("dns-g1-update-i-release", "zonefile", art, needsImg, zone), plugin.ErrNotPinned, "is the release of artifact"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				_, err := k.RunEnv(t.Context(), tt.job, t.TempDir(), cloud)
+				_, err := k.RunEnv(t.Context(), tt.job, pc.jobDir(tt.job.ID), cloud)
 				if err == nil || !errors.Is(err, ErrJobFailed) || !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("RunEnv = %v; want %v and %v saying %q", err, ErrJobFailed, tt.is, tt.want)
 				}
@@ -327,7 +571,7 @@ func BenchmarkKubePluginImageJob(b *testing.B) {
 	for i := range b.N {
 		job := imageJob("dns-g1-update-ibench-"+strconv.Itoa(i), "zonefile", art, img, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
 		start := time.Now()
-		if _, err := k.RunEnv(ctx, job, b.TempDir(), []string{"AWS_SECRET_ACCESS_KEY=withheld"}); err != nil {
+		if _, err := k.RunEnv(ctx, job, pc.jobDir(job.ID), []string{"AWS_SECRET_ACCESS_KEY=withheld"}); err != nil {
 			b.Fatalf("RunEnv: %v\n%s", err, pc.kl.log(KubeName(job.ID)))
 		}
 		end := time.Now()

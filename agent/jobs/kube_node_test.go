@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"nuon.dev/nuon/internal/kubetest"
+	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
@@ -95,6 +97,20 @@ func TestKubePluginRealNode(t *testing.T) {
 	k.PollInterval = 200 * time.Millisecond
 	k.Env = []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: "/tmp"}, {Name: "NOT_GRANTED", Value: "not-granted-value"}}
 	k.AdmitPluginImage = reg.imageAdmission()
+	k.PluginArtifacts = &oci.Source{Client: reg.c}
+	work := t.TempDir()
+	k.Volumes, k.VolumeMounts = stagingVolume(t, cs, pluginNamespace, work)
+	// The kubelet's pull secret (the bridge's registry serves anyone:
+	// the secret must only not stop the pod), and the agent's registry
+	// credential for the jobs that fetch: the image form's pod gets
+	// neither into a container.
+	if _, err := cs.CoreV1().Secrets(pluginNamespace).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "image-pull"},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths": {"` + host + `": {"auth": "` + base64.StdEncoding.EncodeToString([]byte("puller:"+nodeRegistryPassword)) + `"}}}`)}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "image-pull"}}
 	k.RegistryVolumes = []corev1.Volume{{Name: "registry", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "registry-pull"}}}}
 	k.RegistryMounts = []corev1.VolumeMount{{Name: "registry", MountPath: "/nuon/registry", ReadOnly: true}}
 	k.RegistryEnv = []corev1.EnvVar{{Name: "NUON_REGISTRY_PASSWORD", ValueFrom: &corev1.EnvVarSource{
@@ -107,12 +123,17 @@ func TestKubePluginRealNode(t *testing.T) {
 	same := func(s string) string { return s }
 	run := func(t *testing.T, job *schemas.Job) *schemas.JobResult {
 		t.Helper()
+		seen := watchPod(t, cs, pluginNamespace, KubeName(job.ID))
 		start := time.Now()
-		res, err := k.RunEnv(t.Context(), job, t.TempDir(), nil)
+		dir := filepath.Join(work, "jobs", job.ID)
+		res, err := k.RunEnv(t.Context(), job, dir, nil)
 		if err != nil {
 			t.Fatalf("RunEnv: %v\nagent: %s\nnode: %s", err, agentLog.String(), node.Dir())
 		}
-		t.Logf("%s on the real node: %s", job.ID, time.Since(start).Round(time.Millisecond))
+		end := time.Now()
+		t.Logf("%s on the real node: %s; %s; as the pod's status says (to the second): %s", job.ID, end.Sub(start).Round(time.Millisecond),
+			seen(start, end), podTimes(jobPod(t, cs, pluginNamespace, job.ID)))
+		checkUnstaged(t, dir)
 		return res
 	}
 
@@ -128,7 +149,7 @@ func TestKubePluginRealNode(t *testing.T) {
 			t.Errorf("pod %s on %q, %s; want it run by node %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase, node.Name)
 		}
 		// The containers ran on the node, each from its image by digest.
-		want := map[string]string{prepareContainer: k.Image, pluginContainer: img.String()}
+		want := map[string]string{executorContainer: k.Image, pluginContainer: img.String()}
 		for _, st := range pod.Status.InitContainerStatuses {
 			if w, ok := want[st.Name]; ok {
 				if st.State.Terminated == nil || st.State.Terminated.ExitCode != 0 || !strings.HasSuffix(st.ImageID, "@"+digestOf(w)) {
@@ -187,11 +208,34 @@ func TestKubePluginRealNode(t *testing.T) {
 				t.Errorf("the plugin's container has %s in its environment", e)
 			}
 		}
-		// As a control: the prepare container of the same pod did have
-		// the credential, from the Secret.
+		// No container of the pod has the registry's credential, though
+		// the agent was given it for the jobs that fetch; the kubelet
+		// pulled with its own pull secret.
 		pod := jobPod(t, cs, pluginNamespace, job.ID)
-		if len(pod.Spec.InitContainers) == 0 || !slices.ContainsFunc(pod.Spec.InitContainers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "NUON_REGISTRY_PASSWORD" }) {
-			t.Errorf("the prepare container has no NUON_REGISTRY_PASSWORD: the spy's report proves nothing")
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "NUON_REGISTRY") }) || len(c.EnvFrom) != 0 {
+				t.Errorf("container %s has %+v %+v", c.Name, c.Env, c.EnvFrom)
+			}
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Secret != nil {
+				t.Errorf("the pod mounts Secret %s", v.Secret.SecretName)
+			}
+		}
+		if !slices.Equal(pod.Spec.ImagePullSecrets, k.ImagePullSecrets) {
+			t.Errorf("the pod's imagePullSecrets %v, want %v", pod.Spec.ImagePullSecrets, k.ImagePullSecrets)
+		}
+		// Not granted the network: its NetworkPolicy, as the API server
+		// keeps it, lets nothing out, not even DNS. This node's CNI (a
+		// bridge) does not enforce NetworkPolicies: what is checked is
+		// the object a CNI that does would enforce.
+		checkDeniesAll(t, egressOf(t, cs, job.ID))
+		// No Service's address: the kubelet's KUBERNETES_* the executor
+		// withholds, the others enableServiceLinks: false.
+		for _, e := range env {
+			if e, _ := e.(string); strings.HasPrefix(e, "KUBERNETES_") || strings.HasSuffix(e, "_SERVICE_HOST") || strings.HasSuffix(e, "_PORT") {
+				t.Errorf("the plugin's container has %s in its environment", e)
+			}
 		}
 		logs, err := cs.CoreV1().Pods(pluginNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: pluginContainer}).DoRaw(t.Context())
 		if err != nil || strings.Contains(string(logs), nodeRegistryPassword) {
@@ -200,8 +244,8 @@ func TestKubePluginRealNode(t *testing.T) {
 	})
 }
 
-// nodeRegistryPassword is the pull credential only the prepare container
-// is given.
+// nodeRegistryPassword is the registry's pull credential: the agent's,
+// given to the jobs that fetch, never to a container of the image form.
 const nodeRegistryPassword = "registry-pull-password-node-0001"
 
 // bindPods binds each pod of ns that names no node to node until the test
@@ -336,3 +380,75 @@ var (
 	nodeBinDir  string
 	nodeBinErr  error
 )
+
+// podTimes breaks a finished pod's time down from its status, as the
+// kubelet stamps it (to the second): created, the executor's copy done,
+// the plugin done, the job's container done.
+func podTimes(pod *corev1.Pod) string {
+	created := pod.CreationTimestamp.Time
+	at := func(sts []corev1.ContainerStatus, name string) time.Time {
+		for _, st := range sts {
+			if st.Name == name && st.State.Terminated != nil {
+				return st.State.Terminated.FinishedAt.Time
+			}
+		}
+		return time.Time{}
+	}
+	exe, plug, job := at(pod.Status.InitContainerStatuses, executorContainer), at(pod.Status.InitContainerStatuses, pluginContainer), at(pod.Status.ContainerStatuses, jobContainer)
+	return fmt.Sprintf("pod created → executor copied %s → plugin done %s → job done %s (total %s)",
+		exe.Sub(created), plug.Sub(exe), job.Sub(plug), job.Sub(created))
+}
+
+// watchPod watches the pod of the Kubernetes Job name from now on and
+// returns what breaks its time down, as the watch saw it happen (to the
+// millisecond; the pod's own timestamps are to the second): from start,
+// the pod created, the executor's container ended, the plugin's ended,
+// the job's ended, then end (the result collected).
+func watchPod(t *testing.T, cs kubernetes.Interface, ns, name string) func(start, end time.Time) string {
+	t.Helper()
+	w, err := cs.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: labelJobName + "=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	mark := func(k string) {
+		if _, ok := at[k]; !ok {
+			at[k] = time.Now()
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			mark("created")
+			for _, st := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+				if st.State.Terminated != nil {
+					mark(st.Name)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return func(start, end time.Time) string {
+		mu.Lock()
+		defer mu.Unlock()
+		prev, b := start, strings.Builder{}
+		for _, k := range []string{"created", executorContainer, pluginContainer, jobContainer} {
+			if at[k].IsZero() {
+				fmt.Fprintf(&b, "%s unseen → ", k)
+				continue
+			}
+			fmt.Fprintf(&b, "%s +%s → ", k, at[k].Sub(prev).Round(time.Millisecond))
+			prev = at[k]
+		}
+		fmt.Fprintf(&b, "result +%s", end.Sub(prev).Round(time.Millisecond))
+		return b.String()
+	}
+}

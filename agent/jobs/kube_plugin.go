@@ -77,7 +77,10 @@ func (r *kubeRun) admitPlugin(ctx context.Context) error {
 		r.logger.Info("cloud credentials withheld: the plugin is not granted cloudRole")
 		r.env = nil
 	}
-	if !granted.Network {
+	if !granted.Network && r.image == nil {
+		// The process form's job container pulls the plugin and the
+		// job's artifacts; the image form's pod needs no network (the
+		// agent stages what it reads).
 		if r.egress, err = k.registryEgress(ctx, &r.job); err != nil {
 			return err
 		}
@@ -143,9 +146,13 @@ func (k *Kube) registryEgress(ctx context.Context, job *schemas.Job) ([]networki
 // networkPolicy is the NetworkPolicy named name of a plugin job's pod,
 // created owned by the Job: it selects the Job's pods by the Job's own
 // selector (its UID), lets nothing in, and lets out everything with the
-// network granted, else only DNS (Kube.PluginDNS), the install registry
-// (egress) and Kube.PluginEgress.
-func (k *Kube) networkPolicy(name string, created *batchv1.Job, owner metav1.OwnerReference, granted *schemas.PluginCapabilities, egress []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
+// network granted. Without it, the image form's pod (image) may send
+// nothing anywhere, not even a DNS query: every container of it is the
+// plugin's or works on what the agent staged. The process form's pod may
+// reach DNS (Kube.PluginDNS), the install registry (egress) and
+// Kube.PluginEgress, which its job container pulls the plugin and the
+// job's artifacts with.
+func (k *Kube) networkPolicy(name string, created *batchv1.Job, owner metav1.OwnerReference, granted *schemas.PluginCapabilities, image bool, egress []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
 	sel := metav1.LabelSelector{MatchLabels: map[string]string{LabelJob: created.Labels[LabelJob]}}
 	if created.Spec.Selector != nil {
 		sel = *created.Spec.Selector.DeepCopy()
@@ -160,10 +167,14 @@ func (k *Kube) networkPolicy(name string, created *batchv1.Job, owner metav1.Own
 			PodSelector: sel,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress:     []networkingv1.NetworkPolicyIngressRule{},
+			Egress:      []networkingv1.NetworkPolicyEgressRule{},
 		},
 	}
-	if granted.Network {
+	switch {
+	case granted.Network:
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+		return np
+	case image:
 		return np
 	}
 	dns := k.PluginDNS
@@ -188,6 +199,8 @@ func (k *Kube) networkPolicy(name string, created *batchv1.Job, owner metav1.Own
 // make the network namespace the process runner gives a plugin).
 func (k *Kube) pluginPod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas.PluginCapabilities) {
 	spec.AutomountServiceAccountToken = ptr.To(false)
+	// Nor the cluster's Services' addresses in its environment.
+	spec.EnableServiceLinks = ptr.To(false)
 	c := &spec.Containers[0]
 	if !granted.Secrets {
 		c.EnvFrom = slices.DeleteFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {

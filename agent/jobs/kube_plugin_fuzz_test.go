@@ -49,7 +49,7 @@ func FuzzRegistryEgress(f *testing.F) {
 			return
 		}
 		created := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nuon-dns-1", Labels: map[string]string{LabelJob: "x"}}}
-		np := k.networkPolicy("nuon-dns-1-net", created, metav1.OwnerReference{}, &schemas.PluginCapabilities{}, egress)
+		np := k.networkPolicy("nuon-dns-1-net", created, metav1.OwnerReference{}, &schemas.PluginCapabilities{}, false, egress)
 		for i, r := range np.Spec.Egress {
 			if len(r.To) == 0 || len(r.Ports) == 0 {
 				t.Fatalf("rule %d of %q lets out to anywhere or on any port: %+v", i, local, r)

@@ -153,7 +153,13 @@ type pluginCluster struct {
 	k     *Kube
 	zones string
 	log   *strings.Builder
+	// work is the agent's workdir as the image form's jobs see it
+	// (imageCluster).
+	work string
 }
+
+// jobDir is the directory of job id in the agent's workdir.
+func (pc *pluginCluster) jobDir(id string) string { return filepath.Join(pc.work, "jobs", id) }
 
 func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
 	t.Helper()

@@ -18,7 +18,8 @@ import (
 // finish and collects its result as Run does. It returns ErrNotFinished
 // when there is no such Job (never created, or deleted before it
 // finished). It gives up with ctx's error if ctx ends first; the Job is
-// then left running.
+// then left running. Once the run has an outcome, or never ran, its
+// staged directory (the image form's, StagedDir) is removed.
 func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, error) {
 	job, err := readManifest(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -28,6 +29,9 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 		return nil, fmt.Errorf("job in %s: %w", dir, err)
 	}
 	res, err := readResult(filepath.Join(dir, ResultFile))
+	if err == nil {
+		unstage(dir, k.logger())
+	}
 	switch {
 	case err == nil && res.Job != job.ID:
 		return nil, fmt.Errorf("job %s: result is for job %q", job.ID, res.Job)
@@ -54,6 +58,7 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 	}
 	if r.obj == nil {
 		r.logger.Info("recovered job has no kubernetes job")
+		unstage(dir, r.logger)
 		return nil, fmt.Errorf("job %s: %w: no kubernetes job", job.ID, ErrNotFinished)
 	}
 	if ptr.Deref(r.obj.Spec.Suspend, false) {
@@ -64,6 +69,7 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 		if err := r.delete(ctx); err != nil {
 			return nil, fmt.Errorf("job %s: %w", job.ID, err)
 		}
+		unstage(dir, r.logger)
 		return nil, fmt.Errorf("job %s: %w: never started", job.ID, ErrNotFinished)
 	}
 	r.logger.Info("recovering job")
@@ -75,5 +81,6 @@ func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, err
 	if r.cause != nil && !r.timedOut {
 		return nil, fmt.Errorf("job %s: %w", job.ID, r.cause)
 	}
+	defer unstage(dir, r.logger)
 	return r.outcome(ctx)
 }

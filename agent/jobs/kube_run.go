@@ -65,7 +65,9 @@ func (k *Kube) run(ctx context.Context, job *schemas.Job, dir string, env []stri
 	if r.env, err = envData(env); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
-	for _, step := range []func(context.Context) error{r.prepareDir, r.admitPlugin, r.clearFinished, r.checkStateLock, r.create} {
+	// The staged directory goes with the run, whatever its outcome.
+	defer r.unstage()
+	for _, step := range []func(context.Context) error{r.prepareDir, r.admitPlugin, r.clearFinished, r.checkStateLock, r.stage, r.create} {
 		if err := step(ctx); err != nil {
 			return nil, fmt.Errorf("job %s: %w", job.ID, err)
 		}
@@ -106,8 +108,11 @@ type kubeRun struct {
 	granted *schemas.PluginCapabilities
 	egress  []networkingv1.NetworkPolicyEgressRule
 	// image is the plugin's container image, admitted, in the image
-	// form; nil otherwise.
-	image *plugin.Image
+	// form; nil otherwise. form is what its pod mounts, once staged
+	// (stage); staged says a staged directory may exist, to remove.
+	image  *plugin.Image
+	form   *imageForm
+	staged bool
 }
 
 // envName is what a Secret key and an environment variable may be named.
@@ -212,7 +217,7 @@ func (r *kubeRun) create(ctx context.Context) error {
 		_, _ = rand.Read(suffix[:])
 		r.secret = r.name + "-env-" + hex.EncodeToString(suffix[:])
 	}
-	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret, r.granted, r.image)
+	cm, job, err := r.k.objects(&r.job, r.name, r.staleLock, r.secret, r.granted, r.form)
 	if err != nil {
 		return err
 	}
@@ -260,7 +265,7 @@ func (r *kubeRun) start(ctx context.Context, created *batchv1.Job, owner metav1.
 		// run of the job may wait for the collector still.
 		var suffix [4]byte
 		_, _ = rand.Read(suffix[:])
-		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.egress)
+		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.form != nil, r.egress)
 		if err := api.createNetworkPolicy(ctx, np); err != nil {
 			return fmt.Errorf("networkpolicy %s: %w", np.Name, err)
 		}
@@ -307,7 +312,7 @@ func (r *kubeRun) createEnvSecret(ctx context.Context, created *batchv1.Job, own
 // the job's own Secret (RunEnv's), whose keys become its container's
 // environment. granted, for a job of a vendor's plugin, narrows its pod
 // to what the plugin is granted.
-func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, image *plugin.Image) (*corev1.ConfigMap, *batchv1.Job, error) {
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, form *imageForm) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -379,6 +384,7 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 				Spec: corev1.PodSpec{
 					RestartPolicy:      corev1.RestartPolicyNever,
 					ServiceAccountName: k.serviceAccount(),
+					ImagePullSecrets:   slices.Clone(k.ImagePullSecrets),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -405,8 +411,8 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 		},
 	}
 	switch {
-	case granted != nil && image != nil:
-		k.imagePod(&kj.Spec.Template.Spec, job, granted, image, secret)
+	case granted != nil && form != nil:
+		k.imagePod(&kj.Spec.Template.Spec, job, granted, form, secret)
 	case granted != nil:
 		k.pluginPod(&kj.Spec.Template.Spec, job, granted)
 	}

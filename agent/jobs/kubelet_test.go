@@ -56,9 +56,6 @@ func podProcess() int {
 	defer stop()
 	manifest := os.Args[len(os.Args)-1]
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
-	if in := argAfter("--plugin-prepare"); in != "" {
-		return preparePlugin(ctx, manifest, in)
-	}
 	if b, err := os.ReadFile(manifest); err == nil {
 		if job, err := plugin.DecodeJob(manifest, b); err == nil && job.Grants != nil && argAfter("--plugin-exchange-in") != "" {
 			if q, err := plugin.Exchanged(argAfter("--plugin-exchange-in"), argAfter("--plugin-exchange-out")); err != nil {
@@ -77,29 +74,6 @@ func podProcess() int {
 		}
 	}
 	if err := jobrun.Main(ctx, manifest, plugins, dirModules(os.Getenv(envModules)), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "nuon:", err)
-		return 1
-	}
-	return 0
-}
-
-// preparePlugin is `nuon job run --pod --plugin-prepare IN
-// --plugin-executor-to BIN --plugin-key KEY MANIFEST`: jobrun.PreparePlugin
-// with the registry and the executor the test built.
-func preparePlugin(ctx context.Context, manifest, in string) int {
-	v, err := oci.LoadPublicKey(argAfter("--plugin-key"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nuon:", err)
-		return 1
-	}
-	c, err := oci.NewClient(oci.WithKeychain(nil))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nuon:", err)
-		return 1
-	}
-	err = jobrun.PreparePlugin(ctx, jobrun.PrepareOptions{Manifest: manifest, Client: c, Key: v, In: in,
-		Paths: PluginContainerPaths, Executor: os.Getenv(envExecutor), Bin: argAfter("--plugin-executor-to")}, os.Stderr)
-	if err != nil {
 		fmt.Fprintln(os.Stderr, "nuon:", err)
 		return 1
 	}
@@ -246,6 +220,11 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	dir := filepath.Join(k.root, p.Name)
 	vols := map[string]string{} // volume name → host folder
 	for _, v := range p.Spec.Volumes {
+		if host := k.hostPathClaim(ctx, v); host != "" {
+			// A claim bound to a hostPath volume is that folder.
+			vols[v.Name] = host
+			continue
+		}
 		host := filepath.Join(dir, "volumes", v.Name)
 		if err := os.MkdirAll(host, 0o777); err != nil {
 			return err
@@ -356,6 +335,23 @@ func (k *kubelet) run(ctx context.Context, p *corev1.Pod) error {
 	return nil
 }
 
+// hostPathClaim is the folder of the hostPath PersistentVolume that
+// volume v's claim is bound to, or "".
+func (k *kubelet) hostPathClaim(ctx context.Context, v corev1.Volume) string {
+	if v.PersistentVolumeClaim == nil {
+		return ""
+	}
+	pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+	if err != nil || pvc.Spec.VolumeName == "" {
+		return ""
+	}
+	pv, err := k.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.HostPath == nil {
+		return ""
+	}
+	return pv.Spec.HostPath.Path
+}
+
 // hostPaths maps the paths container c sees to the host folders of its
 // volumes (vols), through its mounts; a path outside them is the host's.
 func (k *kubelet) hostPaths(c *corev1.Container, vols map[string]string) func(string) string {
@@ -404,7 +400,12 @@ func (k *kubelet) runContainer(ctx context.Context, p *corev1.Pod, c *corev1.Con
 				argv[i] = hostPath(a)
 			}
 		}
-		cmd = exec.Command(os.Args[0], argv[1:]...)
+		exe := os.Args[0]
+		if path.Base(argv[0]) == jobrun.ExecutorName {
+			// nuon's image holds the executor beside nuon.
+			exe = os.Getenv(envExecutor)
+		}
+		cmd = exec.Command(exe, argv[1:]...)
 		cmd.Env = env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}

@@ -7,8 +7,9 @@
 //
 // # The files
 //
-// The job's side writes into the in directory, which the plugin's
-// container mounts read-only:
+// The job's side (on Kubernetes, the agent, before the pod exists)
+// writes into the in directory, which the plugin's container mounts
+// read-only:
 //
 //	request.json   the PluginRequest, as the plugin reads it on stdin
 //	admitted.json  the plugin's signed manifest, what it is granted and
@@ -36,7 +37,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -84,7 +87,8 @@ type Exec struct {
 
 // Run runs the plugin with the request on its stdin, its stdout and
 // stderr into Out, in a process group of its own and with this process's
-// environment (a container's: only what the plugin is granted), and
+// environment (a container's: only what the plugin is granted) less the
+// variables the kubelet adds to every container (ServiceEnviron), and
 // writes how it ended to Out/exit last. Without a request (the job's side
 // refused the plugin) it runs nothing and writes nothing. Its error is
 // about the exchange itself, never about the plugin's outcome.
@@ -122,6 +126,7 @@ func (e *Exec) Run(ctx context.Context) error {
 	defer logf.Close()
 
 	cmd := exec.Command(e.Argv[0], e.Argv[1:]...)
+	cmd.Env = slices.DeleteFunc(os.Environ(), ServiceEnviron)
 	cmd.Stdin = in
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var once sync.Once
@@ -153,6 +158,16 @@ func (e *Exec) Run(ctx context.Context) error {
 	default:
 		return writeExit(e.Out, "127", waitErr)
 	}
+}
+
+// ServiceEnviron reports whether the environment entry kv (NAME=VALUE) is
+// one the kubelet gives every container of a pod whatever the pod says:
+// the API server's Service (KUBERNETES_SERVICE_HOST, KUBERNETES_PORT...),
+// which enableServiceLinks: false does not withhold. A plugin is granted
+// no API server; it does not learn where one is either.
+func ServiceEnviron(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	return strings.HasPrefix(name, "KUBERNETES_SERVICE_") || name == "KUBERNETES_PORT" || strings.HasPrefix(name, "KUBERNETES_PORT_")
 }
 
 // writeExit writes the ending atomically, then returns err.
@@ -243,4 +258,36 @@ func Ending(out string) (ending string, code int, ok bool) {
 		return s, c, true
 	}
 	return s, -1, true
+}
+
+// ExecutorName is the executor's file name (cmd/nuon-plugin-exec).
+const ExecutorName = "nuon-plugin-exec"
+
+// CopySelf copies the running executable into dir as ExecutorName,
+// executable by anyone: what the image form's first init container does,
+// from nuon's image, into the volume the plugin's container runs the
+// executor from.
+func CopySelf(dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return fmt.Errorf("copy the executor: %w", err)
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, ExecutorName)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o555)
+	if err != nil {
+		return fmt.Errorf("copy the executor: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy the executor to %s: %w", dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("copy the executor to %s: %w", dst, err)
+	}
+	return os.Chmod(dst, 0o555)
 }

@@ -33,8 +33,10 @@ type kubeJobOptions struct {
 	pluginImage  bool
 	pluginEgress []string
 	pluginDNS    []string
-	// registrySecret holds pull-only credentials for the pods.
+	// registrySecret holds pull-only credentials for the pods;
+	// pullSecret is the pods' imagePullSecrets.
 	registrySecret string
+	pullSecret     []string
 	err            error
 }
 
@@ -50,10 +52,11 @@ func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&k.serviceAccount, "job-service-account", jobs.DefaultJobServiceAccount, "with --job-runner kube: service account of the Jobs")
 	f.StringVar(&k.secret, "job-secret", "", "with --job-runner kube: Secret whose keys become the jobs' NUON_SECRET_<KEY> variables")
 	f.StringVar(&k.stateClaim, "job-state-claim", "", "with --job-runner kube: PersistentVolumeClaim mounted at --workdir in the Jobs, for component state")
-	f.BoolVar(&k.pluginImage, "job-plugin-image", true, "with --job-runner kube and --vendor-key: run a vendor's plugin whose release has a container image as a container of its own, holding only what it is granted (false: as a process of --job-image, as a plugin released without an image runs)")
+	f.BoolVar(&k.pluginImage, "job-plugin-image", true, "with --job-runner kube and --vendor-key: run a vendor's plugin whose release has a container image as a container of its own, holding only what it is granted, its pod let out nowhere without the network granted: the agent stages its request and artifacts on --job-state-claim, which it needs (false: as a process of --job-image, as a plugin released without an image runs)")
 	f.StringArrayVar(&k.pluginEgress, "job-plugin-egress", nil, "with --job-runner kube: where a vendor's plugin job not granted the network may also connect, beyond DNS and the install registry's addresses when the job starts (repeatable): CIDR[,PORT], such as an ECR VPC endpoint's subnets, whose addresses change (10.0.64.0/20,443), or pods:NAMESPACE/KEY=VALUE[,PORT], such as a registry inside the cluster (pods:registry/app=zot,5000)")
 	f.StringArrayVar(&k.pluginDNS, "job-plugin-dns", nil, "with --job-runner kube: the resolvers a vendor's plugin job not granted the network may query on port 53, instead of CoreDNS (pods:kube-system/k8s-app=kube-dns) (repeatable): CIDR, such as NodeLocal DNSCache's 169.254.20.10/32, or pods:NAMESPACE/KEY=VALUE")
 	f.StringVar(&k.registrySecret, "job-registry-secret", "", "with --job-runner kube: a Secret in --job-namespace holding PULL-ONLY credentials for the install registry, key password (the password of --registry-username) and, with --registry-ca, key ca.crt; the container of a job that fetches artifacts mounts it at "+podRegistryDir+" (a vendor's plugin's own container never does). Without it a job's pod has no registry password and no --registry-ca file (paths of the agent's machine are not passed)")
+	f.StringArrayVar(&k.pullSecret, "job-image-pull-secret", nil, "with --job-runner kube: a Secret of type kubernetes.io/dockerconfigjson in --job-namespace the kubelet pulls the jobs' images with, --job-image and a vendor's plugin's image (repeatable); no container sees it")
 	f.StringVar(&k.stateNamespace, "job-state-namespace", jobs.DefaultStateNamespace, "with --job-runner kube: namespace of the terraform components' state (a Secret and a lock Lease each, Terraform's kubernetes backend)")
 }
 
@@ -136,6 +139,9 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 		r.RegistryEnv = []corev1.EnvVar{{Name: registryPasswordEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: k.registrySecret}, Key: "password", Optional: ptr.To(true)}}}}
 	}
+	for _, ps := range k.pullSecret {
+		r.ImagePullSecrets = append(r.ImagePullSecrets, corev1.LocalObjectReference{Name: ps})
+	}
 	if k.stateClaim != "" {
 		r.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: k.stateClaim},
@@ -187,6 +193,9 @@ func pluginAdmission(r *jobs.Kube, s *syncOptions, images bool) error {
 		return granted, err
 	}
 	if images {
+		if r.PluginArtifacts, err = s.registry.ArtifactSource(""); err != nil {
+			return err
+		}
 		r.AdmitPluginImage = func(ctx context.Context, job *schemas.Job) (*plugin.Image, schemas.PluginCapabilities, error) {
 			return plugin.AdmitImage(ctx, c, job, v)
 		}
