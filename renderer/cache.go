@@ -2,7 +2,6 @@ package renderer
 
 import (
 	"crypto/sha256"
-	"encoding"
 	"encoding/hex"
 	"slices"
 	"strings"
@@ -24,12 +23,12 @@ import (
 //     kept from a process's first render too, when installs/ did not
 //     change since the render before (a server's start).
 //   - the install refs the last render left, with their digest
-//     (TrailerInstallRefs) and the hash's state at every 1,024th ref: the
+//     (TrailerInstallRefs) and the digest of every chunk of 1,024 refs: the
 //     next render compares the refs it is given with that list, entry by
 //     entry (that very list, handed back as Previous.Refs from
 //     Result.Refs, without a look), and hashes them only when they
-//     differ; the digest it writes
-//     it hashes from the state before the first ref it moves. The refs
+//     differ; the digest it writes it hashes from the chunks' digests
+//     kept and those of the chunks the refs it moves are in. The refs
 //     are always those read from the repository, so a ref moved behind
 //     the renderer's back makes the lists differ and the digest is
 //     hashed, and checked, as without a cache.
@@ -176,67 +175,96 @@ func (c *Cache) make(n int) {
 	c.size += n
 }
 
-// refsMemo is a list of install refs and their binary digest
-// (refsDigest(refs, nil, true)), with the SHA-256 state at every
-// markEvery refs: a render that moves one ref hashes the refs from the
-// mark before it, not from the first.
+// refsMemo is a list of install refs and their digest in the chunked
+// form (chunkedDigest), with the digest of each chunk: a render that moves
+// one ref hashes the chunk of 1,024 refs that holds it and the chunks'
+// digests, some 60 KB at a million installs, where a digest of every ref
+// hashed from the ref moved to the last, 14 MB on average.
 type refsMemo struct {
 	refs   []InstallRef
 	digest string
-	// marks[k] is the hash's state (sha256's MarshalBinary) after the
-	// records of refs[:k*markEvery].
-	marks [][]byte
+	// chunks[k] is the SHA-256 of the records of
+	// refs[k*chunkRefs:(k+1)*chunkRefs].
+	chunks [][sha256.Size]byte
 }
 
-// markEvery is the refs between two marks of a refsMemo: 98 marks of
-// some 100 bytes at 100,000 installs.
-const markEvery = 1024
-
 // hashRefs returns the memo of refs with moved in their place (as
-// refsDigest(refs, moved, true) hashes them). m, when not nil, is the
-// memo of refs: the hash resumes from its last mark before the first
-// moved ref.
+// chunkedDigest(mergeRefs(refs, moved)) hashes them). m, when not nil, is
+// the memo of refs itself: its chunks are kept but those a moved ref
+// falls in, or, when refs are added or gone (the chunks after shift),
+// those from the first moved ref on.
 func hashRefs(m *refsMemo, refs, moved []InstallRef) *refsMemo {
 	merged := mergeRefs(refs, moved)
-	d := sha256.New()
-	from := 0
-	var marks [][]byte
-	if m != nil && len(m.marks) > 0 {
-		// refs before the first moved one are the same in merged.
-		p := len(refs)
-		if len(moved) > 0 {
-			p, _ = slices.BinarySearchFunc(refs, moved[0].ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
+	n := (len(merged) + chunkRefs - 1) / chunkRefs
+	chunks := make([][sha256.Size]byte, n)
+	stale := make([]bool, n)
+	switch {
+	case m == nil || len(m.refs) != len(refs) || len(m.chunks) != (len(refs)+chunkRefs-1)/chunkRefs:
+		clear(chunks)
+		for k := range stale {
+			stale[k] = true
 		}
-		k := min(p/markEvery, len(m.marks)-1)
-		if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.marks[k]); err == nil {
-			from, marks = k*markEvery, slices.Clone(m.marks[:k])
-		} else {
-			d.Reset()
+	case len(merged) == len(refs):
+		// Each moved id was there: the refs are where they were.
+		copy(chunks, m.chunks)
+		for _, r := range moved {
+			i, _ := slices.BinarySearchFunc(merged, r.ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
+			stale[i/chunkRefs] = true
+		}
+	default:
+		p, _ := slices.BinarySearchFunc(merged, moved[0].ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
+		copy(chunks, m.chunks[:min(p/chunkRefs, len(m.chunks))])
+		for k := p / chunkRefs; k < n; k++ {
+			stale[k] = true
 		}
 	}
-	buf := make([]byte, 0, 32<<10)
-	for i := from; i < len(merged); i++ {
-		if i%markEvery == 0 {
-			d.Write(buf)
-			buf = buf[:0]
-			state, err := d.(encoding.BinaryMarshaler).MarshalBinary()
-			if err != nil {
-				// No marks: the next render hashes from the first ref.
-				return &refsMemo{refs: merged, digest: refsDigest(merged, nil, true)}
-			}
-			marks = append(marks, state)
+	buf := make([]byte, 0, 64<<10)
+	for k := range chunks {
+		if stale[k] {
+			buf = chunkRecords(buf[:0], merged[k*chunkRefs:min((k+1)*chunkRefs, len(merged))])
+			chunks[k] = sha256.Sum256(buf)
 		}
-		r := merged[i]
+	}
+	return &refsMemo{refs: merged, digest: topDigest(chunks), chunks: chunks}
+}
+
+// chunkRefs is the refs of a chunk of chunkedDigest: 977 chunks of some
+// 28 KB at a million installs.
+const chunkRefs = 1024
+
+// chunkedDigest is the value of TrailerInstallRefs in the chunked form for
+// the install refs refs, sorted by id: the SHA-256 of the SHA-256 of each
+// run of chunkRefs refs in order (the last one shorter), each ref an
+// "id", NUL, 20-byte commit record.
+func chunkedDigest(refs []InstallRef) string {
+	chunks := make([][sha256.Size]byte, 0, (len(refs)+chunkRefs-1)/chunkRefs)
+	buf := make([]byte, 0, 64<<10)
+	for len(refs) > 0 {
+		n := min(chunkRefs, len(refs))
+		buf = chunkRecords(buf[:0], refs[:n])
+		chunks = append(chunks, sha256.Sum256(buf))
+		refs = refs[n:]
+	}
+	return topDigest(chunks)
+}
+
+// chunkRecords appends the records of refs to buf.
+func chunkRecords(buf []byte, refs []InstallRef) []byte {
+	for _, r := range refs {
 		buf = append(buf, r.ID...)
 		buf = append(buf, 0)
 		buf = append(buf, r.Commit[:]...)
-		if len(buf) > cap(buf)-256 {
-			d.Write(buf)
-			buf = buf[:0]
-		}
 	}
-	d.Write(buf)
-	return &refsMemo{refs: merged, digest: digestBinary + hex.EncodeToString(d.Sum(nil)), marks: marks}
+	return buf
+}
+
+// topDigest is the chunked form of the digest of chunks' digests.
+func topDigest(chunks [][sha256.Size]byte) string {
+	d := sha256.New()
+	for _, c := range chunks {
+		d.Write(c[:])
+	}
+	return digestChunks + hex.EncodeToString(d.Sum(nil))
 }
 
 // ownIDs returns refs with their ids copied into one string of their

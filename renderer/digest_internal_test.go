@@ -1,11 +1,13 @@
 package renderer
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -32,6 +34,15 @@ func TestRefsDigestForms(t *testing.T) {
 	}
 	if got, want := refsDigest(refs, nil, true), "sha256-bin:25b3139b7b142e9d7264b0464143609b51ff621be12911130d30672fb76c0d8a"; got != want {
 		t.Errorf("binary form %s, want %s", got, want)
+	}
+	// The chunked form of one chunk: the SHA-256 of the binary form's
+	// digest, as bytes.
+	bin, _ := hex.DecodeString(strings.TrimPrefix(refsDigest(refs, nil, true), digestBinary))
+	if got, want := chunkedDigest(refs), digestChunks+fmt.Sprintf("%x", sha256.Sum256(bin)); got != want {
+		t.Errorf("chunked form %s, want %s", got, want)
+	}
+	if got, want := chunkedDigest(refs), "sha256-chunks:c34aefa2716f003c04cd2dd28af413315062522a8da9daaeedd6a04598792b2f"; got != want {
+		t.Errorf("chunked form %s, want %s", got, want)
 	}
 	// Moving globex and adding hooli is the same as listing them so.
 	moved := []InstallRef{{ID: "globex", Commit: refs[0].Commit}, {ID: "hooli", Commit: refs[2].Commit}}
@@ -82,14 +93,14 @@ func TestCacheKnownRefs(t *testing.T) {
 	}
 }
 
-// TestHashRefsResumes: the digest a render writes, hashed from a mark of
-// the previous render's memo, is refsDigest's of the refs with the moved
-// ones in place, for moves before, at and after marks, and new ids; and
-// the memo's marks are those of a hash from the first ref.
+// TestHashRefsResumes: the digest a render writes, hashed from the
+// previous render's memo, is chunkedDigest's of the refs with the moved
+// ones in place, for moves before, at and after chunk boundaries, and new
+// ids; and the memo's chunks are those of a hash from the first ref.
 func TestHashRefsResumes(t *testing.T) {
 	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
 	var refs []InstallRef
-	for i := range 3*markEvery + 100 {
+	for i := range 3*chunkRefs + 100 {
 		id := fmt.Sprintf("i%06d", 2*i)
 		refs = append(refs, InstallRef{id, h(id)})
 	}
@@ -101,29 +112,65 @@ func TestHashRefsResumes(t *testing.T) {
 		{"nothing", nil},
 		{"the first", []InstallRef{at(0, "a")}},
 		{"the last", []InstallRef{at(len(refs)-1, "b")}},
-		{"one before a mark", []InstallRef{at(markEvery-1, "c")}},
-		{"one at a mark", []InstallRef{at(2*markEvery, "d")}},
-		{"one after a mark", []InstallRef{at(markEvery+1, "e")}},
+		{"one before a boundary", []InstallRef{at(chunkRefs-1, "c")}},
+		{"one at a boundary", []InstallRef{at(2*chunkRefs, "d")}},
+		{"one after a boundary", []InstallRef{at(chunkRefs+1, "e")}},
 		{"a new id before the first", []InstallRef{{"h", h("f")}}},
 		{"a new id in the middle", []InstallRef{{"i001025", h("g")}}},
 		{"a new id after the last", []InstallRef{{"z", h("h")}}},
-		{"several", []InstallRef{at(5, "i"), {"i002049", h("j")}, at(3*markEvery, "k")}},
+		{"several", []InstallRef{at(5, "i"), {"i002049", h("j")}, at(3*chunkRefs, "k")}},
+		{"several in place", []InstallRef{at(7, "l"), at(chunkRefs+7, "m"), at(3*chunkRefs+7, "n")}},
 	}
 	m := hashRefs(nil, refs, nil)
-	if want := refsDigest(refs, nil, true); m.digest != want {
+	if want := chunkedDigest(refs); m.digest != want {
 		t.Fatalf("from no memo: %s, want %s", m.digest, want)
 	}
 	for _, st := range steps {
-		want := refsDigest(m.refs, st.moved, true)
+		want := chunkedDigest(mergeRefs(m.refs, st.moved))
 		next := hashRefs(m, m.refs, st.moved)
 		if next.digest != want {
 			t.Errorf("%s: %s, want %s", st.name, next.digest, want)
 		}
-		if full := hashRefs(nil, next.refs, nil); !slices.EqualFunc(next.marks, full.marks, bytes.Equal) || full.digest != want {
-			t.Errorf("%s: %d marks, not those of a hash from the first ref (%d)", st.name, len(next.marks), len(full.marks))
+		if full := hashRefs(nil, next.refs, nil); !slices.Equal(next.chunks, full.chunks) || full.digest != want {
+			t.Errorf("%s: %d chunks, not those of a hash from the first ref (%d)", st.name, len(next.chunks), len(full.chunks))
 		}
 		m = next
 	}
+}
+
+// FuzzHashRefs: for any refs and any moves, a digest made from the memo
+// of the refs before is the digest of the refs after, made from nothing.
+func FuzzHashRefs(f *testing.F) {
+	f.Add(uint16(3000), uint16(1500), uint16(0), byte(1), false)
+	f.Add(uint16(2048), uint16(1023), uint16(1024), byte(2), true)
+	f.Add(uint16(0), uint16(0), uint16(0), byte(0), true)
+	f.Fuzz(func(t *testing.T, n, a, b uint16, v byte, add bool) {
+		n %= 4 * chunkRefs
+		h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
+		refs := make([]InstallRef, n)
+		for i := range refs {
+			refs[i] = InstallRef{fmt.Sprintf("i%06d", 2*i), h(fmt.Sprint(i))}
+		}
+		var moved []InstallRef
+		for _, i := range []uint16{a, b} {
+			id := fmt.Sprintf("i%06d", 2*int(i%(n+1)))
+			if add {
+				id += "x" // after its ref, before the next
+			}
+			moved = append(moved, InstallRef{id, h(fmt.Sprint(v, i))})
+		}
+		slices.SortFunc(moved, compareRefs)
+		moved = slices.CompactFunc(moved, func(x, y InstallRef) bool { return x.ID == y.ID })
+		m := hashRefs(nil, refs, nil)
+		next := hashRefs(m, m.refs, moved)
+		want := chunkedDigest(mergeRefs(refs, moved))
+		if next.digest != want {
+			t.Fatalf("from the memo %s, from nothing %s", next.digest, want)
+		}
+		if full := hashRefs(nil, next.refs, nil); !slices.Equal(next.chunks, full.chunks) {
+			t.Fatal("the memo's chunks are not those of a hash from the first ref")
+		}
+	})
 }
 
 // TestMergeRefs: the refs a render keeps for the next one are those the
@@ -137,7 +184,50 @@ func TestMergeRefs(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("merged (-want +got):\n%s", diff)
 	}
-	if refsDigest(got, nil, true) != refsDigest(refs, moved, true) {
+	if chunkedDigest(got) != chunkedDigest(mergeRefs(refs, moved)) || refsDigest(got, nil, true) != refsDigest(refs, moved, true) {
 		t.Error("the merged list's digest is not the one written")
+	}
+}
+
+// TestRefsDigestAs: a rendered commit of each form the renderer wrote is
+// checked in its form, with or without a memo of the refs, so that the
+// first render of a newer renderer trusts an older one's commit; a ref
+// moved is seen in every form.
+func TestRefsDigestAs(t *testing.T) {
+	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
+	var refs []InstallRef
+	for i := range 2*chunkRefs + 7 {
+		id := fmt.Sprintf("i%06d", i)
+		refs = append(refs, InstallRef{id, h(id)})
+	}
+	moved := slices.Clone(refs)
+	moved[chunkRefs+3].Commit = h("moved")
+	for _, form := range []struct {
+		name   string
+		digest func([]InstallRef) string
+	}{
+		{"lines", func(refs []InstallRef) string { return refsDigest(refs, nil, false) }},
+		{"binary", func(refs []InstallRef) string { return refsDigest(refs, nil, true) }},
+		{"chunked", chunkedDigest},
+	} {
+		for _, memo := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/memo=%v", form.name, memo), func(t *testing.T) {
+				run := func(refs []InstallRef) *renderRun {
+					r := &renderRun{refs: refs}
+					if memo {
+						r.opts.Cache = NewCache()
+						r.opts.Cache.keepRefs(hashRefs(nil, refs, nil))
+					}
+					return r
+				}
+				written := form.digest(refs)
+				if got := run(slices.Clone(refs)).refsDigestAs(written); got != written {
+					t.Errorf("the same refs: %s, written %s", got, written)
+				}
+				if got := run(moved).refsDigestAs(written); got == written {
+					t.Errorf("a ref moved: %s, as written", got)
+				}
+			})
+		}
 	}
 }

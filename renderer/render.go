@@ -271,7 +271,7 @@ func (r *Result) Failed() []InstallResult {
 // the next render can trust it.
 const (
 	// TrailerInstallRefs is a digest of every install ref (id and commit)
-	// as the render left them (see digestBinary). The next render compares it with the refs
+	// as the render left them (see digestChunks). The next render compares it with the refs
 	// it finds: when they agree, each install ref holds the tree of its
 	// folder in the rendered commit and need not be read; when they do not
 	// (a render stopped between ref updates, or someone moved a ref), it
@@ -441,20 +441,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	var found string
-	switch {
-	case !strings.HasPrefix(digest, digestBinary):
-		found = refsDigest(r.refs, nil, false)
-	case r.memo != nil:
-		// The refs read are, entry by entry, those the cache kept with
-		// their digest.
-		found = r.memo.digest
-	case r.opts.Cache.knownRefs(r.refs) != nil:
-		r.memo = r.opts.Cache.knownRefs(r.refs)
-		found = r.memo.digest
-	default:
-		found = refsDigest(r.refs, nil, true)
-	}
+	found := r.refsDigestAs(digest)
 	r.trusted = c.Hash == r.prev.Rendered && digest == found
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
@@ -948,7 +935,7 @@ func (r *renderRun) writeRendered(context.Context) error {
 		r.result.Refs = m.refs
 		digest = m.digest
 	} else {
-		digest = refsDigest(r.refs, moved, true)
+		digest = chunkedDigest(mergeRefs(r.refs, moved))
 	}
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
@@ -1003,13 +990,41 @@ func (r *renderRun) writeRendered(context.Context) error {
 	return nil
 }
 
-// Forms of TrailerInstallRefs: "sha256-bin:" and the SHA-256 of one "id",
-// NUL, 20-byte commit id record per ref, which renders write; and
-// "sha256:" and the SHA-256 of one "id commit\n" line per ref, the commit
-// in hex, which renders of Format 2 and before wrote and are still
-// checked. The binary form hashes half the bytes and encodes nothing: a
-// one-install render of 100,000 installs hashes every ref twice.
+// refsDigestAs is the digest of the refs read, in the form of digest (the
+// previous rendered commit's TrailerInstallRefs): each form a render wrote
+// is checked in its own form, so that a render of a newer form trusts the
+// commit of an older one.
+func (r *renderRun) refsDigestAs(digest string) string {
+	var found string
+	switch {
+	case strings.HasPrefix(digest, digestBinary):
+		found = refsDigest(r.refs, nil, true)
+	case !strings.HasPrefix(digest, digestChunks):
+		found = refsDigest(r.refs, nil, false)
+	case r.memo != nil:
+		// The refs read are, entry by entry, those the cache kept with
+		// their digest.
+		found = r.memo.digest
+	case r.opts.Cache.knownRefs(r.refs) != nil:
+		r.memo = r.opts.Cache.knownRefs(r.refs)
+		found = r.memo.digest
+	default:
+		found = chunkedDigest(r.refs)
+	}
+	return found
+}
+
+// Forms of TrailerInstallRefs: "sha256-chunks:" and the chunked digest
+// (chunkedDigest), which renders write; "sha256-bin:" and the SHA-256 of
+// one "id", NUL, 20-byte commit record per ref, which renders wrote until
+// the chunked form; "sha256:" and the SHA-256 of one "id commit\n" line
+// per ref, the commit in hex, which renders of Format 2 and before wrote.
+// The two older forms are still checked. The binary form hashes half the
+// bytes of the lines and encodes nothing; the chunked form lets a render
+// that moves one ref of a million hash one chunk and the chunks' digests,
+// where the binary form is hashed from the ref moved to the last.
 const (
+	digestChunks = "sha256-chunks:"
 	digestBinary = "sha256-bin:"
 	digestLines  = "sha256:"
 )
