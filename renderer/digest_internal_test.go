@@ -52,52 +52,12 @@ func TestRefsDigestForms(t *testing.T) {
 	}
 }
 
-// TestCacheKnownRefs: a Cache gives what it kept of a list of refs only
-// for that very list, entry by entry; for any other list (a commit moved,
-// a ref added or gone) nothing, so that the render hashes them.
-func TestCacheKnownRefs(t *testing.T) {
-	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
-	kept := []InstallRef{{"acme", h("a")}, {"globex", h("g")}, {"initech", h("i")}}
-	c := NewCache()
-	if m := c.knownRefs(kept); m != nil {
-		t.Errorf("empty cache: %+v", m)
-	}
-	// Not the refs' digest, so that a list taken for the kept one shows.
-	own := slices.Clone(kept)
-	c.keepRefs(&refsMemo{refs: own, digest: "kept"})
-	tests := []struct {
-		name string
-		refs []InstallRef
-		want bool
-	}{
-		{"the same refs", slices.Clone(kept), true},
-		{"the list kept itself", own, true},
-		{"the head of the list kept", own[:2], false},
-		{"the list kept and one more", append(own[:3:3], InstallRef{"umbrella", h("u")}), false},
-		{"a ref moved", []InstallRef{kept[0], {"globex", h("x")}, kept[2]}, false},
-		{"a ref added", append(slices.Clone(kept), InstallRef{"umbrella", h("u")}), false},
-		{"a ref gone", kept[:2], false},
-		{"no refs", []InstallRef{}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := c.knownRefs(tt.refs)
-			if got := m != nil && m.digest == "kept"; got != tt.want {
-				t.Errorf("known %v (%+v), want %v", got, m, tt.want)
-			}
-		})
-	}
-	var nilCache *Cache
-	if m := nilCache.knownRefs(kept); m != nil {
-		t.Errorf("no cache: %+v", m)
-	}
-}
-
-// TestHashRefsResumes: the digest a render writes, hashed from the
-// previous render's memo, is chunkedDigest's of the refs with the moved
-// ones in place, for moves before, at and after chunk boundaries, and new
-// ids; and the memo's chunks are those of a hash from the first ref.
-func TestHashRefsResumes(t *testing.T) {
+// TestRefListWith: a list with refs moved, made from the list before, is
+// the list of the refs after made from nothing (its chunks, their digests
+// and the digest), for moves before, at and after chunk boundaries, ids
+// added and taken out; the list before is not changed, and the chunks
+// with no ref moved are shared.
+func TestRefListWith(t *testing.T) {
 	h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
 	var refs []InstallRef
 	for i := range 3*chunkRefs + 100 {
@@ -105,6 +65,7 @@ func TestHashRefsResumes(t *testing.T) {
 		refs = append(refs, InstallRef{id, h(id)})
 	}
 	at := func(i int, v string) InstallRef { return InstallRef{refs[i].ID, h(v)} }
+	gone := func(i int) InstallRef { return InstallRef{ID: refs[i].ID} }
 	steps := []struct {
 		name  string
 		moved []InstallRef
@@ -120,31 +81,80 @@ func TestHashRefsResumes(t *testing.T) {
 		{"a new id after the last", []InstallRef{{"z", h("h")}}},
 		{"several", []InstallRef{at(5, "i"), {"i002049", h("j")}, at(3*chunkRefs, "k")}},
 		{"several in place", []InstallRef{at(7, "l"), at(chunkRefs+7, "m"), at(3*chunkRefs+7, "n")}},
+		{"one taken out", []InstallRef{gone(chunkRefs + 9)}},
+		{"an id that is not there taken out", []InstallRef{{ID: "i000001"}}},
+		{"the last taken out", []InstallRef{gone(len(refs) - 3)}},
 	}
-	m := hashRefs(nil, refs, nil)
-	if want := chunkedDigest(refs); m.digest != want {
-		t.Fatalf("from no memo: %s, want %s", m.digest, want)
+	l := NewRefList(refs)
+	if want := chunkedDigest(refs); l.Digest() != want {
+		t.Fatalf("from nothing: %s, want %s", l.Digest(), want)
 	}
+	cur := slices.Clone(refs)
 	for _, st := range steps {
-		want := chunkedDigest(mergeRefs(m.refs, st.moved))
-		next := hashRefs(m, m.refs, st.moved)
-		if next.digest != want {
-			t.Errorf("%s: %s, want %s", st.name, next.digest, want)
+		before := l.Refs()
+		next := l.With(st.moved)
+		cur = slices.DeleteFunc(mergeRefs(cur, st.moved), func(r InstallRef) bool { return r.Commit.IsZero() })
+		if diff := cmp.Diff(cur, next.Refs()); diff != "" {
+			t.Fatalf("%s: refs (-want +got):\n%s", st.name, diff)
 		}
-		if full := hashRefs(nil, next.refs, nil); !slices.Equal(next.chunks, full.chunks) || full.digest != want {
-			t.Errorf("%s: %d chunks, not those of a hash from the first ref (%d)", st.name, len(next.chunks), len(full.chunks))
+		if diff := cmp.Diff(before, l.Refs()); diff != "" {
+			t.Fatalf("%s: the list before changed (-was +is):\n%s", st.name, diff)
 		}
-		m = next
+		full := newRefList(cur)
+		if next.Digest() != full.Digest() || next.Digest() != chunkedDigest(cur) || !slices.Equal(next.sums, full.sums) || next.Len() != len(cur) {
+			t.Errorf("%s: digest %s, %d chunks, %d refs; from nothing %s, %d, %d", st.name, next.Digest(), len(next.sums), next.Len(), full.Digest(), len(full.sums), len(cur))
+		}
+		for k, c := range next.chunks {
+			if len(c) != chunkRefs && k != len(next.chunks)-1 {
+				t.Errorf("%s: chunk %d of %d holds %d refs", st.name, k, len(next.chunks), len(c))
+			}
+		}
+		shared := 0
+		for k := range min(len(l.chunks), len(next.chunks)) {
+			if &l.chunks[k][0] == &next.chunks[k][0] {
+				shared++
+			}
+		}
+		inPlace := true
+		for _, m := range st.moved {
+			if _, ok := l.Find(m.ID); !ok || m.Commit.IsZero() {
+				inPlace = false
+			}
+		}
+		if inPlace && len(next.chunks)-shared > len(st.moved) {
+			// Moved in place, the other chunks are shared.
+			t.Errorf("%s: %d of %d chunks made again", st.name, len(next.chunks)-shared, len(next.chunks))
+		}
+		for _, r := range cur {
+			if got, ok := next.Find(r.ID); !ok || got != r.Commit {
+				t.Fatalf("%s: Find(%s) = %s %v, want %s", st.name, r.ID, got, ok, r.Commit)
+			}
+		}
+		for _, id := range []string{"", "a", "i000001", "zz"} {
+			if _, ok := next.Find(id); ok && !slices.ContainsFunc(cur, func(r InstallRef) bool { return r.ID == id }) {
+				t.Errorf("%s: Find(%q) found an id not listed", st.name, id)
+			}
+		}
+		l = next
+	}
+	var empty *RefList
+	if empty.Len() != 0 || empty.Digest() != chunkedDigest(nil) || len(empty.Refs()) != 0 {
+		t.Error("a nil list is not empty")
+	}
+	if one := empty.With([]InstallRef{{"a", h("a")}}); one.Len() != 1 || one.Digest() != chunkedDigest([]InstallRef{{"a", h("a")}}) {
+		t.Errorf("a ref added to a nil list: %d refs, %s", one.Len(), one.Digest())
 	}
 }
 
-// FuzzHashRefs: for any refs and any moves, a digest made from the memo
-// of the refs before is the digest of the refs after, made from nothing.
-func FuzzHashRefs(f *testing.F) {
-	f.Add(uint16(3000), uint16(1500), uint16(0), byte(1), false)
-	f.Add(uint16(2048), uint16(1023), uint16(1024), byte(2), true)
-	f.Add(uint16(0), uint16(0), uint16(0), byte(0), true)
-	f.Fuzz(func(t *testing.T, n, a, b uint16, v byte, add bool) {
+// FuzzRefListWith: for any refs and any moves (added, moved, taken out),
+// the list made from the list before is the list of the refs after made
+// from nothing, and the list before is unchanged.
+func FuzzRefListWith(f *testing.F) {
+	f.Add(uint16(3000), uint16(1500), uint16(0), byte(1), byte(0))
+	f.Add(uint16(2048), uint16(1023), uint16(1024), byte(2), byte(1))
+	f.Add(uint16(1025), uint16(1024), uint16(1024), byte(2), byte(2))
+	f.Add(uint16(0), uint16(0), uint16(0), byte(0), byte(1))
+	f.Fuzz(func(t *testing.T, n, a, b uint16, v, op byte) {
 		n %= 4 * chunkRefs
 		h := func(s string) plumbing.Hash { return gitobj.Hash(plumbing.BlobObject, []byte(s)) }
 		refs := make([]InstallRef, n)
@@ -152,23 +162,30 @@ func FuzzHashRefs(f *testing.F) {
 			refs[i] = InstallRef{fmt.Sprintf("i%06d", 2*i), h(fmt.Sprint(i))}
 		}
 		var moved []InstallRef
-		for _, i := range []uint16{a, b} {
+		for j, i := range []uint16{a, b} {
 			id := fmt.Sprintf("i%06d", 2*int(i%(n+1)))
-			if add {
+			c := h(fmt.Sprint(v, i))
+			switch (op >> (2 * j)) & 3 {
+			case 1:
 				id += "x" // after its ref, before the next
+			case 2:
+				c = plumbing.ZeroHash // taken out
 			}
-			moved = append(moved, InstallRef{id, h(fmt.Sprint(v, i))})
+			moved = append(moved, InstallRef{id, c})
 		}
 		slices.SortFunc(moved, compareRefs)
 		moved = slices.CompactFunc(moved, func(x, y InstallRef) bool { return x.ID == y.ID })
-		m := hashRefs(nil, refs, nil)
-		next := hashRefs(m, m.refs, moved)
-		want := chunkedDigest(mergeRefs(refs, moved))
-		if next.digest != want {
-			t.Fatalf("from the memo %s, from nothing %s", next.digest, want)
+		l := NewRefList(refs)
+		next := l.With(moved)
+		want := slices.DeleteFunc(mergeRefs(refs, moved), func(r InstallRef) bool { return r.Commit.IsZero() })
+		if next.Digest() != chunkedDigest(want) || !slices.Equal(next.Refs(), want) || next.Len() != len(want) {
+			t.Fatalf("with %v: %d refs %s, want %d %s", moved, next.Len(), next.Digest(), len(want), chunkedDigest(want))
 		}
-		if full := hashRefs(nil, next.refs, nil); !slices.Equal(next.chunks, full.chunks) {
-			t.Fatal("the memo's chunks are not those of a hash from the first ref")
+		if !slices.Equal(next.sums, newRefList(want).sums) {
+			t.Fatal("the chunks' digests are not those of the list made from nothing")
+		}
+		if !slices.Equal(l.Refs(), refs) {
+			t.Fatal("the list before changed")
 		}
 	})
 }
@@ -190,7 +207,7 @@ func TestMergeRefs(t *testing.T) {
 }
 
 // TestRefsDigestAs: a rendered commit of each form the renderer wrote is
-// checked in its form, with or without a memo of the refs, so that the
+// checked in its form, so that the
 // first render of a newer renderer trusts an older one's commit; a ref
 // moved is seen in every form.
 func TestRefsDigestAs(t *testing.T) {
@@ -210,24 +227,14 @@ func TestRefsDigestAs(t *testing.T) {
 		{"binary", func(refs []InstallRef) string { return refsDigest(refs, nil, true) }},
 		{"chunked", chunkedDigest},
 	} {
-		for _, memo := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/memo=%v", form.name, memo), func(t *testing.T) {
-				run := func(refs []InstallRef) *renderRun {
-					r := &renderRun{refs: refs}
-					if memo {
-						r.opts.Cache = NewCache()
-						r.opts.Cache.keepRefs(hashRefs(nil, refs, nil))
-					}
-					return r
-				}
-				written := form.digest(refs)
-				if got := run(slices.Clone(refs)).refsDigestAs(written); got != written {
-					t.Errorf("the same refs: %s, written %s", got, written)
-				}
-				if got := run(moved).refsDigestAs(written); got == written {
-					t.Errorf("a ref moved: %s, as written", got)
-				}
-			})
-		}
+		t.Run(form.name, func(t *testing.T) {
+			written := form.digest(refs)
+			if got := (&renderRun{list: NewRefList(refs)}).refsDigestAs(written); got != written {
+				t.Errorf("the same refs: %s, written %s", got, written)
+			}
+			if got := (&renderRun{list: NewRefList(moved)}).refsDigestAs(written); got == written {
+				t.Errorf("a ref moved: %s, as written", got)
+			}
+		})
 	}
 }

@@ -166,7 +166,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 			moved = append(moved, name)
 		}
 		// The next render is handed the list this one left.
-		s.refs.adoptList(refs.handed, res.Refs, ids)
+		s.refs.adoptList(refs.handed, res.List, ids)
 		s.log.Info("rendered", "commit", main.String(), "changed", res.ChangedCount(), "refs", len(moved), "duration", time.Since(start).Round(time.Millisecond))
 		if s.mirror != nil && len(moved) > 0 {
 			s.mirror.add(moved...)

@@ -43,9 +43,10 @@ type Options struct {
 
 // RefSource is where a render reads its refs.
 type RefSource interface {
-	// InstallRefs returns every install ref, sorted by id, each id once;
-	// the caller does not change the list.
-	InstallRefs(ctx context.Context) ([]renderer.InstallRef, error)
+	// InstallRefs returns every install ref: a list the render left
+	// (renderer.Result.List), handed back, is known to the next render
+	// without a look at its refs.
+	InstallRefs(ctx context.Context) (*renderer.RefList, error)
 	// Ref returns a ref's tip, zero when there is no such ref.
 	Ref(ctx context.Context, name plumbing.ReferenceName) (plumbing.Hash, error)
 	// RefList returns the refs whose name starts with prefix, sorted by
@@ -58,7 +59,7 @@ type RefSource interface {
 type RepoRefs struct{ Repo *gitrepo.Repo }
 
 // InstallRefs implements RefSource.
-func (g RepoRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+func (g RepoRefs) InstallRefs(context.Context) (*renderer.RefList, error) {
 	// A list sorted by id, as git keeps refs: 100,000 install refs in a
 	// map, sorted again by the renderer, cost more than a one-install
 	// render.
@@ -70,7 +71,7 @@ func (g RepoRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
 	for i, ref := range refs {
 		out[i] = renderer.InstallRef{ID: strings.TrimPrefix(ref.Name, schemas.InstallRefPrefix), Commit: ref.Hash}
 	}
-	return out, nil
+	return renderer.NewRefList(out), nil
 }
 
 // Ref implements RefSource.
@@ -109,7 +110,7 @@ func Render(ctx context.Context, repo *gitrepo.Repo, signer *signature.Signer, o
 	if prev.Rendered, err = src.Ref(ctx, plumbing.ReferenceName(schemas.RenderedRef)); err != nil {
 		return nil, err
 	}
-	if prev.Refs, err = src.InstallRefs(ctx); err != nil {
+	if prev.List, err = src.InstallRefs(ctx); err != nil {
 		return nil, err
 	}
 	// Operators' requests (refs/heads/nuon/requests) join the installs'
