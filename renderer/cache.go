@@ -173,7 +173,8 @@ func topDigest(chunks [][sha256.Size]byte) string {
 // own. The refs a render is given name their ids within the text they
 // were read from (all of packed-refs: some 75 MB at 1,000,000 installs)
 // and a render's updates within their ref names, one allocation each: a
-// memo keeps neither, only some 8 bytes per id.
+// RefList kept from render to render keeps neither, only some 8 bytes per
+// id.
 func ownIDs(refs []InstallRef) []InstallRef {
 	n := 0
 	for _, r := range refs {
