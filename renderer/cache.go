@@ -3,6 +3,7 @@ package renderer
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"sync"
 
@@ -176,6 +177,13 @@ func topDigest(chunks [][sha256.Size]byte) string {
 // RefList kept from render to render keeps neither, only some 8 bytes per
 // id.
 func ownIDs(refs []InstallRef) []InstallRef {
+	out := slices.Clone(refs)
+	ownIDsInPlace(out)
+	return out
+}
+
+// ownIDsInPlace gives refs ids of their own, as ownIDs, in place.
+func ownIDsInPlace(refs []InstallRef) {
 	n := 0
 	for _, r := range refs {
 		n += len(r.ID)
@@ -186,10 +194,8 @@ func ownIDs(refs []InstallRef) []InstallRef {
 		b.WriteString(r.ID)
 	}
 	text := b.String()
-	out := make([]InstallRef, len(refs))
 	for i, r := range refs {
-		out[i] = InstallRef{ID: text[:len(r.ID)], Commit: r.Commit}
+		refs[i].ID = text[:len(r.ID)]
 		text = text[len(r.ID):]
 	}
-	return out
 }

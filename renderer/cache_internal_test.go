@@ -61,4 +61,16 @@ func TestOwnIDs(t *testing.T) {
 			t.Errorf("%q names its id within the text read", r.ID)
 		}
 	}
+	// Refs added: the list is made again from the first, ids of its own
+	// too, those of the list it was made from (the caller's) included.
+	added := "refs/heads/nuon/installs/aardvark"
+	grown := NewRefList(refs).With([]InstallRef{{ID: strings.TrimPrefix(added, "refs/heads/nuon/installs/"), Commit: plumbing.NewHash(strings.Repeat("ef", 20))}})
+	if grown.Len() != len(refs)+1 {
+		t.Fatalf("%d refs, want %d", grown.Len(), len(refs)+1)
+	}
+	for _, r := range grown.Refs() {
+		if within(r.ID, packed) || within(r.ID, added) {
+			t.Errorf("%q names its id within the text read", r.ID)
+		}
+	}
 }

@@ -118,7 +118,6 @@ func (l *RefList) With(moved []InstallRef) *RefList {
 	if len(moved) == 0 {
 		return l
 	}
-	moved = ownIDs(moved)
 	resize := false
 	for _, m := range moved {
 		if _, _, found := l.locate(m.ID); !found || m.Commit.IsZero() {
@@ -128,6 +127,7 @@ func (l *RefList) With(moved []InstallRef) *RefList {
 	}
 	out := &RefList{n: l.n, chunks: slices.Clone(l.chunks), sums: slices.Clone(l.sums)}
 	if !resize {
+		moved = ownIDs(moved)
 		buf := make([]byte, 0, 64<<10)
 		last := -1
 		for _, m := range moved {
@@ -158,7 +158,10 @@ func (l *RefList) With(moved []InstallRef) *RefList {
 	for _, c := range l.chunks[k0:] {
 		tail = append(tail, c...)
 	}
+	// Ids of their own for all of them: one copy of the refs, where a copy
+	// of moved's and then the merge were two of a cold render's million.
 	tail = slices.DeleteFunc(mergeRefs(tail, moved), func(r InstallRef) bool { return r.Commit.IsZero() })
+	ownIDsInPlace(tail)
 	out.chunks, out.sums = out.chunks[:k0], out.sums[:k0]
 	out.n = k0*chunkRefs + len(tail)
 	out.appendChunks(tail)
