@@ -2,7 +2,6 @@ package renderer
 
 import (
 	"crypto/sha256"
-	"encoding"
 	"encoding/hex"
 	"slices"
 	"strings"
@@ -14,7 +13,9 @@ import (
 // Cache keeps what one render read or computed that the next render in the
 // same process needs again. Everything it holds is keyed by all it was
 // made from, so it is never stale, only unused; it is safe for concurrent
-// use. It keeps:
+// use. (The install refs the last render left need no cache: they are a
+// RefList, which carries its digest, handed back by the caller as
+// Previous.List.) It keeps:
 //
 //   - main's installs/ tree object with where each entry starts, which
 //     the next render compares with its own (its previous source). At
@@ -23,16 +24,6 @@ import (
 //     only those between what the two share at their start and end. It is
 //     kept from a process's first render too, when installs/ did not
 //     change since the render before (a server's start).
-//   - the install refs the last render left, with their digest
-//     (TrailerInstallRefs) and the hash's state at every 1,024th ref: the
-//     next render compares the refs it is given with that list, entry by
-//     entry (that very list, handed back as Previous.Refs from
-//     Result.Refs, without a look), and hashes them only when they
-//     differ; the digest it writes
-//     it hashes from the state before the first ref it moves. The refs
-//     are always those read from the repository, so a ref moved behind
-//     the renderer's back makes the lists differ and the digest is
-//     hashed, and checked, as without a cache.
 //   - the trees and blobs of the source outside installs/ (nuon.yaml,
 //     channels/, releases/), by object id, so that a render of a changed
 //     install file does not read them from the repository again.
@@ -40,8 +31,6 @@ type Cache struct {
 	mu   sync.Mutex
 	tree plumbing.Hash
 	raw  *rawIndex
-
-	refs *refsMemo
 
 	trees map[plumbing.Hash][]treeEntry
 	blobs map[plumbing.Hash][]byte
@@ -79,40 +68,6 @@ func (c *Cache) keep(h plumbing.Hash, raw *rawIndex) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tree, c.raw = h, raw
-}
-
-// knownRefs returns what the cache keeps of refs (a list sorted by id with
-// no zero commit) when refs are, entry by entry, the list it keeps; nil
-// otherwise. The list kept itself (Result.Refs, handed back by the tenant
-// server's ref table) is known without a look at its entries: a memo's
-// list is never changed, and at a million installs the comparison was a
-// tenth of a one-install render.
-func (c *Cache) knownRefs(refs []InstallRef) *refsMemo {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	m := c.refs
-	c.mu.Unlock()
-	switch {
-	case m == nil || len(m.refs) != len(refs):
-		return nil
-	case len(refs) > 0 && &m.refs[0] == &refs[0]:
-		return m
-	case !slices.Equal(m.refs, refs):
-		return nil
-	}
-	return m
-}
-
-// keepRefs keeps m for the next render; m is not changed after.
-func (c *Cache) keepRefs(m *refsMemo) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.refs = m
 }
 
 // entries returns the tree h's entries, sorted by name, if kept.
@@ -176,75 +131,59 @@ func (c *Cache) make(n int) {
 	c.size += n
 }
 
-// refsMemo is a list of install refs and their binary digest
-// (refsDigest(refs, nil, true)), with the SHA-256 state at every
-// markEvery refs: a render that moves one ref hashes the refs from the
-// mark before it, not from the first.
-type refsMemo struct {
-	refs   []InstallRef
-	digest string
-	// marks[k] is the hash's state (sha256's MarshalBinary) after the
-	// records of refs[:k*markEvery].
-	marks [][]byte
+// chunkRefs is the refs of a chunk of chunkedDigest: 977 chunks of some
+// 28 KB at a million installs.
+const chunkRefs = 1024
+
+// chunkedDigest is the value of TrailerInstallRefs in the chunked form for
+// the install refs refs, sorted by id: the SHA-256 of the SHA-256 of each
+// run of chunkRefs refs in order (the last one shorter), each ref an
+// "id", NUL, 20-byte commit record.
+func chunkedDigest(refs []InstallRef) string {
+	chunks := make([][sha256.Size]byte, 0, (len(refs)+chunkRefs-1)/chunkRefs)
+	buf := make([]byte, 0, 64<<10)
+	for len(refs) > 0 {
+		n := min(chunkRefs, len(refs))
+		buf = chunkRecords(buf[:0], refs[:n])
+		chunks = append(chunks, sha256.Sum256(buf))
+		refs = refs[n:]
+	}
+	return topDigest(chunks)
 }
 
-// markEvery is the refs between two marks of a refsMemo: 98 marks of
-// some 100 bytes at 100,000 installs.
-const markEvery = 1024
-
-// hashRefs returns the memo of refs with moved in their place (as
-// refsDigest(refs, moved, true) hashes them). m, when not nil, is the
-// memo of refs: the hash resumes from its last mark before the first
-// moved ref.
-func hashRefs(m *refsMemo, refs, moved []InstallRef) *refsMemo {
-	merged := mergeRefs(refs, moved)
-	d := sha256.New()
-	from := 0
-	var marks [][]byte
-	if m != nil && len(m.marks) > 0 {
-		// refs before the first moved one are the same in merged.
-		p := len(refs)
-		if len(moved) > 0 {
-			p, _ = slices.BinarySearchFunc(refs, moved[0].ID, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) })
-		}
-		k := min(p/markEvery, len(m.marks)-1)
-		if err := d.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.marks[k]); err == nil {
-			from, marks = k*markEvery, slices.Clone(m.marks[:k])
-		} else {
-			d.Reset()
-		}
-	}
-	buf := make([]byte, 0, 32<<10)
-	for i := from; i < len(merged); i++ {
-		if i%markEvery == 0 {
-			d.Write(buf)
-			buf = buf[:0]
-			state, err := d.(encoding.BinaryMarshaler).MarshalBinary()
-			if err != nil {
-				// No marks: the next render hashes from the first ref.
-				return &refsMemo{refs: merged, digest: refsDigest(merged, nil, true)}
-			}
-			marks = append(marks, state)
-		}
-		r := merged[i]
+// chunkRecords appends the records of refs to buf.
+func chunkRecords(buf []byte, refs []InstallRef) []byte {
+	for _, r := range refs {
 		buf = append(buf, r.ID...)
 		buf = append(buf, 0)
 		buf = append(buf, r.Commit[:]...)
-		if len(buf) > cap(buf)-256 {
-			d.Write(buf)
-			buf = buf[:0]
-		}
 	}
-	d.Write(buf)
-	return &refsMemo{refs: merged, digest: digestBinary + hex.EncodeToString(d.Sum(nil)), marks: marks}
+	return buf
+}
+
+// topDigest is the chunked form of the digest of chunks' digests.
+func topDigest(chunks [][sha256.Size]byte) string {
+	d := sha256.New()
+	for _, c := range chunks {
+		d.Write(c[:])
+	}
+	return digestChunks + hex.EncodeToString(d.Sum(nil))
 }
 
 // ownIDs returns refs with their ids copied into one string of their
 // own. The refs a render is given name their ids within the text they
 // were read from (all of packed-refs: some 75 MB at 1,000,000 installs)
 // and a render's updates within their ref names, one allocation each: a
-// memo keeps neither, only some 8 bytes per id.
+// RefList kept from render to render keeps neither, only some 8 bytes per
+// id.
 func ownIDs(refs []InstallRef) []InstallRef {
+	out := slices.Clone(refs)
+	ownIDsInPlace(out)
+	return out
+}
+
+// ownIDsInPlace gives refs ids of their own, as ownIDs, in place.
+func ownIDsInPlace(refs []InstallRef) {
 	n := 0
 	for _, r := range refs {
 		n += len(r.ID)
@@ -255,10 +194,8 @@ func ownIDs(refs []InstallRef) []InstallRef {
 		b.WriteString(r.ID)
 	}
 	text := b.String()
-	out := make([]InstallRef, len(refs))
 	for i, r := range refs {
-		out[i] = InstallRef{ID: text[:len(r.ID)], Commit: r.Commit}
+		refs[i].ID = text[:len(r.ID)]
 		text = text[len(r.ID):]
 	}
-	return out
 }

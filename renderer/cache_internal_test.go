@@ -18,10 +18,10 @@ func within(s, text string) bool {
 	return p >= lo && p < lo+uintptr(len(text))
 }
 
-// TestOwnIDs: the refs a memo keeps are the refs given, their ids copied
-// out of the text they were read from, so that the memo does not keep it
-// (packed-refs whole), and a render that resumes from the memo keeps
-// ids of its own too.
+// TestOwnIDs: the refs a RefList keeps are the refs given, their ids
+// copied out of the text they were read from, so that the list does not
+// keep it (packed-refs whole), and a list with refs moved keeps ids of
+// its own too.
 func TestOwnIDs(t *testing.T) {
 	var text strings.Builder
 	for _, id := range []string{"acme", "globex", "", "initech", "i0000001"} {
@@ -47,18 +47,29 @@ func TestOwnIDs(t *testing.T) {
 		t.Error("ownIDs(nil) is not empty")
 	}
 
-	// A render that moves one ref resumes from the memo: its refs are
-	// the memo's and the moved one, none within the text read.
-	m := hashRefs(nil, refs, nil)
-	m.refs = ownIDs(m.refs)
+	// A list keeps ids of its own, of the refs it was made from and of
+	// those moved.
+	l := NewRefList(ownIDs(refs))
 	name := "refs/heads/nuon/installs/globex"
 	moved := []InstallRef{{ID: strings.TrimPrefix(name, "refs/heads/nuon/installs/"), Commit: plumbing.NewHash(strings.Repeat("cd", 20))}}
-	next := hashRefs(m, m.refs, ownIDs(moved))
-	if want := hashRefs(nil, refs, moved); next.digest != want.digest || !slices.Equal(next.refs, want.refs) {
-		t.Fatalf("resumed memo %v %s, want %v %s", next.refs, next.digest, want.refs, want.digest)
+	next := l.With(moved)
+	if want := mergeRefs(refs, moved); !slices.Equal(next.Refs(), want) {
+		t.Fatalf("moved %v, want %v", next.Refs(), want)
 	}
-	for _, r := range next.refs {
+	for _, r := range next.Refs() {
 		if within(r.ID, packed) || within(r.ID, name) {
+			t.Errorf("%q names its id within the text read", r.ID)
+		}
+	}
+	// Refs added: the list is made again from the first, ids of its own
+	// too, those of the list it was made from (the caller's) included.
+	added := "refs/heads/nuon/installs/aardvark"
+	grown := NewRefList(refs).With([]InstallRef{{ID: strings.TrimPrefix(added, "refs/heads/nuon/installs/"), Commit: plumbing.NewHash(strings.Repeat("ef", 20))}})
+	if grown.Len() != len(refs)+1 {
+		t.Fatalf("%d refs, want %d", grown.Len(), len(refs)+1)
+	}
+	for _, r := range grown.Refs() {
+		if within(r.ID, packed) || within(r.ID, added) {
 			t.Errorf("%q names its id within the text read", r.ID)
 		}
 	}

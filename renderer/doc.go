@@ -169,13 +169,18 @@
 // The one-install render with a [Cache] (the tenant server's) keeps:
 // main's installs/ tree with where each entry starts, so that the next
 // tree is compared as bytes at its start and end and read as entries only
-// between; the install refs the last render left with their digest and
-// the hash's state at every 1,024th ref, so that refs read equal to them
-// are not hashed again and the new digest is hashed from the mark before
-// the first ref moved; and the source's objects outside installs/. A
-// cache is never trusted for what it should check: the refs are always
-// those read from the repository, and a ref moved behind the renderer's
-// back makes the lists differ (TestCacheDoesNotTrustMovedRef). The
+// between; and the source's objects outside installs/. The install refs
+// go from render to render as a [RefList] ([Result.List], handed back as
+// [Previous.List] by the tenant server's ref table): chunks of 1,024 refs
+// with the digest of each, never changed, so that a render that moves one
+// ref of a million copies and hashes its chunk and hashes the chunks'
+// digests (the chunked form of TrailerInstallRefs), where it copied 40 MB
+// of refs and hashed them from the ref moved to the last. A cache is
+// never trusted for what it should check: the refs are always those read
+// from the repository (the ref table moves with every ref the server
+// moves, and a table that lags git fails the update with ErrStale), and a
+// ref moved behind the renderer's back makes the digests differ
+// (TestCacheDoesNotTrustMovedRef). The
 // tenant server keeps main's loose objects uncompressed
 // (server.ConfigureRepo), so that reading the new installs/ tree is a
 // copy rather than an inflate.

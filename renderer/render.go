@@ -126,8 +126,13 @@ type Previous struct {
 	Installs map[string]plumbing.Hash
 	// Refs are the install refs sorted by id, each id once: what a
 	// repository of 100,000 install refs hands over without building a
-	// map of them (gitrepo.Repo.RefList).
+	// map of them (gitrepo.Repo.RefList). List, when not nil, is used
+	// instead.
 	Refs []InstallRef
+	// List is the install refs as a RefList: the list a render left
+	// (Result.List), handed back, is not read again, and its digest is
+	// known.
+	List *RefList
 }
 
 // InstallRef is an install's ref: its id and commit.
@@ -228,13 +233,12 @@ type Result struct {
 	// it read (changed, added, removed, failed); a full one lists every
 	// install.
 	Total int
-	// Refs are the install refs once Updates are applied, sorted by id,
-	// when the render kept them in Options.Cache; nil otherwise. Given
-	// back as Previous.Refs to the next render with that Cache, this very
-	// list is taken as known without a look at its entries (the tenant
-	// server's ref table hands it out next, where it patched a copy of
-	// its own). Not to be changed.
-	Refs []InstallRef
+	// List is the install refs once Updates are applied, its ids those
+	// of Previous.List or else Previous.Refs and of Updates: the next
+	// render's Previous.List when nothing else moves one (the tenant
+	// server's ref table hands it out next), sharing all but the chunks
+	// of the refs moved with this render's.
+	List *RefList
 	// Problems are those of the Failed installs' files.
 	Problems schemas.Problems
 	// Warnings are things the render repaired, for the operator to know:
@@ -271,7 +275,7 @@ func (r *Result) Failed() []InstallResult {
 // the next render can trust it.
 const (
 	// TrailerInstallRefs is a digest of every install ref (id and commit)
-	// as the render left them (see digestBinary). The next render compares it with the refs
+	// as the render left them (see digestChunks). The next render compares it with the refs
 	// it finds: when they agree, each install ref holds the tree of its
 	// folder in the rendered commit and need not be read; when they do not
 	// (a render stopped between ref updates, or someone moved a ref), it
@@ -315,12 +319,12 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		st: st, source: source, prev: prev, opts: opts, batch: opts.Objects,
 		now: opts.Now().UTC().Truncate(time.Second),
 	}
-	if m := opts.Cache.knownRefs(prev.Refs); m != nil && prev.Refs != nil {
-		// The refs the last render left, sorted and checked as it made
-		// them: not checked again.
-		r.refs, r.memo = prev.Refs, m
+	if prev.List != nil {
+		// Sorted and checked as it was made: not checked again.
+		r.list = prev.List
 	} else {
-		r.refs = prev.installRefs()
+		// The ids are the caller's (Result.List).
+		r.list = newRefList(prev.installRefs())
 	}
 	for _, step := range []func(context.Context) error{
 		r.loadTrust,
@@ -362,11 +366,8 @@ type renderRun struct {
 	// install refs are as that render left them, so that each holds its
 	// folder of prevTrees and is the last commit issued for it.
 	trusted bool
-	// refs are the install refs that exist, sorted by id.
-	refs []InstallRef
-	// memo is what Options.Cache kept of refs, nil when it kept other
-	// refs.
-	memo *refsMemo
+	// list is the install refs that exist.
+	list *RefList
 
 	src *schemas.Source
 	// ids are the installs to render: every install of the source, or
@@ -441,20 +442,7 @@ func (r *renderRun) readPrevious(context.Context) error {
 	}
 	r.prevCommit = c
 	digest, _ := schemas.Trailer(c.Message, TrailerInstallRefs)
-	var found string
-	switch {
-	case !strings.HasPrefix(digest, digestBinary):
-		found = refsDigest(r.refs, nil, false)
-	case r.memo != nil:
-		// The refs read are, entry by entry, those the cache kept with
-		// their digest.
-		found = r.memo.digest
-	case r.opts.Cache.knownRefs(r.refs) != nil:
-		r.memo = r.opts.Cache.knownRefs(r.refs)
-		found = r.memo.digest
-	default:
-		found = refsDigest(r.refs, nil, true)
-	}
+	found := r.refsDigestAs(digest)
 	r.trusted = c.Hash == r.prev.Rendered && digest == found
 	root, err := gitobj.ReadTree(r.st, c.TreeHash)
 	if err != nil {
@@ -928,28 +916,10 @@ func (r *renderRun) writeRendered(context.Context) error {
 	}
 	// Updates are in the order of the installs' ids.
 	slices.SortFunc(moved, compareRefs)
-	var digest string
-	if r.opts.Cache != nil {
-		// What the refs are once the updates are applied: the next
-		// render's refs, when nothing else moves one. The memo keeps
-		// ids of its own (ownIDs): those it kept already, for the refs
-		// that are, entry by entry, the memo's, and a copy of the rest.
-		var m *refsMemo
-		switch {
-		case r.memo != nil && len(moved) == 0:
-			m = r.memo
-		case r.memo != nil:
-			m = hashRefs(r.memo, r.memo.refs, ownIDs(moved))
-		default:
-			m = hashRefs(nil, r.refs, moved)
-			m.refs = ownIDs(m.refs)
-		}
-		r.opts.Cache.keepRefs(m)
-		r.result.Refs = m.refs
-		digest = m.digest
-	} else {
-		digest = refsDigest(r.refs, moved, true)
-	}
+	// What the refs are once the updates are applied: the next render's
+	// refs, when nothing else moves one.
+	r.result.List = r.list.With(moved)
+	digest := r.result.List.Digest()
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
@@ -1003,13 +973,31 @@ func (r *renderRun) writeRendered(context.Context) error {
 	return nil
 }
 
-// Forms of TrailerInstallRefs: "sha256-bin:" and the SHA-256 of one "id",
-// NUL, 20-byte commit id record per ref, which renders write; and
-// "sha256:" and the SHA-256 of one "id commit\n" line per ref, the commit
-// in hex, which renders of Format 2 and before wrote and are still
-// checked. The binary form hashes half the bytes and encodes nothing: a
-// one-install render of 100,000 installs hashes every ref twice.
+// refsDigestAs is the digest of the refs read, in the form of digest (the
+// previous rendered commit's TrailerInstallRefs): each form a render wrote
+// is checked in its own form, so that a render of a newer form trusts the
+// commit of an older one.
+func (r *renderRun) refsDigestAs(digest string) string {
+	switch {
+	case strings.HasPrefix(digest, digestBinary):
+		return refsDigest(r.list.Refs(), nil, true)
+	case !strings.HasPrefix(digest, digestChunks):
+		return refsDigest(r.list.Refs(), nil, false)
+	}
+	return r.list.Digest()
+}
+
+// Forms of TrailerInstallRefs: "sha256-chunks:" and the chunked digest
+// (chunkedDigest), which renders write; "sha256-bin:" and the SHA-256 of
+// one "id", NUL, 20-byte commit record per ref, which renders wrote until
+// the chunked form; "sha256:" and the SHA-256 of one "id commit\n" line
+// per ref, the commit in hex, which renders of Format 2 and before wrote.
+// The two older forms are still checked. The binary form hashes half the
+// bytes of the lines and encodes nothing; the chunked form lets a render
+// that moves one ref of a million hash one chunk and the chunks' digests,
+// where the binary form is hashed from the ref moved to the last.
 const (
+	digestChunks = "sha256-chunks:"
 	digestBinary = "sha256-bin:"
 	digestLines  = "sha256:"
 )
@@ -1076,10 +1064,8 @@ func mergeRefs(refs, moved []InstallRef) []InstallRef {
 
 // ref returns the commit of install id's ref, zero when it has none.
 func (r *renderRun) ref(id string) plumbing.Hash {
-	if i, ok := slices.BinarySearchFunc(r.refs, id, func(e InstallRef, id string) int { return strings.Compare(e.ID, id) }); ok {
-		return r.refs[i].Commit
-	}
-	return plumbing.ZeroHash
+	h, _ := r.list.Find(id)
+	return h
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }

@@ -103,9 +103,14 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	main, err := revParse(ctx, s.cfg.Dir, schemas.MainRef)
+	// main, the requests and the approvals (zero: none filed).
+	tips, err := resolveRefs(ctx, s.cfg.Dir, schemas.MainRef, requests.Ref, schemas.ApprovalsRef)
 	if err != nil {
 		return "", err
+	}
+	main, ok := tips[schemas.MainRef]
+	if !ok {
+		return "", fmt.Errorf("resolve %s: no such ref", schemas.MainRef)
 	}
 	archives, err := s.loadArchived(ctx, main)
 	s.keys.reset(main)
@@ -117,8 +122,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 		// the next check; the mirror holds the refs back meanwhile.
 		s.log.Error("retire archived installs", "error", err)
 	}
-	reqs, _ := revParse(ctx, s.cfg.Dir, requests.Ref)          // zero: none filed
-	apprs, _ := revParse(ctx, s.cfg.Dir, schemas.ApprovalsRef) // zero: none filed
+	reqs, apprs := tips[requests.Ref], tips[schemas.ApprovalsRef]
 	if (main == s.rendered && reqs == s.renderedRequests && apprs == s.renderedApprovals) || s.cfg.RenderKey == nil {
 		return resultUnchanged, nil
 	}
@@ -166,7 +170,7 @@ func (s *Server) sync(ctx context.Context) (string, error) {
 			moved = append(moved, name)
 		}
 		// The next render is handed the list this one left.
-		s.refs.adoptList(refs.handed, res.Refs, ids)
+		s.refs.adoptList(refs.handed, res.List, ids)
 		s.log.Info("rendered", "commit", main.String(), "changed", res.ChangedCount(), "refs", len(moved), "duration", time.Since(start).Round(time.Millisecond))
 		if s.mirror != nil && len(moved) > 0 {
 			s.mirror.add(moved...)

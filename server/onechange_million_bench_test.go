@@ -35,7 +35,9 @@ import (
 // until its desired ref moved as its agent's poll sees it, twice.
 // NUON_BENCH_MKTREE=1 writes the changed trees with git mktree (see
 // below). NUON_BENCH_CPUPROFILE=PREFIX writes a CPU profile of each change's
-// window to PREFIX-1.pprof and PREFIX-2.pprof.
+// window to PREFIX-1.pprof and PREFIX-2.pprof (of the last loop). It
+// reports the mean CPU and allocation of all its changes: -benchtime=10x
+// makes twenty.
 // millionRepo is server.MillionRepo: the cached repository of
 // NUON_BENCH_MILLION installs, and N.
 func millionRepo(b *testing.B) (string, string) { return server.MillionRepo(b) }
@@ -154,6 +156,12 @@ func BenchmarkOneChangeMillion(b *testing.B) {
 		return strings.TrimSpace(gittest.Git(b, dir, "commit-tree", root, "-p", parent, "-m", "bench: change "+id))
 	}
 	profile := os.Getenv("NUON_BENCH_CPUPROFILE")
+	// Sums over every change, for the means reported: with
+	// -benchtime=10x, twenty changes, where one change's CPU varies with
+	// the machine's load by tens of milliseconds.
+	var changes int
+	var sumCPU time.Duration
+	var sumAlloc uint64
 	change := func(k int, cidr string) time.Duration {
 		next := edit(cidr)
 		before := tip()
@@ -189,6 +197,7 @@ func BenchmarkOneChangeMillion(b *testing.B) {
 			pprof.StopCPUProfile()
 		}
 		runtime.ReadMemStats(&ms1)
+		changes, sumCPU, sumAlloc = changes+1, sumCPU+cpu, sumAlloc+ms1.TotalAlloc-ms0.TotalAlloc
 		b.Logf("change %d: %s, CPU %s (this process and its git processes, the agent's polls too); GCs %d, GC pause %s, allocated %d MB, live heap before %d MB",
 			k, d.Round(time.Millisecond), cpu.Round(time.Millisecond), ms1.NumGC-ms0.NumGC, time.Duration(ms1.PauseTotalNs-ms0.PauseTotalNs),
 			(ms1.TotalAlloc-ms0.TotalAlloc)>>20, ms0.HeapAlloc>>20)
@@ -201,4 +210,6 @@ func BenchmarkOneChangeMillion(b *testing.B) {
 		b.ReportMetric(float64(d1.Microseconds())/1000, "change-ms")
 		b.ReportMetric(float64(d2.Microseconds())/1000, "change2-ms")
 	}
+	b.ReportMetric(float64(sumCPU.Microseconds())/1000/float64(changes), "cpu-ms/change")
+	b.ReportMetric(float64(sumAlloc)/(1<<20)/float64(changes), "alloc-MB/change")
 }

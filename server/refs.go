@@ -50,7 +50,7 @@ type refTable struct {
 	// listAt (listed: list is set), which installRefs patches from the
 	// log.
 	listMu sync.Mutex
-	list   []renderer.InstallRef
+	list   *renderer.RefList
 	listAt uint64
 	listed bool
 }
@@ -301,12 +301,13 @@ func (t *refTable) replace(u *refTable) {
 // kept; more moved, it lists them all again.
 const maxListPatch = 4096
 
-// installRefs returns every install's desired ref, sorted by id: what a
-// render starts from (publish.RefSource). The list is kept and, when few
-// refs moved since, a copy of it is patched where they moved: sorting a
-// million ids took longer than a one-install render. A list returned is
-// never changed after.
-func (t *refTable) installRefs() []renderer.InstallRef {
+// installRefs returns every install's desired ref: what a render starts
+// from (publish.RefSource). The list is kept and, when few refs moved
+// since, patched where they moved (renderer.RefList.With, which shares
+// every chunk of the list but those of the refs moved): sorting a million
+// ids took longer than a one-install render, and a copy of the list was
+// 40 MB. A list returned is never changed after.
+func (t *refTable) installRefs() *renderer.RefList {
 	t.listMu.Lock()
 	defer t.listMu.Unlock()
 	t.mu.RLock()
@@ -332,20 +333,12 @@ func (t *refTable) installRefs() []renderer.InstallRef {
 		// Status refs alone moved.
 	case ok:
 		slices.Sort(moved)
-		out := make([]renderer.InstallRef, 0, len(t.list)+len(moved))
-		old := t.list
-		for _, id := range moved {
-			i, _ := slices.BinarySearchFunc(old, id, func(r renderer.InstallRef, id string) int { return strings.Compare(r.ID, id) })
-			out = append(out, old[:i]...)
-			old = old[i:]
-			if len(old) > 0 && old[0].ID == id {
-				old = old[1:]
-			}
-			if h := t.installs[id].desired; !h.IsZero() {
-				out = append(out, renderer.InstallRef{ID: id, Commit: h})
-			}
+		refs := make([]renderer.InstallRef, len(moved))
+		for i, id := range moved {
+			// A zero tip takes the id out.
+			refs[i] = renderer.InstallRef{ID: id, Commit: t.installs[id].desired}
 		}
-		t.list = append(out, old...)
+		t.list = t.list.With(refs)
 	default:
 		out := make([]renderer.InstallRef, 0, len(t.installs))
 		for id, tips := range t.installs {
@@ -354,27 +347,27 @@ func (t *refTable) installRefs() []renderer.InstallRef {
 			}
 		}
 		slices.SortFunc(out, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
-		t.list = out
+		// The ids are the table's keys.
+		t.list = renderer.NewRefList(out)
 	}
 	t.listAt, t.listed = t.version, true
 	return t.list
 }
 
 // adoptList takes list, the install refs a render left
-// (renderer.Result.Refs), as the table's sorted list when it is the list
+// (renderer.Result.List), as the table's list when it is the list
 // patching would give: the render was handed the table's list (handed,
 // that very list), and the desired refs set since are those of ids, the
 // installs whose ref the render moved, as list holds them. The next render
-// is then handed its own list back, which it knows without comparing its
-// entries (renderer.Cache), and no copy of a million entries is patched.
-// Otherwise it takes nothing, and installRefs patches as before; false
-// then.
-func (t *refTable) adoptList(handed, list []renderer.InstallRef, ids []string) bool {
+// is then handed its own list back, which it knows without a look at its
+// entries, and nothing is patched. Otherwise it takes nothing, and
+// installRefs patches as before; false then.
+func (t *refTable) adoptList(handed, list *renderer.RefList, ids []string) bool {
 	t.listMu.Lock()
 	defer t.listMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if list == nil || !t.listed || !sameList(handed, t.list) || t.listAt < t.logBase || t.listAt > t.version {
+	if list == nil || !t.listed || handed != t.list || t.listAt < t.logBase || t.listAt > t.version {
 		return false
 	}
 	want := map[string]bool{}
@@ -393,10 +386,10 @@ func (t *refTable) adoptList(handed, list []renderer.InstallRef, ids []string) b
 	if len(set) != len(want) {
 		return false
 	}
-	n := len(t.list)
+	n := t.list.Len()
 	for id := range set {
-		_, had := findInstallRef(t.list, id)
-		h, has := findInstallRef(list, id)
+		_, had := t.list.Find(id)
+		h, has := list.Find(id)
 		if tip := t.installs[id].desired; has != !tip.IsZero() || has && h != tip {
 			return false
 		}
@@ -407,25 +400,11 @@ func (t *refTable) adoptList(handed, list []renderer.InstallRef, ids []string) b
 			n--
 		}
 	}
-	if n != len(list) {
+	if n != list.Len() {
 		return false
 	}
 	t.list, t.listAt = list, t.version
 	return true
-}
-
-// sameList reports whether a and b are the same list in memory.
-func sameList(a, b []renderer.InstallRef) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-// findInstallRef finds id in refs, sorted by id.
-func findInstallRef(refs []renderer.InstallRef, id string) (plumbing.Hash, bool) {
-	i, ok := slices.BinarySearchFunc(refs, id, func(r renderer.InstallRef, id string) int { return strings.Compare(r.ID, id) })
-	if !ok {
-		return plumbing.ZeroHash, false
-	}
-	return refs[i].Commit, true
 }
 
 // renderRefs is where the server's render reads its refs
@@ -437,7 +416,7 @@ type renderRefs struct {
 	refs *refTable
 	dir  string
 	// handed is the list of install refs handed to the render.
-	handed []renderer.InstallRef
+	handed *renderer.RefList
 	// few are the refs of fewRefs, read for the render with one git
 	// for-each-ref the first time one is asked for; nil until then.
 	few map[string]plumbing.Hash
@@ -473,7 +452,7 @@ func (r *renderRefs) readFew(ctx context.Context) (map[string]plumbing.Hash, err
 }
 
 // InstallRefs implements publish.RefSource.
-func (r *renderRefs) InstallRefs(context.Context) ([]renderer.InstallRef, error) {
+func (r *renderRefs) InstallRefs(context.Context) (*renderer.RefList, error) {
 	r.handed = r.refs.installRefs()
 	return r.handed, nil
 }

@@ -82,7 +82,7 @@ func TestRenderRefsFromTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return refs
+		return refs.Refs()
 	}
 	steps := []struct {
 		name string
@@ -120,7 +120,7 @@ func TestRenderRefsFromTable(t *testing.T) {
 	}
 	for _, step := range steps {
 		step.do()
-		if diff := cmp.Diff(gitList(), table.installRefs()); diff != "" {
+		if diff := cmp.Diff(gitList(), table.installRefs().Refs()); diff != "" {
 			t.Fatalf("%s: table's list (-git +table):\n%s", step.name, diff)
 		}
 		fromGit, err := render(true, nil)
@@ -152,17 +152,17 @@ func TestRenderRefsFromTable(t *testing.T) {
 		}
 		// As the server does: the table takes the list the render left,
 		// and hands it to the next render, which knows it.
-		if !table.adoptList(src2.handed, res.Refs, ids) {
+		if !table.adoptList(src2.handed, res.List, ids) {
 			t.Fatalf("%s: the render's list of refs not taken", step.name)
 		}
-		if got := table.installRefs(); !sameList(got, res.Refs) {
+		if got := table.installRefs(); got != res.List {
 			t.Fatalf("%s: the table hands out a list of its own", step.name)
 		}
-		if diff := cmp.Diff(gitList(), table.installRefs()); diff != "" {
+		if diff := cmp.Diff(gitList(), table.installRefs().Refs()); diff != "" {
 			t.Fatalf("%s: after the render, table's list (-git +table):\n%s", step.name, diff)
 		}
 	}
-	if ids := idsOf(table.installRefs()); ids != "acme hooli initech" {
+	if ids := idsOf(table.installRefs().Refs()); ids != "acme hooli initech" {
 		t.Fatalf("installs at the end: %s", ids)
 	}
 }
@@ -280,16 +280,16 @@ func TestRefTableInstallRefs(t *testing.T) {
 	}
 	prev := table.installRefs()
 	for _, step := range steps {
-		kept := slices.Clone(prev)
+		kept := prev.Refs()
 		step.do()
 		got := table.installRefs()
-		if diff := cmp.Diff(want(), got); diff != "" {
+		if diff := cmp.Diff(want(), got.Refs()); diff != "" {
 			t.Fatalf("%s: list (-want +got):\n%s", step.name, diff)
 		}
-		if diff := cmp.Diff(kept, prev); diff != "" {
+		if diff := cmp.Diff(kept, prev.Refs()); diff != "" {
 			t.Fatalf("%s: the list handed out before changed (-was +now):\n%s", step.name, diff)
 		}
-		if step.name == "status refs alone" && &got[0] != &prev[0] {
+		if step.name == "status refs alone" && got != prev {
 			t.Fatalf("%s: listed again", step.name)
 		}
 		prev = got
@@ -307,7 +307,7 @@ func TestRefTableAdoptList(t *testing.T) {
 		h[0], h[1], h[19] = byte(i>>8), byte(i), 2
 		return h
 	}
-	newTable := func() (*refTable, []renderer.InstallRef) {
+	newTable := func() (*refTable, *renderer.RefList) {
 		table := newRefTable()
 		for i := range 10 {
 			table.set(schemas.InstallRef(fmt.Sprintf("i%02d", i)), h(i))
@@ -315,63 +315,63 @@ func TestRefTableAdoptList(t *testing.T) {
 		return table, table.installRefs()
 	}
 	// patched is base with id at commit c (zero: gone).
-	patched := func(base []renderer.InstallRef, id string, c plumbing.Hash) []renderer.InstallRef {
-		out := slices.DeleteFunc(slices.Clone(base), func(r renderer.InstallRef) bool { return r.ID == id })
+	patched := func(base *renderer.RefList, id string, c plumbing.Hash) *renderer.RefList {
+		out := slices.DeleteFunc(base.Refs(), func(r renderer.InstallRef) bool { return r.ID == id })
 		if !c.IsZero() {
 			out = append(out, renderer.InstallRef{ID: id, Commit: c})
 			slices.SortFunc(out, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
 		}
-		return out
+		return renderer.NewRefList(out)
 	}
 	tests := []struct {
 		name string
 		// do moves the table's refs after the render was handed base,
 		// and returns the render's list, its ids and the list handed.
-		do   func(table *refTable, base []renderer.InstallRef) (handed, list []renderer.InstallRef, ids []string)
+		do   func(table *refTable, base *renderer.RefList) (handed, list *renderer.RefList, ids []string)
 		take bool
 	}{
-		{"one moved", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"one moved", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			return base, patched(base, "i05", h(100)), []string{"i05"}
 		}, true},
-		{"one added, status refs moved too", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"one added, status refs moved too", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.StatusRef("i01"), h(101))
 			table.set(schemas.InstallRef("i055"), h(102))
 			table.set(schemas.StatusRef("i02"), h(103))
 			return base, patched(base, "i055", h(102)), []string{"i055"}
 		}, true},
-		{"nothing moved", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
-			return base, slices.Clone(base), nil
+		{"nothing moved", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
+			return base, renderer.NewRefList(base.Refs()), nil
 		}, true},
-		{"no list", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"no list", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			return base, nil, []string{"i05"}
 		}, false},
-		{"another list handed", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"another list handed", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
-			return slices.Clone(base), patched(base, "i05", h(100)), []string{"i05"}
+			return renderer.NewRefList(base.Refs()), patched(base, "i05", h(100)), []string{"i05"}
 		}, false},
-		{"another writer moved one more", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"another writer moved one more", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			table.set(schemas.InstallRef("i07"), plumbing.ZeroHash)
 			return base, patched(base, "i05", h(100)), []string{"i05"}
 		}, false},
-		{"the render's commit not the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"the render's commit not the table's", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			return base, patched(base, "i05", h(104)), []string{"i05"}
 		}, false},
-		{"a move the table lacks", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"a move the table lacks", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			return base, patched(base, "i05", h(100)), []string{"i05"}
 		}, false},
-		{"an entry more than the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"an entry more than the table's", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			return base, patched(patched(base, "i05", h(100)), "i99", h(105)), []string{"i05"}
 		}, false},
-		{"an entry less than the table's", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"an entry less than the table's", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i05"), h(100))
 			return base, patched(patched(base, "i05", h(100)), "i00", plumbing.ZeroHash), []string{"i05"}
 		}, false},
-		{"listed again meanwhile", func(table *refTable, base []renderer.InstallRef) ([]renderer.InstallRef, []renderer.InstallRef, []string) {
+		{"listed again meanwhile", func(table *refTable, base *renderer.RefList) (*renderer.RefList, *renderer.RefList, []string) {
 			table.set(schemas.InstallRef("i03"), h(106))
 			table.installRefs()
 			table.set(schemas.InstallRef("i05"), h(100))
@@ -386,7 +386,7 @@ func TestRefTableAdoptList(t *testing.T) {
 				t.Fatalf("taken %v, want %v", got, tt.take)
 			}
 			got := table.installRefs()
-			if tt.take && !sameList(got, list) {
+			if tt.take && got != list {
 				t.Error("taken, but the table hands out another list")
 			}
 			var want []renderer.InstallRef
@@ -396,7 +396,7 @@ func TestRefTableAdoptList(t *testing.T) {
 				}
 			}
 			slices.SortFunc(want, func(a, b renderer.InstallRef) int { return strings.Compare(a.ID, b.ID) })
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(want, got.Refs()); diff != "" {
 				t.Errorf("table's list (-want +got):\n%s", diff)
 			}
 		})

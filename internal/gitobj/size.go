@@ -17,21 +17,26 @@ import (
 // (source files have a size cap) asks this first, so that a crafted 50 MB
 // blob costs a few hundred bytes of inflating, not 50 MB.
 func (s *Store) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	if pack, idx, off, ok := s.lookup(h); ok {
-		size, err := packedSize(s.Filesystem(), pack, idx, off)
-		if err == nil {
-			return size, nil
-		}
-		if !errors.Is(err, errFallback) {
-			return 0, fmt.Errorf("size of object %s in %s: %w", h, pack, err)
-		}
-	} else {
+	// The packs known, a loose file, then the packs added since they were
+	// listed, as encodedObject reads.
+	pack, idx, off, ok := s.lookup(h, false)
+	if !ok {
 		size, err := looseSize(s.Filesystem(), h)
 		if err == nil {
 			return size, nil
 		}
 		if !errors.Is(err, errFallback) {
 			return 0, err
+		}
+		pack, idx, off, ok = s.lookup(h, true)
+	}
+	if ok {
+		size, err := packedSize(s.Filesystem(), pack, idx, off)
+		if err == nil {
+			return size, nil
+		}
+		if !errors.Is(err, errFallback) {
+			return 0, fmt.Errorf("size of object %s in %s: %w", h, pack, err)
 		}
 	}
 	return s.Storage.EncodedObjectSize(h)

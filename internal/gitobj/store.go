@@ -65,9 +65,17 @@ func (s *Store) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.
 // the content's hash itself, which a loose object's zlib checksum then
 // need not check too (unstore).
 func (s *Store) encodedObject(t plumbing.ObjectType, h plumbing.Hash, sum bool) (plumbing.EncodedObject, error) {
-	o, err := s.packed(h)
-	if errors.Is(err, errFallback) {
+	// The packs known, then a loose file, and only then the packs added
+	// since they were listed: main's new objects arrive loose, and each
+	// read of one listed the pack folder again (some 2 ms a one-install
+	// change at a million installs, the folder read and each of its
+	// files' stat).
+	o, err := s.packed(h, false)
+	if errors.Is(err, errNoPack) {
 		o, err = readLoose(s.Filesystem(), h, sum)
+		if errors.Is(err, errFallback) {
+			o, err = s.packed(h, true)
+		}
 	}
 	if errors.Is(err, errFallback) {
 		return s.Storage.EncodedObject(t, h)
@@ -83,13 +91,16 @@ func (s *Store) encodedObject(t plumbing.ObjectType, h plumbing.Hash, sum bool) 
 
 // HasEncodedObject reports, as an error, whether the object h exists.
 func (s *Store) HasEncodedObject(h plumbing.Hash) error {
-	if _, _, _, ok := s.lookup(h); ok {
+	if _, _, _, ok := s.lookup(h, false); ok {
 		return nil
 	}
-	// A loose object before go-git, which reads every pack's whole index
-	// first.
+	// A loose object before the packs added since they were listed, and
+	// before go-git, which reads every pack's whole index first.
 	hex := h.String()
 	if fi, err := s.Filesystem().Lstat(s.Filesystem().Join("objects", hex[:2], hex[2:])); err == nil && fi.Mode().IsRegular() {
+		return nil
+	}
+	if _, _, _, ok := s.lookup(h, true); ok {
 		return nil
 	}
 	return s.Storage.HasEncodedObject(h)
@@ -106,11 +117,16 @@ func (s *Store) Reindex() {
 // errFallback sends a read to go-git.
 var errFallback = errors.New("not a whole object of a known pack")
 
-// packed reads h from a pack; errFallback when go-git must.
-func (s *Store) packed(h plumbing.Hash) (plumbing.EncodedObject, error) {
-	pack, idx, off, ok := s.lookup(h)
+// errNoPack is errFallback for an object no pack known has.
+var errNoPack = fmt.Errorf("%w: in no pack", errFallback)
+
+// packed reads h from a pack, listing the pack folder again when no pack
+// known has it and relist is set; errNoPack when no pack has it,
+// errFallback when go-git must read it.
+func (s *Store) packed(h plumbing.Hash, relist bool) (plumbing.EncodedObject, error) {
+	pack, idx, off, ok := s.lookup(h, relist)
 	if !ok {
-		return nil, errFallback
+		return nil, errNoPack
 	}
 	o, err := readPacked(s.Filesystem(), &s.bases, pack, idx, h, off)
 	if err != nil && !errors.Is(err, errFallback) {
@@ -120,14 +136,14 @@ func (s *Store) packed(h plumbing.Hash) (plumbing.EncodedObject, error) {
 }
 
 // lookup finds the pack and offset of h, listing the pack folder again
-// when no known pack has it.
-func (s *Store) lookup(h plumbing.Hash) (pack string, idx *packIndexView, off int64, ok bool) {
+// when no known pack has it and relist is set (or it was never listed).
+func (s *Store) lookup(h plumbing.Hash, relist bool) (pack string, idx *packIndexView, off int64, ok bool) {
 	s.mu.RLock()
 	listed := s.packs != nil
 	pack, idx, off, ok = s.find(h)
 	s.mu.RUnlock()
-	if ok {
-		return pack, idx, off, true
+	if ok || listed && !relist {
+		return pack, idx, off, ok
 	}
 	if changed, err := s.list(); err != nil || (listed && !changed) {
 		return "", nil, 0, false

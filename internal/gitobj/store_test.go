@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
@@ -295,5 +296,96 @@ func TestStoreCorruptStored(t *testing.T) {
 	}
 	if _, _, err := gitobj.ReadObject(st, plumbing.BlobObject, h, 0); err == nil {
 		t.Error("ReadObject read a damaged stored object")
+	}
+}
+
+// countingFS counts the reads of the pack folder.
+type countingFS struct {
+	billy.Filesystem
+	lists *int
+}
+
+func (c countingFS) ReadDir(name string) ([]os.FileInfo, error) {
+	if filepath.ToSlash(name) == "objects/pack" {
+		*c.lists++
+	}
+	return c.Filesystem.ReadDir(name)
+}
+
+// TestStoreLooseNoListing: a loose object is read, sized and found
+// without the pack folder listed again (main's new objects arrive loose,
+// and each read of one listed it); an object of a pack added since is
+// still found, listing it then; and an object that is nowhere is not.
+func TestStoreLooseNoListing(t *testing.T) {
+	dir := newRepo(t)
+	commitFiles(t, dir, 0, 5)
+	gittest.Git(t, dir, "gc", "--quiet")
+	lists := 0
+	st := gitobj.NewStore(filesystem.NewStorage(countingFS{osfs.New(filepath.Join(dir, ".git")), &lists}, cache.NewObjectLRUDefault()))
+	head := plumbing.NewHash(gittest.Git(t, dir, "rev-parse", "HEAD"))
+	if _, err := st.EncodedObject(plumbing.CommitObject, head); err != nil {
+		t.Fatal(err)
+	}
+	listed := lists
+	var loose []plumbing.Hash
+	for i := range 3 {
+		out, err := gittest.Run(dir, []byte(fmt.Sprintf("loose %d\n", i)), "hash-object", "-w", "--stdin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		loose = append(loose, plumbing.NewHash(strings.TrimSpace(out)))
+	}
+	for i, h := range loose {
+		o, err := st.EncodedObject(plumbing.BlobObject, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := readObject(t, o).Content, fmt.Sprintf("loose %d\n", i); got != want {
+			t.Errorf("loose %s: %q, want %q", h, got, want)
+		}
+		if size, err := st.EncodedObjectSize(h); err != nil || size != int64(len(fmt.Sprintf("loose %d\n", i))) {
+			t.Errorf("size of loose %s: %d, %v", h, size, err)
+		}
+		if err := st.HasEncodedObject(h); err != nil {
+			t.Errorf("loose %s: %v", h, err)
+		}
+	}
+	if lists != listed {
+		t.Errorf("the pack folder listed %d times more for loose objects", lists-listed)
+	}
+	b := gitobj.NewBatch()
+	h := b.Add(plumbing.BlobObject, []byte("in a new pack\n"))
+	if err := b.Flush(st); err != nil {
+		t.Fatal(err)
+	}
+	// Flush told the store of its pack, or a read lists the folder.
+	for _, st := range []*gitobj.Store{st, gitobj.NewStore(open(t, dir))} {
+		if o, err := st.EncodedObject(plumbing.BlobObject, h); err != nil || readObject(t, o).Content != "in a new pack\n" {
+			t.Fatalf("an object of a new pack: %v", err)
+		}
+		if size, err := st.EncodedObjectSize(h); err != nil || size != int64(len("in a new pack\n")) {
+			t.Errorf("size of an object of a new pack: %d, %v", size, err)
+		}
+	}
+	gittest.Git(t, dir, "repack", "--quiet") // a pack the store did not write
+	out, err := gittest.Run(dir, []byte("packed by git\n"), "hash-object", "-w", "--stdin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, dir, "repack", "--quiet", "-d")
+	byGit := plumbing.NewHash(strings.TrimSpace(out))
+	if o, err := st.EncodedObject(plumbing.BlobObject, byGit); err != nil || readObject(t, o).Content != "packed by git\n" {
+		t.Fatalf("an object of a pack git added since: %v", err)
+	}
+	if err := st.HasEncodedObject(byGit); err != nil {
+		t.Fatalf("an object of a pack git added since: %v", err)
+	}
+	var none plumbing.Hash
+	none[0] = 1
+	if _, err := st.EncodedObject(plumbing.BlobObject, none); !errors.Is(err, plumbing.ErrObjectNotFound) {
+		t.Fatalf("an object that is nowhere: %v", err)
+	}
+	if err := st.HasEncodedObject(none); err == nil {
+		t.Fatal("an object that is nowhere found")
 	}
 }

@@ -261,7 +261,10 @@ func (x *TreeIndex) Delta(cur []byte, fn func(w *TreeWalk) error) (idx *TreeInde
 		return d.walk(x, fn)
 	}
 	n := len(x.Offs)
-	p := commonPrefix(x.Raw, cur)
+	p, ok := sharedPrefix(x.Raw, cur)
+	if !ok {
+		p = commonPrefix(x.Raw, cur)
+	}
 	// i: the first entry not wholly within the shared start.
 	i = sort.Search(n, func(k int) bool { return x.end(k) > p })
 	from := len(x.Raw)

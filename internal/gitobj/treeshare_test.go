@@ -196,3 +196,63 @@ func TestReadTreeSharedResumes(t *testing.T) {
 		t.Error("a tree whose content is not its id's was read")
 	}
 }
+
+// TestSharedPrefix: the start a shared tree shares with the kept tree its
+// hash resumed from is given for those two trees alone (the same bytes in
+// memory), is what commonPrefix says, and Delta from an index of the old
+// one gives what it gives from copies; once the old tree is no longer
+// kept, nothing is given.
+func TestSharedPrefix(t *testing.T) {
+	st := memory.NewStorage()
+	es := make([]Entry, 60_000)
+	for i := range es {
+		es[i] = Entry{Name: fmt.Sprintf("prefix-%07d.yaml", i), Mode: filemode.Regular}
+	}
+	old, err := ReadTreeShared(st, storeTree(t, st, EncodeTree(es)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es[31_000].Hash = plumbing.NewHash("5555555555555555555555555555555555555555")
+	cur, err := ReadTreeShared(st, storeTree(t, st, EncodeTree(es)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := sharedPrefix(old, cur)
+	if !ok || p != commonPrefix(old, cur) {
+		t.Fatalf("sharedPrefix = %d %v, commonPrefix %d", p, ok, commonPrefix(old, cur))
+	}
+	for _, pair := range [][2][]byte{{bytes.Clone(old), cur}, {old, bytes.Clone(cur)}, {cur, old}} {
+		if _, ok := sharedPrefix(pair[0], pair[1]); ok {
+			t.Error("a prefix given for other bytes")
+		}
+	}
+	x, err := IndexTree(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := IndexTree(bytes.Clone(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gi, gj, err := x.Delta(cur, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wi, wj, err := y.Delta(bytes.Clone(cur), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gi != wi || gj != wj || !slices.Equal(got.Offs, want.Offs) {
+		t.Fatalf("Delta of shared trees [%d, %d), of copies [%d, %d)", gi, gj, wi, wj)
+	}
+	// Two more large trees: old is no longer kept.
+	for _, tag := range []string{"prefix-b", "prefix-c"} {
+		h, _ := bigTree(t, st, tag, 40_000)
+		if _, err := ReadTreeShared(st, h, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := sharedPrefix(old, cur); ok {
+		t.Error("a prefix given for a tree no longer kept")
+	}
+}

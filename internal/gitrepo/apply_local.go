@@ -468,7 +468,11 @@ func applyLoose(fsys billy.Filesystem, updates []Update) (done bool, err error) 
 			return false, fmt.Errorf("update %s: %w: it is %s, expected %s", u.Name, ErrStale, cur, u.Old)
 		}
 		if u.Old.IsZero() {
-			if err := checkNewRef(fsys, data, u.Name.String()); err != nil {
+			err := checkNewRef(fsys, data, u.Name.String())
+			if errors.Is(err, errUnsorted) {
+				return false, nil
+			}
+			if err != nil {
 				return false, err
 			}
 		}
@@ -596,46 +600,85 @@ func (p *packedFile) find(name string) (plumbing.Hash, error) {
 
 // search is find by searchPackedRef; errNoSearch when the file must be
 // read whole.
-func (p *packedFile) search(name string) (plumbing.Hash, error) {
+func (p *packedFile) search(name string) (h plumbing.Hash, err error) {
+	err = p.searchWith(func(r io.ReaderAt, size int64) (err error) {
+		h, _, err = searchPackedRef(r, size, name, searchWindow)
+		return err
+	})
+	return h, err
+}
+
+// hasPrefix reports whether a ref in packed-refs has a name starting with
+// prefix: by binary search on the file when git wrote it sorted and it
+// was not read whole, else by a scan of its bytes; errUnsorted as bytes.
+func (p *packedFile) hasPrefix(prefix string) (bool, error) {
+	if !p.read {
+		var found bool
+		err := p.searchWith(func(r io.ReaderAt, size int64) (err error) {
+			found, err = searchPackedPrefix(r, size, prefix, searchWindow)
+			return err
+		})
+		if !errors.Is(err, errNoSearch) {
+			return found, err
+		}
+	}
+	data, err := p.bytes()
+	if err != nil {
+		return false, err
+	}
+	return bytes.Contains(data, []byte(" "+prefix)), nil
+}
+
+// searchWith opens packed-refs and, when git wrote it sorted, calls
+// search with it and its size (no file: search is not called, nil);
+// errUnsorted when it is not sorted, errNoSearch when the file must be
+// read whole.
+func (p *packedFile) searchWith(search func(r io.ReaderAt, size int64) error) error {
 	f, err := p.fsys.Open(packedRefsFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return plumbing.ZeroHash, nil
+		return nil
 	}
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+		return fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
 	}
 	defer f.Close()
 	fi, err := p.fsys.Stat(packedRefsFile)
 	if err != nil {
-		return plumbing.ZeroHash, errNoSearch
+		return errNoSearch
 	}
 	head := make([]byte, searchLine)
 	n, err := f.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return plumbing.ZeroHash, fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
+		return fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
 	}
 	if n > 0 && !sortedPackedRefs(head[:n]) {
-		return plumbing.ZeroHash, errUnsorted
+		return errUnsorted
 	}
-	h, _, err := searchPackedRef(f, fi.Size(), name, searchWindow)
+	err = search(f, fi.Size())
 	if err != nil && !errors.Is(err, errNoSearch) {
 		err = fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
 	}
-	return h, err
+	return err
 }
 
 // checkNewRef refuses a new ref name that git would: one named like a
-// folder of other refs, or under a name that is a ref.
+// folder of other refs, or under a name that is a ref. packed-refs is
+// searched, not read: it is 150 MB at a million installs, and an install's
+// first status push makes a new ref.
 func checkNewRef(fsys billy.Filesystem, packed *packedFile, name string) error {
-	data, err := packed.bytes()
+	under, err := packed.hasPrefix(name + "/")
 	if err != nil {
 		return err
 	}
-	if bytes.Contains(data, []byte(" "+name+"/")) {
+	if under {
 		return fmt.Errorf("update %s: refs exist under that name as a folder", name)
 	}
 	for dir := path.Dir(name); dir != "." && dir != "refs"; dir = path.Dir(dir) {
-		if _, ok := findPackedRef(data, dir); ok {
+		h, err := packed.find(dir)
+		if err != nil {
+			return err
+		}
+		if !h.IsZero() {
 			return fmt.Errorf("update %s: ref %s exists", name, dir)
 		}
 		if fi, err := fsys.Lstat(dir); err == nil && !fi.IsDir() {

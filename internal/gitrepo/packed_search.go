@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -27,8 +28,30 @@ const searchWindow = 4 << 10
 // is how small the range gets before it is read and scanned whole. It
 // returns errNoSearch for a line it cannot read.
 func searchPackedRef(r io.ReaderAt, size int64, name string, window int64) (plumbing.Hash, bool, error) {
-	if len(name)+43 > searchLine {
-		return plumbing.ZeroHash, false, errNoSearch
+	got, h, ok, err := searchPackedFrom(r, size, name, window)
+	if err != nil || !ok || got != name {
+		return plumbing.ZeroHash, false, err
+	}
+	return h, true, nil
+}
+
+// searchPackedPrefix reports whether a ref of packed-refs content that git
+// wrote sorted has a name starting with prefix, found as searchPackedRef
+// finds a name: the first ref at or after prefix in git's order is the
+// one. A new ref's check that no ref lives under its name as a folder
+// scanned all 150 MB of a million installs' packed-refs.
+func searchPackedPrefix(r io.ReaderAt, size int64, prefix string, window int64) (bool, error) {
+	got, _, ok, err := searchPackedFrom(r, size, prefix, window)
+	return ok && strings.HasPrefix(got, prefix), err
+}
+
+// searchPackedFrom returns the first ref of packed-refs content that git
+// wrote sorted whose name is key or after it (bytewise, git's order), and
+// its id; ok is false when every name is before key. r, size and window
+// are as for searchPackedRef; errNoSearch for a line it cannot read.
+func searchPackedFrom(r io.ReaderAt, size int64, key string, window int64) (name string, h plumbing.Hash, ok bool, err error) {
+	if len(key)+43 > searchLine {
+		return "", plumbing.ZeroHash, false, errNoSearch
 	}
 	buf := make([]byte, searchLine)
 	read := func(off int64) ([]byte, error) {
@@ -85,14 +108,15 @@ func searchPackedRef(r io.ReaderAt, size int64, name string, window int64) (plum
 		}
 		return size, nil, h, size, nil
 	}
-	// The line of name, if there is one, starts in [lo, hi); lo is a
-	// line start.
+	// Every ref line starting before lo, a line start, is before key; the
+	// first ref line starting at or after hi is the one sought (none at
+	// size).
 	lo, hi := int64(0), size
 	for hi-lo > window {
 		mid := lo + (hi-lo)/2
 		p, err := nextStart(mid)
 		if err != nil {
-			return plumbing.ZeroHash, false, err
+			return "", plumbing.ZeroHash, false, err
 		}
 		if p >= hi {
 			hi = mid
@@ -100,34 +124,37 @@ func searchPackedRef(r io.ReaderAt, size int64, name string, window int64) (plum
 		}
 		at, got, h, next, err := refLine(p)
 		if err != nil {
-			return plumbing.ZeroHash, false, err
+			return "", plumbing.ZeroHash, false, err
 		}
 		if at >= hi {
 			hi = mid
 			continue
 		}
-		switch c := bytes.Compare(got, []byte(name)); {
+		switch c := bytes.Compare(got, []byte(key)); {
 		case c == 0:
-			return h, true, nil
+			return key, h, true, nil
 		case c < 0:
 			lo = next
 		default:
-			// No ref line starts in [mid, at).
+			// No ref line starts in [mid, at): the one at at is the
+			// first at or after mid.
 			hi = mid
 		}
 	}
-	for lo < hi {
+	// Scanned from lo: the first ref line at or after key is in [lo, hi)
+	// or the first at or after hi, one line more.
+	for lo < size {
 		at, got, h, next, err := refLine(lo)
 		if err != nil {
-			return plumbing.ZeroHash, false, err
+			return "", plumbing.ZeroHash, false, err
 		}
-		if at >= hi {
+		if at >= size {
 			break
 		}
-		if string(got) == name {
-			return h, true, nil
+		if bytes.Compare(got, []byte(key)) >= 0 {
+			return string(got), h, true, nil
 		}
 		lo = next
 	}
-	return plumbing.ZeroHash, false, nil
+	return "", plumbing.ZeroHash, false, nil
 }
