@@ -239,10 +239,10 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*r
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, in := range res.Installs {
 		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
-		if in.Commit != "" && in.Change != renderer.Unchanged {
+		if !in.Commit.IsZero() && in.Change != renderer.Unchanged {
 			line += fmt.Sprintf("\tgeneration %d", in.Generation)
 			if !o.dryRun {
-				line += "\tcommit " + in.Commit[:12]
+				line += "\tcommit " + in.Commit.String()[:12]
 			}
 		}
 		fmt.Fprintln(tw, line)

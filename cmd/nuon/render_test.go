@@ -482,7 +482,7 @@ func lsRemote(t *testing.T, url string) map[string]string {
 // the installs go.
 func TestRenderReportStreamed(t *testing.T) {
 	in := func(id string, c renderer.Change) renderer.InstallResult {
-		return renderer.InstallResult{ID: id, Change: c, Generation: 3, Commit: strings.Repeat("a", 40), Tree: strings.Repeat("b", 40)}
+		return renderer.InstallResult{ID: id, Change: c, Generation: 3, Commit: renderer.ObjectID(plumbing.NewHash(strings.Repeat("a", 40))), Tree: renderer.ObjectID(plumbing.NewHash(strings.Repeat("b", 40)))}
 	}
 	odd := in("i2", renderer.Changed)
 	odd.Diff = "--- a\n+++ b\n-<script>&</script>\n+\"installs\": []\n+é\t\u2028\n"
