@@ -24,7 +24,7 @@ func TestRenderOverHTTP(t *testing.T) {
 		t.Errorf("server %s = %q, want %s", plumbing.ReferenceName(schemas.RenderedRef), got, res.Rendered)
 	}
 	for _, in := range res.Installs {
-		if got := remote[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()]; got != in.Commit {
+		if got := remote[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()]; got != in.Commit.String() {
 			t.Errorf("server %s = %q, want %s", plumbing.ReferenceName(schemas.InstallRef(in.ID)), got, in.Commit)
 		}
 	}

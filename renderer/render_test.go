@@ -275,7 +275,7 @@ func TestConvergesAfterPartialApply(t *testing.T) {
 		if in.Commit != c.Commit {
 			t.Errorf("%s: commit %s, the interrupted render made %s", in.ID, in.Commit, c.Commit)
 		}
-		wasMoved := half[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()] == c.Commit
+		wasMoved := half[plumbing.ReferenceName(schemas.InstallRef(in.ID)).String()] == c.Commit.String()
 		if wasMoved && in.Change != renderer.Unchanged || !wasMoved && in.Change != renderer.Changed {
 			t.Errorf("%s: %s (its ref moved before the crash: %t)", in.ID, in.Change, wasMoved)
 		}

@@ -142,20 +142,55 @@ func writeDir(b *gitobj.Batch, entries map[string]plumbing.Hash, ids []string, m
 	if ids == nil {
 		ids = slices.Sorted(maps.Keys(entries))
 	}
-	shards := map[string][]gitobj.Entry{}
+	dir := newShardedEntries(len(entries))
 	for _, id := range ids {
-		h, ok := entries[id]
-		if !ok {
-			continue
+		if h, ok := entries[id]; ok {
+			dir.add(id, mode, h)
 		}
-		s := schemas.Shard(id)
-		shards[s] = append(shards[s], gitobj.Entry{Name: id, Mode: mode, Hash: h})
 	}
-	top := make([]gitobj.Entry, 0, len(shards))
-	for s, es := range shards {
-		top = append(top, gitobj.Entry{Name: s, Mode: filemode.Dir, Hash: b.Tree(es)})
+	return dir.write(func() *gitobj.Batch { return b })
+}
+
+// shardedEntries are the entries of a sharded folder, by shard, added in
+// the order of their ids (see writeDir).
+type shardedEntries struct {
+	shards map[string][]gitobj.Entry
+	// per is the room each shard is made with: a shard grown by
+	// doubling may hold twice its entries' room.
+	per int
+}
+
+// newShardedEntries returns a folder for about n entries.
+func newShardedEntries(n int) *shardedEntries {
+	// Shards hold n/256 entries each give or take a few standard
+	// deviations (the square root of that): a quarter more is room for
+	// all but the rarest.
+	per := n/256 + n/1024 + 16
+	return &shardedEntries{shards: make(map[string][]gitobj.Entry, 256), per: per}
+}
+
+func (d *shardedEntries) add(id string, mode filemode.FileMode, h plumbing.Hash) {
+	s := schemas.Shard(id)
+	es, ok := d.shards[s]
+	if !ok {
+		es = make([]gitobj.Entry, 0, d.per)
 	}
-	return b.Tree(top)
+	d.shards[s] = append(es, gitobj.Entry{Name: id, Mode: mode, Hash: h})
+}
+
+// write adds each shard's tree, then the folder's, to the batch next
+// returns for each, and returns the folder's tree, zero when it holds
+// nothing. A shard's entries are let go once its tree is made.
+func (d *shardedEntries) write(next func() *gitobj.Batch) plumbing.Hash {
+	if len(d.shards) == 0 {
+		return plumbing.ZeroHash
+	}
+	top := make([]gitobj.Entry, 0, len(d.shards))
+	for _, s := range slices.Sorted(maps.Keys(d.shards)) {
+		top = append(top, gitobj.Entry{Name: s, Mode: filemode.Dir, Hash: next().Tree(d.shards[s])})
+		delete(d.shards, s)
+	}
+	return next().Tree(top)
 }
 
 // patchDir adds to b the folder d with the entries of changes set (a zero

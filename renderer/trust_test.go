@@ -67,7 +67,7 @@ func TestRenderReplacesWhatItDidNotSign(t *testing.T) {
 			if g.Change != renderer.Replaced || g.Generation != 3 || !strings.Contains(g.Replaced, bad) {
 				t.Fatalf("globex: %+v, want replaced at generation 3 naming %s", g, bad)
 			}
-			if head := gittest.Git(t, tn.dir, "rev-parse", ref); head != g.Commit {
+			if head := gittest.Git(t, tn.dir, "rev-parse", ref); head != g.Commit.String() {
 				t.Errorf("%s at %s, want %s", ref, head, g.Commit)
 			}
 			if first := gittest.Git(t, tn.dir, "rev-parse", ref+"^1"); first != issued {

@@ -3,6 +3,8 @@ package main
 import (
 	"nuon.dev/nuon/cmd/internal/cli"
 
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -227,9 +229,7 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*r
 		if !res.Rendered.IsZero() && !o.dryRun {
 			rep.Rendered = res.Rendered.String()
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeReport(w, rep)
 	}
 	verb := "rendered"
 	if o.dryRun {
@@ -239,10 +239,10 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*r
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, in := range res.Installs {
 		line := fmt.Sprintf("  %s\t%s", in.ID, in.Change)
-		if in.Commit != "" && in.Change != renderer.Unchanged {
+		if !in.Commit.IsZero() && in.Change != renderer.Unchanged {
 			line += fmt.Sprintf("\tgeneration %d", in.Generation)
 			if !o.dryRun {
-				line += "\tcommit " + in.Commit[:12]
+				line += "\tcommit " + in.Commit.String()[:12]
 			}
 		}
 		fmt.Fprintln(tw, line)
@@ -263,6 +263,44 @@ func printRender(w io.Writer, o *renderOptions, res *renderer.Result, waves []*r
 		fmt.Fprintf(w, "%s → %s\n", plumbing.ReferenceName(schemas.RenderedRef), res.Rendered)
 	}
 	return nil
+}
+
+// writeReport writes rep as a json.Encoder indenting by two spaces does,
+// but marshals its installs one at a time: at 1,000,000 installs the
+// document is some 190 MB, and marshaled whole, into a buffer grown by
+// doubling, it was the largest thing the render held at its end.
+func writeReport(w io.Writer, rep renderReport) error {
+	installs := rep.Installs
+	if len(installs) > 0 {
+		rep.Installs = []renderer.InstallResult{}
+	}
+	doc, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	const empty = "\n  \"installs\": []"
+	i := bytes.Index(doc, []byte(empty))
+	if i < 0 || len(installs) == 0 {
+		_, err := w.Write(append(doc, '\n'))
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(doc[:i+len(empty)-1])
+	for k, in := range installs {
+		data, err := json.MarshalIndent(in, "    ", "  ")
+		if err != nil {
+			return err
+		}
+		if k > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString("\n    ")
+		bw.Write(data)
+	}
+	bw.WriteString("\n  ]")
+	bw.Write(doc[i+len(empty):])
+	bw.WriteByte('\n')
+	return bw.Flush()
 }
 
 // printWaves shows each declared rollout's waves: which install is in

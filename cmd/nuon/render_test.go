@@ -22,6 +22,7 @@ import (
 	"nuon.dev/nuon/internal/gitrepo"
 	"nuon.dev/nuon/internal/gittest"
 	"nuon.dev/nuon/renderer"
+	"nuon.dev/nuon/rollout"
 	"nuon.dev/nuon/schemas"
 )
 
@@ -471,4 +472,51 @@ func lsRemote(t *testing.T, url string) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestRenderReportStreamed checks that the report written one install at
+// a time is, byte for byte, what json.Encoder writes of the whole: with
+// no install, one, several, with text json escapes (HTML, quotes,
+// newlines, non-ASCII), problems, warnings and rollouts after the
+// installs, and with an install whose fields might look like the place
+// the installs go.
+func TestRenderReportStreamed(t *testing.T) {
+	in := func(id string, c renderer.Change) renderer.InstallResult {
+		return renderer.InstallResult{ID: id, Change: c, Generation: 3, Commit: renderer.ObjectID(plumbing.NewHash(strings.Repeat("a", 40))), Tree: renderer.ObjectID(plumbing.NewHash(strings.Repeat("b", 40)))}
+	}
+	odd := in("i2", renderer.Changed)
+	odd.Diff = "--- a\n+++ b\n-<script>&</script>\n+\"installs\": []\n+é\t\u2028\n"
+	odd.Error = "\n  \"installs\": []"
+	tests := []struct {
+		name string
+		rep  renderReport
+	}{
+		{"no install", renderReport{Source: "s", Installs: []renderer.InstallResult{}}},
+		{"nil installs", renderReport{Source: "s"}},
+		{"one", renderReport{Source: "s", Rendered: "r", Changed: 1, Installs: []renderer.InstallResult{in("i1", renderer.Added)}}},
+		{"several, with the rest after them", renderReport{
+			Source: "s", DryRun: true, Changed: 2,
+			Installs: []renderer.InstallResult{in("i1", renderer.Unchanged), odd, {ID: "i3", Change: renderer.Failed, Error: "bad <file>"}},
+			Problems: schemas.Problems{{File: "installs/i3.yaml", Line: 2, Column: 1, Field: "channel", Message: "unknown & \"odd\""}},
+			Warnings: []string{"a <warning>"},
+			Rollouts: []*rollout.Waves{{Channel: "stable", Declared: true, Waves: []rollout.Wave{{Number: 1, Name: "canary", Installs: []string{"i1"}}}}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var want bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(tc.rep); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := writeReport(&got, tc.rep); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want.String(), got.String()); diff != "" {
+				t.Errorf("streamed report differs from json.Encoder's (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
