@@ -26,7 +26,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -103,16 +102,16 @@ type kubeRun struct {
 	env    map[string][]byte
 	secret string
 	// granted is what a vendor's plugin is granted (admitPlugin); nil
-	// for other jobs. egress is what its pod needs for itself without
-	// the network.
+	// for other jobs.
 	granted *schemas.PluginCapabilities
-	egress  []networkingv1.NetworkPolicyEgressRule
 	// image is the plugin's container image, admitted, in the image
-	// form; nil otherwise. form is what its pod mounts, once staged
-	// (stage); staged says a staged directory may exist, to remove.
-	image  *plugin.Image
-	form   *imageForm
-	staged bool
+	// form; artifact the plugin's artifact, admitted, in the process
+	// form. form is what its pod mounts, once staged (stage); staged
+	// says a staged directory may exist, to remove.
+	image    *plugin.Image
+	artifact *plugin.Artifact
+	form     *stagedForm
+	staged   bool
 }
 
 // envName is what a Secret key and an environment variable may be named.
@@ -265,7 +264,7 @@ func (r *kubeRun) start(ctx context.Context, created *batchv1.Job, owner metav1.
 		// run of the job may wait for the collector still.
 		var suffix [4]byte
 		_, _ = rand.Read(suffix[:])
-		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.form != nil, r.egress)
+		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted)
 		if err := api.createNetworkPolicy(ctx, np); err != nil {
 			return fmt.Errorf("networkpolicy %s: %w", np.Name, err)
 		}
@@ -312,7 +311,7 @@ func (r *kubeRun) createEnvSecret(ctx context.Context, created *batchv1.Job, own
 // the job's own Secret (RunEnv's), whose keys become its container's
 // environment. granted, for a job of a vendor's plugin, narrows its pod
 // to what the plugin is granted.
-func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, form *imageForm) (*corev1.ConfigMap, *batchv1.Job, error) {
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, form *stagedForm) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -332,9 +331,6 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 		Annotations: map[string]string{AnnotationJobID: job.ID},
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{ManifestFile: string(manifest) + "\n"}}
-	if granted != nil {
-		cm.Data[PluginKeyFile] = string(k.PluginKey)
-	}
 
 	timeout, _ := time.ParseDuration(job.Timeout)
 	deadline := int64(math.Ceil((timeout + k.timeoutMargin()).Seconds()))
@@ -357,7 +353,8 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 	volumes = append(volumes, k.Volumes...)
 	mounts = append(mounts, k.VolumeMounts...)
 	// The job's container fetches its artifacts: the registry's pull
-	// settings (the image form moves them to its prepare container).
+	// settings (a vendor's plugin's pod, which fetches nothing, drops
+	// them).
 	volumes = append(volumes, k.RegistryVolumes...)
 	mounts = append(mounts, k.RegistryMounts...)
 	var envFrom []corev1.EnvFromSource
@@ -411,10 +408,12 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 		},
 	}
 	switch {
-	case granted != nil && form != nil:
+	case granted != nil && form == nil:
+		return nil, nil, fmt.Errorf("plugin %s: nothing staged for its pod", job.Plugin)
+	case granted != nil && form.image != nil:
 		k.imagePod(&kj.Spec.Template.Spec, job, granted, form, secret)
 	case granted != nil:
-		k.pluginPod(&kj.Spec.Template.Spec, job, granted)
+		k.pluginPod(&kj.Spec.Template.Spec, job, granted, form)
 	}
 	return cm, kj, nil
 }
