@@ -73,8 +73,12 @@ print encode_json({apiVersion => 'nuon.dev/v1', kind => 'PluginResponse', protoc
 // RunEnv. A spy plugin then reports from inside its container what runc
 // enforced: uid 65532, its root mounted read-only, seccomp, no new
 // privileges, no capability, and neither the registry's credential nor
-// the variables it was not granted. The test binds each of the runner's
-// pods to the node, as the scheduler a cluster has would.
+// the variables it was not granted. Then the process form: the zonefile
+// plugin released without an image runs as a process of nuon's image
+// from what the agent staged, its pod denied all egress and given nothing
+// of the registry, and a staged content swapped behind the agent is
+// refused in the pod. The test binds each of the runner's pods to the
+// node, as the scheduler a cluster has would.
 func TestKubePluginRealNode(t *testing.T) {
 	kubetest.RequireNode(t)
 	srv, cs := newPluginServer(t)
@@ -288,6 +292,16 @@ func TestKubePluginRealNode(t *testing.T) {
 		if !slices.Contains(c.Command, "--plugin-staged") || slices.Contains(c.Command, "--plugin-key") {
 			t.Errorf("the pod's command %v", c.Command)
 		}
+		// Again, the image on the node already: the form's wall.
+		again := pluginJob("dns-g2-update-node-process", art, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		again.Generation, again.Version = 2, "0.3.4"
+		seen = watchPod(t, cs, pluginNamespace, KubeName(again.ID))
+		start = time.Now()
+		if res, err := pk.RunEnv(t.Context(), again, filepath.Join(work, "jobs", again.ID), nil); err != nil || res.Outputs["zone_file"] != "/tmp/"+again.ID+".internal.zone" {
+			t.Errorf("RunEnv = %+v, %v", res, err)
+		}
+		end = time.Now()
+		t.Logf("%s on the real node: %s; %s", again.ID, end.Sub(start).Round(time.Millisecond), seen(start, end))
 
 		// The staged content swapped behind the agent (after it staged
 		// the plugin, while it extracts the job's other artifact):
