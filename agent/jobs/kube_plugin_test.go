@@ -240,12 +240,15 @@ func pluginKube(t testing.TB, srv *kubetest.Server, reg *pluginRegistry) (*Kube,
 // checks what an attacker in the plugin would try: the pod is admitted
 // under restricted and a privileged copy of it is not; the job's
 // NetworkPolicy selects its pod and no other, lets nothing in, and lets
-// out only DNS and the registry unless the plugin is granted the network;
+// nothing out, not even DNS, unless the plugin is granted the network;
 // without secrets or cloudRole the pod has neither the install's secrets
 // nor the cloud credentials, and no Secret is made; it has no service
-// account token and not the agent's state volume; the NetworkPolicy goes
-// with the Job; and a plugin that needs more than its grants, or is signed
-// by another key, fails the job before any object of it exists.
+// account token, no registry credential and of the agent's volume only
+// the staged directory, read-only; the plugin it runs is the one the
+// agent staged, and a staged content swapped behind the agent is refused
+// before it runs; the NetworkPolicy goes with the Job; and a plugin that
+// needs more than its grants, or is signed by another key, fails the job
+// before any object of it exists.
 func TestKubePlugin(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
 		t.Skip("no perl")
