@@ -91,11 +91,14 @@ const (
 // The job process (PodMain) writes its result as usual, then prints it as
 // the last line of its output, prefixed "nuon-result: ", and writes the
 // same JSON to the container's termination message (/dev/termination-log)
-// when it fits in Kubernetes' 4 KiB limit. When the Job has finished, the
-// runner reads the result from the termination message of the Job's pod,
-// or else from the last such line of its log, copies the pod's log into
-// dir/log and writes dir/result.json, so that the job directory looks as
-// it does for a Local job.
+// when it fits in Kubernetes' 4 KiB limit. When the Job has finished, or
+// as soon as the job container of its pod has ended with exit 0 (the Job
+// controller marks the Job complete a second or two later; a rerun's
+// clearFinished deletes such a Job as a finished one), the runner reads
+// the result from the termination message of the Job's pod, or else from
+// the last such line of its log, copies the pod's log into dir/log and
+// writes dir/result.json, so that the job directory looks as it does for
+// a Local job. A failure waits for the Job's conditions, which say why.
 //
 // # State
 //

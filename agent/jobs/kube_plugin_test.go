@@ -586,6 +586,60 @@ func TestKubePlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("collected when its container succeeded, rerun at once", func(t *testing.T) {
+		// The runner reads the result once the pod's job container
+		// ended with exit 0, maybe before the Job controller marks the
+		// Job complete; a rerun straight after deletes that Job as a
+		// finished one, where it would otherwise refuse it as active;
+		// and the Job the runner returned from completes all the same.
+		job := pluginJob("dns-g1-update-at-once", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		var uids []string
+		for i := range 3 {
+			res, err := k.RunEnv(t.Context(), job, pc.jobDir(job.ID), nil)
+			if err != nil || res.Outputs["records"] != float64(1) {
+				t.Fatalf("run %d: %+v, %v\n%s", i, res, err, kl.log(KubeName(job.ID)))
+			}
+			kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(job.ID), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, done := finished(kj)
+			t.Logf("run %d collected; its Job complete then: %v", i, done)
+			uids = append(uids, string(kj.UID))
+		}
+		if uids[0] == uids[1] || uids[1] == uids[2] {
+			t.Errorf("the reruns' Jobs %v: a rerun returned an earlier run's Job", uids)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(job.ID), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, done := finished(kj); done {
+				if !ok || kj.Spec.TTLSecondsAfterFinished == nil {
+					t.Errorf("the Job ended %+v, ttl %v", kj.Status.Conditions, kj.Spec.TTLSecondsAfterFinished)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the Job never completed: %+v", kj.Status)
+			}
+		}
+		// A failure still waits for the Job's own conditions.
+		fails := pluginJob("dns-g1-update-at-once-fails", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		fails.Inputs = map[string]any{"zone": "not a zone!", "records": "none"}
+		if _, err := k.RunEnv(t.Context(), fails, pc.jobDir(fails.ID), nil); !errors.Is(err, ErrJobFailed) {
+			t.Fatalf("RunEnv = %v; want it failed", err)
+		}
+		kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(fails.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, done := finished(kj); !done {
+			t.Errorf("a failed job collected before its Job ended: %+v", kj.Status)
+		}
+	})
+
 	for _, s := range []string{installSecret, "cloud-secret-value-0001"} {
 		if strings.Contains(runnerLog.String(), s) {
 			t.Errorf("the runner's log holds a secret")

@@ -180,7 +180,7 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, done := finished(old); !done && !ptr.Deref(old.Spec.Suspend, false) {
+	if _, done := finished(old); !done && !ptr.Deref(old.Spec.Suspend, false) && !r.succeeded(ctx, old) {
 		return fmt.Errorf("%w: Kubernetes Job %s/%s is still active", ErrRunning, r.k.Namespace, r.name)
 	}
 	// A suspended Job never started: its run stopped before its Secret
@@ -444,9 +444,10 @@ func failure(j *batchv1.Job) (reason, message string) {
 	return "", ""
 }
 
-// wait polls the Job until it finished, ctx ended, or it overran its
-// deadline by a margin Kubernetes should have enforced itself; in the last
-// two cases it deletes the Job.
+// wait polls the Job until it finished or its pod's job container
+// succeeded (succeeded), ctx ended, or it overran its deadline by a margin
+// Kubernetes should have enforced itself; in the last two cases it
+// deletes the Job.
 func (r *kubeRun) wait(ctx context.Context) {
 	start := time.Now()
 	if r.obj != nil && !r.obj.CreationTimestamp.IsZero() {
@@ -463,7 +464,7 @@ func (r *kubeRun) wait(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.obj, failures = j, 0
-			if _, done := finished(j); done {
+			if _, done := finished(j); done || r.succeeded(ctx, j) {
 				return
 			}
 		case apierrors.IsNotFound(err):
@@ -496,6 +497,31 @@ func (r *kubeRun) wait(ctx context.Context) {
 		cancel()
 		return
 	}
+}
+
+// succeeded reports whether a pod of the Job j (owned by it: a pod of an
+// earlier Job of the same name may linger) has its job container ended
+// with exit 0. The Job's outcome is then final (backoffLimit 0,
+// restartPolicy Never) and its result written, though the Job controller
+// may take another second or two to mark it complete: the runner
+// collects it without waiting for that. A failure is left to the Job's
+// conditions, which say why (its deadline, say).
+func (r *kubeRun) succeeded(ctx context.Context, j *batchv1.Job) bool {
+	pods, err := r.k.api().listPods(ctx, labelJobName+"="+j.Name)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods.Items {
+		if !slices.ContainsFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == j.UID }) {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == jobContainer && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // delete deletes the Job, its pods and its ConfigMap.
