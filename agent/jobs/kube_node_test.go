@@ -150,7 +150,7 @@ func TestKubePluginRealNode(t *testing.T) {
 		if !res.Changed || res.Outputs["records"] != float64(1) || res.Outputs["zone_file"] != "/tmp/"+job.ID+".internal.zone" {
 			t.Errorf("result %+v", res)
 		}
-		pod := jobPod(t, cs, pluginNamespace, job.ID)
+		pod := succeededPod(t, cs, job.ID)
 		if pod.Spec.NodeName != node.Name || pod.Status.Phase != corev1.PodSucceeded {
 			t.Errorf("pod %s on %q, %s; want it run by node %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase, node.Name)
 		}
@@ -272,7 +272,7 @@ func TestKubePluginRealNode(t *testing.T) {
 			t.Errorf("result %+v", res)
 		}
 		checkUnstaged(t, dir)
-		pod := jobPod(t, cs, pluginNamespace, job.ID)
+		pod := succeededPod(t, cs, job.ID)
 		if pod.Status.Phase != corev1.PodSucceeded || len(pod.Spec.InitContainers) != 0 {
 			t.Errorf("pod %s: %s, init containers %d", pod.Name, pod.Status.Phase, len(pod.Spec.InitContainers))
 		}
@@ -343,6 +343,19 @@ func TestKubePluginRealNode(t *testing.T) {
 		}
 		checkUnstaged(t, dir)
 	})
+}
+
+// succeededPod is the pod of job id once the kubelet reports it
+// succeeded: the runner collects the result when the job's container
+// ended, which the kubelet may report before the pod's phase.
+func succeededPod(t *testing.T, cs kubernetes.Interface, id string) *corev1.Pod {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		pod := jobPod(t, cs, pluginNamespace, id)
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
+			return pod
+		}
+	}
 }
 
 // nodeRegistryPassword is the registry's pull credential: the agent's,
