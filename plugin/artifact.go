@@ -179,41 +179,62 @@ func FetchManifest(ctx context.Context, c *oci.Client, ref name.Digest, v signat
 }
 
 func fetchManifest(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Verifier) (*v1.Manifest, *schemas.PluginManifest, error) {
+	man, pm, _, _, err := fetchRaw(ctx, c, ref, v)
+	return man, pm, err
+}
+
+// fetchRaw is fetchManifest, returning the OCI manifest and the config as
+// read too.
+func fetchRaw(ctx context.Context, c *oci.Client, ref name.Digest, v signature.Verifier) (*v1.Manifest, *schemas.PluginManifest, []byte, []byte, error) {
 	d, err := v1.NewHash(ref.DigestStr())
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+		return nil, nil, nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
 	if _, err := c.VerifySignature(ctx, ref.Context(), d, v); err != nil {
-		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+		return nil, nil, nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
 	m, err := c.Get(ctx, ref)
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+		return nil, nil, nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
-	man, err := v1.ParseManifest(bytes.NewReader(m.Raw))
+	man, pm, config, err := checkArtifact(ref, m.Raw, func(desc v1.Descriptor) (io.ReadCloser, error) {
+		return c.Blob(ctx, ref.Context(), desc)
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+		return nil, nil, nil, nil, err
+	}
+	return man, pm, m.Raw, config, nil
+}
+
+// checkArtifact reads raw, the OCI manifest of the plugin artifact ref,
+// which its caller has checked hashes to ref's digest: one config of
+// ConfigMediaType, bounded, read through blob (which must verify its
+// digest) and decoded as the plugin's manifest, and one content layer.
+func checkArtifact(ref name.Digest, raw []byte, blob func(v1.Descriptor) (io.ReadCloser, error)) (*v1.Manifest, *schemas.PluginManifest, []byte, error) {
+	man, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
 	if man.Config.MediaType != ConfigMediaType || len(man.Layers) != 1 || man.Layers[0].MediaType != ContentMediaType {
-		return nil, nil, fmt.Errorf("plugin %s: not a plugin artifact (config %s, %d layers)", ref, man.Config.MediaType, len(man.Layers))
+		return nil, nil, nil, fmt.Errorf("plugin %s: not a plugin artifact (config %s, %d layers)", ref, man.Config.MediaType, len(man.Layers))
 	}
 	if man.Config.Size > maxConfig {
-		return nil, nil, fmt.Errorf("plugin %s: a config of %d bytes", ref, man.Config.Size)
+		return nil, nil, nil, fmt.Errorf("plugin %s: a config of %d bytes", ref, man.Config.Size)
 	}
-	rc, err := c.Blob(ctx, ref.Context(), man.Config)
+	rc, err := blob(man.Config)
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
+		return nil, nil, nil, fmt.Errorf("plugin %s: %w", ref, err)
 	}
-	raw, err := io.ReadAll(rc)
+	config, err := io.ReadAll(rc)
 	rc.Close()
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin %s config: %w", ref, err)
+		return nil, nil, nil, fmt.Errorf("plugin %s config: %w", ref, err)
 	}
-	pm, err := decodeManifest(ref.String()+" config", raw)
+	pm, err := decodeManifest(ref.String()+" config", config)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return man, pm, nil
+	return man, pm, config, nil
 }
 
 // Process is the fetched plugin as a job runs it, with the capabilities

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 
 	"nuon.dev/nuon/internal/atomicfile"
 	"nuon.dev/nuon/plugin/exchange"
@@ -98,15 +97,12 @@ func (p *Process) prepare(ctx context.Context, job *schemas.Job, env reconciler.
 	g := p.Granted
 	req := &schemas.PluginRequest{APIVersion: schemas.APIVersion, Kind: schemas.KindPluginRequest,
 		Protocol: proto, Operation: op, Job: job, StateDir: at.State, WorkDir: at.Work, Granted: &g}
-	for i, a := range job.Artifacts {
-		if a.Name == schemas.PluginArtifactName || a.Name == schemas.PluginImageArtifactName {
-			continue
-		}
-		rel := path.Join("artifacts", strconv.Itoa(i)+"-"+a.Name)
-		if err := reconciler.ExtractFresh(ctx, env, a, filepath.Join(in, filepath.FromSlash(rel))); err != nil {
-			return err
-		}
-		req.Artifacts = append(req.Artifacts, schemas.PluginArtifact{Name: a.Name, Digest: a.Digest, MediaType: a.MediaType, Dir: path.Join(at.In, rel)})
+	arts, err := stageArtifacts(ctx, job, env, in)
+	if err != nil {
+		return err
+	}
+	for _, s := range arts {
+		req.Artifacts = append(req.Artifacts, schemas.PluginArtifact{Name: s.a.Name, Digest: s.a.Digest, MediaType: s.a.MediaType, Dir: path.Join(at.In, s.rel)})
 	}
 	raw, err := json.Marshal(req)
 	if err != nil {

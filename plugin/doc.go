@@ -120,9 +120,10 @@
 // agent changes.
 //
 // Admit is Pinned without unpacking: the same checks, from the signed
-// manifest in the artifact's config alone (FetchManifest). The
-// Kubernetes runner (agent/jobs.Kube) calls it before it creates any
-// object of the job, and sizes the job's pod to what it returns.
+// manifest in the artifact's config alone. The Kubernetes runner
+// (agent/jobs.Kube) calls it before it creates any object of the job,
+// sizes the job's pod to what it returns, and stages the artifact it
+// returns for the pod (Artifact.Stage, Staged).
 //
 // # Who enforces what
 //
@@ -141,19 +142,21 @@
 // server's admission enforces the namespace's restricted Pod Security
 // Standard (non-root, no privilege escalation, all capabilities dropped,
 // RuntimeDefault seccomp) and the container runtime the read-only root
-// filesystem; the pod has no service account token, and the install's
-// secrets and the cloud credentials only when granted; its
-// NetworkPolicy, enforced by the cluster's CNI (Calico, Cilium, the AWS
-// VPC CNI with network policies on, …; not flannel alone),
-// lets it reach only DNS and the install registry unless it is granted
-// the network. A restricted pod may not make network namespaces (the
+// filesystem; the pod has no service account token and no registry
+// credential, and the install's secrets and the cloud credentials only
+// when granted. The agent admits the plugin (Admit) and stages its
+// artifact (Artifact.Stage) and the job's artifacts (Process.Stage) on a
+// volume the pod mounts read-only; the pod runs the plugin from there
+// (Staged), only once the staged files hash to the digest the job pins,
+// and reads no registry. So its NetworkPolicy, enforced by the cluster's
+// CNI (Calico, Cilium, the AWS VPC CNI with network policies on, …; not
+// flannel alone), lets it reach nothing at all unless it is granted the
+// network. A restricted pod may not make network namespaces (the
 // runtime's seccomp profile refuses unshare), so the pod runs the plugin
 // with SharedNetwork (`nuon job run --plugin-shared-network`) and the
-// NetworkPolicy takes the namespace's place, for the job process and the
-// plugin alike: a plugin not granted the network can still reach the
-// install registry, which serves it nothing it could not pull by digest
-// anyway. A plugin released with its container image runs instead as a
-// container of its own, holding only what it is granted: see agent/jobs.
+// NetworkPolicy takes the namespace's place. A plugin released with its
+// container image runs instead as a container of its own, holding only
+// what it is granted: see agent/jobs.
 //
 // # The built-ins
 //

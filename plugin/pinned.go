@@ -56,15 +56,17 @@ func pinned(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Ve
 // verified with the vendor's key v before anything else is read, its
 // signed manifest (the artifact's config) naming job.Plugin, speaking a
 // protocol this side speaks and needing nothing job.Grants does not give.
-// It returns the manifest and what the plugin is granted: what it needs
-// of job.Grants. The Kubernetes runner calls it before it creates any
-// object of the job, and sizes the job's pod to the capabilities granted.
-func Admit(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier) (*schemas.PluginManifest, schemas.PluginCapabilities, error) {
+// It returns the artifact, whose Stage writes it where a job reads it
+// without the registry (Staged), and what the plugin is granted: what it
+// needs of job.Grants. The Kubernetes runner calls it before it creates
+// any object of the job, and sizes the job's pod to the capabilities
+// granted.
+func Admit(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Verifier) (*Artifact, schemas.PluginCapabilities, error) {
 	ref, err := pinnedRef(job, v)
 	if err != nil {
 		return nil, schemas.PluginCapabilities{}, err
 	}
-	m, err := FetchManifest(ctx, c, ref, v)
+	man, m, raw, config, err := fetchRaw(ctx, c, ref, v)
 	if err != nil {
 		return nil, schemas.PluginCapabilities{}, err
 	}
@@ -72,11 +74,24 @@ func Admit(ctx context.Context, c *oci.Client, job *schemas.Job, v signature.Ver
 	if err != nil {
 		return nil, schemas.PluginCapabilities{}, err
 	}
-	return m, granted, nil
+	return &Artifact{Ref: ref, Manifest: *m, c: c, man: man, raw: raw, config: config}, granted, nil
 }
 
-// pinnedRef is the job's plugin artifact, by digest.
+// pinnedRef is the job's plugin artifact, by digest, with a key to
+// verify it with.
 func pinnedRef(job *schemas.Job, v signature.Verifier) (name.Digest, error) {
+	ref, err := pinnedDigest(job)
+	if err != nil {
+		return ref, err
+	}
+	if v == nil {
+		return name.Digest{}, fmt.Errorf("plugin %s: no vendor key to verify its artifact %s with (nuon agent --vendor-key, nuon job run --plugin-key)", job.Plugin, ref)
+	}
+	return ref, nil
+}
+
+// pinnedDigest is the job's plugin artifact, by digest.
+func pinnedDigest(job *schemas.Job) (name.Digest, error) {
 	if job.Grants == nil {
 		return name.Digest{}, fmt.Errorf("plugin %s: %w: the job has no grants", job.Plugin, ErrNotPinned)
 	}
@@ -88,9 +103,6 @@ func pinnedRef(job *schemas.Job, v signature.Verifier) (name.Digest, error) {
 	ref, err := name.NewDigest(art.Local)
 	if err != nil || ref.DigestStr() != art.Digest {
 		return name.Digest{}, fmt.Errorf("plugin %s: %w: artifact %s is not pinned by its digest %s", job.Plugin, ErrNotPinned, art.Local, art.Digest)
-	}
-	if v == nil {
-		return name.Digest{}, fmt.Errorf("plugin %s: no vendor key to verify its artifact %s with (nuon agent --vendor-key, nuon job run --plugin-key)", job.Plugin, ref)
 	}
 	return ref, nil
 }

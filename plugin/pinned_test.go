@@ -154,7 +154,7 @@ func TestPinned(t *testing.T) {
 			t.Errorf("process %+v", p)
 		}
 		m, granted, err := Admit(ctx, c, j, vendorPub)
-		if err != nil || m.Name != "zonefile" || m.Version != "0.3.0" || !cmp.Equal(granted, p.Granted) {
+		if err != nil || m.Manifest.Name != "zonefile" || m.Manifest.Version != "0.3.0" || m.Ref != signed || !cmp.Equal(granted, p.Granted) {
 			t.Errorf("Admit = %+v, %+v, %v; want zonefile 0.3.0 granted %+v", m, granted, err, p.Granted)
 		}
 		p.Runner.Environ = []string{"NUON_ZONE_DIR=" + zones, "HOME=/root", "NUON_SECRET_TOKEN=s3cret"}

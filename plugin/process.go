@@ -37,6 +37,10 @@ type Process struct {
 	// (synced and recorded like the others), and it is not extracted
 	// again for the plugin.
 	Artifact string
+	// Staged, when set, is a staged directory (Staged, Process.Stage)
+	// holding the job's artifacts, extracted by the agent: each
+	// operation takes them from there instead of extracting them.
+	Staged string
 	// Exchange, when set, is the out directory of an exchange (package
 	// exchange): the plugin ran in a container of its own on the request
 	// Prepare wrote, and each operation reads its response there instead
@@ -210,8 +214,18 @@ func (p *Process) Do(ctx context.Context, op string, job *schemas.Job, env recon
 	if err := os.Mkdir(req.WorkDir, 0o700); err != nil {
 		return nil, err
 	}
+	if p.Staged != "" {
+		// Extracted already, by the agent: read-only to the plugin.
+		for _, s := range stagedArtifacts(job) {
+			dir := filepath.Join(p.Staged, filepath.FromSlash(s.rel))
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("artifact %s: not staged in %s: %v", s.a.Name, p.Staged, err)
+			}
+			req.Artifacts = append(req.Artifacts, schemas.PluginArtifact{Name: s.a.Name, Digest: s.a.Digest, MediaType: s.a.MediaType, Dir: dir})
+		}
+	}
 	for i, a := range job.Artifacts {
-		if p.Artifact != "" && a.Digest == p.Artifact && a.Name == schemas.PluginArtifactName {
+		if p.Staged != "" || (p.Artifact != "" && a.Digest == p.Artifact && a.Name == schemas.PluginArtifactName) {
 			continue
 		}
 		dir := filepath.Join(work, "artifacts", strconv.Itoa(i)+"-"+a.Name)

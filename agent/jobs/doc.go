@@ -95,7 +95,8 @@
 //
 //   - the plugin's admission (signature, digest, name, protocol, needs
 //     within grants): the runner, before any object exists
-//     (Kube.AdmitPlugin), and the job process again in the pod;
+//     (Kube.AdmitPlugin); the job process in the pod runs only the
+//     plugin whose staged files hash to the digest the job pins;
 //   - non-root, no privilege escalation, no capabilities, RuntimeDefault
 //     seccomp, no host namespaces: the API server's Pod Security
 //     admission, because the namespace is labelled
@@ -106,29 +107,32 @@
 //     cluster's CNI enforces NetworkPolicies. On a CNI that does not,
 //     the object exists and nothing is enforced: the plugin has the
 //     network. Check with a pod in the namespace before trusting it;
-//   - secrets, cloud credentials, the service account token, the shared
-//     state volume: absent from the pod spec, which nothing in the pod
-//     can change.
+//   - secrets, cloud credentials, the registry's credential, the service
+//     account token, the shared state volume: absent from the pod spec,
+//     which nothing in the pod can change.
+//
+// The agent stages what either form's pod reads (Kube, "Plugin jobs"):
+// the job's artifacts, and the plugin's artifact or request, on the
+// jobs' volume, mounted read-only by subPath. No container of the pod
+// reaches a registry, so without the network granted the NetworkPolicy
+// lets nothing out at all, not even DNS: the policy selects pods, not
+// containers, and no container needs more than the plugin is granted.
 //
 // A plugin released without a container image is a process inside the
 // job's pod, from nuon's job image: the pod's limits bound the job
 // process and the plugin together, and the process runner's own limits
 // (environment, bounds, state directory) hold inside it, but the plugin
-// can read what the job process holds: the registry credentials it pulls
-// with (give jobs pull-only credentials: --job-registry-secret) and the
-// job's manifest.
+// can read what the job process holds: the job's manifest and what the
+// agent staged, none of it a secret.
 //
 // A plugin released with its image runs, with Kube.AdmitPluginImage, as
 // a container of its own (Kube, "Plugin images"), as Tekton and Argo
-// Workflows inject their entrypoint: nuon's image prepares the request
-// in an init container and reads the answer after, and only a small
-// executor, copied through a read-only emptyDir, runs in the plugin's
-// image. The plugin's container has no credential, key, token, manifest
+// Workflows inject their entrypoint: nuon's image copies a small
+// executor in an init container, through a read-only emptyDir, which runs
+// the plugin in its image on the staged request, and reads the answer
+// after. The plugin's container has no credential, key, token, manifest
 // or nuon binary, its own environment, and read-only request and
-// executor. What one pod still cannot do in either form: tell one
-// container's traffic from another's, since a NetworkPolicy selects pods
-// (a plugin not granted the network still reaches DNS and the install
-// registry's address, which the prepare container needs).
+// executor.
 //
 // What this machine shows and what it cannot: it has no kubelet,
 // container runtime or CNI. The test kubelet runs an image's container

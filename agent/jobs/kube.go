@@ -1,19 +1,17 @@
 package jobs
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net/netip"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 
 	"nuon.dev/nuon/reconciler"
 )
@@ -93,11 +91,14 @@ const (
 // The job process (PodMain) writes its result as usual, then prints it as
 // the last line of its output, prefixed "nuon-result: ", and writes the
 // same JSON to the container's termination message (/dev/termination-log)
-// when it fits in Kubernetes' 4 KiB limit. When the Job has finished, the
-// runner reads the result from the termination message of the Job's pod,
-// or else from the last such line of its log, copies the pod's log into
-// dir/log and writes dir/result.json, so that the job directory looks as
-// it does for a Local job.
+// when it fits in Kubernetes' 4 KiB limit. When the Job has finished, or
+// as soon as the job container of its pod has ended with exit 0 (the Job
+// controller marks the Job complete a second or two later; a rerun's
+// clearFinished deletes such a Job as a finished one), the runner reads
+// the result from the termination message of the Job's pod, or else from
+// the last such line of its log, copies the pod's log into dir/log and
+// writes dir/result.json, so that the job directory looks as it does for
+// a Local job. A failure waits for the Job's conditions, which say why.
 //
 // # State
 //
@@ -124,42 +125,56 @@ const (
 //     Grants. A refusal fails the job (ErrJobFailed, with why) and creates
 //     nothing. What it returns, the manifest's needs within Grants, is
 //     what the pod gets.
+//   - Then the agent stages what the pod reads, so that the pod reaches no
+//     registry: the job's artifacts, extracted from Kube.PluginArtifacts
+//     with the agent's own pull credential, and the plugin's artifact as
+//     admitted (its manifest, config and content, by digest), in the
+//     run's staged directory, StagedDir(dir), on the volume of
+//     Kube.VolumeMounts that holds the job's directory (the agent's
+//     workdir: --job-state-claim). The path must lie under that mount with
+//     no symbolic link on the way (the pod's subPath is computed from
+//     it); without such a volume the job fails, naming the flag, before
+//     any object exists, as it does when staging fails. Nothing staged is
+//     a secret. The staged directory is removed when the run ends,
+//     whatever its outcome, and when Recover collects an orphaned run's
+//     outcome.
 //   - The Job is created suspended; a NetworkPolicy of the run's own
-//     (named as the Job, "-net-" and a random suffix), owned by it, selecting the Job's pods by the Job's own selector
-//     (its UID), is created, and only then is the Job started. It denies
-//     all ingress. With the network granted it allows all egress.
-//     Without it, the image form's pod (below) may send nothing at all,
-//     not even a DNS query. The process form's pod may reach only DNS
-//     (Kube.PluginDNS) and the install registry, the addresses the job's
-//     artifact references name or their host resolves to when the job is
-//     created, on their port (Kube.PluginEgress adds more, such as a
-//     registry's VPC endpoint CIDR): its `nuon job run --pod` pulls the
-//     plugin and the job's artifacts from the install registry, runs the
-//     plugin, and writes its result to a file and its termination
-//     message; it never calls the API server (the built-in plugins do,
-//     and their jobs get no NetworkPolicy). The plugin runs in that pod
-//     as a process, so it may reach DNS and the registry too: the image
-//     form is the one whose pod has exactly the plugin's grants.
-//   - The pod mounts no service account token, and no Service's address
-//     is in its environment (enableServiceLinks: false) but the API
-//     server's, which the kubelet adds to every container and the plugin
-//     never gets (its environment is what it is granted). The keys of
-//     Kube.SecretName reach it only with secrets granted, RunEnv's
+//     (named as the Job, "-net-" and a random suffix), owned by it,
+//     selecting the Job's pods by the Job's own selector (its UID), is
+//     created, and only then is the Job started. It denies all ingress.
+//     With the network granted it allows all egress; without it, none at
+//     all, not even a DNS query: no container of the pod needs the
+//     network for nuon's sake, so the policy, which selects pods and not
+//     containers, is exactly the plugin's grant. Enforcing it is the
+//     cluster CNI's (Calico, Cilium, the VPC CNI's network policy agent); a
+//     CNI that enforces none leaves the pod's network open whatever the
+//     object says.
+//   - The pod mounts no service account token, no registry credential
+//     (none of Kube.RegistryEnv, RegistryMounts, RegistryVolumes) and no
+//     Service's address is in its environment (enableServiceLinks: false)
+//     but the API server's, which the kubelet adds to every container and
+//     the plugin never gets (its environment is what it is granted). The
+//     keys of Kube.SecretName reach it only with secrets granted, RunEnv's
 //     environment (the cloud role's credentials) only with cloudRole:
-//     otherwise no Secret is made at all. It mounts none of Kube.Volumes
-//     (the agent's workdir holds every component's state); with
-//     writableState, the volume holding job.StateDir is mounted at that
-//     directory alone (a subPath).
-//   - The container runs as every job's (restricted security context,
-//     read-only root filesystem), with `--plugin-key` naming the vendor
-//     key in the job's ConfigMap (Kube.PluginKey, PluginKeyFile): the pod
-//     verifies the plugin again before it runs it, as a process of the
-//     job's own, with `--plugin-shared-network`: a restricted pod may not
-//     make the network namespace the process runner puts a plugin in, so
-//     the pod's NetworkPolicy takes its place.
+//     otherwise no Secret is made at all. Of Kube.Volumes it mounts only
+//     the staged directory, read-only, at PodPluginIn (its volume's
+//     subPath), and, with writableState, the component's state directory
+//     alone, at job.StateDir.
+//   - In the process form (a plugin released without an image, or
+//     AdmitPluginImage unset), the pod's one container runs as every
+//     job's (restricted security context, read-only root filesystem),
+//     Kube.PluginCommand with `--plugin-staged PodPluginIn`: it runs the
+//     plugin (plugin.Staged) from the staged artifact only after checking
+//     that its manifest hashes to the digest the job pins and its config
+//     and content to the digests that manifest names, unpacked into its
+//     own /tmp, as a process of the job's own, on the staged artifacts,
+//     with `--plugin-shared-network`: a restricted pod may not make the
+//     network namespace the process runner puts a plugin in, so the pod's
+//     NetworkPolicy takes its place. The image form is below.
 //
-// Objects per plugin job: the Job, its ConfigMap, its NetworkPolicy, its
-// pod, and its Secret only with cloudRole granted and RunEnv used.
+// Objects per plugin job: the Job, its ConfigMap (the manifest alone), its
+// NetworkPolicy, its pod, and its Secret only with cloudRole granted and
+// RunEnv used.
 //
 // # Plugin images
 //
@@ -171,22 +186,9 @@ const (
 // AdmitPlugin checks the artifact, before any object exists: its pin by
 // digest, its signature, its tie to the artifact, its signed manifest's
 // name, protocols and needs. The same objects are made, with the same
-// Secret and admission, and the NetworkPolicy lets out nothing without
-// the network granted.
-//
-// What needs the install registry is done by the agent, not the pod:
-// once admitted, the runner writes the plugin's request and extracts the
-// job's artifacts (plugin.Process.Prepare, from Kube.PluginArtifacts, with
-// the agent's own pull credential) into the run's staged directory,
-// StagedDir(dir), on the volume of Kube.VolumeMounts that holds the job's
-// directory (the agent's workdir: --job-state-claim). The path must lie
-// under that mount with no symbolic link on the way (the pod's subPath
-// is computed from it); without such a volume the job fails, naming the
-// flag, before any object exists, as it does when staging fails. The
-// request holds the job's manifest and the artifacts' paths, never a
-// secret: those reach the plugin's environment only, as granted. The
-// staged directory is removed when the run ends, whatever its outcome,
-// and when Recover collects an orphaned run's outcome.
+// Secret, admission and NetworkPolicy. The agent stages the job's
+// artifacts as for the process form, and the plugin's request
+// (plugin.Process.Prepare) instead of its artifact.
 //
 // The pod has three containers, run one after the other (two init
 // containers, then the job's):
@@ -199,9 +201,9 @@ const (
 //     as user and group PluginUser: the executor feeds the request to the
 //     image's entrypoint on stdin and writes its stdout, stderr and exit,
 //     bounded, into the emptyDir plugin-out (package plugin/exchange). It
-//     mounts the staged directory alone, read-only, at PodPluginIn (its
-//     volume's subPath), plugin-bin read-only, plugin-out, its own /tmp
-//     and, at PodPluginState, the component's state directory alone with
+//     mounts the staged directory alone, read-only, at PodPluginIn,
+//     plugin-bin read-only, plugin-out, its own /tmp and, at
+//     PodPluginState, the component's state directory alone with
 //     writableState or an empty one. Its environment is plugin.Environ of
 //     Env's plain values for its grants; the install's secrets
 //     (SecretName) only with secrets, RunEnv's Secret only with cloudRole;
@@ -209,19 +211,15 @@ const (
 //     to every container (exchange.ServiceEnviron). It holds no service
 //     account token, no registry credential, no vendor key, no manifest
 //     ConfigMap and no nuon binary.
-//   - job, Image: `nuon job run --pod --plugin-exchange-in
+//   - job, Image: Kube.PluginCommand with `--plugin-exchange-in
 //     /nuon/plugin/in --plugin-exchange-out /nuon/plugin/out MANIFEST`
 //     reads the answer as a plugin's stdout is read (plugin.Exchanged),
 //     redacts it with the secrets the plugin had, and writes the result and
 //     termination message as every job's container does.
 //
-// Every container runs restricted with a read-only root filesystem. No
-// container of the pod needs the network for nuon's sake, so the
-// NetworkPolicy, which selects pods and not containers, is exactly the
-// plugin's grant. The kubelet pulls both images with Kube.ImagePullSecrets,
-// which no container sees. Enforcing the policy is the cluster CNI's
-// (Calico, Cilium, the VPC CNI's network policy agent); a CNI that
-// enforces none leaves the pod's network open whatever the object says.
+// Every container runs restricted with a read-only root filesystem. The
+// kubelet pulls both images with Kube.ImagePullSecrets, which no
+// container sees.
 //
 // # State locks
 //
@@ -285,20 +283,6 @@ type Kube struct {
 	// before any object of it is created, and says what its plugin is
 	// granted; see "Plugin jobs". Required for such jobs.
 	AdmitPlugin PluginAdmission
-	// PluginKey is the vendor's cosign public key (PEM), which a plugin
-	// job's pod verifies the plugin's artifact with again. Required for
-	// jobs of a vendor's plugin.
-	PluginKey []byte
-	// PluginDNS is where the process form's pod of a plugin job not
-	// granted the network may send DNS queries. Default DefaultPluginDNS.
-	PluginDNS []networkingv1.NetworkPolicyPeer
-	// PluginEgress is egress the process form's pod of a plugin job not
-	// granted the network is allowed beyond DNS and the registry
-	// addresses the runner finds, for its job container's pulls: the
-	// install registry's CIDR when its addresses change (a VPC
-	// endpoint), or its pods when it runs in the cluster. The image
-	// form's pod pulls nothing and gets none of it.
-	PluginEgress []networkingv1.NetworkPolicyEgressRule
 	// AdmitPluginImage, when set, runs a job of a vendor's plugin whose
 	// release has a container image in the image form: it checks the
 	// image as AdmitPlugin checks the artifact, and the plugin runs as a
@@ -306,16 +290,20 @@ type Kube struct {
 	// a process of the job's image, as every plugin without an image.
 	AdmitPluginImage PluginImageAdmission
 	// PluginArtifacts is where the runner extracts the artifacts of a job
-	// in the image form from (the install registry, with the agent's own
-	// pull credential), into the run's staged directory. Required for
-	// that form.
+	// of a vendor's plugin from (the install registry, with the agent's
+	// own pull credential), into the run's staged directory. Required
+	// for such jobs.
 	PluginArtifacts reconciler.ArtifactSource
+	// PluginCommand is Command for the pods of a vendor's plugin's jobs,
+	// which read no registry: Command without the registry's flags (a
+	// --registry-ca file of RegistryMounts they do not mount). Default
+	// Command.
+	PluginCommand []string
 	// RegistryEnv, RegistryMounts and RegistryVolumes give the container
-	// of a job that fetches artifacts itself (every job but the image
-	// form's) what it pulls from the install registry with: pull-only
-	// credentials and the registry's CA (for example a Secret mounted
-	// read-only and the flags' variables). No container of the image
-	// form's pod has them.
+	// of a job that fetches artifacts itself (a built-in plugin's) what it
+	// pulls from the install registry with: pull-only credentials and
+	// the registry's CA (for example a Secret mounted read-only and the
+	// flags' variables). No pod of a vendor's plugin has them.
 	RegistryEnv     []corev1.EnvVar
 	RegistryMounts  []corev1.VolumeMount
 	RegistryVolumes []corev1.Volume
@@ -324,9 +312,6 @@ type Kube struct {
 	// the job's image and a plugin's image with them; no container sees
 	// them.
 	ImagePullSecrets []corev1.LocalObjectReference
-	// LookupIP resolves the install registry's name for a plugin job's
-	// NetworkPolicy. Default net.DefaultResolver.LookupNetIP.
-	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 var _ EnvRunner = (*Kube)(nil)
@@ -343,6 +328,14 @@ func (k *Kube) command() []string {
 		return k.Command
 	}
 	return []string{"nuon", "job", "run", "--pod"}
+}
+
+// pluginCommand is a fresh copy of PluginCommand, or of Command.
+func (k *Kube) pluginCommand() []string {
+	if len(k.PluginCommand) > 0 {
+		return slices.Clone(k.PluginCommand)
+	}
+	return slices.Clone(k.command())
 }
 
 func (k *Kube) serviceAccount() string {

@@ -21,8 +21,10 @@ import (
 // the executor before it and reads its answer after it, in containers the
 // plugin never shares.
 const (
-	// PodPluginIn holds the plugin's request and the job's artifacts:
-	// the run's staged directory, read-only to every container.
+	// PodPluginIn is where the pod of a vendor's plugin's job mounts
+	// the run's staged directory, read-only: the job's artifacts, and the
+	// plugin's request (the image form) or its artifact (the process
+	// form).
 	PodPluginIn = "/nuon/plugin/in"
 	// PodPluginOut holds the plugin's response, stderr and exit, written
 	// by the executor in the plugin's container.
@@ -68,7 +70,7 @@ func (k *Kube) executor() string {
 // in the install registry) runs the executor on the staged request with
 // only what the plugin is granted, and the job's container reads the
 // plugin's answer last.
-func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas.PluginCapabilities, form *imageForm, secret string) {
+func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas.PluginCapabilities, form *stagedForm, secret string) {
 	img := form.image
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.EnableServiceLinks = ptr.To(false)
@@ -171,7 +173,7 @@ func (k *Kube) imagePod(spec *corev1.PodSpec, job *schemas.Job, granted *schemas
 	// install's secrets and the cloud role's credentials only when the
 	// plugin has them (to redact them from what it answers).
 	c := &spec.Containers[0]
-	c.Command = append(slices.Clone(k.command()), "--plugin-exchange-in", PodPluginIn, "--plugin-exchange-out", PodPluginOut, podManifestFile)
+	c.Command = append(k.pluginCommand(), "--plugin-exchange-in", PodPluginIn, "--plugin-exchange-out", PodPluginOut, podManifestFile)
 	c.Env = nil
 	c.EnvFrom = envFrom
 	c.VolumeMounts = []corev1.VolumeMount{manifest, tmp,

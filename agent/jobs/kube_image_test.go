@@ -118,8 +118,7 @@ func imageJob(id, plug string, art, img name.Digest, grants schemas.PluginCapabi
 }
 
 // imageCluster is newPluginCluster with the image form on: the plugin's
-// zone directory its own /tmp, the agent's workdir a folder the jobs see
-// through a claim (stagingVolume), the job's artifacts staged from reg.
+// zone directory its own /tmp.
 func imageCluster(t testing.TB, reg *pluginRegistry) (*pluginCluster, *Kube) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -130,12 +129,9 @@ func imageCluster(t testing.TB, reg *pluginRegistry) (*pluginCluster, *Kube) {
 	}
 	pluginExecutor(t)
 	pc := newPluginCluster(t, reg)
-	pc.work = t.TempDir()
 	k := *pc.k
 	k.Env = []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: "/tmp"}, {Name: "NOT_GRANTED", Value: "not-granted-value"}}
 	k.AdmitPluginImage = reg.imageAdmission()
-	k.PluginArtifacts = &oci.Source{Client: reg.c}
-	k.Volumes, k.VolumeMounts = stagingVolume(t, pc.cs, pluginNamespace, pc.work)
 	return pc, &k
 }
 
@@ -350,6 +346,11 @@ func TestKubePluginImage(t *testing.T) {
 			if v.Secret != nil {
 				t.Errorf("the pod mounts Secret %s", v.Secret.SecretName)
 			}
+		}
+		// Kube.PluginCommand: no registry flag (its CA file is in a
+		// Secret this pod does not mount).
+		if slices.Contains(pod.Spec.Containers[0].Command, "--registry-ca") {
+			t.Errorf("the job's container runs %v", pod.Spec.Containers[0].Command)
 		}
 		if len(pod.Spec.Containers[0].EnvFrom) != 0 || ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 			t.Errorf("the job's container: %+v, token %v", pod.Spec.Containers[0].EnvFrom, pod.Spec.AutomountServiceAccountToken)

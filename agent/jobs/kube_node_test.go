@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -20,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -66,13 +68,17 @@ print encode_json({apiVersion => 'nuon.dev/v1', kind => 'PluginResponse', protoc
 // and nuon-plugin-exec) and the zonefile plugin's image on a perl base are
 // pulled by containerd from a registry on the node's bridge, the pod is
 // admitted in nuon-system under the restricted Pod Security Standard and
-// run by runc, its prepare container verifies the plugin's image from
-// that registry, and the zonefile job's result comes back through
+// run by runc on the request the agent staged, and the zonefile job's
+// result comes back through
 // RunEnv. A spy plugin then reports from inside its container what runc
 // enforced: uid 65532, its root mounted read-only, seccomp, no new
 // privileges, no capability, and neither the registry's credential nor
-// the variables it was not granted. The test binds each of the runner's
-// pods to the node, as the scheduler a cluster has would.
+// the variables it was not granted. Then the process form: the zonefile
+// plugin released without an image runs as a process of nuon's image
+// from what the agent staged, its pod denied all egress and given nothing
+// of the registry, and a staged content swapped behind the agent is
+// refused in the pod. The test binds each of the runner's pods to the
+// node, as the scheduler a cluster has would.
 func TestKubePluginRealNode(t *testing.T) {
 	kubetest.RequireNode(t)
 	srv, cs := newPluginServer(t)
@@ -144,7 +150,7 @@ func TestKubePluginRealNode(t *testing.T) {
 		if !res.Changed || res.Outputs["records"] != float64(1) || res.Outputs["zone_file"] != "/tmp/"+job.ID+".internal.zone" {
 			t.Errorf("result %+v", res)
 		}
-		pod := jobPod(t, cs, pluginNamespace, job.ID)
+		pod := succeededPod(t, cs, job.ID)
 		if pod.Spec.NodeName != node.Name || pod.Status.Phase != corev1.PodSucceeded {
 			t.Errorf("pod %s on %q, %s; want it run by node %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase, node.Name)
 		}
@@ -242,6 +248,114 @@ func TestKubePluginRealNode(t *testing.T) {
 			t.Errorf("the plugin container's log (through the kubelet): %v\n%s", err, logs)
 		}
 	})
+
+	// The process form: a plugin released without an image runs as a
+	// process of nuon's image (here on the perl base the zonefile
+	// script needs), from what the agent staged.
+	t.Run("process form", func(t *testing.T) {
+		pk := *k
+		pk.AdmitPluginImage = nil
+		pk.Image = pushJobImageOn(t, reg, host, base)
+		art := reg.push(t, reg.vendor, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.4"`, 1) })
+		job := pluginJob("dns-g1-update-node-process", art, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		job.Version = "0.3.4"
+		seen := watchPod(t, cs, pluginNamespace, KubeName(job.ID))
+		dir := filepath.Join(work, "jobs", job.ID)
+		start := time.Now()
+		res, err := pk.RunEnv(t.Context(), job, dir, nil)
+		if err != nil {
+			t.Fatalf("RunEnv: %v\nagent: %s\nnode: %s", err, agentLog.String(), node.Dir())
+		}
+		end := time.Now()
+		t.Logf("%s on the real node: %s; %s", job.ID, end.Sub(start).Round(time.Millisecond), seen(start, end))
+		if !res.Changed || res.Outputs["records"] != float64(1) || res.Outputs["zone_file"] != "/tmp/"+job.ID+".internal.zone" {
+			t.Errorf("result %+v", res)
+		}
+		checkUnstaged(t, dir)
+		pod := succeededPod(t, cs, job.ID)
+		if pod.Status.Phase != corev1.PodSucceeded || len(pod.Spec.InitContainers) != 0 {
+			t.Errorf("pod %s: %s, init containers %d", pod.Name, pod.Status.Phase, len(pod.Spec.InitContainers))
+		}
+		// Not granted the network: nothing out, not even DNS; and
+		// nothing of the registry, which the agent was given for the
+		// jobs that fetch.
+		checkDeniesAll(t, egressOf(t, cs, job.ID))
+		c := pod.Spec.Containers[0]
+		if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "NUON_REGISTRY") }) || len(c.EnvFrom) != 0 {
+			t.Errorf("the job's container has %+v %+v", c.Env, c.EnvFrom)
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Secret != nil {
+				t.Errorf("the pod mounts Secret %s", v.Secret.SecretName)
+			}
+		}
+		if !slices.Contains(c.Command, "--plugin-staged") || slices.Contains(c.Command, "--plugin-key") {
+			t.Errorf("the pod's command %v", c.Command)
+		}
+		// Again, the image on the node already: the form's wall.
+		again := pluginJob("dns-g2-update-node-process", art, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		again.Generation, again.Version = 2, "0.3.4"
+		seen = watchPod(t, cs, pluginNamespace, KubeName(again.ID))
+		start = time.Now()
+		if res, err := pk.RunEnv(t.Context(), again, filepath.Join(work, "jobs", again.ID), nil); err != nil || res.Outputs["zone_file"] != "/tmp/"+again.ID+".internal.zone" {
+			t.Errorf("RunEnv = %+v, %v", res, err)
+		}
+		end = time.Now()
+		t.Logf("%s on the real node: %s; %s", again.ID, end.Sub(start).Round(time.Millisecond), seen(start, end))
+
+		// The staged content swapped behind the agent (after it staged
+		// the plugin, while it extracts the job's other artifact):
+		// refused in the pod before anything of it runs.
+		evilDir := editedPlugin(t, zonefileDir, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.9"`, 1) })
+		if err := os.WriteFile(filepath.Join(evilDir, "zonefile"), []byte("#!/bin/sh\necho evil ran >&2\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		evilRef := reg.pushDir(t, reg.vendor, evilDir)
+		evil, _, err := plugin.Admit(t.Context(), reg.c, pluginJob("evil", evilRef, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}), reg.verify)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evilIn := t.TempDir()
+		if err := evil.Stage(t.Context(), evilIn); err != nil {
+			t.Fatal(err)
+		}
+		evilLayer, err := os.ReadFile(filepath.Join(evilIn, plugin.StagedPluginBlobs, stagedLayer(t, evilIn, evilRef)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		swapped := pluginJob("dns-g1-update-node-swapped", art, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		swapped.Artifacts = append(swapped.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("1", 64)).String(),
+			Digest: "sha256:" + strings.Repeat("1", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		sk := pk
+		sk.PluginArtifacts = swapSource(func(d string) error {
+			in := filepath.Dir(filepath.Dir(d))
+			return os.WriteFile(filepath.Join(in, plugin.StagedPluginBlobs, stagedLayer(t, in, art)), evilLayer, 0o644)
+		})
+		dir = filepath.Join(work, "jobs", swapped.ID)
+		_, err = sk.RunEnv(t.Context(), swapped, dir, nil)
+		if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), plugin.ErrStagedDigest.Error()) {
+			t.Fatalf("RunEnv = %v; want %v: %v", err, ErrJobFailed, plugin.ErrStagedDigest)
+		}
+		pod = jobPod(t, cs, pluginNamespace, swapped.ID)
+		logs, err := cs.CoreV1().Pods(pluginNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: jobContainer}).DoRaw(t.Context())
+		if err != nil || strings.Contains(string(logs), "evil ran") {
+			t.Errorf("the job's log: %v\n%s", err, logs)
+		}
+		checkUnstaged(t, dir)
+	})
+}
+
+// succeededPod is the pod of job id once the kubelet reports it
+// succeeded: the runner collects the result when the job's container
+// ended, which the kubelet may report before the pod's phase.
+func succeededPod(t *testing.T, cs kubernetes.Interface, id string) *corev1.Pod {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		pod := jobPod(t, cs, pluginNamespace, id)
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
+			return pod
+		}
+	}
 }
 
 // nodeRegistryPassword is the registry's pull credential: the agent's,
@@ -307,6 +421,14 @@ func bridgeRegistry(t *testing.T, node *kubetest.Node, gw string) string {
 // digest.
 func pushJobImage(t *testing.T, reg *pluginRegistry, host string) string {
 	t.Helper()
+	return pushJobImageOn(t, reg, host, nil)
+}
+
+// pushJobImageOn is pushJobImage with nuon's files on base (nil: none),
+// for a plugin run as a process of nuon's image that needs what base
+// holds (the zonefile plugin, a Perl script, needs perl).
+func pushJobImageOn(t *testing.T, reg *pluginRegistry, host string, base v1.Image) string {
+	t.Helper()
 	nuon, exe := nodeBinaries(t)
 	files := map[string][]byte{}
 	for p, file := range map[string]string{"bin/nuon": nuon, "bin/" + jobrun.ExecutorName: exe} {
@@ -319,6 +441,29 @@ func pushJobImage(t *testing.T, reg *pluginRegistry, host string) string {
 	img, err := kubetest.Image(files, []string{"/bin/nuon"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if base != nil {
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		on, err := mutate.AppendLayers(base, layers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bcf, err := on.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bcf = bcf.DeepCopy()
+		bcf.OS, bcf.Architecture, bcf.Config.Entrypoint, bcf.Config.User = "linux", "amd64", cf.Config.Entrypoint, cf.Config.User
+		if img, err = mutate.ConfigFile(on, bcf); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return pushImage(t, reg, host+"/nuon/job", img)
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 	corev1 "k8s.io/api/core/v1"
@@ -94,7 +96,12 @@ func cosignKeyPair(t testing.TB) (sigstoresig.SignerVerifier, []byte) {
 // with key.
 func (r *pluginRegistry) push(t testing.TB, key sigstoresig.SignerVerifier, edit func(string) string) name.Digest {
 	t.Helper()
-	dir := editedPlugin(t, zonefileDir, edit)
+	return r.pushDir(t, key, editedPlugin(t, zonefileDir, edit))
+}
+
+// pushDir releases the plugin directory dir, signed with key.
+func (r *pluginRegistry) pushDir(t testing.TB, key sigstoresig.SignerVerifier, dir string) name.Digest {
+	t.Helper()
 	img, _, err := plugin.Package(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -120,9 +127,8 @@ func (r *pluginRegistry) push(t testing.TB, key sigstoresig.SignerVerifier, edit
 // admission is Kube.AdmitPlugin as the agent wires it: plugin.Admit with
 // the install registry and the vendor's key.
 func (r *pluginRegistry) admission() PluginAdmission {
-	return func(ctx context.Context, job *schemas.Job) (schemas.PluginCapabilities, error) {
-		_, granted, err := plugin.Admit(ctx, r.c, job, r.verify)
-		return granted, err
+	return func(ctx context.Context, job *schemas.Job) (*plugin.Artifact, schemas.PluginCapabilities, error) {
+		return plugin.Admit(ctx, r.c, job, r.verify)
 	}
 }
 
@@ -153,8 +159,9 @@ type pluginCluster struct {
 	k     *Kube
 	zones string
 	log   *strings.Builder
-	// work is the agent's workdir as the image form's jobs see it
-	// (imageCluster).
+	// work is the agent's workdir as the jobs see it, through a claim
+	// (stagingVolume): the plugin jobs' directories, where their staged
+	// directories are made, are in it (jobDir).
 	work string
 }
 
@@ -168,10 +175,17 @@ func newPluginCluster(t testing.TB, reg *pluginRegistry) *pluginCluster {
 	kl := startKubelet(t, srv, pluginNamespace, nil)
 	k, log := pluginKube(t, srv, reg)
 	k.Env = []corev1.EnvVar{{Name: "NUON_ZONE_DIR", Value: zones}}
-	k.Volumes = []corev1.Volume{{Name: "nuon-state", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "nuon-agent-state"}}}}
-	k.VolumeMounts = []corev1.VolumeMount{{Name: "nuon-state", MountPath: "/var/lib/nuon"}}
-	return &pluginCluster{srv: srv, cs: cs, kl: kl, k: k, zones: zones, log: log}
+	pc := &pluginCluster{srv: srv, cs: cs, kl: kl, k: k, zones: zones, log: log, work: t.TempDir()}
+	k.Volumes, k.VolumeMounts = stagingVolume(t, cs, pluginNamespace, pc.work)
+	// The registry's pull settings, as --job-registry-secret gives them
+	// to the jobs that fetch: no pod of a vendor's plugin may get them.
+	k.RegistryVolumes = []corev1.Volume{{Name: "registry", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "registry-pull"}}}}
+	k.RegistryMounts = []corev1.VolumeMount{{Name: "registry", MountPath: "/nuon/registry", ReadOnly: true}}
+	k.RegistryEnv = []corev1.EnvVar{{Name: "NUON_REGISTRY_PASSWORD", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "registry-pull"}, Key: "password"}}}}
+	k.Command = []string{"nuon", "job", "run", "--registry-ca", "/nuon/registry/ca.crt", "--pod"}
+	k.PluginCommand = []string{"nuon", "job", "run", "--pod"}
+	return pc
 }
 
 // newPluginServer is the real API server and controller manager with
@@ -212,7 +226,7 @@ func pluginKube(t testing.TB, srv *kubetest.Server, reg *pluginRegistry) (*Kube,
 	}
 	var log strings.Builder
 	k := &Kube{Client: client, Namespace: pluginNamespace, Image: "registry.example/nuon:test", PollInterval: 100 * time.Millisecond,
-		SecretName: "nuon-secrets", AdmitPlugin: reg.admission(), PluginKey: reg.pub,
+		SecretName: "nuon-secrets", AdmitPlugin: reg.admission(), PluginArtifacts: &oci.Source{Client: reg.c},
 		Logger: slog.New(slog.NewTextHandler(&log, nil))}
 	return k, &log
 }
@@ -226,12 +240,15 @@ func pluginKube(t testing.TB, srv *kubetest.Server, reg *pluginRegistry) (*Kube,
 // checks what an attacker in the plugin would try: the pod is admitted
 // under restricted and a privileged copy of it is not; the job's
 // NetworkPolicy selects its pod and no other, lets nothing in, and lets
-// out only DNS and the registry unless the plugin is granted the network;
+// nothing out, not even DNS, unless the plugin is granted the network;
 // without secrets or cloudRole the pod has neither the install's secrets
 // nor the cloud credentials, and no Secret is made; it has no service
-// account token and not the agent's state volume; the NetworkPolicy goes
-// with the Job; and a plugin that needs more than its grants, or is signed
-// by another key, fails the job before any object of it exists.
+// account token, no registry credential and of the agent's volume only
+// the staged directory, read-only; the plugin it runs is the one the
+// agent staged, and a staged content swapped behind the agent is refused
+// before it runs; the NetworkPolicy goes with the Job; and a plugin that
+// needs more than its grants, or is signed by another key, fails the job
+// before any object of it exists.
 func TestKubePlugin(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
 		t.Skip("no perl")
@@ -256,11 +273,12 @@ func TestKubePlugin(t *testing.T) {
 	run := func(t *testing.T, job *schemas.Job) time.Duration {
 		t.Helper()
 		start := time.Now()
-		res, err := k.RunEnv(t.Context(), job, t.TempDir(), cloud)
+		res, err := k.RunEnv(t.Context(), job, pc.jobDir(job.ID), cloud)
 		if err != nil {
 			t.Fatalf("RunEnv: %v\n%s\n%s", err, kl.log(KubeName(job.ID)), runnerLog.String())
 		}
 		took := time.Since(start)
+		checkUnstaged(t, pc.jobDir(job.ID))
 		if !res.Changed {
 			t.Errorf("not changed: %+v", res)
 		}
@@ -347,13 +365,17 @@ func TestKubePlugin(t *testing.T) {
 			if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.Ingress) != 0 {
 				t.Errorf("%s: ingress is not denied: %v %+v", tt.job.ID, np.Spec.PolicyTypes, np.Spec.Ingress)
 			}
+			if !tt.network {
+				// Not even DNS: the pod pulls nothing.
+				checkDeniesAll(t, np)
+			}
 			for _, c := range []struct {
 				what string
 				addr netip.Addr
 				port int32
 				want bool
 			}{
-				{"the install registry", registry.Addr(), int32(registry.Port()), true},
+				{"the install registry", registry.Addr(), int32(registry.Port()), tt.network},
 				{"the install registry on another port", registry.Addr(), 22, tt.network},
 				{"an address outside", netip.MustParseAddr("203.0.113.7"), 443, tt.network},
 				{"a resolver outside", netip.MustParseAddr("8.8.8.8"), 53, tt.network},
@@ -367,31 +389,50 @@ func TestKubePlugin(t *testing.T) {
 		}
 	})
 
-	t.Run("no secrets, no cloud credentials, no token, no shared state unless granted", func(t *testing.T) {
+	t.Run("no secrets, no cloud credentials, no token, no registry, no shared state unless granted", func(t *testing.T) {
 		pod := jobPod(t, cs, ns, restricted.ID)
-		if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
-			t.Error("the plugin job's pod mounts its service account's token")
+		if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) || ptr.Deref(pod.Spec.EnableServiceLinks, true) {
+			t.Error("the plugin job's pod mounts its service account's token, or has the Services' addresses")
 		}
+		// The staged directory alone, read-only, by subPath: the only
+		// claim, the only mount of the agent's volume.
+		rel, _ := filepath.Rel(pc.work, StagedDir(pc.jobDir(restricted.ID)))
+		c := pod.Spec.Containers[0]
 		for _, v := range pod.Spec.Volumes {
-			if v.Secret != nil || v.Projected != nil || v.PersistentVolumeClaim != nil {
+			if v.Secret != nil || v.Projected != nil || (v.PersistentVolumeClaim != nil && v.Name != "nuon-work") {
 				t.Errorf("the plugin job's pod has volume %s: %+v", v.Name, v.VolumeSource)
 			}
 		}
-		c := pod.Spec.Containers[0]
+		for _, m := range c.VolumeMounts {
+			if m.Name == "nuon-work" && (m.MountPath != PodPluginIn || m.SubPath != rel || !m.ReadOnly) {
+				t.Errorf("the plugin job's pod mounts the agent's volume as %+v; want %s alone, read-only, at %s", m, rel, PodPluginIn)
+			}
+			if m.Name == "registry" {
+				t.Errorf("the plugin job's pod mounts the registry's Secret at %s", m.MountPath)
+			}
+		}
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == PodPluginIn }) {
+			t.Errorf("the pod does not mount the staged directory: %+v", c.VolumeMounts)
+		}
 		if len(c.EnvFrom) != 0 {
 			t.Errorf("the plugin job's pod takes its environment from %+v", c.EnvFrom)
 		}
 		for _, e := range c.Env {
-			if e.ValueFrom != nil {
-				t.Errorf("the plugin job's pod takes %s from %+v", e.Name, e.ValueFrom)
+			if e.ValueFrom != nil || strings.HasPrefix(e.Name, "NUON_REGISTRY") {
+				t.Errorf("the plugin job's pod has %s (%+v)", e.Name, e.ValueFrom)
 			}
 		}
 		sel := LabelJob + "=" + idHash(restricted.ID)
 		if secrets, err := cs.CoreV1().Secrets(ns).List(t.Context(), metav1.ListOptions{LabelSelector: sel}); err != nil || len(secrets.Items) != 0 {
 			t.Errorf("the plugin job not granted cloudRole has Secrets: %v %v", err, secrets)
 		}
-		if !slices.Contains(c.Command, "--plugin-shared-network") || !slices.Contains(c.Command, podPluginKeyFile) {
-			t.Errorf("the pod's command %v", c.Command)
+		want := []string{"nuon", "job", "run", "--pod", "--plugin-staged", PodPluginIn, "--plugin-shared-network", podManifestFile}
+		if !slices.Equal(c.Command, want) {
+			t.Errorf("the pod's command %v, want %v (no registry flag, no key)", c.Command, want)
+		}
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(t.Context(), KubeName(restricted.ID), metav1.GetOptions{})
+		if err != nil || len(cm.Data) != 1 {
+			t.Errorf("the job's ConfigMap: %v %v; want the manifest alone", err, cm.Data)
 		}
 
 		// Granted: the install's secrets, and the cloud credentials in
@@ -427,7 +468,7 @@ func TestKubePlugin(t *testing.T) {
 			}(), plugin.ErrNotPinned, "is not pinned by its digest"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				_, err := k.RunEnv(t.Context(), tt.job, t.TempDir(), cloud)
+				_, err := k.RunEnv(t.Context(), tt.job, pc.jobDir(tt.job.ID), cloud)
 				if err == nil || !errors.Is(err, ErrJobFailed) || !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("RunEnv = %v; want %v and %v saying %q", err, ErrJobFailed, tt.is, tt.want)
 				}
@@ -442,6 +483,66 @@ func TestKubePlugin(t *testing.T) {
 				}
 			})
 		}
+	})
+
+	t.Run("a staged plugin swapped is refused before it runs", func(t *testing.T) {
+		// Another release of zonefile by the same vendor, whose
+		// executable only leaves a mark: what one who can write the
+		// agent's volume would swap in for the staged content.
+		evilDir := editedPlugin(t, zonefileDir, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.9"`, 1) })
+		if err := os.WriteFile(filepath.Join(evilDir, "zonefile"), []byte("#!/bin/sh\ntouch \"$NUON_ZONE_DIR/evil-ran\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		evilRef := reg.pushDir(t, reg.vendor, evilDir)
+		evil, _, err := plugin.Admit(t.Context(), reg.c, pluginJob("evil", evilRef, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}), reg.verify)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evilIn := t.TempDir()
+		if err := evil.Stage(t.Context(), evilIn); err != nil {
+			t.Fatal(err)
+		}
+		evilLayer := stagedLayer(t, evilIn, evilRef)
+
+		job := pluginJob("dns-g1-update-swapped", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		job.Artifacts = append(job.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("1", 64)).String(),
+			Digest: "sha256:" + strings.Repeat("1", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		swapped := *k
+		// The job's other artifact is extracted after the plugin is
+		// staged: then the staged content is swapped for the other
+		// release's.
+		swapped.PluginArtifacts = swapSource(func(dir string) error {
+			in := filepath.Dir(filepath.Dir(dir))
+			b, err := os.ReadFile(filepath.Join(evilIn, plugin.StagedPluginBlobs, evilLayer))
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(in, plugin.StagedPluginBlobs, stagedLayer(t, in, zonefile)), b, 0o644)
+		})
+		_, err = swapped.RunEnv(t.Context(), job, pc.jobDir(job.ID), nil)
+		if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), plugin.ErrStagedDigest.Error()) {
+			t.Fatalf("RunEnv = %v; want %v: %v\n%s", err, ErrJobFailed, plugin.ErrStagedDigest, kl.log(KubeName(job.ID)))
+		}
+		if _, err := os.Stat(filepath.Join(zones, "evil-ran")); err == nil {
+			t.Error("the swapped executable ran")
+		}
+		if jobObjects(t, pc, job.ID) == 0 {
+			t.Error("no object of the job: the pod never saw the swap, and the test proves nothing")
+		}
+		checkUnstaged(t, pc.jobDir(job.ID))
+	})
+
+	t.Run("a staging that fails leaves nothing", func(t *testing.T) {
+		missing := pluginJob("dns-g1-update-missing", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		missing.Artifacts = append(missing.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("0", 64)).String(),
+			Digest: "sha256:" + strings.Repeat("0", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		if _, err := k.RunEnv(t.Context(), missing, pc.jobDir(missing.ID), nil); !errors.Is(err, ErrJobFailed) {
+			t.Errorf("RunEnv = %v; want it failed", err)
+		}
+		if n := jobObjects(t, pc, missing.ID); n != 0 {
+			t.Errorf("a job whose staging failed left %d objects", n)
+		}
+		checkUnstaged(t, pc.jobDir(missing.ID))
 	})
 
 	t.Run("objects per job", func(t *testing.T) {
@@ -472,7 +573,7 @@ func TestKubePlugin(t *testing.T) {
 
 	t.Run("a rerun gets a NetworkPolicy of its own", func(t *testing.T) {
 		old := jobNetworkPolicy(t, cs, ns, granted.ID)
-		if res, err := k.RunEnv(t.Context(), granted, t.TempDir(), cloud); err != nil || res.Changed {
+		if res, err := k.RunEnv(t.Context(), granted, pc.jobDir(granted.ID), cloud); err != nil || res.Changed {
 			t.Fatalf("rerun = %+v, %v; want nothing changed", res, err)
 		}
 		kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(granted.ID), metav1.GetOptions{})
@@ -482,6 +583,60 @@ func TestKubePlugin(t *testing.T) {
 		awaitGone(t, cs, ns, old.Name)
 		if np := jobNetworkPolicy(t, cs, ns, granted.ID); np.OwnerReferences[0].UID != kj.UID || np.Name == old.Name {
 			t.Errorf("the rerun's NetworkPolicy %s is owned by %s, want a new one owned by the Job %s", np.Name, np.OwnerReferences[0].UID, kj.UID)
+		}
+	})
+
+	t.Run("collected when its container succeeded, rerun at once", func(t *testing.T) {
+		// The runner reads the result once the pod's job container
+		// ended with exit 0, maybe before the Job controller marks the
+		// Job complete; a rerun straight after deletes that Job as a
+		// finished one, where it would otherwise refuse it as active;
+		// and the Job the runner returned from completes all the same.
+		job := pluginJob("dns-g1-update-at-once", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		var uids []string
+		for i := range 3 {
+			res, err := k.RunEnv(t.Context(), job, pc.jobDir(job.ID), nil)
+			if err != nil || res.Outputs["records"] != float64(1) {
+				t.Fatalf("run %d: %+v, %v\n%s", i, res, err, kl.log(KubeName(job.ID)))
+			}
+			kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(job.ID), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, done := finished(kj)
+			t.Logf("run %d collected; its Job complete then: %v", i, done)
+			uids = append(uids, string(kj.UID))
+		}
+		if uids[0] == uids[1] || uids[1] == uids[2] {
+			t.Errorf("the reruns' Jobs %v: a rerun returned an earlier run's Job", uids)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(job.ID), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, done := finished(kj); done {
+				if !ok || kj.Spec.TTLSecondsAfterFinished == nil {
+					t.Errorf("the Job ended %+v, ttl %v", kj.Status.Conditions, kj.Spec.TTLSecondsAfterFinished)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the Job never completed: %+v", kj.Status)
+			}
+		}
+		// A failure still waits for the Job's own conditions.
+		fails := pluginJob("dns-g1-update-at-once-fails", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
+		fails.Inputs = map[string]any{"zone": "not a zone!", "records": "none"}
+		if _, err := k.RunEnv(t.Context(), fails, pc.jobDir(fails.ID), nil); !errors.Is(err, ErrJobFailed) {
+			t.Fatalf("RunEnv = %v; want it failed", err)
+		}
+		kj, err := cs.BatchV1().Jobs(ns).Get(t.Context(), KubeName(fails.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, done := finished(kj); !done {
+			t.Errorf("a failed job collected before its Job ended: %+v", kj.Status)
 		}
 	})
 
@@ -588,7 +743,7 @@ func BenchmarkKubePluginJob(b *testing.B) {
 	for i := range b.N {
 		job := pluginJob("dns-g1-update-bench-"+strconv.Itoa(i), ref, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
 		start := time.Now()
-		if _, err := pc.k.RunEnv(ctx, job, b.TempDir(), []string{"AWS_SECRET_ACCESS_KEY=withheld"}); err != nil {
+		if _, err := pc.k.RunEnv(ctx, job, pc.jobDir(job.ID), []string{"AWS_SECRET_ACCESS_KEY=withheld"}); err != nil {
 			b.Fatalf("RunEnv: %v\n%s", err, pc.kl.log(KubeName(job.ID)))
 		}
 		end := time.Now()
@@ -629,4 +784,31 @@ func editedPlugin(t testing.TB, dir string, edit func(string) string) string {
 		t.Fatal(err)
 	}
 	return tmp
+}
+
+// swapSource is an artifact source whose extraction of any artifact into
+// dir writes an empty directory and then runs swap: the stand-in for one
+// who changes the staged directory behind the agent.
+type swapSource func(dir string) error
+
+func (s swapSource) Extract(_ context.Context, _ schemas.Artifact, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return s(dir)
+}
+
+// stagedLayer is the hex digest of the content layer of the plugin
+// artifact ref staged in the directory in.
+func stagedLayer(t testing.TB, in string, ref name.Digest) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(in, plugin.StagedPluginBlobs, ref.DigestStr()[len("sha256:"):]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Layers[0].Digest.Hex
 }

@@ -19,7 +19,7 @@ import (
 // when there is no such Job (never created, or deleted before it
 // finished). It gives up with ctx's error if ctx ends first; the Job is
 // then left running. Once the run has an outcome, or never ran, its
-// staged directory (the image form's, StagedDir) is removed.
+// staged directory (a vendor's plugin's, StagedDir) is removed.
 func (k *Kube) Recover(ctx context.Context, dir string) (*schemas.JobResult, error) {
 	job, err := readManifest(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -26,7 +26,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -103,16 +102,16 @@ type kubeRun struct {
 	env    map[string][]byte
 	secret string
 	// granted is what a vendor's plugin is granted (admitPlugin); nil
-	// for other jobs. egress is what its pod needs for itself without
-	// the network.
+	// for other jobs.
 	granted *schemas.PluginCapabilities
-	egress  []networkingv1.NetworkPolicyEgressRule
 	// image is the plugin's container image, admitted, in the image
-	// form; nil otherwise. form is what its pod mounts, once staged
-	// (stage); staged says a staged directory may exist, to remove.
-	image  *plugin.Image
-	form   *imageForm
-	staged bool
+	// form; artifact the plugin's artifact, admitted, in the process
+	// form. form is what its pod mounts, once staged (stage); staged
+	// says a staged directory may exist, to remove.
+	image    *plugin.Image
+	artifact *plugin.Artifact
+	form     *stagedForm
+	staged   bool
 }
 
 // envName is what a Secret key and an environment variable may be named.
@@ -181,7 +180,7 @@ func (r *kubeRun) clearFinished(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, done := finished(old); !done && !ptr.Deref(old.Spec.Suspend, false) {
+	if _, done := finished(old); !done && !ptr.Deref(old.Spec.Suspend, false) && !r.succeeded(ctx, old) {
 		return fmt.Errorf("%w: Kubernetes Job %s/%s is still active", ErrRunning, r.k.Namespace, r.name)
 	}
 	// A suspended Job never started: its run stopped before its Secret
@@ -265,7 +264,7 @@ func (r *kubeRun) start(ctx context.Context, created *batchv1.Job, owner metav1.
 		// run of the job may wait for the collector still.
 		var suffix [4]byte
 		_, _ = rand.Read(suffix[:])
-		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted, r.form != nil, r.egress)
+		np := r.k.networkPolicy(r.name+"-net-"+hex.EncodeToString(suffix[:]), created, owner, r.granted)
 		if err := api.createNetworkPolicy(ctx, np); err != nil {
 			return fmt.Errorf("networkpolicy %s: %w", np.Name, err)
 		}
@@ -312,7 +311,7 @@ func (r *kubeRun) createEnvSecret(ctx context.Context, created *batchv1.Job, own
 // the job's own Secret (RunEnv's), whose keys become its container's
 // environment. granted, for a job of a vendor's plugin, narrows its pod
 // to what the plugin is granted.
-func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, form *imageForm) (*corev1.ConfigMap, *batchv1.Job, error) {
+func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted *schemas.PluginCapabilities, form *stagedForm) (*corev1.ConfigMap, *batchv1.Job, error) {
 	pod := *job
 	pod.ResultFile = PodResultFile
 	manifest, err := json.MarshalIndent(&pod, "", "  ")
@@ -332,9 +331,6 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 		Annotations: map[string]string{AnnotationJobID: job.ID},
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{ManifestFile: string(manifest) + "\n"}}
-	if granted != nil {
-		cm.Data[PluginKeyFile] = string(k.PluginKey)
-	}
 
 	timeout, _ := time.ParseDuration(job.Timeout)
 	deadline := int64(math.Ceil((timeout + k.timeoutMargin()).Seconds()))
@@ -357,7 +353,8 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 	volumes = append(volumes, k.Volumes...)
 	mounts = append(mounts, k.VolumeMounts...)
 	// The job's container fetches its artifacts: the registry's pull
-	// settings (the image form moves them to its prepare container).
+	// settings (a vendor's plugin's pod, which fetches nothing, drops
+	// them).
 	volumes = append(volumes, k.RegistryVolumes...)
 	mounts = append(mounts, k.RegistryMounts...)
 	var envFrom []corev1.EnvFromSource
@@ -411,10 +408,12 @@ func (k *Kube) objects(job *schemas.Job, name, staleLock, secret string, granted
 		},
 	}
 	switch {
-	case granted != nil && form != nil:
+	case granted != nil && form == nil:
+		return nil, nil, fmt.Errorf("plugin %s: nothing staged for its pod", job.Plugin)
+	case granted != nil && form.image != nil:
 		k.imagePod(&kj.Spec.Template.Spec, job, granted, form, secret)
 	case granted != nil:
-		k.pluginPod(&kj.Spec.Template.Spec, job, granted)
+		k.pluginPod(&kj.Spec.Template.Spec, job, granted, form)
 	}
 	return cm, kj, nil
 }
@@ -445,9 +444,10 @@ func failure(j *batchv1.Job) (reason, message string) {
 	return "", ""
 }
 
-// wait polls the Job until it finished, ctx ended, or it overran its
-// deadline by a margin Kubernetes should have enforced itself; in the last
-// two cases it deletes the Job.
+// wait polls the Job until it finished or its pod's job container
+// succeeded (succeeded), ctx ended, or it overran its deadline by a margin
+// Kubernetes should have enforced itself; in the last two cases it
+// deletes the Job.
 func (r *kubeRun) wait(ctx context.Context) {
 	start := time.Now()
 	if r.obj != nil && !r.obj.CreationTimestamp.IsZero() {
@@ -464,7 +464,7 @@ func (r *kubeRun) wait(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.obj, failures = j, 0
-			if _, done := finished(j); done {
+			if _, done := finished(j); done || r.succeeded(ctx, j) {
 				return
 			}
 		case apierrors.IsNotFound(err):
@@ -497,6 +497,31 @@ func (r *kubeRun) wait(ctx context.Context) {
 		cancel()
 		return
 	}
+}
+
+// succeeded reports whether a pod of the Job j (owned by it: a pod of an
+// earlier Job of the same name may linger) has its job container ended
+// with exit 0. The Job's outcome is then final (backoffLimit 0,
+// restartPolicy Never) and its result written, though the Job controller
+// may take another second or two to mark it complete: the runner
+// collects it without waiting for that. A failure is left to the Job's
+// conditions, which say why (its deadline, say).
+func (r *kubeRun) succeeded(ctx context.Context, j *batchv1.Job) bool {
+	pods, err := r.k.api().listPods(ctx, labelJobName+"="+j.Name)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods.Items {
+		if !slices.ContainsFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == j.UID }) {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == jobContainer && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // delete deletes the Job, its pods and its ConfigMap.

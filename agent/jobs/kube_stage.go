@@ -18,20 +18,22 @@ import (
 	"nuon.dev/nuon/reconciler"
 )
 
-// In the image form the agent, not the pod, does what needs the install
-// registry: it writes the plugin's request and extracts the job's
-// artifacts (plugin.Process.Prepare) into the run's staged directory,
-// StagedDir of the job's directory, on the volume of Kube.VolumeMounts
-// that holds it (the agent's workdir, --job-state-claim), and the pod
-// mounts that directory alone, read-only, by subPath. No container of the
-// pod then needs the network for nuon's own sake.
+// The agent, not the pod, does what needs the install registry for a
+// job of a vendor's plugin, in either form: it extracts the job's
+// artifacts into the run's staged directory, StagedDir of the job's
+// directory, on the volume of Kube.VolumeMounts that holds it (the
+// agent's workdir, --job-state-claim), and writes there the plugin's
+// request (the image form: plugin.Process.Prepare) or the plugin's
+// artifact as it verified it (the process form: plugin.Artifact.Stage).
+// The pod mounts that directory alone, read-only, by subPath. No
+// container of the pod then needs the network for nuon's own sake.
 
-// StagedDir is the image form's staged directory of the job whose
-// directory is dir: the exchange's in directory, as the pod mounts it.
+// StagedDir is the staged directory of the job of a vendor's plugin
+// whose directory is dir, as the pod mounts it at PodPluginIn.
 func StagedDir(dir string) string { return filepath.Join(dir, "plugin-in") }
 
-// ErrNoStagingVolume means the image form has no volume shared with the
-// agent to stage a plugin's request on.
+// ErrNoStagingVolume means a job of a vendor's plugin has no volume
+// shared with the agent to stage what it reads on.
 var ErrNoStagingVolume = errors.New("no volume shared with the jobs to stage the plugin's request on (nuon agent --job-state-claim)")
 
 // stagedMount is the mount of the directory staged alone, through the
@@ -75,24 +77,29 @@ func (k *Kube) stagedMount(staged string) (corev1.VolumeMount, corev1.Volume, er
 	return mount, k.Volumes[i], nil
 }
 
-// stage writes, for a job of the image form, the plugin's request and the
-// job's artifacts into the run's staged directory (StagedDir), made
-// afresh, readable by the plugin's user, and keeps its mount for the pod.
-// It runs once nothing of an earlier run of the job is active
-// (clearFinished). A failure removes what it wrote and fails the job
-// before any object of it exists.
+// stage writes, for a job of a vendor's plugin, what its pod reads into
+// the run's staged directory (StagedDir), made afresh, readable by the
+// plugin's user, and keeps its mount for the pod: the job's artifacts,
+// and the plugin's request (the image form) or the plugin's artifact, as
+// admitted (the process form). It runs once nothing of an earlier run of
+// the job is active (clearFinished). A failure removes what it wrote and
+// fails the job before any object of it exists.
 func (r *kubeRun) stage(ctx context.Context) error {
-	if r.image == nil {
+	if r.granted == nil {
 		return nil
 	}
 	k := r.k
+	form := "process form"
+	if r.image != nil {
+		form = "image form"
+	}
 	if k.PluginArtifacts == nil {
-		return fmt.Errorf("%w: plugin %s in its image form: the runner has no Kube.PluginArtifacts to stage the job's artifacts from", ErrJobFailed, r.job.Plugin)
+		return fmt.Errorf("%w: plugin %s in its %s: the runner has no Kube.PluginArtifacts to stage the job's artifacts from", ErrJobFailed, r.job.Plugin, form)
 	}
 	// The job's directory first: nothing is removed or written through
 	// a link.
 	if _, _, err := k.stagedMount(r.dir); err != nil {
-		return fmt.Errorf("%w: plugin %s in its image form: %w", ErrJobFailed, r.job.Plugin, err)
+		return fmt.Errorf("%w: plugin %s in its %s: %w", ErrJobFailed, r.job.Plugin, form, err)
 	}
 	staged := StagedDir(r.dir)
 	r.staged = true
@@ -104,14 +111,22 @@ func (r *kubeRun) stage(ctx context.Context) error {
 	}
 	mount, vol, err := k.stagedMount(staged)
 	if err != nil {
-		return fmt.Errorf("%w: plugin %s in its image form: %w", ErrJobFailed, r.job.Plugin, err)
+		return fmt.Errorf("%w: plugin %s in its %s: %w", ErrJobFailed, r.job.Plugin, form, err)
 	}
-	p := &plugin.Process{Manifest: &r.image.Manifest, Granted: *r.granted}
 	env := reconciler.Env{StateDir: PodPluginState, Artifacts: k.PluginArtifacts, Log: &logWriter{r.logger}}
 	// The job as the pod's manifest has it: its result file in the pod.
 	job := r.job
 	job.ResultFile = PodResultFile
-	if err := p.Prepare(ctx, &job, env, staged, PluginContainerPaths); err != nil {
+	if r.image != nil {
+		p := &plugin.Process{Manifest: &r.image.Manifest, Granted: *r.granted}
+		err = p.Prepare(ctx, &job, env, staged, PluginContainerPaths)
+	} else {
+		p := &plugin.Process{Manifest: &r.artifact.Manifest, Granted: *r.granted}
+		if err = r.artifact.Stage(ctx, staged); err == nil {
+			err = p.Stage(ctx, &job, env, staged)
+		}
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped, not failed: the job runs again.
 			return fmt.Errorf("stage plugin %s: %w", r.job.Plugin, ctx.Err())
@@ -122,14 +137,15 @@ func (r *kubeRun) stage(ctx context.Context) error {
 		return err
 	}
 	mount.MountPath, mount.ReadOnly = PodPluginIn, true
-	r.form = &imageForm{image: r.image, in: mount, volume: vol}
-	r.logger.Info("plugin request staged", "dir", staged, "sub_path", mount.SubPath)
+	r.form = &stagedForm{image: r.image, in: mount, volume: vol}
+	r.logger.Info("plugin job staged", "form", form, "dir", staged, "sub_path", mount.SubPath)
 	return nil
 }
 
-// imageForm is what the image form's pod takes from its run: the
-// admitted image, and the staged directory's mount and volume.
-type imageForm struct {
+// stagedForm is what the pod of a job of a vendor's plugin takes from its
+// run: the staged directory's mount and volume, and the admitted image
+// in the image form (nil in the process form).
+type stagedForm struct {
 	image  *plugin.Image
 	in     corev1.VolumeMount
 	volume corev1.Volume

@@ -41,7 +41,7 @@ import (
 // those of a non-root user).
 const (
 	envContainer = "NUON_JOBS_TEST_CONTAINER"
-	// envExecutor names the plugin executor the prepare container copies.
+	// envExecutor names the plugin executor the executor container copies.
 	envExecutor = "NUON_JOBS_TEST_EXECUTOR"
 )
 

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -28,7 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"nuon.dev/nuon/internal/kubetest"
-	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/reconciler"
@@ -49,28 +47,42 @@ const (
 // takes the termination message from the result file instead.
 //
 // A job of a vendor's plugin (its manifest has grants) runs the plugin its
-// manifest pins, as `nuon job run --plugin-key KEY [--plugin-shared-network]`
-// does: plugin.Pinned, from the registry, verified with KEY.
+// manifest pins from what the agent staged, as `nuon job run
+// --plugin-staged DIR [--plugin-shared-network]` does: plugin.Staged,
+// with no registry; or, in the image form, reads the plugin's answer
+// (--plugin-exchange-in).
 func podProcess() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	manifest := os.Args[len(os.Args)-1]
 	plugins := map[string]reconciler.Plugin{schemas.TypeTerraform: &terraform.Plugin{}}
 	if b, err := os.ReadFile(manifest); err == nil {
-		if job, err := plugin.DecodeJob(manifest, b); err == nil && job.Grants != nil && argAfter("--plugin-exchange-in") != "" {
+		job, err := plugin.DecodeJob(manifest, b)
+		switch {
+		case err != nil || job.Grants == nil:
+		case argAfter("--plugin-exchange-in") != "":
 			if q, err := plugin.Exchanged(argAfter("--plugin-exchange-in"), argAfter("--plugin-exchange-out")); err != nil {
 				plugins[job.Plugin] = refused{err}
 			} else {
 				plugins[job.Plugin] = q
 			}
-		} else if err == nil && job.Grants != nil {
-			p, dir, err := pinnedPlugin(ctx, job)
+		case argAfter("--plugin-staged") != "":
+			dir, err := os.MkdirTemp("", "nuon-plugins-")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "nuon:", err)
 				return 1
 			}
 			defer os.RemoveAll(dir)
+			p, err := plugin.Staged(ctx, job, argAfter("--plugin-staged"), filepath.Join(dir, "plugin"))
+			if err != nil {
+				plugins[job.Plugin] = refused{err}
+				break
+			}
+			p.Runner.SharedNetwork = slices.Contains(os.Args, "--plugin-shared-network")
 			plugins[job.Plugin] = p
+		default:
+			fmt.Fprintln(os.Stderr, "nuon: a vendor's plugin's job without --plugin-staged or --plugin-exchange-in")
+			return 1
 		}
 	}
 	if err := jobrun.Main(ctx, manifest, plugins, dirModules(os.Getenv(envModules)), os.Stdout); err != nil {
@@ -89,34 +101,6 @@ func (r refused) Apply(context.Context, *schemas.Job, reconciler.Env) (*schemas.
 }
 
 func (r refused) Destroy(context.Context, *schemas.Job, reconciler.Env) error { return r.err }
-
-// pinnedPlugin is the plugin a job of a vendor's plugin pins, fetched from
-// the registry and verified with the key --plugin-key names.
-func pinnedPlugin(ctx context.Context, job *schemas.Job) (*plugin.Process, string, error) {
-	i := slices.Index(os.Args, "--plugin-key")
-	if i < 0 || i+1 >= len(os.Args) {
-		return nil, "", errors.New("no --plugin-key")
-	}
-	v, err := oci.LoadPublicKey(os.Args[i+1])
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := oci.NewClient(oci.WithKeychain(nil))
-	if err != nil {
-		return nil, "", err
-	}
-	dir, err := os.MkdirTemp("", "nuon-plugins-")
-	if err != nil {
-		return nil, "", err
-	}
-	p, err := plugin.Pinned(ctx, c, job, v, filepath.Join(dir, "pinned"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, "", err
-	}
-	p.Runner.SharedNetwork = slices.Contains(os.Args, "--plugin-shared-network")
-	return p, dir, nil
-}
 
 // dirModules serves each artifact from the folder of dirModules named as
 // the last element of its repository.

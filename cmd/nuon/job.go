@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"nuon.dev/nuon/cmd/internal/cli"
 
 	"github.com/spf13/cobra"
@@ -90,9 +89,6 @@ before the plugin runs.`,
 			}
 			ps := plugins(kubeconfig, tfConfig)
 			cleanup, err := procs.run(cmd.Context(), ps, kubeconfig, tfConfig, &reg, args[0])
-			if errors.Is(err, errPrepared) {
-				return nil
-			}
 			if err != nil {
 				return err
 			}

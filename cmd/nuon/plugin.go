@@ -22,7 +22,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"nuon.dev/nuon/agent/jobs"
 	"nuon.dev/nuon/builder"
 	"nuon.dev/nuon/cmd/internal/cli"
 	"nuon.dev/nuon/internal/gitobj"
@@ -30,7 +29,6 @@ import (
 	"nuon.dev/nuon/internal/oci"
 	"nuon.dev/nuon/internal/signature"
 	"nuon.dev/nuon/internal/toolcache"
-	"nuon.dev/nuon/jobrun"
 	"nuon.dev/nuon/plugin"
 	"nuon.dev/nuon/plugin/plugintest"
 	"nuon.dev/nuon/reconciler"
@@ -480,17 +478,12 @@ type processPlugins struct {
 	artifacts []string
 	key       string
 	shared    bool
-	// The image form's steps in a job's pod (agent/jobs, "Plugin
-	// images"): prepare the request into prepareIn and copy the executor
-	// into prepareBin; or read the plugin container's answer from
-	// exchangeIn and exchangeOut.
-	prepareIn, prepareBin, executor string
-	exchangeIn, exchangeOut         string
+	// In a vendor's plugin's job's pod (agent/jobs, "Plugin jobs"): run
+	// the plugin the agent staged in staged; or, in the image form, read
+	// the plugin container's answer from exchangeIn and exchangeOut.
+	staged                  string
+	exchangeIn, exchangeOut string
 }
-
-// errPrepared: the image form's first step is done; the job runs no
-// plugin in this process.
-var errPrepared = errors.New("plugin request prepared")
 
 // envProcessPlugins is the default of --plugin-process, so that an agent
 // whose environment sets it runs every job's plugins that way.
@@ -505,10 +498,8 @@ func (p *processPlugins) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&p.artifacts, "plugin-artifact", nil, "run plugin NAME from its released artifact, pinned by digest (NAME=REPO@sha256:…), fetched only when --plugin-key verifies its signature (repeatable)")
 	f.StringVar(&p.key, "plugin-key", "", "the vendor's cosign public key that --plugin-artifact's signatures must verify with")
 	f.BoolVar(&p.shared, "plugin-shared-network", false, "run plugins not granted the network in the job's network all the same, where network namespaces are not allowed (default: a namespace of their own, with nothing in it)")
-	f.StringVar(&p.prepareIn, "plugin-prepare", "", "in a Kubernetes job's pod, the image form's first step: verify the plugin image the manifest pins with --plugin-key, write its request into this directory and exit, running no plugin")
-	f.StringVar(&p.prepareBin, "plugin-executor-to", "", "with --plugin-prepare: the directory to copy the plugin executor into, which the plugin's container runs it from")
-	f.StringVar(&p.executor, "plugin-executor", "", "with --plugin-prepare: the plugin executor to copy (default: "+jobrun.ExecutorName+" beside this binary)")
-	f.StringVar(&p.exchangeIn, "plugin-exchange-in", "", "in a Kubernetes job's pod, the image form's last step: the directory --plugin-prepare wrote; the job's plugin answers from --plugin-exchange-out")
+	f.StringVar(&p.staged, "plugin-staged", "", "in a Kubernetes job's pod: run the plugin the manifest pins from this directory, where the agent staged its artifact and the job's artifacts, reading no registry; the plugin runs only if the staged artifact hashes to the digest the manifest pins")
+	f.StringVar(&p.exchangeIn, "plugin-exchange-in", "", "in a Kubernetes job's pod, the image form's last step: the directory the agent staged the plugin's request in; the job's plugin answers from --plugin-exchange-out")
 	f.StringVar(&p.exchangeOut, "plugin-exchange-out", "", "with --plugin-exchange-in: the directory the plugin's container wrote its response into")
 	f.StringArrayVar(&p.grants, "plugin-grant", nil, "capabilities granted to an executable plugin: NAME=network,secrets,cloudRole,writableState,env:VAR (repeatable); a built-in gets what it needs")
 }
@@ -619,8 +610,6 @@ func (p *processPlugins) applyFetch(ctx context.Context, ps map[string]reconcile
 func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugin, kubeconfig, tfConfig string, reg *cli.RegistryOptions, manifestPath string) (func(), error) {
 	job := pinnedJob(manifestPath)
 	switch {
-	case p.prepareIn != "":
-		return nil, p.prepare(ctx, reg, manifestPath)
 	case p.exchangeIn != "" && job != nil:
 		if q, err := plugin.Exchanged(p.exchangeIn, p.exchangeOut); err != nil {
 			ps[job.Plugin] = refusedPlugin{err}
@@ -628,6 +617,19 @@ func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugi
 			ps[job.Plugin] = q
 		}
 		return func() {}, nil
+	case p.staged != "" && job != nil:
+		dir, err := os.MkdirTemp("", "nuon-plugins-")
+		if err != nil {
+			return nil, err
+		}
+		q, err := plugin.Staged(ctx, job, p.staged, filepath.Join(dir, "plugin"))
+		if err != nil {
+			ps[job.Plugin] = refusedPlugin{err}
+		} else {
+			q.Runner.SharedNetwork = p.shared
+			ps[job.Plugin] = q
+		}
+		return func() { os.RemoveAll(dir) }, nil
 	}
 	if len(p.artifacts) == 0 && job == nil {
 		return func() {}, p.apply(ps, kubeconfig, tfConfig)
@@ -649,40 +651,6 @@ func (p *processPlugins) run(ctx context.Context, ps map[string]reconciler.Plugi
 		ps[job.Plugin] = p.pinned(ctx, c, job, filepath.Join(dir, "pinned"))
 	}
 	return cleanup, nil
-}
-
-// prepare is the image form's first step: jobrun.PreparePlugin through
-// the job's registry options, then errPrepared.
-func (p *processPlugins) prepare(ctx context.Context, reg *cli.RegistryOptions, manifestPath string) error {
-	if p.key == "" || p.prepareBin == "" {
-		return errors.New("--plugin-prepare needs --plugin-key and --plugin-executor-to")
-	}
-	v, err := oci.LoadPublicKey(p.key)
-	if err != nil {
-		return err
-	}
-	c, _, err := reg.Client()
-	if err != nil {
-		return err
-	}
-	src, err := reg.ArtifactSource("")
-	if err != nil {
-		return err
-	}
-	exe := p.executor
-	if exe == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		exe = filepath.Join(filepath.Dir(self), jobrun.ExecutorName)
-	}
-	err = jobrun.PreparePlugin(ctx, jobrun.PrepareOptions{Manifest: manifestPath, Client: c, Key: v, Artifacts: src,
-		In: p.prepareIn, Paths: jobs.PluginContainerPaths, Executor: exe, Bin: p.prepareBin}, os.Stderr)
-	if err != nil {
-		return err
-	}
-	return errPrepared
 }
 
 // pinnedJob is the job at path when it is a job of a vendor's plugin

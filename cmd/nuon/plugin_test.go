@@ -304,11 +304,9 @@ func TestPluginReleaseImageE2E(t *testing.T) {
 	}
 	release(1, "--image-base", host+"/base/perl:latest") // a base by tag: refused
 
-	// The image form's steps in a job's pod, through this binary: prepare
-	// (verify the pinned image, write the request, copy the executor),
-	// the plugin's container (here the script run on this machine's perl
-	// on the request), and the answer read into the job's result.
-	steps := func(t *testing.T, imageDigest string, code int) (*schemas.JobResult, string) {
+	// A job of the plugin's release, pinning its image (imageDigest) or
+	// not, as the renderer writes it, in a directory of its own.
+	jobOf := func(t *testing.T, imageDigest string) (*schemas.Job, string) {
 		data, err := os.ReadFile(filepath.Join(repoRoot(), "fixtures", "plugins", "zonefile", "job.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -321,37 +319,18 @@ func TestPluginReleaseImageE2E(t *testing.T) {
 		job.StateDir, job.ResultFile, job.Debug = filepath.Join(dir, "state"), filepath.Join(dir, "result.json"), nil
 		art, _ := name.NewDigest(rel.Ref)
 		job.Grants = &schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}
-		job.Artifacts = []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: art.String(), Digest: art.DigestStr()},
-			{Name: schemas.PluginImageArtifactName, Local: ref.Context().Digest(imageDigest).String(), Digest: imageDigest}}
+		job.Artifacts = []schemas.Artifact{{Name: schemas.PluginArtifactName, Local: art.String(), Digest: art.DigestStr()}}
+		if imageDigest != "" {
+			job.Artifacts = append(job.Artifacts, schemas.Artifact{Name: schemas.PluginImageArtifactName, Local: ref.Context().Digest(imageDigest).String(), Digest: imageDigest})
+		}
 		b, _ := json.Marshal(&job)
 		manifest := filepath.Join(dir, "manifest.json")
 		if err := os.WriteFile(manifest, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		in, out, bin := filepath.Join(dir, "in"), filepath.Join(dir, "out"), filepath.Join(dir, "bin")
-		for _, d := range []string{in, out, bin} {
-			if err := os.Mkdir(d, 0o700); err != nil {
-				t.Fatal(err)
-			}
-		}
-		nuon(t, nil, 0, "job", "run", "--pod", "--plugin-key", filepath.Join(keys, "cosign.pub"), "--plugin-prepare", in,
-			"--plugin-executor-to", bin, "--plugin-executor", "/bin/true", manifest)
-		if fi, err := os.Stat(filepath.Join(bin, "nuon-plugin-exec")); err != nil || fi.Mode()&0o111 == 0 {
-			t.Errorf("the executor was not copied: %v", err)
-		}
-		if req, err := os.Open(filepath.Join(in, "request.json")); err == nil {
-			cmd := exec.Command(zonefilePlugin())
-			cmd.Env = []string{"NUON_ZONE_DIR=" + t.TempDir(), "PATH=/usr/bin:/bin"}
-			cmd.Stdin = req
-			resp, err := cmd.Output()
-			req.Close()
-			if err != nil {
-				t.Fatalf("the plugin on the request: %v", err)
-			}
-			_ = os.WriteFile(filepath.Join(out, "response.json"), resp, 0o644)
-			_ = os.WriteFile(filepath.Join(out, "exit"), []byte("0\n"), 0o644)
-		}
-		log := nuon(t, nil, code, "job", "run", "--pod", "--plugin-exchange-in", in, "--plugin-exchange-out", out, manifest)
+		return &job, manifest
+	}
+	result := func(t *testing.T, job *schemas.Job, log string) *schemas.JobResult {
 		raw, err := os.ReadFile(job.ResultFile)
 		if err != nil {
 			t.Fatalf("no result: %v\n%s", err, log)
@@ -360,16 +339,97 @@ func TestPluginReleaseImageE2E(t *testing.T) {
 		if err := json.Unmarshal(raw, &res); err != nil {
 			t.Fatal(err)
 		}
-		return &res, log
+		return &res
 	}
-	t.Run("the pod's steps", func(t *testing.T) {
-		if res, log := steps(t, ref.DigestStr(), 0); res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+	src := &oci.Source{Client: c}
+
+	// The image form as a Kubernetes job runs it (agent/jobs, "Plugin
+	// images"): the agent admits the pinned image and stages the
+	// plugin's request; the plugin's container (here the script run on
+	// this machine's perl on the request) answers; this binary reads the
+	// answer into the job's result.
+	t.Run("the image form's steps", func(t *testing.T) {
+		job, manifest := jobOf(t, ref.DigestStr())
+		img, granted, err := plugin.AdmitImage(t.Context(), c, job, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, out := t.TempDir(), t.TempDir()
+		p := &plugin.Process{Manifest: &img.Manifest, Granted: granted}
+		if err := p.Prepare(t.Context(), job, reconciler.Env{StateDir: job.StateDir, Artifacts: src}, in,
+			plugin.ContainerPaths{In: in, State: job.StateDir, Work: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		req, err := os.Open(filepath.Join(in, "request.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(zonefilePlugin())
+		cmd.Env = []string{"NUON_ZONE_DIR=" + t.TempDir(), "PATH=/usr/bin:/bin"}
+		cmd.Stdin = req
+		resp, err := cmd.Output()
+		req.Close()
+		if err != nil {
+			t.Fatalf("the plugin on the request: %v", err)
+		}
+		_ = os.WriteFile(filepath.Join(out, "response.json"), resp, 0o644)
+		_ = os.WriteFile(filepath.Join(out, "exit"), []byte("0\n"), 0o644)
+		log := nuon(t, nil, 0, "job", "run", "--pod", "--plugin-exchange-in", in, "--plugin-exchange-out", out, manifest)
+		if res := result(t, job, log); res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
 			t.Errorf("the job's result: %+v\n%s", res, log)
 		}
-		// An image pinned by a digest that is not signed: refused in the
-		// pod too, with why in the result.
-		if res, log := steps(t, "sha256:"+strings.Repeat("0", 64), 1); !strings.Contains(res.Error, "signed") && !strings.Contains(res.Error, "sha256-") {
-			t.Errorf("an image that is not there: %+v\n%s", res, log)
+		// An image pinned by a digest that is not signed: the agent
+		// refuses it before any pod exists.
+		bad, _ := jobOf(t, "sha256:"+strings.Repeat("0", 64))
+		if _, _, err := plugin.AdmitImage(t.Context(), c, bad, v); err == nil || !strings.Contains(err.Error(), "sha256-") {
+			t.Errorf("an image that is not there: %v", err)
+		}
+	})
+
+	// The process form as a Kubernetes job runs it (agent/jobs, "Plugin
+	// jobs"): the agent admits the pinned artifact and stages it; this
+	// binary, with no registry to read (--registry names a closed port),
+	// runs the plugin from the staged files, and refuses them swapped.
+	t.Run("the process form's steps", func(t *testing.T) {
+		job, manifest := jobOf(t, "")
+		a, granted, err := plugin.Admit(t.Context(), c, job, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := t.TempDir()
+		p := &plugin.Process{Manifest: &a.Manifest, Granted: granted}
+		if err := a.Stage(t.Context(), in); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Stage(t.Context(), job, reconciler.Env{StateDir: job.StateDir, Artifacts: src}, in); err != nil {
+			t.Fatal(err)
+		}
+		run := func(code int, zones string) (*schemas.JobResult, string) {
+			log := nuon(t, []string{"NUON_ZONE_DIR=" + zones}, code, "job", "run", "--pod", "--registry", "127.0.0.1:1",
+				"--plugin-staged", in, "--plugin-shared-network", manifest)
+			return result(t, job, log), log
+		}
+		if res, log := run(0, t.TempDir()); res.Error != "" || !res.Changed || res.Outputs["records"] != float64(3) {
+			t.Errorf("the job's result: %+v\n%s", res, log)
+		}
+		// The staged content swapped for other bytes: refused, the
+		// plugin never runs.
+		artRef, _ := name.NewDigest(rel.Ref)
+		m, err := c.Get(t.Context(), artRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		man, _ := v1.ParseManifest(bytes.NewReader(m.Raw))
+		layer := filepath.Join(in, plugin.StagedPluginBlobs, man.Layers[0].Digest.Hex)
+		if err := os.WriteFile(layer, []byte("not the plugin"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		zones := t.TempDir()
+		if res, log := run(1, zones); !strings.Contains(res.Error, plugin.ErrStagedDigest.Error()) {
+			t.Errorf("the content swapped: %+v\n%s", res, log)
+		}
+		if ents, _ := os.ReadDir(zones); len(ents) != 0 {
+			t.Errorf("the plugin ran on swapped content: %v", ents)
 		}
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -29,10 +28,8 @@ type kubeJobOptions struct {
 	secret         string
 	stateClaim     string
 	stateNamespace string
-	// A vendor's plugin's jobs: the image form, extra egress, DNS.
-	pluginImage  bool
-	pluginEgress []string
-	pluginDNS    []string
+	// A vendor's plugin's jobs: the image form.
+	pluginImage bool
 	// registrySecret holds pull-only credentials for the pods;
 	// pullSecret is the pods' imagePullSecrets.
 	registrySecret string
@@ -52,10 +49,8 @@ func (k *kubeJobOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&k.serviceAccount, "job-service-account", jobs.DefaultJobServiceAccount, "with --job-runner kube: service account of the Jobs")
 	f.StringVar(&k.secret, "job-secret", "", "with --job-runner kube: Secret whose keys become the jobs' NUON_SECRET_<KEY> variables")
 	f.StringVar(&k.stateClaim, "job-state-claim", "", "with --job-runner kube: PersistentVolumeClaim mounted at --workdir in the Jobs, for component state")
-	f.BoolVar(&k.pluginImage, "job-plugin-image", true, "with --job-runner kube and --vendor-key: run a vendor's plugin whose release has a container image as a container of its own, holding only what it is granted, its pod let out nowhere without the network granted: the agent stages its request and artifacts on --job-state-claim, which it needs (false: as a process of --job-image, as a plugin released without an image runs)")
-	f.StringArrayVar(&k.pluginEgress, "job-plugin-egress", nil, "with --job-runner kube: where a vendor's plugin job not granted the network may also connect, beyond DNS and the install registry's addresses when the job starts (repeatable): CIDR[,PORT], such as an ECR VPC endpoint's subnets, whose addresses change (10.0.64.0/20,443), or pods:NAMESPACE/KEY=VALUE[,PORT], such as a registry inside the cluster (pods:registry/app=zot,5000)")
-	f.StringArrayVar(&k.pluginDNS, "job-plugin-dns", nil, "with --job-runner kube: the resolvers a vendor's plugin job not granted the network may query on port 53, instead of CoreDNS (pods:kube-system/k8s-app=kube-dns) (repeatable): CIDR, such as NodeLocal DNSCache's 169.254.20.10/32, or pods:NAMESPACE/KEY=VALUE")
-	f.StringVar(&k.registrySecret, "job-registry-secret", "", "with --job-runner kube: a Secret in --job-namespace holding PULL-ONLY credentials for the install registry, key password (the password of --registry-username) and, with --registry-ca, key ca.crt; the container of a job that fetches artifacts mounts it at "+podRegistryDir+" (a vendor's plugin's own container never does). Without it a job's pod has no registry password and no --registry-ca file (paths of the agent's machine are not passed)")
+	f.BoolVar(&k.pluginImage, "job-plugin-image", true, "with --job-runner kube and --vendor-key: run a vendor's plugin whose release has a container image as a container of its own, holding only what it is granted (false: as a process of --job-image, as a plugin released without an image runs); either way the agent stages what the job reads on --job-state-claim, which a vendor's plugin's job needs, and its pod is let out nowhere without the network granted")
+	f.StringVar(&k.registrySecret, "job-registry-secret", "", "with --job-runner kube: a Secret in --job-namespace holding PULL-ONLY credentials for the install registry, key password (the password of --registry-username) and, with --registry-ca, key ca.crt; the container of a built-in plugin's job, which fetches its artifacts, mounts it at "+podRegistryDir+" (a vendor's plugin's pod never does: the agent stages what it reads). Without it a job's pod has no registry password and no --registry-ca file (paths of the agent's machine are not passed)")
 	f.StringArrayVar(&k.pullSecret, "job-image-pull-secret", nil, "with --job-runner kube: a Secret of type kubernetes.io/dockerconfigjson in --job-namespace the kubelet pulls the jobs' images with, --job-image and a vendor's plugin's image (repeatable); no container sees it")
 	f.StringVar(&k.stateNamespace, "job-state-namespace", jobs.DefaultStateNamespace, "with --job-runner kube: namespace of the terraform components' state (a Secret and a lock Lease each, Terraform's kubernetes backend)")
 }
@@ -75,7 +70,9 @@ func (k *kubeJobOptions) jobArgs(argv []string) []string {
 //
 // With the agent's --vendor-key, a vendor's plugin's job is admitted
 // (plugin.Admit, through the install registry) before any object of it
-// is created, and its pod verifies the plugin again with that key.
+// is created, and the agent stages what it reads (the plugin's artifact,
+// verified, and the job's artifacts) for its pod, which reads no
+// registry.
 func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir string, log *slog.Logger) jobs.Runner {
 	switch k.mode {
 	case "local", "":
@@ -106,6 +103,7 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 		Namespace:      k.namespace,
 		Image:          k.image,
 		Command:        podCommand(local.Command, k.registrySecret != "" && s.registry.caFile != ""),
+		PluginCommand:  withoutRegistry(podCommand(local.Command, false)),
 		ServiceAccount: k.serviceAccount,
 		SecretName:     k.secret,
 		StateNamespace: k.stateNamespace,
@@ -116,22 +114,6 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 			k.err = err
 			return local
 		}
-	}
-	for _, e := range k.pluginEgress {
-		rule, err := jobs.ParseEgress(e)
-		if err != nil {
-			k.err = fmt.Errorf("--job-plugin-egress: %w", err)
-			return local
-		}
-		r.PluginEgress = append(r.PluginEgress, rule)
-	}
-	for _, d := range k.pluginDNS {
-		peer, err := jobs.ParsePeer(d)
-		if err != nil {
-			k.err = fmt.Errorf("--job-plugin-dns: %w", err)
-			return local
-		}
-		r.PluginDNS = append(r.PluginDNS, peer)
 	}
 	if k.registrySecret != "" {
 		r.RegistryVolumes = []corev1.Volume{{Name: "nuon-registry", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: k.registrySecret}}}}
@@ -154,9 +136,8 @@ func (k *kubeJobOptions) runner(local *jobs.Local, s *syncOptions, workdir strin
 // podCommand is the argv of a job's pod: nuon, then local's arguments
 // without --kubeconfig, --tf-cli-config, --plugin-key and --registry-ca
 // (paths of the agent's machine; the pod has its service account and its
-// image's terraform configuration, a plugin job's pod the vendor key in
-// its ConfigMap, which the runner names, and with --job-registry-secret
-// the registry's CA in that Secret, caFromSecret), then --pod.
+// image's terraform configuration, and with --job-registry-secret the
+// registry's CA in that Secret, caFromSecret), then --pod.
 func podCommand(local []string, caFromSecret bool) []string {
 	argv := []string{"nuon"}
 	for i := 1; i < len(local); i++ {
@@ -172,13 +153,27 @@ func podCommand(local []string, caFromSecret bool) []string {
 	return append(argv, "--pod")
 }
 
-// pluginAdmission gives r the vendor key of --vendor-key, for the pods,
-// and the check of a plugin job before its objects are created.
-func pluginAdmission(r *jobs.Kube, s *syncOptions, images bool) error {
-	pem, err := os.ReadFile(s.vendorKey)
-	if err != nil {
-		return fmt.Errorf("--vendor-key: %w", err)
+// withoutRegistry is argv without the registry's flags: the command of a
+// vendor's plugin's pod, which reads no registry.
+func withoutRegistry(argv []string) []string {
+	var out []string
+	for i := 0; i < len(argv); i++ {
+		switch argv[i] {
+		case "--registry", "--registry-username", "--registry-ca":
+			i++
+			continue
+		case "--ecr":
+			continue
+		}
+		out = append(out, argv[i])
 	}
+	return out
+}
+
+// pluginAdmission gives r the check of a plugin job before its objects
+// are created, with the vendor key of --vendor-key, and where it stages
+// the job's artifacts from.
+func pluginAdmission(r *jobs.Kube, s *syncOptions, images bool) error {
 	v, err := oci.LoadPublicKey(s.vendorKey)
 	if err != nil {
 		return fmt.Errorf("--vendor-key: %w", err)
@@ -187,15 +182,13 @@ func pluginAdmission(r *jobs.Kube, s *syncOptions, images bool) error {
 	if err != nil {
 		return err
 	}
-	r.PluginKey = pem
-	r.AdmitPlugin = func(ctx context.Context, job *schemas.Job) (schemas.PluginCapabilities, error) {
-		_, granted, err := plugin.Admit(ctx, c, job, v)
-		return granted, err
+	r.AdmitPlugin = func(ctx context.Context, job *schemas.Job) (*plugin.Artifact, schemas.PluginCapabilities, error) {
+		return plugin.Admit(ctx, c, job, v)
+	}
+	if r.PluginArtifacts, err = s.registry.ArtifactSource(""); err != nil {
+		return err
 	}
 	if images {
-		if r.PluginArtifacts, err = s.registry.ArtifactSource(""); err != nil {
-			return err
-		}
 		r.AdmitPluginImage = func(ctx context.Context, job *schemas.Job) (*plugin.Image, schemas.PluginCapabilities, error) {
 			return plugin.AdmitImage(ctx, c, job, v)
 		}

@@ -21,6 +21,10 @@ func TestPodCommand(t *testing.T) {
 	if diff := cmp.Diff(want, podCommand(local, false)); diff != "" {
 		t.Errorf("podCommand (-want +got):\n%s", diff)
 	}
+	// A vendor's plugin's pod reads no registry: none of its flags.
+	if diff := cmp.Diff([]string{"nuon", "job", "run", "--artifacts", "", "--log-format", "json", "--pod"}, withoutRegistry(podCommand(append(slices.Clone(local), "--ecr"), true))); diff != "" {
+		t.Errorf("withoutRegistry (-want +got):\n%s", diff)
+	}
 	// With --job-registry-secret, the CA comes from the Secret's mount.
 	want = append(want[:len(want)-1], "--registry-ca", podRegistryDir+"/ca.crt", "--pod")
 	if diff := cmp.Diff(want, podCommand(local, true)); diff != "" {
