@@ -306,31 +306,9 @@ func TestKubePluginRealNode(t *testing.T) {
 		// The staged content swapped behind the agent (after it staged
 		// the plugin, while it extracts the job's other artifact):
 		// refused in the pod before anything of it runs.
-		evilDir := editedPlugin(t, zonefileDir, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.9"`, 1) })
-		if err := os.WriteFile(filepath.Join(evilDir, "zonefile"), []byte("#!/bin/sh\necho evil ran >&2\nexit 0\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		evilRef := reg.pushDir(t, reg.vendor, evilDir)
-		evil, _, err := plugin.Admit(t.Context(), reg.c, pluginJob("evil", evilRef, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}), reg.verify)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evilIn := t.TempDir()
-		if err := evil.Stage(t.Context(), evilIn); err != nil {
-			t.Fatal(err)
-		}
-		evilLayer, err := os.ReadFile(filepath.Join(evilIn, plugin.StagedPluginBlobs, stagedLayer(t, evilIn, evilRef)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		swapped := pluginJob("dns-g1-update-node-swapped", art, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
-		swapped.Artifacts = append(swapped.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("1", 64)).String(),
-			Digest: "sha256:" + strings.Repeat("1", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		swapped, swap := swappedPlugin(t, reg, "dns-g1-update-node-swapped", art, "#!/bin/sh\necho evil ran >&2\nexit 0\n")
 		sk := pk
-		sk.PluginArtifacts = swapSource(func(d string) error {
-			in := filepath.Dir(filepath.Dir(d))
-			return os.WriteFile(filepath.Join(in, plugin.StagedPluginBlobs, stagedLayer(t, in, art)), evilLayer, 0o644)
-		})
+		sk.PluginArtifacts = swap
 		dir = filepath.Join(work, "jobs", swapped.ID)
 		_, err = sk.RunEnv(t.Context(), swapped, dir, nil)
 		if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), plugin.ErrStagedDigest.Error()) {

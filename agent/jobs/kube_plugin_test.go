@@ -487,39 +487,11 @@ func TestKubePlugin(t *testing.T) {
 
 	t.Run("a staged plugin swapped is refused before it runs", func(t *testing.T) {
 		// Another release of zonefile by the same vendor, whose
-		// executable only leaves a mark: what one who can write the
-		// agent's volume would swap in for the staged content.
-		evilDir := editedPlugin(t, zonefileDir, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.9"`, 1) })
-		if err := os.WriteFile(filepath.Join(evilDir, "zonefile"), []byte("#!/bin/sh\ntouch \"$NUON_ZONE_DIR/evil-ran\"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		evilRef := reg.pushDir(t, reg.vendor, evilDir)
-		evil, _, err := plugin.Admit(t.Context(), reg.c, pluginJob("evil", evilRef, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}), reg.verify)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evilIn := t.TempDir()
-		if err := evil.Stage(t.Context(), evilIn); err != nil {
-			t.Fatal(err)
-		}
-		evilLayer := stagedLayer(t, evilIn, evilRef)
-
-		job := pluginJob("dns-g1-update-swapped", zonefile, schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}})
-		job.Artifacts = append(job.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("1", 64)).String(),
-			Digest: "sha256:" + strings.Repeat("1", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+		// executable only leaves a mark, swapped in for the staged one.
+		job, swap := swappedPlugin(t, reg, "dns-g1-update-swapped", zonefile, "#!/bin/sh\ntouch \"$NUON_ZONE_DIR/evil-ran\"\n")
 		swapped := *k
-		// The job's other artifact is extracted after the plugin is
-		// staged: then the staged content is swapped for the other
-		// release's.
-		swapped.PluginArtifacts = swapSource(func(dir string) error {
-			in := filepath.Dir(filepath.Dir(dir))
-			b, err := os.ReadFile(filepath.Join(evilIn, plugin.StagedPluginBlobs, evilLayer))
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(in, plugin.StagedPluginBlobs, stagedLayer(t, in, zonefile)), b, 0o644)
-		})
-		_, err = swapped.RunEnv(t.Context(), job, pc.jobDir(job.ID), nil)
+		swapped.PluginArtifacts = swap
+		_, err := swapped.RunEnv(t.Context(), job, pc.jobDir(job.ID), nil)
 		if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), plugin.ErrStagedDigest.Error()) {
 			t.Fatalf("RunEnv = %v; want %v: %v\n%s", err, ErrJobFailed, plugin.ErrStagedDigest, kl.log(KubeName(job.ID)))
 		}
@@ -811,4 +783,39 @@ func stagedLayer(t testing.TB, in string, ref name.Digest) string {
 		t.Fatal(err)
 	}
 	return m.Layers[0].Digest.Hex
+}
+
+// swappedPlugin is a job of the plugin art with one artifact more, and
+// the artifact source that, once the plugin is staged, swaps its staged
+// layer for that of another release by the same vendor whose
+// executable is script: what one who can write the agent's volume would
+// do behind the agent.
+func swappedPlugin(t testing.TB, reg *pluginRegistry, id string, art name.Digest, script string) (*schemas.Job, swapSource) {
+	t.Helper()
+	grants := schemas.PluginCapabilities{Env: []string{"NUON_ZONE_DIR"}}
+	evilDir := editedPlugin(t, zonefileDir, func(s string) string { return strings.Replace(s, `"version": "0.3.0"`, `"version": "0.3.9"`, 1) })
+	if err := os.WriteFile(filepath.Join(evilDir, "zonefile"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	evilRef := reg.pushDir(t, reg.vendor, evilDir)
+	evil, _, err := plugin.Admit(t.Context(), reg.c, pluginJob("evil", evilRef, grants), reg.verify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evilIn := t.TempDir()
+	if err := evil.Stage(t.Context(), evilIn); err != nil {
+		t.Fatal(err)
+	}
+	evilLayer, err := os.ReadFile(filepath.Join(evilIn, plugin.StagedPluginBlobs, stagedLayer(t, evilIn, evilRef)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := pluginJob(id, art, grants)
+	job.Artifacts = append(job.Artifacts, schemas.Artifact{Name: "records", Local: reg.repo.Digest("sha256:" + strings.Repeat("1", 64)).String(),
+		Digest: "sha256:" + strings.Repeat("1", 64), MediaType: "application/vnd.oci.image.manifest.v1+json"})
+	// The job's other artifact is extracted after the plugin is staged.
+	return job, func(dir string) error {
+		in := filepath.Dir(filepath.Dir(dir))
+		return os.WriteFile(filepath.Join(in, plugin.StagedPluginBlobs, stagedLayer(t, in, art)), evilLayer, 0o644)
+	}
 }
