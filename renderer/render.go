@@ -9,6 +9,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"nuon.dev/nuon/internal/signature"
 	"runtime"
@@ -361,20 +362,25 @@ func Render(ctx context.Context, st storer.EncodedObjectStorer, source plumbing.
 		// The ids are the caller's (Result.List).
 		r.list = newRefList(prev.installRefs())
 	}
-	for _, step := range []func(context.Context) error{
-		r.loadTrust,
-		r.readPrevious,
-		r.loadSource,
-		r.loadRequests,
-		r.loadApprovals,
-		r.loadPolicies,
-		r.loadRollouts,
-		r.renderInstalls,
-		r.writeRendered,
+	for _, step := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"trust", r.loadTrust},
+		{"previous", r.readPrevious},
+		{"source", r.loadSource},
+		{"requests", r.loadRequests},
+		{"approvals", r.loadApprovals},
+		{"policies", r.loadPolicies},
+		{"rollouts", r.loadRollouts},
+		{"installs", r.renderInstalls},
+		{"rendered", r.writeRendered},
 	} {
-		if err := step(ctx); err != nil {
+		t0 := time.Now()
+		if err := step.run(ctx); err != nil {
 			return nil, err
 		}
+		phase(ctx, "render "+step.name, t0)
 	}
 	return r.result, nil
 }
@@ -963,9 +969,11 @@ func (r *renderRun) writeRendered(context.Context) error {
 		}
 	} else {
 		var err error
+		t0 := time.Now()
 		if installs, issuedTree, err = r.writeFolders(out); err != nil {
 			return err
 		}
+		phase(context.Background(), "render folders", t0)
 	}
 	trees := out.b
 	var root []gitobj.Entry
@@ -988,8 +996,10 @@ func (r *renderRun) writeRendered(context.Context) error {
 	slices.SortFunc(moved, compareRefs)
 	// What the refs are once the updates are applied: the next render's
 	// refs, when nothing else moves one.
+	t0 := time.Now()
 	r.result.List = r.list.With(moved)
 	digest := r.result.List.Digest()
+	phase(context.Background(), "render ref list", t0)
 	if pc := r.prevCommit; pc != nil && pc.TreeHash == tree && len(r.result.Updates) == 0 {
 		d, _ := schemas.Trailer(pc.Message, TrailerInstallRefs)
 		f, _ := schemas.Trailer(pc.Message, TrailerFormat)
@@ -1024,7 +1034,9 @@ func (r *renderRun) writeRendered(context.Context) error {
 	if rs := r.rolloutTrailer(); rs != "" {
 		fmt.Fprintf(&b, "%s: %s\n", TrailerRollouts, rs)
 	}
+	t0 = time.Now()
 	r.batch.Merge(trees)
+	phase(context.Background(), "render merge", t0)
 	// The first parent continues the renderer's own history; a rendered
 	// commit it did not sign becomes the second, as for install refs.
 	var parents []plumbing.Hash
@@ -1192,3 +1204,10 @@ func (r *renderRun) ref(id string) plumbing.Hash {
 }
 
 func short(h plumbing.Hash) string { return h.String()[:12] }
+
+// phase logs, at debug level, how long a phase of a render took since t0:
+// `nuon --log-level debug render` shows where a large render's wall
+// time goes.
+func phase(ctx context.Context, name string, t0 time.Time) {
+	slog.Log(ctx, slog.LevelDebug, "phase", "name", name, "took", time.Since(t0).Round(time.Millisecond))
+}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -123,8 +125,14 @@ func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
 	if err != nil {
 		return err
 	}
+	if log.Enabled(ctx, slog.LevelDebug) {
+		// The render's phases log at debug level (how long each took).
+		slog.SetDefault(log)
+	}
 	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
 		res, err := renderOnce(ctx, repo, signer, o)
+		log.Debug("phase", "name", "render and write", "took", time.Since(t0).Round(time.Millisecond))
 		var ps schemas.Problems
 		if errors.As(err, &ps) {
 			return reportProblems(g, o, ps)
@@ -149,9 +157,11 @@ func runRender(ctx context.Context, g *cli.Globals, o *renderOptions) error {
 				return err
 			}
 		}
+		t0 = time.Now()
 		if err := printRender(g.Stdout, o, res, waves); err != nil {
 			return err
 		}
+		log.Debug("phase", "name", "report", "took", time.Since(t0).Round(time.Millisecond))
 		return reportFailed(g, res)
 	}
 }
@@ -286,21 +296,63 @@ func writeReport(w io.Writer, rep renderReport) error {
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.Write(doc[:i+len(empty)-1])
-	for k, in := range installs {
-		data, err := json.MarshalIndent(in, "    ", "  ")
-		if err != nil {
-			return err
+	// Blocks of installs are marshaled by a worker per CPU and written in
+	// order, a few blocks ahead at most: marshaled one after the other, a
+	// million installs took some 2.8 s of the render's end, one core idle.
+	parts := make(chan chan reportPart, 2*runtime.GOMAXPROCS(0))
+	go func() {
+		defer close(parts)
+		for lo := 0; lo < len(installs); lo += reportBlock {
+			c := make(chan reportPart, 1)
+			parts <- c
+			go func() { c <- marshalInstalls(installs[lo:min(lo+reportBlock, len(installs))], lo == 0) }()
 		}
-		if k > 0 {
-			bw.WriteByte(',')
+	}()
+	for c := range parts {
+		p := <-c
+		if p.err != nil {
+			// The blocks still under way end, unread.
+			go func() {
+				for c := range parts {
+					<-c
+				}
+			}()
+			return p.err
 		}
-		bw.WriteString("\n    ")
-		bw.Write(data)
+		bw.Write(p.data)
 	}
 	bw.WriteString("\n  ]")
 	bw.Write(doc[i+len(empty):])
 	bw.WriteByte('\n')
 	return bw.Flush()
+}
+
+// reportBlock is the number of installs in a block of the report that a
+// worker marshals.
+const reportBlock = 4096
+
+// reportPart is a block of installs marshaled, or why it could not be.
+type reportPart struct {
+	data []byte
+	err  error
+}
+
+// marshalInstalls marshals installs as elements of the report's installs
+// array, each after a comma but the report's first (first).
+func marshalInstalls(installs []renderer.InstallResult, first bool) reportPart {
+	var out []byte
+	for k, in := range installs {
+		data, err := json.MarshalIndent(in, "    ", "  ")
+		if err != nil {
+			return reportPart{err: err}
+		}
+		if k > 0 || !first {
+			out = append(out, ',')
+		}
+		out = append(out, "\n    "...)
+		out = append(out, data...)
+	}
+	return reportPart{data: out}
 }
 
 // printWaves shows each declared rollout's waves: which install is in

@@ -26,7 +26,8 @@ import (
 // objects are hard links to it. NUON_BENCH_NUON names the nuon binary
 // (default one built from this tree); NUON_BENCH_GODEBUG is the render's
 // GODEBUG (gctrace=1 prints the heap at each collection) and
-// NUON_BENCH_LOG a file for its standard error.
+// NUON_BENCH_LOG a file for its standard error, where the render logs at
+// debug level how long each of its phases took.
 func BenchmarkRenderCold(b *testing.B) {
 	sizes := []int{10000}
 	if s := os.Getenv("NUON_BENCH_INSTALLS"); s != "" {
@@ -51,8 +52,13 @@ func BenchmarkRenderCold(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				dir := gittest.LinkCopy(b, source, "tenant.git")
-				cmd := exec.Command(bin, "render", "--repo", dir, "--key", filepath.Join(repoRoot(), "fixtures", "keys", "render"),
-					"--cache-dir", filepath.Join(b.TempDir(), "render-cache"), "-o", "json")
+				args := []string{"render", "--repo", dir, "--key", filepath.Join(repoRoot(), "fixtures", "keys", "render"),
+					"--cache-dir", filepath.Join(b.TempDir(), "render-cache"), "-o", "json"}
+				if os.Getenv("NUON_BENCH_LOG") != "" {
+					// The log has the render's phases, how long each took.
+					args = append([]string{"--log-level", "debug"}, args...)
+				}
+				cmd := exec.Command(bin, args...)
 				if g := os.Getenv("NUON_BENCH_GODEBUG"); g != "" {
 					cmd.Env = append(os.Environ(), "GODEBUG="+g)
 				}

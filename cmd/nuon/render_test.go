@@ -502,6 +502,22 @@ func TestRenderReportStreamed(t *testing.T) {
 			Rollouts: []*rollout.Waves{{Channel: "stable", Declared: true, Waves: []rollout.Wave{{Number: 1, Name: "canary", Installs: []string{"i1"}}}}},
 		}},
 	}
+	// More installs than a block, the last block short: blocks marshaled
+	// in parallel are written in order, each comma once.
+	var many []renderer.InstallResult
+	for i := range 2*reportBlock + 7 {
+		r := in(fmt.Sprintf("i%06d", i), renderer.Added)
+		r.Generation = int64(i)
+		many = append(many, r)
+	}
+	tests = append(tests, struct {
+		name string
+		rep  renderReport
+	}{"blocks", renderReport{Source: "s", Changed: len(many), Installs: many}},
+		struct {
+			name string
+			rep  renderReport
+		}{"one block exactly", renderReport{Source: "s", Installs: many[:reportBlock]}})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var want bytes.Buffer

@@ -10,6 +10,8 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"log/slog"
+	"time"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -184,8 +186,9 @@ func (b *Batch) Close() error {
 }
 
 // finishSpool writes every object still in memory to the spool, finishes
-// the pack and returns its index. b.mu is held.
-func (b *Batch) finishSpool() (*packIndex, error) {
+// the pack and returns its index. b.mu is held. drop lets the lookup
+// table go before the index is sorted: nothing is looked up any more.
+func (b *Batch) finishSpool(drop bool) (*packIndex, error) {
 	s := b.spool
 	if s.removed {
 		return nil, errors.New("write pack: the batch was closed or flushed")
@@ -196,10 +199,20 @@ func (b *Batch) finishSpool() (*packIndex, error) {
 		}
 		delete(b.objs, h)
 	}
-	if err := s.finish(); err != nil {
+	if drop {
+		s.index.dropTable()
+	}
+	// The records are sorted while the pack is read again for its
+	// checksum: at a million installs, 9 million records took some 0.8 s
+	// to sort after the 2.5 s of the checksum, one core idle.
+	sorted := make(chan []idxEntry, 1)
+	go func() { sorted <- sortEntries(s.index.entries()) }()
+	err := s.finish()
+	idx := &packIndex{entries: [][]idxEntry{<-sorted}, sorted: true, checksum: s.sum}
+	if err != nil {
 		return nil, fmt.Errorf("write pack: %w", err)
 	}
-	return &packIndex{entries: s.index.entries(), checksum: s.sum}, nil
+	return idx, nil
 }
 
 // flushSpool finishes the spooled pack, writes its index and renames both
@@ -207,15 +220,16 @@ func (b *Batch) finishSpool() (*packIndex, error) {
 func (b *Batch) flushSpool(d packDir) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	idx, err := b.finishSpool()
+	t0 := time.Now()
+	idx, err := b.finishSpool(true)
 	if err != nil {
 		return err
 	}
+	phase("flush pack and sort", t0)
+	t0 = time.Now()
+	defer func() { phase("flush index", t0) }()
 	s := b.spool
 	defer s.remove()
-	// Nothing is looked up any more: the table goes before the index is
-	// sorted.
-	s.index.dropTable()
 	fsys := d.Filesystem()
 	if fsys != s.fsys {
 		return errors.New("write pack: a spooled batch is flushed into the repository it was made for")
@@ -252,4 +266,9 @@ func (b *Batch) flushSpool(d packDir) error {
 	s.removed = true
 	d.Reindex()
 	return nil
+}
+
+// phase logs, at debug level, how long a phase of a flush took since t0.
+func phase(name string, t0 time.Time) {
+	slog.Debug("phase", "name", name, "took", time.Since(t0).Round(time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -45,6 +46,8 @@ func (r *Repo) Apply(ctx context.Context, updates []Update) error {
 		}
 	}
 	if !r.Remote {
+		t0 := time.Now()
+		defer phase("refs", &t0)
 		return r.applyLocal(updates)
 	}
 	for _, u := range updates {

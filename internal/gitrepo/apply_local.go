@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -66,19 +68,22 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 		}
 	}
 
+	t0 := time.Now()
 	packed, err := readPackedRefs(fsys)
 	if err != nil {
 		return fmt.Errorf("update refs: read %s: %w", packedRefsFile, err)
 	}
+	phase("refs read packed", &t0)
 	var loose, inPack, looseDeletes []Update
 	// Built only for a new ref: it lists every packed ref's folders.
 	var dirs *dirCheck
+	files := refFiles{fsys: fsys, dirs: map[string]map[string]bool{}}
 	for _, u := range updates {
-		fi, err := fsys.Lstat(u.Name.String())
+		isDir, exists := files.lookup(u.Name.String())
 		switch {
-		case err == nil && fi.IsDir():
+		case exists && isDir:
 			return fmt.Errorf("update %s: a folder of refs has that name", u.Name)
-		case err == nil:
+		case exists:
 			cur, err := r.Ref(u.Name)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", u.Name, err)
@@ -110,6 +115,7 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 		}
 	}
 
+	phase("refs check", &t0)
 	last := updates[len(updates)-1]
 	for _, u := range loose {
 		if u != last {
@@ -120,9 +126,11 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 	}
 	var folded []string
 	if len(inPack) > 0 {
+		packed.added = slices.Grow(packed.added, len(inPack))
 		for _, u := range inPack {
 			packed.set(u.Name, u.New)
 		}
+		phase("refs set", &t0)
 		// The ref files that earlier small updates wrote beside the
 		// refs moved here join packed-refs too, so that they stay few.
 		if folded, err = foldLoose(fsys, packed, updates); err != nil {
@@ -133,9 +141,11 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 				_ = fsys.Remove(name + ".lock")
 			}
 		}()
+		phase("refs fold", &t0)
 		if err := packed.write(lock); err != nil {
 			return fmt.Errorf("update refs: write %s: %w", packedRefsLock, err)
 		}
+		phase("refs write", &t0)
 		if err := lock.Close(); err != nil {
 			return fmt.Errorf("update refs: write %s: %w", packedRefsLock, err)
 		}
@@ -157,6 +167,35 @@ func (r *Repo) applyLocal(updates []Update) (err error) {
 		return r.casLoose(last)
 	}
 	return nil
+}
+
+// refFiles finds which refs have a file (or a folder) of their own,
+// reading each folder of refs once: a cold render of a million installs
+// otherwise asked the file system about each of its million refs, none of
+// which has a file.
+type refFiles struct {
+	fsys billy.Filesystem
+	// dirs are the folders read, each with its entries' names, true for
+	// a folder; empty when it could not be read (it does not exist).
+	dirs map[string]map[string]bool
+}
+
+// lookup reports whether the ref name has a file or a folder, and which.
+func (f *refFiles) lookup(name string) (isDir, exists bool) {
+	dir, base := path.Split(name)
+	entries, ok := f.dirs[dir]
+	if !ok {
+		// Any error reads as an empty folder, as a failed Lstat of the
+		// ref did: the ref is then compared with packed-refs.
+		infos, _ := f.fsys.ReadDir(dir)
+		entries = make(map[string]bool, len(infos))
+		for _, fi := range infos {
+			entries[fi.Name()] = fi.IsDir()
+		}
+		f.dirs[dir] = entries
+	}
+	isDir, exists = entries[base]
+	return isDir, exists
 }
 
 // removeLoose removes the file of a ref being deleted, if it is still at
@@ -225,6 +264,9 @@ type packedRefs struct {
 	// refs are sorted by name, one each.
 	refs []packedRef
 	// added are refs not in refs, sorted by name when written; addedAt
+	// finds one by name once one was added out of order (nil while added
+	// is sorted, as a render's updates are: a map of a cold render's
+	// million refs cost some 0.6 s).
 	// finds one by name (a cold render adds 100,000).
 	added   []packedRef
 	addedAt map[string]int
@@ -308,7 +350,11 @@ func (p *packedRefs) find(name string) *packedRef {
 	if i, ok := slices.BinarySearchFunc(p.refs, name, func(r packedRef, n string) int { return strings.Compare(r.name, n) }); ok {
 		return &p.refs[i]
 	}
-	if i, ok := p.addedAt[name]; ok {
+	if p.addedAt == nil {
+		if i, ok := slices.BinarySearchFunc(p.added, name, func(r packedRef, n string) int { return strings.Compare(r.name, n) }); ok {
+			return &p.added[i]
+		}
+	} else if i, ok := p.addedAt[name]; ok {
 		return &p.added[i]
 	}
 	return nil
@@ -334,8 +380,15 @@ func (p *packedRefs) set(name plumbing.ReferenceName, h plumbing.Hash) {
 	if h.IsZero() {
 		return
 	}
+	if n := len(p.added); p.addedAt == nil && (n == 0 || p.added[n-1].name < name.String()) {
+		p.added = append(p.added, packedRef{name: name.String(), hash: h.String()})
+		return
+	}
 	if p.addedAt == nil {
-		p.addedAt = map[string]int{}
+		p.addedAt = make(map[string]int, len(p.added)+1)
+		for i, r := range p.added {
+			p.addedAt[r.name] = i
+		}
 	}
 	p.addedAt[name.String()] = len(p.added)
 	p.added = append(p.added, packedRef{name: name.String(), hash: h.String()})
@@ -344,7 +397,10 @@ func (p *packedRefs) set(name plumbing.ReferenceName, h plumbing.Hash) {
 // write writes the file as git does: the header, then the refs sorted by
 // name, each followed by its peeled value if it has one.
 func (p *packedRefs) write(w io.Writer) error {
-	added := slices.SortedFunc(slices.Values(p.added), func(a, b packedRef) int { return strings.Compare(a.name, b.name) })
+	added := p.added
+	if p.addedAt != nil {
+		added = slices.SortedFunc(slices.Values(p.added), func(a, b packedRef) int { return strings.Compare(a.name, b.name) })
+	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	fmt.Fprintf(bw, "# pack-refs with: %s \n", strings.Join(p.traits, " "))
 	line := func(r packedRef) {
@@ -693,12 +749,16 @@ func checkNewRef(fsys billy.Filesystem, packed *packedFile, name string) error {
 // caller removes each file, then its lock, once packed-refs is written.
 // A ref another writer holds the lock of stays a file.
 func foldLoose(fsys billy.Filesystem, packed *packedRefs, updates []Update) ([]string, error) {
-	moved := map[string]bool{}
+	// A million updates are in few folders, most often none with a ref
+	// file: the names moved are a set only once a folder has one.
 	dirs := map[string]bool{}
+	last := ""
 	for _, u := range updates {
-		moved[u.Name.String()] = true
-		dirs[path.Dir(u.Name.String())] = true
+		if d := path.Dir(u.Name.String()); d != last {
+			dirs[d], last = true, d
+		}
 	}
+	var moved map[string]bool
 	var folded []string
 	for _, dir := range slices.Sorted(maps.Keys(dirs)) {
 		infos, err := fsys.ReadDir(dir)
@@ -710,7 +770,16 @@ func foldLoose(fsys billy.Filesystem, packed *packedRefs, updates []Update) ([]s
 		}
 		for _, fi := range infos {
 			name := dir + "/" + fi.Name()
-			if !fi.Mode().IsRegular() || strings.HasSuffix(name, ".lock") || moved[name] {
+			if !fi.Mode().IsRegular() || strings.HasSuffix(name, ".lock") {
+				continue
+			}
+			if moved == nil {
+				moved = make(map[string]bool, len(updates))
+				for _, u := range updates {
+					moved[u.Name.String()] = true
+				}
+			}
+			if moved[name] {
 				continue
 			}
 			l, err := fsys.OpenFile(name+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -736,4 +805,12 @@ func sortedPackedRefs(data []byte) bool {
 	header, _, _ := bytes.Cut(data, []byte("\n"))
 	traits, ok := bytes.CutPrefix(header, []byte("# pack-refs with:"))
 	return ok && slices.Contains(strings.Fields(string(traits)), "sorted")
+}
+
+// phase logs, at debug level, how long a phase of an update took since
+// *t0, and starts the next.
+func phase(name string, t0 *time.Time) {
+	now := time.Now()
+	slog.Debug("phase", "name", name, "took", now.Sub(*t0).Round(time.Millisecond))
+	*t0 = now
 }
