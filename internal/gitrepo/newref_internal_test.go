@@ -170,15 +170,7 @@ func FuzzCheckNewRef(f *testing.F) {
 	f.Add("a/b/c\nb", "a/b/c/d", false)
 	f.Add("nuon/installs/i1\nnuon/installs/i2\nnuon/status/i1", "nuon/installs/i1/x", false)
 	f.Fuzz(func(t *testing.T, list, probe string, crlf bool) {
-		var names []string
-		for _, name := range strings.Split(list, "\n") {
-			if name == "" || strings.ContainsAny(name, " \r\n") || name[0] == '^' || name[0] == '#' {
-				continue
-			}
-			names = append(names, "refs/"+name)
-		}
-		slices.Sort(names)
-		names = slices.Compact(names)
+		names := fuzzRefNames(list)
 		if len(names) > 200 || probe == "" || strings.ContainsAny(probe, " \r\n") || strings.HasSuffix(probe, "/") {
 			return
 		}

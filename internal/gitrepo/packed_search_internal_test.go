@@ -95,23 +95,29 @@ func TestSearchPackedRef(t *testing.T) {
 	}
 }
 
+// fuzzRefNames is the sorted set of ref names a fuzz target's list of
+// lines names: each line that can be a packed ref's name, under refs/.
+func fuzzRefNames(list string) []string {
+	var names []string
+	for _, name := range strings.Split(list, "\n") {
+		if name == "" || strings.ContainsAny(name, " \r\n") || name[0] == '^' || name[0] == '#' {
+			continue
+		}
+		// Ref names start so (checkRefName), and findPackedRef counts
+		// on it: such a name is never inside an id.
+		names = append(names, "refs/"+name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // FuzzSearchPackedRef: for any set of ref names written sorted, the binary
 // search finds what reading the whole file finds, at any window.
 func FuzzSearchPackedRef(f *testing.F) {
 	f.Add("heads/a\nheads/b\nheads/b/c\nheads/b-c", "heads/b", false)
 	f.Add("x\nx/y\nx0", "x/", true)
 	f.Fuzz(func(t *testing.T, list, probe string, crlf bool) {
-		var names []string
-		for _, name := range strings.Split(list, "\n") {
-			if name == "" || strings.ContainsAny(name, " \r\n") || name[0] == '^' || name[0] == '#' {
-				continue
-			}
-			// Ref names start so (checkRefName), and findPackedRef
-			// counts on it: such a name is never inside an id.
-			names = append(names, "refs/"+name)
-		}
-		slices.Sort(names)
-		names = slices.Compact(names)
+		names := fuzzRefNames(list)
 		eol := "\n"
 		if crlf {
 			eol = "\r\n"
