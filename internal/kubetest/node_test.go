@@ -136,10 +136,11 @@ func TestNodeRestrictedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRunning(t, cs, ns, waiter.Name)
+	own := nodeInterfaces(t, node)
 	if err := node.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	f.assertGone(t)
+	f.assertGone(t, own)
 }
 
 // TestNodeStopAfterKubeletDies stops a node whose kubelet was killed with
@@ -158,28 +159,28 @@ func TestNodeStopAfterKubeletDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-f.node.kubelet.done
+	own := nodeInterfaces(t, f.node)
 	if err := f.node.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	f.assertGone(t)
+	f.assertGone(t, own)
 }
 
 // nodeFixture is a server with the controllers, a registry, a node, the
 // probe image pushed and a namespace enforcing the restricted standard.
 type nodeFixture struct {
-	ctx    context.Context
-	srv    *Server
-	cs     *kubernetes.Clientset
-	node   *Node
-	ns     string
-	image  string
-	ifaces []string
+	ctx   context.Context
+	srv   *Server
+	cs    *kubernetes.Clientset
+	node  *Node
+	ns    string
+	image string
 }
 
 func startNodeFixture(t *testing.T) *nodeFixture {
 	t.Helper()
 	RequireNode(t)
-	f := &nodeFixture{ifaces: netInterfaces(t)}
+	f := &nodeFixture{}
 	f.srv = New(t, WithControllerManager())
 	reg := ocitest.Start(t, ocitest.Options{})
 	f.node = NewNode(t, f.srv, NodeOptions{HTTPRegistries: []string{reg.Host}})
@@ -204,20 +205,39 @@ func startNodeFixture(t *testing.T) *nodeFixture {
 }
 
 // assertGone checks that the stopped node left nothing: see assertNodeGone,
-// and the machine's network interfaces are those before the node (no
-// bridge, no veth).
-func (f *nodeFixture) assertGone(t *testing.T) {
+// and none of own, the node's network interfaces before it stopped (its
+// bridge and the veths on it), is left. Other nodes of tests running
+// beside this one come and go meanwhile: only the node's own count.
+func (f *nodeFixture) assertGone(t *testing.T, own []string) {
 	t.Helper()
 	assertNodeGone(t, f.node)
 	// The kernel destroys a network namespace, and the veth in it, a
 	// moment after its last mount and process go.
-	var got []string
+	var left []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got = netInterfaces(t); slices.Equal(got, f.ifaces) {
+		now := netInterfaces(t)
+		if left = slices.DeleteFunc(slices.Clone(own), func(name string) bool { return !slices.Contains(now, name) }); len(left) == 0 {
 			return
 		}
 	}
-	t.Errorf("network interfaces after stop = %v, before the node %v", got, f.ifaces)
+	t.Errorf("network interfaces of the node left after stop: %v (of %v)", left, own)
+}
+
+// nodeInterfaces is node's network interfaces: its bridge and those on
+// it. With a pod running there is a veth on it, or the check that they
+// go proves nothing.
+func nodeInterfaces(t *testing.T, node *Node) []string {
+	t.Helper()
+	own := []string{node.bridge}
+	for _, name := range netInterfaces(t) {
+		if master, err := os.Readlink(filepath.Join("/sys/class/net", name, "master")); err == nil && filepath.Base(master) == node.bridge {
+			own = append(own, name)
+		}
+	}
+	if len(own) < 2 {
+		t.Fatalf("no interface on the node's bridge %s with a pod running", node.bridge)
+	}
+	return own
 }
 
 func netInterfaces(t *testing.T) []string {
