@@ -21,8 +21,8 @@
 # Cold, after kube-binaries filled the build cache: containerd, ctr, the
 # shim, the CNI plugins and pause took 165 s user + 37 s system CPU (an
 # empty GOCACHE, modules already downloaded; 8 min wall on a machine at
-# load 10), the kubelet ~1 min more (105 packages the other binaries do not
-# share). Warm, into an empty DEST: 33 s.
+# load 10); the kubelet's own build (105 packages the other binaries do not
+# share) was not timed. Warm, into an empty DEST: 33 s.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
